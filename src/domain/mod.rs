@@ -1,0 +1,148 @@
+//! Small types that can only exist when valid: a repository name, an issue reference.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// `owner/name`, both parts non-empty and made of the characters Forgejo allows.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RepoName {
+    owner: String,
+    name: String,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DomainError {
+    #[error("`{0}` is not a repository name of the form owner/name")]
+    BadRepo(String),
+    #[error("`{0}` is not an issue reference of the form owner/name#number")]
+    BadIssueRef(String),
+}
+
+fn valid_part(part: &str) -> bool {
+    !part.is_empty()
+        && part.len() <= 100
+        && part != "."
+        && part != ".."
+        && part
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+impl RepoName {
+    pub fn new(owner: &str, name: &str) -> Result<Self, DomainError> {
+        if valid_part(owner) && valid_part(name) {
+            Ok(Self {
+                owner: owner.to_owned(),
+                name: name.to_owned(),
+            })
+        } else {
+            Err(DomainError::BadRepo(format!("{owner}/{name}")))
+        }
+    }
+
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl FromStr for RepoName {
+    type Err = DomainError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (owner, name) = s
+            .split_once('/')
+            .ok_or_else(|| DomainError::BadRepo(s.to_owned()))?;
+        Self::new(owner, name).map_err(|_| DomainError::BadRepo(s.to_owned()))
+    }
+}
+
+impl fmt::Display for RepoName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.owner, self.name)
+    }
+}
+
+impl Serialize for RepoName {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for RepoName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// One issue of one repository: `owner/name#number`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct IssueRef {
+    pub repo: RepoName,
+    pub number: u64,
+}
+
+impl IssueRef {
+    pub fn new(repo: RepoName, number: u64) -> Self {
+        Self { repo, number }
+    }
+}
+
+impl FromStr for IssueRef {
+    type Err = DomainError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || DomainError::BadIssueRef(s.to_owned());
+        let (repo, number) = s.split_once('#').ok_or_else(bad)?;
+        let repo = repo.parse().map_err(|_| bad())?;
+        let number = number.parse::<u64>().map_err(|_| bad())?;
+        if number == 0 {
+            return Err(bad());
+        }
+        Ok(Self { repo, number })
+    }
+}
+
+impl fmt::Display for IssueRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}#{}", self.repo, self.number)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repo_names_parse_only_when_well_formed() {
+        let repo: RepoName = "acme/widgets".parse().expect("valid");
+        assert_eq!(repo.owner(), "acme");
+        assert_eq!(repo.name(), "widgets");
+        assert_eq!(repo.to_string(), "acme/widgets");
+        for bad in ["", "acme", "/x", "x/", "a/b/c", "a/..", "a b/c", "ä/b"] {
+            assert!(bad.parse::<RepoName>().is_err(), "{bad:?} must be rejected");
+        }
+    }
+
+    #[test]
+    fn issue_refs_round_trip() {
+        let r: IssueRef = "acme/widgets#42".parse().expect("valid");
+        assert_eq!(r.number, 42);
+        assert_eq!(r.to_string(), "acme/widgets#42");
+        for bad in [
+            "acme/widgets",
+            "acme/widgets#",
+            "acme/widgets#0",
+            "acme#1",
+            "a/b#-1",
+        ] {
+            assert!(bad.parse::<IssueRef>().is_err(), "{bad:?} must be rejected");
+        }
+    }
+}

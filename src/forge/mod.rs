@@ -1,0 +1,3 @@
+//! Everything about the forge: webhook payloads now; the API client joins later.
+
+pub mod payload;

@@ -1,0 +1,365 @@
+//! Webhook bodies as Forgejo sends them, and the compact [`ForgeEvent`] the director keeps.
+//!
+//! Only the fields the director reads are declared; everything else is ignored, and every
+//! field that Forgejo may omit has a default, so a body from an older or newer Forgejo parses.
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::{IssueRef, RepoName};
+
+/// The event types the director stores (from `X-Forgejo-Event-Type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    Issues,
+    IssueLabel,
+    IssueComment,
+    PullRequest,
+}
+
+impl EventKind {
+    /// `None` for event types the director does not use (push, release, ...).
+    pub fn from_header(value: &str) -> Option<Self> {
+        match value {
+            "issues" => Some(Self::Issues),
+            "issue_label" => Some(Self::IssueLabel),
+            "issue_comment" => Some(Self::IssueComment),
+            "pull_request" => Some(Self::PullRequest),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Issues => "issues",
+            Self::IssueLabel => "issue_label",
+            Self::IssueComment => "issue_comment",
+            Self::PullRequest => "pull_request",
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct RawUser {
+    #[serde(default)]
+    login: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawOwner {
+    #[serde(default)]
+    login: String,
+    #[serde(default)]
+    username: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawRepo {
+    #[serde(default)]
+    full_name: String,
+    #[serde(default)]
+    name: String,
+    owner: Option<RawOwner>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawLabel {
+    name: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawIssue {
+    #[serde(default)]
+    number: u64,
+    #[serde(default)]
+    title: String,
+    #[serde(default)]
+    body: String,
+    #[serde(default)]
+    state: String,
+    #[serde(default)]
+    labels: Option<Vec<RawLabel>>,
+    #[serde(default)]
+    updated_at: Option<String>,
+    user: Option<RawUser>,
+    #[serde(default)]
+    merged: bool,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawComment {
+    id: u64,
+    #[serde(default)]
+    body: String,
+    user: Option<RawUser>,
+    #[serde(default)]
+    updated_at: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawPayload {
+    #[serde(default)]
+    action: String,
+    /// Top-level copy of the item's number (issue and pull request events).
+    #[serde(default)]
+    number: u64,
+    issue: Option<RawIssue>,
+    pull_request: Option<RawIssue>,
+    comment: Option<RawComment>,
+    repository: Option<RawRepo>,
+    sender: Option<RawUser>,
+    #[serde(default)]
+    is_pull: bool,
+}
+
+/// What the director keeps of a delivery: small, typed, and enough to act on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForgeEvent {
+    pub kind: EventKind,
+    pub action: String,
+    pub issue: IssueRef,
+    /// Who caused the event.
+    pub sender: String,
+    pub snapshot: IssueSnapshot,
+    /// The item is a pull request (a `pull_request` event, or a comment on a pull).
+    #[serde(default)]
+    pub is_pull: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<CommentSnapshot>,
+}
+
+/// The issue (or pull request) as the event saw it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IssueSnapshot {
+    pub title: String,
+    #[serde(default)]
+    pub body: String,
+    pub state: String,
+    pub labels: Vec<String>,
+    #[serde(default)]
+    pub author: String,
+    /// Forgejo's `updated_at`, RFC 3339.
+    #[serde(default)]
+    pub updated_at: Option<String>,
+    #[serde(default)]
+    pub merged: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommentSnapshot {
+    pub id: u64,
+    pub author: String,
+    pub body: String,
+    #[serde(default)]
+    pub updated_at: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PayloadError {
+    #[error("body is not valid JSON: {0}")]
+    Json(String),
+    #[error("payload has no `{0}`")]
+    Missing(&'static str),
+    #[error("payload field `{0}` is invalid: {1}")]
+    Invalid(&'static str, String),
+}
+
+/// Parses a verified body of the given kind. Fails with the first missing or bad field.
+pub fn parse_event(kind: EventKind, body: &[u8]) -> Result<ForgeEvent, PayloadError> {
+    let raw: RawPayload = serde_json::from_slice(body).map_err(|e| {
+        // serde_json's message carries line and column, never the body itself.
+        PayloadError::Json(e.to_string())
+    })?;
+    if raw.action.is_empty() {
+        return Err(PayloadError::Missing("action"));
+    }
+    let sender = raw
+        .sender
+        .map(|s| s.login)
+        .filter(|l| !l.is_empty())
+        .ok_or(PayloadError::Missing("sender.login"))?;
+    let repository = raw.repository.ok_or(PayloadError::Missing("repository"))?;
+    let repo = repo_name(&repository)?;
+    let (item, item_key) = match kind {
+        EventKind::PullRequest => (raw.pull_request, "pull_request"),
+        _ => (raw.issue, "issue"),
+    };
+    let item = item.ok_or(PayloadError::Missing(item_key))?;
+    let number = if item.number != 0 {
+        item.number
+    } else {
+        raw.number
+    };
+    if number == 0 {
+        return Err(PayloadError::Missing("number"));
+    }
+    let comment = match kind {
+        EventKind::IssueComment => {
+            let c = raw.comment.ok_or(PayloadError::Missing("comment"))?;
+            Some(CommentSnapshot {
+                id: c.id,
+                author: c.user.map(|u| u.login).unwrap_or_default(),
+                body: c.body,
+                updated_at: c.updated_at,
+            })
+        }
+        _ => None,
+    };
+    Ok(ForgeEvent {
+        kind,
+        action: raw.action,
+        issue: IssueRef::new(repo, number),
+        sender,
+        is_pull: raw.is_pull || kind == EventKind::PullRequest,
+        snapshot: IssueSnapshot {
+            title: item.title,
+            body: item.body,
+            state: item.state,
+            labels: item
+                .labels
+                .unwrap_or_default()
+                .into_iter()
+                .map(|l| l.name)
+                .collect(),
+            author: item.user.map(|u| u.login).unwrap_or_default(),
+            updated_at: item.updated_at,
+            merged: item.merged,
+        },
+        comment,
+    })
+}
+
+fn repo_name(repo: &RawRepo) -> Result<RepoName, PayloadError> {
+    if !repo.full_name.is_empty() {
+        return repo
+            .full_name
+            .parse()
+            .map_err(|e: crate::domain::DomainError| {
+                PayloadError::Invalid("repository.full_name", e.to_string())
+            });
+    }
+    let owner = repo
+        .owner
+        .as_ref()
+        .map(|o| {
+            if o.login.is_empty() {
+                &o.username
+            } else {
+                &o.login
+            }
+        })
+        .ok_or(PayloadError::Missing("repository.full_name"))?;
+    RepoName::new(owner, &repo.name)
+        .map_err(|e| PayloadError::Invalid("repository.full_name", e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const LABEL_EVENT: &str = r#"{
+  "action": "label_updated",
+  "number": 3,
+  "issue": {
+    "id": 9, "number": 3, "title": "Fix", "body": "text", "state": "open",
+    "user": {"id": 1, "login": "reporter"},
+    "labels": [{"id": 1, "name": "headless"}, {"id": 2, "name": "bug"}],
+    "updated_at": "2026-11-30T10:00:00Z", "pull_request": null
+  },
+  "repository": {"id": 4, "name": "widgets", "full_name": "acme/widgets", "owner": {"login": "acme"}},
+  "sender": {"id": 2, "login": "alice"}
+}"#;
+
+    #[test]
+    fn parses_a_label_event() {
+        let e = parse_event(EventKind::IssueLabel, LABEL_EVENT.as_bytes()).expect("parses");
+        assert_eq!(e.issue.to_string(), "acme/widgets#3");
+        assert_eq!(e.sender, "alice");
+        assert_eq!(e.snapshot.labels, vec!["headless", "bug"]);
+        assert_eq!(e.snapshot.author, "reporter");
+        assert!(!e.is_pull);
+    }
+
+    #[test]
+    fn parses_every_real_pull_request_capture() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/forgejo");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(dir).expect("fixtures") {
+            let path = entry.expect("entry").path();
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default()
+                .to_owned();
+            if !name.starts_with("HookPullRequest") {
+                continue;
+            }
+            let body = std::fs::read(&path).expect("read");
+            let e = parse_event(EventKind::PullRequest, &body)
+                .unwrap_or_else(|err| panic!("{name}: {err}"));
+            assert!(e.is_pull, "{name}");
+            let raw: serde_json::Value = serde_json::from_slice(&body).expect("json");
+            assert_eq!(
+                Some(e.issue.repo.to_string().as_str()),
+                raw["repository"]["full_name"].as_str(),
+                "{name}"
+            );
+            assert_eq!(
+                raw["pull_request"]["number"].as_u64(),
+                Some(e.issue.number),
+                "{name}"
+            );
+            seen += 1;
+        }
+        assert!(seen >= 10, "fixtures missing: {seen}");
+    }
+
+    #[test]
+    fn a_comment_event_needs_its_comment() {
+        let err =
+            parse_event(EventKind::IssueComment, LABEL_EVENT.as_bytes()).expect_err("no comment");
+        assert_eq!(err, PayloadError::Missing("comment"));
+    }
+
+    proptest! {
+        #[test]
+        fn random_bytes_never_panic(body in proptest::collection::vec(any::<u8>(), 0..2048)) {
+            for kind in [EventKind::Issues, EventKind::IssueLabel, EventKind::IssueComment, EventKind::PullRequest] {
+                let _ = parse_event(kind, &body);
+            }
+        }
+
+        #[test]
+        fn mutated_real_payloads_never_panic(
+            cut in 0usize..LABEL_EVENT.len(),
+            pos in 0usize..LABEL_EVENT.len(),
+            byte in any::<u8>(),
+        ) {
+            let mut body = LABEL_EVENT.as_bytes().to_vec();
+            body[pos] = byte;
+            let _ = parse_event(EventKind::IssueLabel, &body);
+            let _ = parse_event(EventKind::IssueLabel, &body[..cut]);
+        }
+
+        #[test]
+        fn field_values_of_any_shape_are_errors_not_panics(
+            value in prop_oneof![
+                Just("null".to_owned()), Just("-1".to_owned()), Just("1e400".to_owned()),
+                Just("\"\"".to_owned()), Just("[]".to_owned()), Just("{}".to_owned()),
+                "\"[a-z/ ]{0,20}\"".prop_map(|s| s),
+            ],
+            field in prop_oneof![
+                Just("\"number\": 3"), Just("\"login\": \"alice\""), Just("\"full_name\": \"acme/widgets\""),
+                Just("\"labels\": [{\"id\": 1, \"name\": \"headless\"}, {\"id\": 2, \"name\": \"bug\"}]"),
+            ],
+        ) {
+            let key = field.split(':').next().unwrap_or_default();
+            let body = LABEL_EVENT.replacen(field, &format!("{key}: {value}"), 1);
+            if let Ok(e) = parse_event(EventKind::IssueLabel, body.as_bytes()) {
+                prop_assert!(e.issue.number > 0);
+                prop_assert!(!e.sender.is_empty());
+            }
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! The HTTP surface: the webhook receiver, health and readiness probes, and metrics.
+
+pub mod signature;
+pub mod webhook;
+
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::middleware::Next;
+use actix_web::{HttpResponse, web};
+use serde_json::json;
+
+use crate::intake::Intake;
+use crate::metrics::Metrics;
+use crate::settings::Settings;
+use crate::store::Store;
+
+/// What every handler can reach.
+pub struct AppState {
+    pub settings: Arc<Settings>,
+    pub metrics: Metrics,
+    pub intake: Intake,
+    pub store: Store,
+    /// The bot account's login, once known; its own events are ignored.
+    pub bot_login: Arc<RwLock<Option<String>>>,
+}
+
+impl AppState {
+    pub fn is_bot(&self, login: &str) -> bool {
+        self.bot_login
+            .read()
+            .map(|bot| {
+                bot.as_deref()
+                    .is_some_and(|b| b.eq_ignore_ascii_case(login))
+            })
+            .unwrap_or(false)
+    }
+}
+
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/webhooks/forgejo", web::post().to(webhook::receive))
+        .route("/healthz", web::get().to(healthz))
+        .route("/readyz", web::get().to(readyz))
+        .route("/metrics", web::get().to(metrics));
+}
+
+/// Records each request's latency under its route template (never the raw path).
+pub async fn observe_latency(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let started = Instant::now();
+    let method = req.method().as_str().to_owned();
+    let state = req.app_data::<web::Data<AppState>>().cloned();
+    let res = next.call(req).await?;
+    if let Some(state) = state {
+        let route = res
+            .request()
+            .match_pattern()
+            .unwrap_or_else(|| "unmatched".to_owned());
+        state
+            .metrics
+            .request_duration
+            .with_label_values(&[route.as_str(), method.as_str()])
+            .observe(started.elapsed().as_secs_f64());
+    }
+    Ok(res)
+}
+
+async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().json(json!({ "status": "ok" }))
+}
+
+async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+    match state.store.ping().await {
+        Ok(()) => HttpResponse::Ok().json(json!({ "status": "ready", "database": "ok" })),
+        Err(e) => {
+            tracing::warn!(error = %e, "readiness: database unreachable");
+            HttpResponse::ServiceUnavailable()
+                .json(json!({ "status": "not ready", "database": "unreachable" }))
+        }
+    }
+}
+
+async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+    if let Ok(pending) = state.store.pending_deliveries().await {
+        state.metrics.deliveries_pending.set(pending);
+    }
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4")
+        .body(state.metrics.render())
+}

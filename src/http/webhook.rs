@@ -1,0 +1,180 @@
+//! `POST /webhooks/forgejo`: read the raw body within the size limit, verify its signature,
+//! parse it, store it durably, answer. Nothing else happens here; the consumer decides.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse, web};
+use futures_util::StreamExt;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use super::AppState;
+use crate::forge::payload::{EventKind, parse_event};
+use crate::http::signature::{SignatureHeaders, verify};
+use crate::intake::Stored;
+use crate::store::NewDelivery;
+
+fn header<'a>(req: &'a HttpRequest, name: &str) -> Option<&'a str> {
+    req.headers().get(name).and_then(|v| v.to_str().ok())
+}
+
+fn first_header<'a>(req: &'a HttpRequest, names: &[&str]) -> Option<&'a str> {
+    names.iter().find_map(|n| header(req, n))
+}
+
+fn answer(status: StatusCode, outcome: &str, detail: impl Into<String>) -> HttpResponse {
+    HttpResponse::build(status).json(json!({ "status": outcome, "detail": detail.into() }))
+}
+
+/// Reads the body, refusing it as soon as it grows past `limit` bytes.
+async fn read_limited(mut payload: web::Payload, limit: usize) -> Result<web::Bytes, StatusCode> {
+    let mut body = web::BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|_| StatusCode::BAD_REQUEST)?;
+        if body.len() + chunk.len() > limit {
+            return Err(StatusCode::PAYLOAD_TOO_LARGE);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
+}
+
+pub async fn receive(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> HttpResponse {
+    let metrics = &state.metrics;
+    let event_header = first_header(
+        &req,
+        &[
+            "X-Forgejo-Event-Type",
+            "X-Gitea-Event-Type",
+            "X-Forgejo-Event",
+            "X-Gitea-Event",
+        ],
+    )
+    .unwrap_or("")
+    .to_owned();
+    let event_label = EventKind::from_header(&event_header).map_or("other", EventKind::as_str);
+    let count = |outcome: &str| {
+        metrics
+            .deliveries
+            .with_label_values(&[event_label, outcome])
+            .inc()
+    };
+
+    let limit = state.settings.server.max_body_bytes;
+    let declared = header(&req, "content-length").and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|len| len > limit) {
+        count("too_large");
+        return answer(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "rejected",
+            format!("body over {limit} bytes"),
+        );
+    }
+    let body = match read_limited(payload, limit).await {
+        Ok(body) => body,
+        Err(status) => {
+            count("too_large");
+            let detail = if status == StatusCode::PAYLOAD_TOO_LARGE {
+                format!("body over {limit} bytes")
+            } else {
+                "the body could not be read".to_owned()
+            };
+            return answer(status, "rejected", detail);
+        }
+    };
+
+    let headers = SignatureHeaders {
+        forgejo: header(&req, "X-Forgejo-Signature"),
+        gitea: header(&req, "X-Gitea-Signature"),
+        hub_sha256: header(&req, "X-Hub-Signature-256"),
+    };
+    if let Err(e) = verify(headers, &body, &state.settings.webhook.secrets) {
+        count("unauthorized");
+        tracing::warn!(reason = %e, "webhook signature rejected");
+        return answer(StatusCode::UNAUTHORIZED, "rejected", e.to_string());
+    }
+
+    if event_header.is_empty() {
+        count("bad_request");
+        return answer(
+            StatusCode::BAD_REQUEST,
+            "rejected",
+            "missing X-Forgejo-Event-Type header",
+        );
+    }
+    let Some(kind) = EventKind::from_header(&event_header) else {
+        count("ignored");
+        return answer(
+            StatusCode::OK,
+            "ignored",
+            format!("event type `{event_header}` is not used"),
+        );
+    };
+    let event = match parse_event(kind, &body) {
+        Ok(event) => event,
+        Err(e) => {
+            count("bad_request");
+            return answer(StatusCode::BAD_REQUEST, "rejected", e.to_string());
+        }
+    };
+    if state.is_bot(&event.sender) {
+        count("own_event");
+        return answer(
+            StatusCode::OK,
+            "ignored",
+            "event caused by the director itself",
+        );
+    }
+
+    let content_sha256 = hex::encode(Sha256::digest(&body));
+    let delivery_id = first_header(
+        &req,
+        &[
+            "X-Forgejo-Delivery",
+            "X-Gitea-Delivery",
+            "X-GitHub-Delivery",
+        ],
+    )
+    .map(str::trim)
+    .filter(|id| !id.is_empty() && id.len() <= 200)
+    .map_or_else(|| format!("sha256:{content_sha256}"), str::to_owned);
+    let span = tracing::info_span!(
+        "delivery",
+        delivery = %delivery_id,
+        event = kind.as_str(),
+        repo = %event.issue.repo,
+        issue = event.issue.number,
+    );
+    let _enter = span.enter();
+    let delivery = NewDelivery {
+        delivery_id,
+        content_sha256,
+        event,
+        received_at_ms: crate::clock::now_ms(),
+    };
+    drop(_enter);
+    match state.intake.store(delivery).await {
+        Ok(Stored::New) => {
+            count("accepted");
+            span.in_scope(|| tracing::debug!("delivery stored"));
+            answer(StatusCode::ACCEPTED, "accepted", "stored")
+        }
+        Ok(Stored::Duplicate) => {
+            count("duplicate");
+            span.in_scope(|| tracing::info!("duplicate delivery ignored"));
+            answer(StatusCode::OK, "duplicate", "already received")
+        }
+        Err(e) => {
+            count("error");
+            span.in_scope(|| tracing::error!(error = %e, "delivery not stored"));
+            answer(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "error",
+                "could not store the delivery; retry",
+            )
+        }
+    }
+}

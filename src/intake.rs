@@ -1,0 +1,86 @@
+//! Durable intake with group commit. Webhook handlers hand a delivery to one writer task and
+//! wait; the writer stores everything that queued up meanwhile in one transaction (one fsync),
+//! answers each handler, and wakes the consumer. SQLite has a single writer anyway, so this
+//! turns lock contention into batching.
+
+use std::sync::Arc;
+
+use tokio::sync::{Notify, mpsc, oneshot};
+
+use crate::store::{NewDelivery, Store};
+
+/// The largest batch one transaction takes.
+const MAX_BATCH: usize = 512;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stored {
+    New,
+    Duplicate,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum IntakeError {
+    #[error("the intake writer has stopped")]
+    Closed,
+    #[error("storing the delivery failed")]
+    Store,
+}
+
+struct Pending {
+    delivery: NewDelivery,
+    reply: oneshot::Sender<Result<Stored, IntakeError>>,
+}
+
+#[derive(Clone)]
+pub struct Intake {
+    tx: mpsc::Sender<Pending>,
+}
+
+impl Intake {
+    /// Starts the writer task. `stored` is notified after every commit that stored something.
+    pub fn spawn(store: Store, stored: Arc<Notify>) -> Self {
+        let (tx, rx) = mpsc::channel(4 * MAX_BATCH);
+        tokio::spawn(writer(store, rx, stored));
+        Self { tx }
+    }
+
+    /// Returns once the delivery is durably stored (or known already).
+    pub async fn store(&self, delivery: NewDelivery) -> Result<Stored, IntakeError> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(Pending { delivery, reply })
+            .await
+            .map_err(|_| IntakeError::Closed)?;
+        answer.await.map_err(|_| IntakeError::Closed)?
+    }
+}
+
+async fn writer(store: Store, mut rx: mpsc::Receiver<Pending>, stored: Arc<Notify>) {
+    let mut batch: Vec<Pending> = Vec::with_capacity(MAX_BATCH);
+    while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        let (deliveries, replies): (Vec<_>, Vec<_>) =
+            batch.drain(..).map(|p| (p.delivery, p.reply)).unzip();
+        match store.insert_deliveries(&deliveries).await {
+            Ok(fresh) => {
+                let any_new = fresh.iter().any(|f| *f);
+                for (reply, is_new) in replies.into_iter().zip(fresh) {
+                    let answer = if is_new {
+                        Stored::New
+                    } else {
+                        Stored::Duplicate
+                    };
+                    let _ = reply.send(Ok(answer));
+                }
+                if any_new {
+                    stored.notify_one();
+                }
+            }
+            Err(error) => {
+                tracing::error!(error = %format!("{error:#}"), batch = replies.len(), "storing deliveries failed");
+                for reply in replies {
+                    let _ = reply.send(Err(IntakeError::Store));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,14 @@
+//! `director` hands labelled Forgejo issues to coding agents, safely: webhook intake and a
+//! periodic scan bring issues in, one consumer decides what to do with each.
+
+pub mod clock;
+pub mod director;
+pub mod domain;
+pub mod forge;
+pub mod http;
+pub mod intake;
+pub mod metrics;
+pub mod settings;
+pub mod startup;
+pub mod store;
+pub mod telemetry;

@@ -1,0 +1,83 @@
+//! The `director` command line: parse arguments, start telemetry, call into the library.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use director::settings::{LogFormat, Settings};
+use director::startup::Application;
+
+#[derive(Parser)]
+#[command(
+    name = "director",
+    version,
+    about = "Hands labelled Forgejo issues to coding agents, safely"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the service: webhook intake, consumer, scan.
+    Serve {
+        #[arg(long, env = "DIRECTOR_CONFIG")]
+        config: Option<PathBuf>,
+        /// Log format; overrides `server.log_format`.
+        #[arg(long, value_parser = ["json", "pretty"])]
+        log_format: Option<String>,
+    },
+    /// Validate the configuration and print it, secrets masked.
+    CheckConfig {
+        #[arg(long, env = "DIRECTOR_CONFIG")]
+        config: Option<PathBuf>,
+    },
+}
+
+fn load(config: Option<&PathBuf>) -> Result<Settings, ExitCode> {
+    Settings::load(config.map(PathBuf::as_path)).map_err(|e| {
+        eprintln!("error: {e}");
+        ExitCode::from(2)
+    })
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::CheckConfig { config } => match load(config.as_ref()) {
+            Ok(settings) => {
+                print!("{}", settings.to_masked_toml());
+                ExitCode::SUCCESS
+            }
+            Err(code) => code,
+        },
+        Command::Serve { config, log_format } => {
+            let mut settings = match load(config.as_ref()) {
+                Ok(s) => s,
+                Err(code) => return code,
+            };
+            match log_format.as_deref() {
+                Some("pretty") => settings.server.log_format = LogFormat::Pretty,
+                Some("json") => settings.server.log_format = LogFormat::Json,
+                _ => {}
+            }
+            director::telemetry::init(settings.server.log_format);
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let result = actix_web::rt::System::new().block_on(async move {
+                Application::build(settings)
+                    .await?
+                    .run_until_stopped()
+                    .await
+            });
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!(error = %format!("{e:#}"), "director stopped");
+                    eprintln!("error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}

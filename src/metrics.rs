@@ -1,0 +1,87 @@
+//! Prometheus metrics, registered once and shared by every part of the service.
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+};
+
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Registry,
+    /// Webhook deliveries by event type and outcome (accepted, duplicate, ignored, rejected...).
+    pub deliveries: IntCounterVec,
+    /// HTTP request latency by route.
+    pub request_duration: HistogramVec,
+    /// Forge API calls by endpoint template and status.
+    pub forge_requests: IntCounterVec,
+    /// Deliveries stored but not yet processed.
+    pub deliveries_pending: IntGauge,
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let deliveries = IntCounterVec::new(
+            Opts::new(
+                "director_webhook_deliveries_total",
+                "Webhook deliveries by event type and outcome",
+            ),
+            &["event", "outcome"],
+        )
+        .expect("static metric definition");
+        let request_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "director_http_request_duration_seconds",
+                "HTTP request latency",
+            )
+            .buckets(vec![
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+            ]),
+            &["route", "method"],
+        )
+        .expect("static metric definition");
+        let forge_requests = IntCounterVec::new(
+            Opts::new(
+                "director_forge_requests_total",
+                "Forge API requests by endpoint template and status",
+            ),
+            &["endpoint", "status"],
+        )
+        .expect("static metric definition");
+        let deliveries_pending = IntGauge::new(
+            "director_deliveries_pending",
+            "Deliveries stored and not yet processed",
+        )
+        .expect("static metric definition");
+        for c in [
+            Box::new(deliveries.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(request_duration.clone()),
+            Box::new(forge_requests.clone()),
+            Box::new(deliveries_pending.clone()),
+        ] {
+            registry.register(c).expect("metric names are unique");
+        }
+        Self {
+            registry,
+            deliveries,
+            request_duration,
+            forge_requests,
+            deliveries_pending,
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        let encoder = TextEncoder::new();
+        if let Err(e) = encoder.encode(&self.registry.gather(), &mut buf) {
+            return format!("# encoding failed: {e}\n");
+        }
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,600 @@
+//! Typed configuration: one TOML file, overridden by `DIRECTOR_<SECTION>__<KEY>` environment
+//! variables (lists comma-separated), with every secret also readable from `<key>_file`.
+//! Secrets are wrapped in [`Secret`] so they never reach a log, an error or `check-config`.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use figment::Figment;
+use figment::providers::{Format, Toml};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::domain::RepoName;
+
+/// A value that must never be printed. `Debug`, `Display` and `Serialize` all mask it.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_empty() { "\"\"" } else { "\"***\"" })
+    }
+}
+
+impl Serialize for Secret {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(if self.0.is_empty() { "" } else { "***" })
+    }
+}
+
+impl<'de> Deserialize<'de> for Secret {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        lenient::string(d).map(Secret)
+    }
+}
+
+/// Environment values arrive untyped: `DIRECTOR_FORGE__TOKEN=1234` parses as a number and
+/// `DIRECTOR_SCAN__REPOS=a/b,c/d` as one string. These accept both shapes.
+mod lenient {
+    use serde::de::{self, Deserializer, SeqAccess, Visitor};
+    use std::fmt;
+
+    struct StringVisitor;
+
+    impl<'de> Visitor<'de> for StringVisitor {
+        type Value = String;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<String, E> {
+            Ok(v.to_owned())
+        }
+        fn visit_string<E: de::Error>(self, v: String) -> Result<String, E> {
+            Ok(v)
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+        fn visit_bool<E: de::Error>(self, v: bool) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+        fn visit_char<E: de::Error>(self, v: char) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+    }
+
+    pub fn string<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+        d.deserialize_any(StringVisitor)
+    }
+
+    pub fn opt_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+        string(d).map(Some)
+    }
+
+    struct ListVisitor;
+
+    impl<'de> Visitor<'de> for ListVisitor {
+        type Value = Vec<String>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a list of strings or a comma-separated string")
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(v.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect())
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            Ok(vec![v.to_string()])
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            Ok(vec![v.to_string()])
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut out = Vec::new();
+            while let Some(item) = seq.next_element::<Item>()? {
+                out.push(item.0);
+            }
+            Ok(out)
+        }
+    }
+
+    struct Item(String);
+    impl<'de> de::Deserialize<'de> for Item {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            string(d).map(Item)
+        }
+    }
+
+    pub fn list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+        d.deserialize_any(ListVisitor)
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Json,
+    Pretty,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerSettings {
+    /// Address the HTTP server binds.
+    #[serde(deserialize_with = "lenient::string")]
+    pub listen: String,
+    /// Largest webhook body accepted; larger ones get 413.
+    pub max_body_bytes: usize,
+    /// `json` (default) or `pretty`.
+    pub log_format: LogFormat,
+    /// HTTP worker threads (0: one per core).
+    pub workers: usize,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".into(),
+            max_body_bytes: 5 * 1024 * 1024,
+            log_format: LogFormat::Json,
+            workers: 0,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Synchronous {
+    /// fsync on every commit: an accepted delivery survives a power loss.
+    #[default]
+    Full,
+    /// fsync at checkpoints only: survives a process crash, not a power loss.
+    Normal,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreSettings {
+    #[serde(deserialize_with = "lenient::string")]
+    pub url: String,
+    pub synchronous: Synchronous,
+}
+
+impl Default for StoreSettings {
+    fn default() -> Self {
+        Self {
+            url: "sqlite://director.db".into(),
+            synchronous: Synchronous::Full,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebhookSettings {
+    /// Every accepted secret; several at once while rotating.
+    #[serde(deserialize_with = "secret_list")]
+    pub secrets: Vec<Secret>,
+    /// A file with one secret per line, added to `secrets`.
+    #[serde(deserialize_with = "lenient::opt_string")]
+    pub secrets_file: Option<String>,
+}
+
+fn secret_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Secret>, D::Error> {
+    Ok(lenient::list(d)?.into_iter().map(Secret).collect())
+}
+
+fn repo_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<RepoName>, D::Error> {
+    lenient::list(d)?
+        .iter()
+        .map(|s| s.parse().map_err(serde::de::Error::custom))
+        .collect()
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ForgeKind {
+    #[default]
+    Forgejo,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ForgeSettings {
+    pub kind: ForgeKind,
+    /// Base URL of the Forgejo instance, without `/api/v1`.
+    #[serde(deserialize_with = "lenient::string")]
+    pub url: String,
+    /// The bot account's token (admin of the watched repositories).
+    pub token: Secret,
+    #[serde(deserialize_with = "lenient::opt_string")]
+    pub token_file: Option<String>,
+    /// The bot's login. Learned from `GET /user` when a token is set; this names it otherwise.
+    #[serde(deserialize_with = "lenient::opt_string")]
+    pub bot_login: Option<String>,
+    /// The write-only account whose tokens runs get.
+    #[serde(deserialize_with = "lenient::string")]
+    pub runner_login: String,
+    pub runner_password: Secret,
+    #[serde(deserialize_with = "lenient::opt_string")]
+    pub runner_password_file: Option<String>,
+    /// Per-request timeout, in seconds.
+    pub timeout_secs: u64,
+    /// Attempts per request on connection errors, 5xx and 429.
+    pub max_attempts: u32,
+}
+
+impl Default for ForgeSettings {
+    fn default() -> Self {
+        Self {
+            kind: ForgeKind::Forgejo,
+            url: String::new(),
+            token: Secret::default(),
+            token_file: None,
+            bot_login: None,
+            runner_login: String::new(),
+            runner_password: Secret::default(),
+            runner_password_file: None,
+            timeout_secs: 30,
+            max_attempts: 4,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ScanSettings {
+    #[serde(deserialize_with = "repo_list")]
+    pub repos: Vec<RepoName>,
+    #[serde(deserialize_with = "lenient::list")]
+    pub orgs: Vec<String>,
+    /// Cron expression with a seconds field.
+    #[serde(deserialize_with = "lenient::string")]
+    pub schedule: String,
+    /// Scan on the schedule while serving.
+    pub enabled: bool,
+}
+
+impl Default for ScanSettings {
+    fn default() -> Self {
+        Self {
+            repos: Vec::new(),
+            orgs: Vec::new(),
+            schedule: "0 */5 * * * *".into(),
+            enabled: true,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LabelSettings {
+    #[serde(deserialize_with = "lenient::string")]
+    pub trigger: String,
+}
+
+impl Default for LabelSettings {
+    fn default() -> Self {
+        Self {
+            trigger: "headless".into(),
+        }
+    }
+}
+
+/// Read by the pre-flight (not yet built); accepted now so one file serves every release.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PreflightSettings {
+    #[serde(deserialize_with = "lenient::string")]
+    pub provider: String,
+    #[serde(deserialize_with = "lenient::string")]
+    pub base_url: String,
+    #[serde(deserialize_with = "lenient::string")]
+    pub model: String,
+    pub api_key: Secret,
+    #[serde(deserialize_with = "lenient::opt_string")]
+    pub api_key_file: Option<String>,
+    #[serde(deserialize_with = "lenient::list")]
+    pub command: Vec<String>,
+}
+
+impl Default for PreflightSettings {
+    fn default() -> Self {
+        Self {
+            provider: "openai".into(),
+            base_url: String::new(),
+            model: String::new(),
+            api_key: Secret::default(),
+            api_key_file: None,
+            command: Vec::new(),
+        }
+    }
+}
+
+/// Read by coder runs (not yet built); accepted now so one file serves every release.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunnerSettings {
+    #[serde(deserialize_with = "lenient::string")]
+    pub kind: String,
+    #[serde(deserialize_with = "lenient::string")]
+    pub image: String,
+    #[serde(deserialize_with = "lenient::string")]
+    pub network: String,
+}
+
+impl Default for RunnerSettings {
+    fn default() -> Self {
+        Self {
+            kind: "docker".into(),
+            image: String::new(),
+            network: "bridge".into(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Settings {
+    pub server: ServerSettings,
+    pub store: StoreSettings,
+    pub webhook: WebhookSettings,
+    pub forge: ForgeSettings,
+    pub scan: ScanSettings,
+    pub labels: LabelSettings,
+    pub preflight: PreflightSettings,
+    pub runner: RunnerSettings,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error("configuration: {0}")]
+    Parse(String),
+    #[error("configuration key `{key}`: {reason}")]
+    Invalid { key: &'static str, reason: String },
+}
+
+fn invalid(key: &'static str, reason: impl Into<String>) -> SettingsError {
+    SettingsError::Invalid {
+        key,
+        reason: reason.into(),
+    }
+}
+
+impl Settings {
+    /// Reads `path` (when given), then the `DIRECTOR_*` environment, then secret files, and
+    /// validates the result.
+    pub fn load(path: Option<&Path>) -> Result<Self, SettingsError> {
+        Self::load_from(path, std::env::vars())
+    }
+
+    /// Like [`Settings::load`] with an explicit environment, so tests need not touch the
+    /// process's own.
+    pub fn load_from(
+        path: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, SettingsError> {
+        let mut figment = Figment::new();
+        if let Some(path) = path {
+            if !path.is_file() {
+                return Err(SettingsError::Parse(format!(
+                    "config file {} does not exist",
+                    path.display()
+                )));
+            }
+            figment = figment.merge(Toml::file_exact(path));
+        }
+        // Only `SECTION__KEY` names: `DIRECTOR_CONFIG` and friends belong to the CLI.
+        let vars: Vec<(String, String)> = env
+            .into_iter()
+            .filter_map(|(k, v)| {
+                let rest = k.strip_prefix("DIRECTOR_")?;
+                rest.contains("__").then(|| (rest.to_owned(), v))
+            })
+            .collect();
+        figment = figment.merge(EnvPairs(vars));
+        let mut settings: Settings = figment
+            .extract()
+            .map_err(|e| SettingsError::Parse(one_line(&e)))?;
+        settings.read_secret_files()?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    fn read_secret_files(&mut self) -> Result<(), SettingsError> {
+        fn read(key: &'static str, file: &str) -> Result<String, SettingsError> {
+            let text = std::fs::read_to_string(file)
+                .map_err(|e| invalid(key, format!("cannot read {file}: {e}")))?;
+            Ok(text.trim_end_matches(['\n', '\r']).to_owned())
+        }
+        fn one(
+            value: &mut Secret,
+            file: &Option<String>,
+            key: &'static str,
+            file_key: &'static str,
+        ) -> Result<(), SettingsError> {
+            if let Some(file) = file {
+                if !value.is_empty() {
+                    return Err(invalid(
+                        file_key,
+                        format!("set both `{key}` and `{file_key}`; keep one"),
+                    ));
+                }
+                *value = Secret(read(file_key, file)?);
+            }
+            Ok(())
+        }
+        one(
+            &mut self.forge.token,
+            &self.forge.token_file,
+            "forge.token",
+            "forge.token_file",
+        )?;
+        one(
+            &mut self.forge.runner_password,
+            &self.forge.runner_password_file,
+            "forge.runner_password",
+            "forge.runner_password_file",
+        )?;
+        one(
+            &mut self.preflight.api_key,
+            &self.preflight.api_key_file,
+            "preflight.api_key",
+            "preflight.api_key_file",
+        )?;
+        if let Some(file) = &self.webhook.secrets_file {
+            let text = read("webhook.secrets_file", file)?;
+            self.webhook.secrets.extend(
+                text.lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .map(|l| Secret(l.to_owned())),
+            );
+        }
+        Ok(())
+    }
+
+    fn validate(&self) -> Result<(), SettingsError> {
+        self.server
+            .listen
+            .parse::<SocketAddr>()
+            .map_err(|e| invalid("server.listen", format!("`{}`: {e}", self.server.listen)))?;
+        if self.server.max_body_bytes == 0 {
+            return Err(invalid("server.max_body_bytes", "must be greater than 0"));
+        }
+        if !self.store.url.starts_with("sqlite:") {
+            return Err(invalid(
+                "store.url",
+                format!(
+                    "`{}`: only sqlite://PATH is supported so far",
+                    self.store.url
+                ),
+            ));
+        }
+        if self.webhook.secrets.iter().any(Secret::is_empty) {
+            return Err(invalid(
+                "webhook.secrets",
+                "an empty secret would accept unsigned deliveries",
+            ));
+        }
+        if !self.forge.url.is_empty() {
+            let ok = (self.forge.url.starts_with("http://")
+                || self.forge.url.starts_with("https://"))
+                && reqwest::Url::parse(&self.forge.url).is_ok();
+            if !ok {
+                return Err(invalid(
+                    "forge.url",
+                    format!("`{}` is not an http(s) URL", self.forge.url),
+                ));
+            }
+        }
+        if self.forge.timeout_secs == 0 {
+            return Err(invalid("forge.timeout_secs", "must be greater than 0"));
+        }
+        if self.forge.max_attempts == 0 {
+            return Err(invalid("forge.max_attempts", "must be at least 1"));
+        }
+        let trigger = self.labels.trigger.trim();
+        if trigger.is_empty() || trigger.contains(',') {
+            return Err(invalid(
+                "labels.trigger",
+                "must be one non-empty label name without commas",
+            ));
+        }
+        if let Err(e) = croner_check(&self.scan.schedule) {
+            return Err(invalid("scan.schedule", e));
+        }
+        for org in &self.scan.orgs {
+            if RepoName::new(org, "x").is_err() {
+                return Err(invalid(
+                    "scan.orgs",
+                    format!("`{org}` is not an organisation name"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The configuration as TOML, with every secret masked.
+    pub fn to_masked_toml(&self) -> String {
+        toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
+    }
+
+    pub fn db_path(&self) -> Option<PathBuf> {
+        let rest = self.store.url.strip_prefix("sqlite:")?;
+        let rest = rest.trim_start_matches("//");
+        let rest = rest.split('?').next().unwrap_or(rest);
+        (!rest.is_empty() && rest != ":memory:").then(|| PathBuf::from(rest))
+    }
+}
+
+/// A cron expression with a seconds field, parsed the way the scheduler parses it.
+fn croner_check(expr: &str) -> Result<(), String> {
+    croner::parser::CronParser::builder()
+        .seconds(croner::parser::Seconds::Required)
+        .dom_and_dow(true)
+        .build()
+        .parse(expr)
+        .map(|_| ())
+        .map_err(|e| format!("`{expr}`: {e} (six fields, seconds first, e.g. `0 */5 * * * *`)"))
+}
+
+/// Environment pairs already filtered to `SECTION__KEY`, turned into nested figment values.
+struct EnvPairs(Vec<(String, String)>);
+
+impl figment::Provider for EnvPairs {
+    fn metadata(&self) -> figment::Metadata {
+        figment::Metadata::named("DIRECTOR_* environment variable(s)")
+    }
+
+    fn data(
+        &self,
+    ) -> Result<figment::value::Map<figment::Profile, figment::value::Dict>, figment::Error> {
+        let mut dict = figment::value::Dict::new();
+        for (name, value) in &self.0 {
+            let Some((section, key)) = name.split_once("__") else {
+                continue;
+            };
+            let section = section.to_ascii_lowercase();
+            let key = key.to_ascii_lowercase();
+            let entry = dict
+                .entry(section)
+                .or_insert_with(|| figment::value::Value::from(figment::value::Dict::new()));
+            if let figment::value::Value::Dict(_, inner) = entry {
+                inner.insert(key, value.parse().unwrap_or_else(|_| value.clone().into()));
+            }
+        }
+        Ok(figment::Profile::Default.collect(dict))
+    }
+}
+
+fn one_line(e: &figment::Error) -> String {
+    // figment's Display names the key ("for key `server.listen`") and the source.
+    e.to_string()
+        .replace('\n', " ")
+        .replace("key \"default.", "key \"")
+}

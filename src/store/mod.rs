@@ -1,0 +1,225 @@
+//! The database behind methods that say what they do. SQLite today; the SQL is kept to what
+//! PostgreSQL also speaks, so a second backend changes this module and nothing that calls it.
+
+mod migrate;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::Context;
+use serde::Serialize;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Row, SqlitePool};
+
+use crate::domain::{IssueRef, RepoName};
+use crate::forge::payload::ForgeEvent;
+use crate::settings::{StoreSettings, Synchronous};
+
+#[derive(Clone, Debug)]
+pub struct Store {
+    pool: SqlitePool,
+}
+
+/// A verified, parsed delivery about to be stored.
+#[derive(Clone, Debug)]
+pub struct NewDelivery {
+    pub delivery_id: String,
+    pub content_sha256: String,
+    pub event: ForgeEvent,
+    pub received_at_ms: i64,
+}
+
+/// A stored delivery waiting for the consumer.
+#[derive(Clone, Debug)]
+pub struct StoredDelivery {
+    pub seq: i64,
+    pub delivery_id: String,
+    pub event: ForgeEvent,
+}
+
+/// What the director knows of one issue.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct IssueRecord {
+    pub repo: RepoName,
+    pub number: u64,
+    pub title: String,
+    pub state: String,
+    pub labels: Vec<String>,
+    pub forge_updated_at: Option<String>,
+    pub last_change_ms: i64,
+}
+
+impl IssueRecord {
+    pub fn issue_ref(&self) -> IssueRef {
+        IssueRef::new(self.repo.clone(), self.number)
+    }
+}
+
+fn to_i64(n: u64) -> anyhow::Result<i64> {
+    i64::try_from(n).context("number out of range")
+}
+
+impl Store {
+    /// Opens (creating if missing) the database and applies pending migrations.
+    pub async fn connect(settings: &StoreSettings) -> anyhow::Result<Self> {
+        let options = SqliteConnectOptions::from_str(&settings.url)
+            .with_context(|| format!("store.url `{}` is not a SQLite URL", settings.url))?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(match settings.synchronous {
+                Synchronous::Full => SqliteSynchronous::Full,
+                Synchronous::Normal => SqliteSynchronous::Normal,
+            })
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .min_connections(1)
+            .connect_with(options)
+            .await
+            .with_context(|| format!("cannot open the database at {}", settings.url))?;
+        migrate::run(&pool).await.context("applying migrations")?;
+        Ok(Self { pool })
+    }
+
+    /// Succeeds when the database answers a query.
+    pub async fn ping(&self) -> anyhow::Result<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    /// Stores a batch of deliveries in one transaction (one fsync for the lot). Returns, per
+    /// delivery, whether it was new: a known delivery id or the same body seen before is not.
+    pub async fn insert_deliveries(&self, batch: &[NewDelivery]) -> anyhow::Result<Vec<bool>> {
+        let mut tx = self.pool.begin().await?;
+        let mut fresh = Vec::with_capacity(batch.len());
+        for d in batch {
+            let event = serde_json::to_string(&d.event)?;
+            let result = sqlx::query(
+                "INSERT INTO deliveries \
+                 (delivery_id, content_sha256, event_type, repo, number, event, received_at_ms) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            )
+            .bind(&d.delivery_id)
+            .bind(&d.content_sha256)
+            .bind(d.event.kind.as_str())
+            .bind(d.event.issue.repo.to_string())
+            .bind(to_i64(d.event.issue.number)?)
+            .bind(event)
+            .bind(d.received_at_ms)
+            .execute(&mut *tx)
+            .await?;
+            fresh.push(result.rows_affected() == 1);
+        }
+        tx.commit().await?;
+        Ok(fresh)
+    }
+
+    /// The oldest unprocessed deliveries, in arrival order.
+    pub async fn unprocessed_deliveries(&self, limit: u32) -> anyhow::Result<Vec<StoredDelivery>> {
+        let rows = sqlx::query(
+            "SELECT seq, delivery_id, event FROM deliveries \
+             WHERE processed_at_ms IS NULL ORDER BY seq LIMIT ?",
+        )
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|row| {
+                let event: String = row.try_get("event")?;
+                Ok(StoredDelivery {
+                    seq: row.try_get("seq")?,
+                    delivery_id: row.try_get("delivery_id")?,
+                    event: serde_json::from_str(&event).context("stored event does not parse")?,
+                })
+            })
+            .collect()
+    }
+
+    pub async fn mark_processed(&self, seq: i64, now_ms: i64) -> anyhow::Result<()> {
+        sqlx::query("UPDATE deliveries SET processed_at_ms = ? WHERE seq = ?")
+            .bind(now_ms)
+            .bind(seq)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Deliveries stored and not yet processed (answered from the partial index).
+    pub async fn pending_deliveries(&self) -> anyhow::Result<i64> {
+        Ok(
+            sqlx::query_scalar("SELECT COUNT(*) FROM deliveries WHERE processed_at_ms IS NULL")
+                .fetch_one(&self.pool)
+                .await?,
+        )
+    }
+
+    /// (all, unprocessed) delivery counts.
+    pub async fn delivery_counts(&self) -> anyhow::Result<(i64, i64)> {
+        let row = sqlx::query(
+            "SELECT COUNT(*) AS total, \
+             COALESCE(SUM(CASE WHEN processed_at_ms IS NULL THEN 1 ELSE 0 END), 0) AS pending \
+             FROM deliveries",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok((row.try_get("total")?, row.try_get("pending")?))
+    }
+
+    pub async fn issue(&self, issue: &IssueRef) -> anyhow::Result<Option<IssueRecord>> {
+        let row = sqlx::query(
+            "SELECT repo, number, title, state, labels, forge_updated_at, last_change_ms \
+             FROM issues WHERE repo = ? AND number = ?",
+        )
+        .bind(issue.repo.to_string())
+        .bind(to_i64(issue.number)?)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(issue_from_row).transpose()
+    }
+
+    pub async fn upsert_issue(&self, record: &IssueRecord) -> anyhow::Result<()> {
+        sqlx::query(
+            "INSERT INTO issues (repo, number, title, state, labels, forge_updated_at, last_change_ms) \
+             VALUES (?, ?, ?, ?, ?, ?, ?) \
+             ON CONFLICT (repo, number) DO UPDATE SET title = excluded.title, \
+             state = excluded.state, labels = excluded.labels, \
+             forge_updated_at = excluded.forge_updated_at, last_change_ms = excluded.last_change_ms",
+        )
+        .bind(record.repo.to_string())
+        .bind(to_i64(record.number)?)
+        .bind(&record.title)
+        .bind(&record.state)
+        .bind(serde_json::to_string(&record.labels)?)
+        .bind(&record.forge_updated_at)
+        .bind(record.last_change_ms)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    pub async fn list_issues(&self) -> anyhow::Result<Vec<IssueRecord>> {
+        let rows = sqlx::query(
+            "SELECT repo, number, title, state, labels, forge_updated_at, last_change_ms \
+             FROM issues ORDER BY repo, number",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(issue_from_row).collect()
+    }
+}
+
+fn issue_from_row(row: sqlx::sqlite::SqliteRow) -> anyhow::Result<IssueRecord> {
+    let repo: String = row.try_get("repo")?;
+    let number: i64 = row.try_get("number")?;
+    let labels: String = row.try_get("labels")?;
+    Ok(IssueRecord {
+        repo: repo.parse().context("stored repository name")?,
+        number: u64::try_from(number).context("stored issue number")?,
+        title: row.try_get("title")?,
+        state: row.try_get("state")?,
+        labels: serde_json::from_str(&labels).context("stored labels")?,
+        forge_updated_at: row.try_get("forge_updated_at")?,
+        last_change_ms: row.try_get("last_change_ms")?,
+    })
+}

@@ -1,0 +1,23 @@
+//! The tracing subscriber: JSON lines for the service, pretty text for people at a terminal.
+
+use tracing_subscriber::EnvFilter;
+
+use crate::settings::LogFormat;
+
+/// Installs the global subscriber. `RUST_LOG` overrides the default `info` level. Safe to call
+/// more than once (later calls do nothing), so tests can call it freely.
+pub fn init(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .try_init(),
+        LogFormat::Pretty => builder.compact().try_init(),
+    };
+}

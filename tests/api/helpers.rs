@@ -1,0 +1,294 @@
+//! `TestApp`: the real application on port 0 with a fresh database, and Forgejo-shaped
+//! payloads built the way Forgejo builds them (pretty-printed, 2-space indent).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use director::http::signature::sign;
+use director::settings::{Secret, Settings};
+use director::startup::Application;
+use director::store::Store;
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+pub const SECRET: &str = "test-webhook-secret";
+pub const BOT: &str = "director-bot";
+
+pub struct TestApp {
+    pub address: String,
+    pub store: Store,
+    pub client: reqwest::Client,
+    _dir: TempDir,
+}
+
+pub fn test_settings(dir: &TempDir) -> Settings {
+    let mut settings = Settings::default();
+    settings.server.listen = "127.0.0.1:0".into();
+    settings.store.url = format!("sqlite://{}", dir.path().join("director.db").display());
+    settings.webhook.secrets = vec![Secret::new(SECRET)];
+    settings.forge.bot_login = Some(BOT.into());
+    settings.scan.enabled = false;
+    settings
+}
+
+/// A reqwest client; the TLS provider must be chosen before the first one is built.
+pub fn http_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
+impl TestApp {
+    pub async fn spawn() -> Self {
+        Self::spawn_with(|_| {}).await
+    }
+
+    pub async fn spawn_with(configure: impl FnOnce(&mut Settings)) -> Self {
+        let client = http_client();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut settings = test_settings(&dir);
+        configure(&mut settings);
+        let app = Application::build(settings).await.expect("app builds");
+        let address = format!("http://127.0.0.1:{}", app.port());
+        let store = app.store().clone();
+        tokio::spawn(app.run_until_stopped());
+        Self {
+            address,
+            store,
+            client,
+            _dir: dir,
+        }
+    }
+
+    /// Posts a body signed with the test secret, as Forgejo does (both header families).
+    pub async fn deliver(&self, event_type: &str, delivery: &str, body: &str) -> reqwest::Response {
+        let sig = sign(SECRET, body.as_bytes());
+        self.post_webhook(
+            &[
+                ("X-Forgejo-Event-Type", event_type),
+                ("X-Forgejo-Event", event_type),
+                ("X-Gitea-Event-Type", event_type),
+                ("X-Forgejo-Delivery", delivery),
+                ("X-Gitea-Delivery", delivery),
+                ("X-Forgejo-Signature", &sig),
+                ("X-Gitea-Signature", &sig),
+            ],
+            body,
+        )
+        .await
+    }
+
+    pub async fn post_webhook(&self, headers: &[(&str, &str)], body: &str) -> reqwest::Response {
+        let mut req = self
+            .client
+            .post(format!("{}/webhooks/forgejo", self.address))
+            .header("Content-Type", "application/json");
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        req.body(body.to_owned())
+            .send()
+            .await
+            .expect("request sent")
+    }
+
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.client
+            .get(format!("{}{path}", self.address))
+            .send()
+            .await
+            .expect("request sent")
+    }
+
+    pub async fn stored_deliveries(&self) -> i64 {
+        self.store.delivery_counts().await.expect("count").0
+    }
+
+    /// Polls until every stored delivery is processed.
+    pub async fn wait_processed(&self) {
+        wait_until("deliveries processed", || async {
+            self.store.delivery_counts().await.expect("count").1 == 0
+        })
+        .await;
+    }
+}
+
+/// Polls `check` until it holds, failing the test after 10 seconds.
+pub async fn wait_until<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+pub fn fixture(name: &str) -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/forgejo")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("fixture {}: {e}", path.display()))
+}
+
+fn user(id: u64, login: &str) -> Value {
+    json!({
+        "id": id,
+        "login": login,
+        "login_name": "",
+        "source_id": 0,
+        "full_name": "",
+        "email": format!("{login}@noreply.example.org"),
+        "avatar_url": format!("https://forgejo.example.org/avatars/{id}"),
+        "html_url": format!("https://forgejo.example.org/{login}"),
+        "language": "",
+        "is_admin": false,
+        "restricted": false,
+        "active": false,
+        "prohibit_login": false,
+        "visibility": "public",
+        "username": login
+    })
+}
+
+fn repository(full_name: &str) -> Value {
+    let (owner, name) = full_name.split_once('/').expect("owner/name");
+    json!({
+        "id": 42,
+        "owner": user(7, owner),
+        "name": name,
+        "full_name": full_name,
+        "description": "",
+        "empty": false,
+        "private": false,
+        "fork": false,
+        "html_url": format!("https://forgejo.example.org/{full_name}"),
+        "clone_url": format!("https://forgejo.example.org/{full_name}.git"),
+        "default_branch": "main",
+        // Computed for the issue author, never the sender: the director must not read it.
+        "permissions": { "admin": true, "push": true, "pull": true },
+        "has_issues": true
+    })
+}
+
+/// An issue as it appears inside a payload.
+pub struct Issue<'a> {
+    pub repo: &'a str,
+    pub number: u64,
+    pub title: &'a str,
+    pub body: &'a str,
+    pub state: &'a str,
+    pub labels: &'a [&'a str],
+    pub updated_at: &'a str,
+}
+
+impl Default for Issue<'_> {
+    fn default() -> Self {
+        Self {
+            repo: "acme/widgets",
+            number: 7,
+            title: "Add a --verbose flag",
+            body: "The CLI should print what it does.",
+            state: "open",
+            labels: &[],
+            updated_at: "2026-11-30T10:00:00Z",
+        }
+    }
+}
+
+fn issue_json(issue: &Issue<'_>) -> Value {
+    let labels: Vec<Value> = issue
+        .labels
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            json!({
+                "id": 100 + i as u64,
+                "name": name,
+                "exclusive": false,
+                "is_archived": false,
+                "color": "e11d21",
+                "description": "",
+                "url": format!("https://forgejo.example.org/api/v1/repos/{}/labels/{}", issue.repo, 100 + i as u64)
+            })
+        })
+        .collect();
+    json!({
+        "id": 1000 + issue.number,
+        "url": format!("https://forgejo.example.org/api/v1/repos/{}/issues/{}", issue.repo, issue.number),
+        "html_url": format!("https://forgejo.example.org/{}/issues/{}", issue.repo, issue.number),
+        "number": issue.number,
+        "user": user(11, "reporter"),
+        "original_author": "",
+        "original_author_id": 0,
+        "title": issue.title,
+        "body": issue.body,
+        "ref": "",
+        "assets": [],
+        "labels": labels,
+        "milestone": null,
+        "assignee": null,
+        "assignees": null,
+        "state": issue.state,
+        "is_locked": false,
+        "comments": 0,
+        "created_at": "2026-11-30T09:00:00Z",
+        "updated_at": issue.updated_at,
+        "closed_at": null,
+        "due_date": null,
+        "pull_request": null,
+        "repository": { "id": 42, "name": issue.repo.split('/').nth(1), "owner": issue.repo.split('/').next(), "full_name": issue.repo },
+        "pin_order": 0
+    })
+}
+
+/// An `issues` or `issue_label` payload.
+pub fn issue_payload(action: &str, sender: &str, issue: &Issue<'_>) -> String {
+    let body = json!({
+        "action": action,
+        "number": issue.number,
+        "issue": issue_json(issue),
+        "repository": repository(issue.repo),
+        "sender": user(21, sender),
+        "commit_id": ""
+    });
+    serde_json::to_string_pretty(&body).expect("serialises")
+}
+
+/// An `issue_comment` payload.
+pub fn comment_payload(
+    action: &str,
+    sender: &str,
+    issue: &Issue<'_>,
+    comment_id: u64,
+    text: &str,
+) -> String {
+    let body = json!({
+        "action": action,
+        "issue": issue_json(issue),
+        "comment": {
+            "id": comment_id,
+            "html_url": format!("https://forgejo.example.org/{}/issues/{}#issuecomment-{comment_id}", issue.repo, issue.number),
+            "pull_request_url": "",
+            "issue_url": format!("https://forgejo.example.org/{}/issues/{}", issue.repo, issue.number),
+            "user": user(21, sender),
+            "original_author": "",
+            "original_author_id": 0,
+            "body": text,
+            "assets": [],
+            "created_at": issue.updated_at,
+            "updated_at": issue.updated_at
+        },
+        "repository": repository(issue.repo),
+        "sender": user(21, sender),
+        "is_pull": false
+    });
+    serde_json::to_string_pretty(&body).expect("serialises")
+}
