@@ -306,7 +306,7 @@ mod tests {
                 "{name}"
             );
             assert_eq!(
-                raw["pull_request"]["number"].as_u64(),
+                raw["number"].as_u64(),
                 Some(e.issue.number),
                 "{name}"
             );
