@@ -1,1 +1,197 @@
-fn main() {}
+//! Load generator for webhook intake. Fires signed, distinct `issues` deliveries at a URL and
+//! reports throughput and latency percentiles, first flat out (closed loop, N connections),
+//! then at a fixed rate (open loop: latency counts from the scheduled send time, so a stall
+//! is not hidden). `--serve-trivial ADDR` instead runs a trivial actix handler to compare with.
+//!
+//! ```text
+//! director-loadgen --url http://127.0.0.1:8080/webhooks/forgejo --secret S
+//! director-loadgen --serve-trivial 127.0.0.1:8091
+//! ```
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use director::http::signature::sign;
+
+#[derive(Parser)]
+struct Args {
+    /// Webhook URL to load.
+    #[arg(long)]
+    url: Option<String>,
+    /// Webhook secret to sign with.
+    #[arg(long, default_value = "bench-secret")]
+    secret: String,
+    /// Deliveries in the flat-out phase.
+    #[arg(long, default_value_t = 20_000)]
+    requests: u64,
+    /// Concurrent connections in the flat-out phase.
+    #[arg(long, default_value_t = 32)]
+    concurrency: u64,
+    /// Deliveries per second in the fixed-rate phase.
+    #[arg(long, default_value_t = 1_000)]
+    rate: u64,
+    /// Length of the fixed-rate phase.
+    #[arg(long, default_value_t = 10)]
+    rate_secs: u64,
+    /// Where delivery numbering starts, so several runs against one database stay distinct.
+    #[arg(long, default_value_t = 0)]
+    offset: u64,
+    /// Run a trivial handler on this address instead of generating load.
+    #[arg(long)]
+    serve_trivial: Option<String>,
+}
+
+fn body(n: u64) -> String {
+    serde_json::to_string_pretty(&serde_json::json!({
+        "action": "labeled_bench",
+        "number": n % 5000 + 1,
+        "issue": {
+            "id": n, "number": n % 5000 + 1, "title": format!("Bench issue {n}"),
+            "body": "A benchmark delivery with a body of ordinary size. ".repeat(20),
+            "state": "open", "labels": [{"id": 1, "name": "headless"}],
+            "user": {"id": 1, "login": "reporter"},
+            "updated_at": "2026-11-30T10:00:00Z", "pull_request": null
+        },
+        "repository": {"id": 1, "name": "widgets", "full_name": "acme/widgets", "owner": {"login": "acme"}},
+        "sender": {"id": 2, "login": "alice"}
+    }))
+    .unwrap_or_default()
+}
+
+struct Report {
+    sent: u64,
+    failed: u64,
+    elapsed: Duration,
+    latencies_us: Vec<u64>,
+}
+
+impl Report {
+    fn print(&self, label: &str) {
+        let mut l = self.latencies_us.clone();
+        l.sort_unstable();
+        let pct = |p: f64| {
+            if l.is_empty() {
+                0.0
+            } else {
+                l[((l.len() as f64 - 1.0) * p) as usize] as f64 / 1000.0
+            }
+        };
+        println!(
+            "{label}: {} sent, {} failed, {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            self.sent,
+            self.failed,
+            self.sent as f64 / self.elapsed.as_secs_f64(),
+            pct(0.50),
+            pct(0.99),
+            pct(1.0),
+        );
+    }
+}
+
+async fn send(client: &reqwest::Client, url: &str, secret: &str, n: u64) -> bool {
+    let body = body(n);
+    let sig = sign(secret, body.as_bytes());
+    client
+        .post(url)
+        .header("Content-Type", "application/json")
+        .header("X-Forgejo-Event-Type", "issues")
+        .header("X-Forgejo-Delivery", format!("bench-{n}"))
+        .header("X-Forgejo-Signature", sig)
+        .body(body)
+        .send()
+        .await
+        .is_ok_and(|r| r.status().is_success())
+}
+
+async fn flat_out(client: &reqwest::Client, args: &Args, url: &str, offset: u64) -> Report {
+    let next = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..args.concurrency {
+        let (client, next, url, secret) = (client.clone(), next.clone(), url.to_owned(), args.secret.clone());
+        let total = args.requests;
+        tasks.push(tokio::spawn(async move {
+            let (mut lat, mut failed) = (Vec::new(), 0);
+            loop {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                if n >= total {
+                    return (lat, failed);
+                }
+                let t = Instant::now();
+                if !send(&client, &url, &secret, offset + n).await {
+                    failed += 1;
+                }
+                lat.push(t.elapsed().as_micros() as u64);
+            }
+        }));
+    }
+    let mut report = Report { sent: args.requests, failed: 0, elapsed: Duration::ZERO, latencies_us: Vec::new() };
+    for t in tasks {
+        if let Ok((lat, failed)) = t.await {
+            report.latencies_us.extend(lat);
+            report.failed += failed;
+        }
+    }
+    report.elapsed = started.elapsed();
+    report
+}
+
+async fn fixed_rate(client: &reqwest::Client, args: &Args, url: &str, offset: u64) -> Report {
+    let total = args.rate * args.rate_secs;
+    let interval = Duration::from_secs_f64(1.0 / args.rate as f64);
+    let started = Instant::now();
+    let mut tasks = Vec::with_capacity(total as usize);
+    for i in 0..total {
+        let due = started + interval * i as u32;
+        tokio::time::sleep_until(due.into()).await;
+        let (client, url, secret) = (client.clone(), url.to_owned(), args.secret.clone());
+        tasks.push(tokio::spawn(async move {
+            let ok = send(&client, &url, &secret, offset + i).await;
+            (ok, due.elapsed().as_micros() as u64)
+        }));
+    }
+    let mut report = Report { sent: total, failed: 0, elapsed: Duration::ZERO, latencies_us: Vec::new() };
+    for t in tasks {
+        if let Ok((ok, lat)) = t.await {
+            report.failed += u64::from(!ok);
+            report.latencies_us.push(lat);
+        }
+    }
+    report.elapsed = started.elapsed();
+    report
+}
+
+async fn trivial() -> actix_web::HttpResponse {
+    actix_web::HttpResponse::Accepted().body("{\"status\":\"accepted\"}")
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if let Some(addr) = &args.serve_trivial {
+        let addr = addr.clone();
+        return actix_web::rt::System::new().block_on(async move {
+            actix_web::HttpServer::new(|| {
+                actix_web::App::new()
+                    .app_data(actix_web::web::PayloadConfig::new(8 << 20))
+                    .route("/webhooks/forgejo", actix_web::web::post().to(|_b: actix_web::web::Bytes| trivial()))
+            })
+            .bind(addr)?
+            .run()
+            .await
+            .map_err(Into::into)
+        });
+    }
+    let url = args.url.clone().ok_or_else(|| anyhow::anyhow!("--url is required"))?;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let client = reqwest::Client::builder().pool_max_idle_per_host(1024).build()?;
+        let warm = Args { requests: 500, ..Args::parse() };
+        flat_out(&client, &warm, &url, args.offset + 10_000_000).await;
+        flat_out(&client, &args, &url, args.offset).await.print("flat-out");
+        fixed_rate(&client, &args, &url, args.offset + 1_000_000).await.print(&format!("fixed {}/s", args.rate));
+        Ok(())
+    })
+}

@@ -3,7 +3,9 @@
 
 mod migrate;
 
+use std::collections::HashSet;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -18,7 +20,13 @@ use crate::settings::{StoreSettings, Synchronous};
 #[derive(Clone, Debug)]
 pub struct Store {
     pool: SqlitePool,
+    /// SQLite allows one writer at a time and makes a blocked writer sleep and poll. Taking
+    /// this lock around every write transaction queues writers fairly instead.
+    write_lock: Arc<tokio::sync::Mutex<()>>,
 }
+
+/// Rows per multi-row INSERT: 7 bound values each, well under SQLite's variable limit.
+const INSERT_CHUNK: usize = 256;
 
 /// A verified, parsed delivery about to be stored.
 #[derive(Clone, Debug)]
@@ -79,7 +87,10 @@ impl Store {
             .await
             .with_context(|| format!("cannot open the database at {}", settings.url))?;
         migrate::run(&pool).await.context("applying migrations")?;
-        Ok(Self { pool })
+        Ok(Self {
+            pool,
+            write_lock: Arc::default(),
+        })
     }
 
     /// Succeeds when the database answers a query.
@@ -91,28 +102,42 @@ impl Store {
     /// Stores a batch of deliveries in one transaction (one fsync for the lot). Returns, per
     /// delivery, whether it was new: a known delivery id or the same body seen before is not.
     pub async fn insert_deliveries(&self, batch: &[NewDelivery]) -> anyhow::Result<Vec<bool>> {
+        let events = batch
+            .iter()
+            .map(|d| serde_json::to_string(&d.event))
+            .collect::<Result<Vec<_>, _>>()?;
+        let _writer = self.write_lock.lock().await;
         let mut tx = self.pool.begin().await?;
-        let mut fresh = Vec::with_capacity(batch.len());
-        for d in batch {
-            let event = serde_json::to_string(&d.event)?;
-            let result = sqlx::query(
+        let mut inserted: HashSet<String> = HashSet::new();
+        for (chunk, events) in batch.chunks(INSERT_CHUNK).zip(events.chunks(INSERT_CHUNK)) {
+            let mut sql = String::from(
                 "INSERT INTO deliveries \
-                 (delivery_id, content_sha256, event_type, repo, number, event, received_at_ms) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-            )
-            .bind(&d.delivery_id)
-            .bind(&d.content_sha256)
-            .bind(d.event.kind.as_str())
-            .bind(d.event.issue.repo.to_string())
-            .bind(to_i64(d.event.issue.number)?)
-            .bind(event)
-            .bind(d.received_at_ms)
-            .execute(&mut *tx)
-            .await?;
-            fresh.push(result.rows_affected() == 1);
+                 (delivery_id, content_sha256, event_type, repo, number, event, received_at_ms) VALUES ",
+            );
+            for i in 0..chunk.len() {
+                sql.push_str(if i == 0 { "(?, ?, ?, ?, ?, ?, ?)" } else { ", (?, ?, ?, ?, ?, ?, ?)" });
+            }
+            sql.push_str(" ON CONFLICT DO NOTHING RETURNING delivery_id");
+            let mut query = sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(sql));
+            for (d, event) in chunk.iter().zip(events) {
+                query = query
+                    .bind(&d.delivery_id)
+                    .bind(&d.content_sha256)
+                    .bind(d.event.kind.as_str())
+                    .bind(d.event.issue.repo.to_string())
+                    .bind(to_i64(d.event.issue.number)?)
+                    .bind(event)
+                    .bind(d.received_at_ms);
+            }
+            inserted.extend(query.fetch_all(&mut *tx).await?);
         }
         tx.commit().await?;
-        Ok(fresh)
+        // A delivery id repeated inside one batch is new only the first time.
+        let mut seen = HashSet::new();
+        Ok(batch
+            .iter()
+            .map(|d| inserted.contains(&d.delivery_id) && seen.insert(d.delivery_id.as_str()))
+            .collect())
     }
 
     /// The oldest unprocessed deliveries, in arrival order.
@@ -136,12 +161,29 @@ impl Store {
             .collect()
     }
 
-    pub async fn mark_processed(&self, seq: i64, now_ms: i64) -> anyhow::Result<()> {
-        sqlx::query("UPDATE deliveries SET processed_at_ms = ? WHERE seq = ?")
-            .bind(now_ms)
-            .bind(seq)
-            .execute(&self.pool)
-            .await?;
+    /// Records the outcome of processing a batch in one transaction: the issues it changed,
+    /// and the deliveries it consumed.
+    pub async fn commit_processed(
+        &self,
+        issues: &[IssueRecord],
+        seqs: &[i64],
+        now_ms: i64,
+    ) -> anyhow::Result<()> {
+        let _writer = self.write_lock.lock().await;
+        let mut tx = self.pool.begin().await?;
+        for record in issues {
+            upsert_issue(&mut tx, record).await?;
+        }
+        for chunk in seqs.chunks(INSERT_CHUNK) {
+            let marks = vec!["?"; chunk.len()].join(", ");
+            let sql = format!("UPDATE deliveries SET processed_at_ms = ? WHERE seq IN ({marks})");
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now_ms);
+            for seq in chunk {
+                query = query.bind(seq);
+            }
+            query.execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
         Ok(())
     }
 
@@ -178,24 +220,24 @@ impl Store {
         row.map(issue_from_row).transpose()
     }
 
-    pub async fn upsert_issue(&self, record: &IssueRecord) -> anyhow::Result<()> {
-        sqlx::query(
-            "INSERT INTO issues (repo, number, title, state, labels, forge_updated_at, last_change_ms) \
-             VALUES (?, ?, ?, ?, ?, ?, ?) \
-             ON CONFLICT (repo, number) DO UPDATE SET title = excluded.title, \
-             state = excluded.state, labels = excluded.labels, \
-             forge_updated_at = excluded.forge_updated_at, last_change_ms = excluded.last_change_ms",
-        )
-        .bind(record.repo.to_string())
-        .bind(to_i64(record.number)?)
-        .bind(&record.title)
-        .bind(&record.state)
-        .bind(serde_json::to_string(&record.labels)?)
-        .bind(&record.forge_updated_at)
-        .bind(record.last_change_ms)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+    /// The known records among `issues`, in one query per chunk.
+    pub async fn issues(&self, issues: &[IssueRef]) -> anyhow::Result<Vec<IssueRecord>> {
+        let mut out = Vec::with_capacity(issues.len());
+        for chunk in issues.chunks(INSERT_CHUNK) {
+            let pairs = vec!["(?, ?)"; chunk.len()].join(", ");
+            let sql = format!(
+                "SELECT repo, number, title, state, labels, forge_updated_at, last_change_ms \
+                 FROM issues WHERE (repo, number) IN (VALUES {pairs})"
+            );
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+            for issue in chunk {
+                query = query.bind(issue.repo.to_string()).bind(to_i64(issue.number)?);
+            }
+            for row in query.fetch_all(&self.pool).await? {
+                out.push(issue_from_row(row)?);
+            }
+        }
+        Ok(out)
     }
 
     pub async fn list_issues(&self) -> anyhow::Result<Vec<IssueRecord>> {
@@ -207,6 +249,29 @@ impl Store {
         .await?;
         rows.into_iter().map(issue_from_row).collect()
     }
+}
+
+async fn upsert_issue(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    record: &IssueRecord,
+) -> anyhow::Result<()> {
+    sqlx::query(
+        "INSERT INTO issues (repo, number, title, state, labels, forge_updated_at, last_change_ms) \
+         VALUES (?, ?, ?, ?, ?, ?, ?) \
+         ON CONFLICT (repo, number) DO UPDATE SET title = excluded.title, \
+         state = excluded.state, labels = excluded.labels, \
+         forge_updated_at = excluded.forge_updated_at, last_change_ms = excluded.last_change_ms",
+    )
+    .bind(record.repo.to_string())
+    .bind(to_i64(record.number)?)
+    .bind(&record.title)
+    .bind(&record.state)
+    .bind(serde_json::to_string(&record.labels)?)
+    .bind(&record.forge_updated_at)
+    .bind(record.last_change_ms)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }
 
 fn issue_from_row(row: sqlx::sqlite::SqliteRow) -> anyhow::Result<IssueRecord> {
