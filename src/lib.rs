@@ -10,5 +10,6 @@ pub mod intake;
 pub mod metrics;
 pub mod settings;
 pub mod startup;
+pub mod status;
 pub mod store;
 pub mod telemetry;

@@ -33,6 +33,22 @@ enum Command {
         #[arg(long, env = "DIRECTOR_CONFIG")]
         config: Option<PathBuf>,
     },
+    /// Scan the watched repositories for labelled issues, process what was found, and exit.
+    Scan {
+        /// Scan once and exit (the only mode; `serve` scans on its schedule).
+        #[arg(long, required = true)]
+        once: bool,
+        #[arg(long, env = "DIRECTOR_CONFIG")]
+        config: Option<PathBuf>,
+    },
+    /// Print the tracked issues: state, who applied the trigger, last change.
+    Status {
+        /// One JSON array, an object per issue.
+        #[arg(long)]
+        json: bool,
+        #[arg(long, env = "DIRECTOR_CONFIG")]
+        config: Option<PathBuf>,
+    },
 }
 
 fn load(config: Option<&PathBuf>) -> Result<Settings, ExitCode> {
@@ -52,6 +68,31 @@ fn main() -> ExitCode {
             }
             Err(code) => code,
         },
+        Command::Scan { once: _, config } => {
+            let settings = match load(config.as_ref()) {
+                Ok(s) => s,
+                Err(code) => return code,
+            };
+            director::telemetry::init(settings.server.log_format);
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            run_async(async move {
+                let report = director::startup::scan_once(settings).await?;
+                println!("{}", serde_json::to_string_pretty(&report)?);
+                Ok(())
+            })
+        }
+        Command::Status { json, config } => {
+            let settings = match load(config.as_ref()) {
+                Ok(s) => s,
+                Err(code) => return code,
+            };
+            run_async(async move {
+                let store = director::store::Store::connect(&settings.store).await?;
+                let issues = store.list_issues().await?;
+                print!("{}", director::status::render(&issues, json)?);
+                Ok(())
+            })
+        }
         Command::Serve { config, log_format } => {
             let mut settings = match load(config.as_ref()) {
                 Ok(s) => s,
@@ -78,6 +119,26 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+    }
+}
+
+fn run_async(work: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(work) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
         }
     }
 }

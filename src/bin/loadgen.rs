@@ -110,7 +110,12 @@ async fn flat_out(client: &reqwest::Client, args: &Args, url: &str, offset: u64)
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..args.concurrency {
-        let (client, next, url, secret) = (client.clone(), next.clone(), url.to_owned(), args.secret.clone());
+        let (client, next, url, secret) = (
+            client.clone(),
+            next.clone(),
+            url.to_owned(),
+            args.secret.clone(),
+        );
         let total = args.requests;
         tasks.push(tokio::spawn(async move {
             let (mut lat, mut failed) = (Vec::new(), 0);
@@ -127,7 +132,12 @@ async fn flat_out(client: &reqwest::Client, args: &Args, url: &str, offset: u64)
             }
         }));
     }
-    let mut report = Report { sent: args.requests, failed: 0, elapsed: Duration::ZERO, latencies_us: Vec::new() };
+    let mut report = Report {
+        sent: args.requests,
+        failed: 0,
+        elapsed: Duration::ZERO,
+        latencies_us: Vec::new(),
+    };
     for t in tasks {
         if let Ok((lat, failed)) = t.await {
             report.latencies_us.extend(lat);
@@ -152,7 +162,12 @@ async fn fixed_rate(client: &reqwest::Client, args: &Args, url: &str, offset: u6
             (ok, due.elapsed().as_micros() as u64)
         }));
     }
-    let mut report = Report { sent: total, failed: 0, elapsed: Duration::ZERO, latencies_us: Vec::new() };
+    let mut report = Report {
+        sent: total,
+        failed: 0,
+        elapsed: Duration::ZERO,
+        latencies_us: Vec::new(),
+    };
     for t in tasks {
         if let Ok((ok, lat)) = t.await {
             report.failed += u64::from(!ok);
@@ -175,7 +190,10 @@ fn main() -> anyhow::Result<()> {
             actix_web::HttpServer::new(|| {
                 actix_web::App::new()
                     .app_data(actix_web::web::PayloadConfig::new(8 << 20))
-                    .route("/webhooks/forgejo", actix_web::web::post().to(|_b: actix_web::web::Bytes| trivial()))
+                    .route(
+                        "/webhooks/forgejo",
+                        actix_web::web::post().to(|_b: actix_web::web::Bytes| trivial()),
+                    )
             })
             .bind(addr)?
             .run()
@@ -183,15 +201,29 @@ fn main() -> anyhow::Result<()> {
             .map_err(Into::into)
         });
     }
-    let url = args.url.clone().ok_or_else(|| anyhow::anyhow!("--url is required"))?;
+    let url = args
+        .url
+        .clone()
+        .ok_or_else(|| anyhow::anyhow!("--url is required"))?;
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(async {
-        let client = reqwest::Client::builder().pool_max_idle_per_host(1024).build()?;
-        let warm = Args { requests: 500, ..Args::parse() };
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(1024)
+            .build()?;
+        let warm = Args {
+            requests: 500,
+            ..Args::parse()
+        };
         flat_out(&client, &warm, &url, args.offset + 10_000_000).await;
-        flat_out(&client, &args, &url, args.offset).await.print("flat-out");
-        fixed_rate(&client, &args, &url, args.offset + 1_000_000).await.print(&format!("fixed {}/s", args.rate));
+        flat_out(&client, &args, &url, args.offset)
+            .await
+            .print("flat-out");
+        fixed_rate(&client, &args, &url, args.offset + 1_000_000)
+            .await
+            .print(&format!("fixed {}/s", args.rate));
         Ok(())
     })
 }

@@ -1,15 +1,18 @@
-//! The single consumer: reads stored deliveries in arrival order, applies each, and marks it
-//! processed. After a restart it picks up whatever was stored and not yet processed.
+//! The single consumer: reads stored deliveries (webhooks and scan observations alike) in
+//! arrival order, decides with [`apply_event`], acts, and commits the new state together with
+//! the consumed deliveries. After a restart it picks up whatever was stored and not processed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::director::decide::apply_event;
-use crate::domain::IssueRef;
+use crate::director::comments;
+use crate::director::decide::{Step, apply_event, judge_trigger};
+use crate::domain::{IssueRef, RepoName};
+use crate::forge::{Forge, ForgeError, Permission};
 use crate::store::{IssueRecord, Store, StoredDelivery};
 
 const BATCH: u32 = 256;
@@ -20,21 +23,32 @@ const IDLE_POLL: Duration = Duration::from_secs(2);
 pub struct Consumer {
     store: Store,
     wake: Arc<Notify>,
+    trigger: String,
+    forge: Option<Arc<dyn Forge>>,
 }
 
 impl Consumer {
-    pub fn new(store: Store, wake: Arc<Notify>) -> Self {
-        Self { store, wake }
+    /// Without a forge, issues are recorded but no trigger can be judged (nobody's
+    /// permission can be checked), so nothing is picked up.
+    pub fn new(
+        store: Store,
+        wake: Arc<Notify>,
+        trigger: String,
+        forge: Option<Arc<dyn Forge>>,
+    ) -> Self {
+        Self {
+            store,
+            wake,
+            trigger,
+            forge,
+        }
     }
 
     /// Processes until `shutdown` fires.
     pub async fn run(self, shutdown: CancellationToken) {
         loop {
-            match self.drain().await {
-                Ok(_) => {}
-                Err(error) => {
-                    tracing::error!(error = %format!("{error:#}"), "consumer failed; retrying");
-                }
+            if let Err(error) = self.drain().await {
+                tracing::error!(error = %format!("{error:#}"), "consumer failed; retrying");
             }
             tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -57,25 +71,25 @@ impl Consumer {
         }
     }
 
-    /// Applies a batch in memory, then commits every change and the consumed deliveries in
-    /// one transaction. A crash before the commit replays the batch, which is harmless:
-    /// applying the same fact twice ends in the same state.
+    /// Applies a batch, then commits every change and the consumed deliveries in one
+    /// transaction. A crash before the commit replays the batch, which is harmless: applying
+    /// the same fact twice ends in the same state, and comments are found by their marker.
     async fn process_batch(&self, batch: &[StoredDelivery]) -> anyhow::Result<()> {
-        let now = crate::clock::now_ms();
         let wanted: Vec<IssueRef> = batch
             .iter()
             .map(|d| d.event.issue.clone())
-            .collect::<std::collections::HashSet<_>>()
+            .collect::<HashSet<_>>()
             .into_iter()
             .collect();
-        let mut known_issues: HashMap<IssueRef, IssueRecord> = self
+        let mut known: HashMap<IssueRef, IssueRecord> = self
             .store
             .issues(&wanted)
             .await?
             .into_iter()
             .map(|r| (r.issue_ref(), r))
             .collect();
-        let mut changed: HashMap<IssueRef, IssueRecord> = HashMap::new();
+        let mut changed: HashSet<IssueRef> = HashSet::new();
+        let mut permissions = PermissionCache::default();
         for delivery in batch {
             let event = &delivery.event;
             let span = tracing::info_span!(
@@ -84,15 +98,147 @@ impl Consumer {
                 repo = %event.issue.repo,
                 issue = event.issue.number,
             );
-            let _guard = span.enter();
-            if let Some(record) = apply_event(known_issues.get(&event.issue), event, now) {
-                tracing::debug!(state = %record.state, labels = ?record.labels, "issue recorded");
-                known_issues.insert(event.issue.clone(), record.clone());
-                changed.insert(event.issue.clone(), record);
-            }
+            let now = crate::clock::now_ms();
+            let Some(decision) = apply_event(known.get(&event.issue), event, &self.trigger, now)
+            else {
+                continue;
+            };
+            let record = match decision.step {
+                Step::Nothing => decision.record,
+                Step::Cancelled => {
+                    span.in_scope(|| tracing::info!(state = %decision.record.state, "trigger removed or issue closed: cancelled"));
+                    decision.record
+                }
+                Step::ResolveTrigger { actor_hint } => {
+                    let _enter = span.enter();
+                    self.judge(decision.record, actor_hint, &mut permissions)
+                        .await
+                }
+            };
+            known.insert(event.issue.clone(), record);
+            changed.insert(event.issue.clone());
         }
         let seqs: Vec<i64> = batch.iter().map(|d| d.seq).collect();
-        let records: Vec<IssueRecord> = changed.into_values().collect();
-        self.store.commit_processed(&records, &seqs, now).await
+        let records: Vec<IssueRecord> = changed
+            .into_iter()
+            .filter_map(|i| known.remove(&i))
+            .collect();
+        self.store
+            .commit_processed(&records, &seqs, crate::clock::now_ms())
+            .await
     }
+
+    /// Finds who applied the trigger and whether they may; says so once on the issue when
+    /// they may not. On a forge error the trigger stays unjudged and the next scan retries.
+    async fn judge(
+        &self,
+        record: IssueRecord,
+        actor_hint: Option<String>,
+        permissions: &mut PermissionCache,
+    ) -> IssueRecord {
+        let Some(forge) = &self.forge else {
+            tracing::warn!("trigger seen but no forge is configured to check who applied it");
+            return record;
+        };
+        let issue = record.issue_ref();
+        let actor = match actor_hint {
+            Some(actor) => Some(actor),
+            None => match latest_trigger_actor(forge.as_ref(), &issue, &self.trigger).await {
+                Ok(actor) => actor,
+                Err(error) => {
+                    tracing::warn!(%error, "could not read the timeline; a later scan retries");
+                    return record;
+                }
+            },
+        };
+        let permission = match &actor {
+            Some(actor) => match permissions.get(forge.as_ref(), &issue.repo, actor).await {
+                Ok(p) => p,
+                Err(error) => {
+                    tracing::warn!(%error, "could not check the permission; a later scan retries");
+                    return record;
+                }
+            },
+            None => Permission::None,
+        };
+        let trusted = permission.can_write();
+        let mut record = judge_trigger(record, actor.clone(), trusted, crate::clock::now_ms());
+        if trusted {
+            tracing::info!(actor = actor.as_deref().unwrap_or(""), "picked up");
+        } else {
+            tracing::info!(
+                actor = actor.as_deref().unwrap_or(""),
+                permission = permission.as_str(),
+                "trigger applied without write access: not picked up"
+            );
+            if !record.untrusted_notice {
+                match self
+                    .notify_untrusted(forge.as_ref(), &issue, actor.as_deref())
+                    .await
+                {
+                    Ok(()) => record.untrusted_notice = true,
+                    Err(error) => {
+                        tracing::warn!(%error, "could not post the untrusted-trigger comment")
+                    }
+                }
+            }
+        }
+        record
+    }
+
+    /// Posts the explanation unless a comment with its marker is already there (a crash after
+    /// posting and before committing must not post it twice).
+    async fn notify_untrusted(
+        &self,
+        forge: &dyn Forge,
+        issue: &IssueRef,
+        actor: Option<&str>,
+    ) -> Result<(), ForgeError> {
+        let existing = forge.comments(issue).await?;
+        if existing
+            .iter()
+            .any(|c| c.body.contains(comments::UNTRUSTED_MARKER))
+        {
+            return Ok(());
+        }
+        forge
+            .create_comment(issue, &comments::untrusted_trigger(&self.trigger, actor))
+            .await
+            .map(|_| ())
+    }
+}
+
+/// Permissions asked within one batch: the same person labelling many issues costs one call.
+#[derive(Default)]
+struct PermissionCache(HashMap<(RepoName, String), Permission>);
+
+impl PermissionCache {
+    async fn get(
+        &mut self,
+        forge: &dyn Forge,
+        repo: &RepoName,
+        user: &str,
+    ) -> Result<Permission, ForgeError> {
+        let key = (repo.clone(), user.to_owned());
+        if let Some(p) = self.0.get(&key) {
+            return Ok(*p);
+        }
+        let p = forge.permission(repo, user).await?;
+        self.0.insert(key, p);
+        Ok(p)
+    }
+}
+
+/// The account on the latest "label added" timeline entry for `trigger`.
+pub async fn latest_trigger_actor(
+    forge: &dyn Forge,
+    issue: &IssueRef,
+    trigger: &str,
+) -> Result<Option<String>, ForgeError> {
+    let timeline = forge.timeline(issue).await?;
+    Ok(timeline
+        .into_iter()
+        .rev()
+        .find(|t| t.kind == "label" && t.added && t.label.as_deref() == Some(trigger))
+        .map(|t| t.actor))
 }

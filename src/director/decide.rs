@@ -1,9 +1,10 @@
-//! Pure decisions: given what the director knows and a new fact, what it should now know.
-//! No I/O here, and `now` comes in as an argument.
+//! Pure decisions: given what the director knows of an issue and a new fact about it, what it
+//! now knows and what must happen next. No I/O here, and `now` comes in as an argument.
 
 use chrono::DateTime;
 
-use crate::forge::payload::ForgeEvent;
+use crate::domain::Lifecycle;
+use crate::forge::payload::{EventKind, ForgeEvent};
 use crate::store::IssueRecord;
 
 /// True when `candidate` is at least as new as `known` (Forgejo's `updated_at`, RFC 3339).
@@ -18,41 +19,121 @@ pub fn is_not_older(candidate: Option<&str>, known: Option<&str>) -> bool {
     }
 }
 
-/// The issue record after `event`, or `None` when the event changes nothing: it is about a
-/// pull request, or older than what is already known (deliveries arrive out of order).
+/// What the consumer must do after recording a fact.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    Nothing,
+    /// The trigger is on an open issue and who applied it is not known yet: find out (the
+    /// hint is the webhook sender of the label change itself) and check their permission.
+    ResolveTrigger {
+        actor_hint: Option<String>,
+    },
+    /// The trigger was removed or the issue closed while the director was on it.
+    Cancelled,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    pub record: IssueRecord,
+    pub step: Step,
+}
+
+/// The trigger is on an open issue, and that was already judged.
+fn live_and_judged(r: &IssueRecord) -> bool {
+    r.trigger_present && r.state == "open" && r.trigger_trusted.is_some()
+}
+
+/// The record after `event`, and the next step; `None` when the event changes nothing: it
+/// is about a pull request, older than what is known (deliveries arrive out of order), or
+/// says what is already known.
 pub fn apply_event(
     known: Option<&IssueRecord>,
     event: &ForgeEvent,
+    trigger: &str,
     now_ms: i64,
-) -> Option<IssueRecord> {
+) -> Option<Decision> {
     if event.is_pull {
         return None;
     }
     let snap = &event.snapshot;
-    if let Some(known) = known {
-        if !is_not_older(
+    if let Some(known) = known
+        && !is_not_older(
             snap.updated_at.as_deref(),
             known.forge_updated_at.as_deref(),
-        ) {
-            return None;
-        }
-        let unchanged = known.title == snap.title
-            && known.state == snap.state
-            && known.labels == sorted(&snap.labels)
-            && known.forge_updated_at == snap.updated_at;
-        if unchanged {
-            return None;
-        }
+        )
+    {
+        return None;
     }
-    Some(IssueRecord {
+    let labels = sorted(&snap.labels);
+    let trigger_present = labels.iter().any(|l| l == trigger);
+    let open = snap.state == "open";
+    let mut record = known.cloned().unwrap_or_else(|| IssueRecord {
         repo: event.issue.repo.clone(),
         number: event.issue.number,
-        title: snap.title.clone(),
-        state: snap.state.clone(),
-        labels: sorted(&snap.labels),
-        forge_updated_at: snap.updated_at.clone(),
+        title: String::new(),
+        state: String::new(),
+        labels: Vec::new(),
+        forge_updated_at: None,
         last_change_ms: now_ms,
-    })
+        lifecycle: Lifecycle::Untracked,
+        trigger_present: false,
+        trigger_actor: None,
+        trigger_trusted: None,
+        untrusted_notice: false,
+    });
+    let was_judged = known.is_some_and(live_and_judged);
+    let snapshot_unchanged = known.is_some_and(|k| {
+        k.title == snap.title
+            && k.state == snap.state
+            && k.labels == labels
+            && k.forge_updated_at == snap.updated_at
+    });
+
+    record.title = snap.title.clone();
+    record.state = snap.state.clone();
+    record.labels = labels;
+    record.forge_updated_at = snap.updated_at.clone();
+    record.trigger_present = trigger_present;
+
+    let step = if trigger_present && open {
+        if was_judged {
+            Step::Nothing
+        } else {
+            record.trigger_actor = None;
+            record.trigger_trusted = None;
+            let actor_hint = (event.kind == EventKind::IssueLabel && !event.sender.is_empty())
+                .then(|| event.sender.clone());
+            Step::ResolveTrigger { actor_hint }
+        }
+    } else if record.lifecycle.is_active() {
+        record.lifecycle = Lifecycle::Cancelled;
+        Step::Cancelled
+    } else {
+        Step::Nothing
+    };
+    if snapshot_unchanged && step == Step::Nothing {
+        return None;
+    }
+    record.last_change_ms = now_ms;
+    Some(Decision { record, step })
+}
+
+/// The record once the trigger's author and their permission are known.
+pub fn judge_trigger(
+    mut record: IssueRecord,
+    actor: Option<String>,
+    trusted: bool,
+    now_ms: i64,
+) -> IssueRecord {
+    record.trigger_actor = actor;
+    record.trigger_trusted = Some(trusted);
+    record.lifecycle = if trusted {
+        Lifecycle::Pending
+    } else {
+        Lifecycle::Untracked
+    };
+    record.last_change_ms = now_ms;
+    record
 }
 
 /// Labels in a canonical order, so the same set always compares equal.
@@ -66,11 +147,13 @@ pub fn sorted(labels: &[String]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::forge::payload::{EventKind, IssueSnapshot};
+    use crate::forge::payload::IssueSnapshot;
 
-    fn event(updated_at: &str, labels: &[&str]) -> ForgeEvent {
+    const T: &str = "headless";
+
+    fn event(kind: EventKind, updated_at: &str, labels: &[&str], state: &str) -> ForgeEvent {
         ForgeEvent {
-            kind: EventKind::IssueLabel,
+            kind,
             action: "label_updated".into(),
             issue: "acme/widgets#7".parse().expect("valid"),
             sender: "alice".into(),
@@ -78,7 +161,7 @@ mod tests {
             snapshot: IssueSnapshot {
                 title: "Fix it".into(),
                 body: String::new(),
-                state: "open".into(),
+                state: state.into(),
                 labels: labels.iter().map(|s| s.to_string()).collect(),
                 author: "bob".into(),
                 updated_at: Some(updated_at.into()),
@@ -88,18 +171,28 @@ mod tests {
         }
     }
 
+    fn label(updated_at: &str, labels: &[&str]) -> ForgeEvent {
+        event(EventKind::IssueLabel, updated_at, labels, "open")
+    }
+
+    fn trusted(d: Decision) -> IssueRecord {
+        judge_trigger(d.record, Some("alice".into()), true, 9)
+    }
+
     #[test]
     fn newer_events_replace_older_ones_in_either_order() {
-        let early = event("2026-01-01T10:00:00Z", &["bug"]);
-        let late = event("2026-01-01T10:00:05+00:00", &["bug", "headless"]);
-        let in_order =
-            apply_event(apply_event(None, &early, 1).as_ref(), &late, 2).expect("newer applies");
-        let first = apply_event(None, &late, 1).expect("first applies");
+        let early = label("2026-01-01T10:00:00Z", &["bug"]);
+        let late = label("2026-01-01T10:00:05+00:00", &["bug", "headless"]);
+        let first = apply_event(None, &early, T, 1).expect("applies").record;
+        let in_order = apply_event(Some(&first), &late, T, 2)
+            .expect("newer applies")
+            .record;
+        let reversed = apply_event(None, &late, T, 1).expect("applies").record;
         assert!(
-            apply_event(Some(&first), &early, 2).is_none(),
+            apply_event(Some(&reversed), &early, T, 2).is_none(),
             "an older event must not win"
         );
-        assert_eq!(in_order.labels, first.labels);
+        assert_eq!(in_order.labels, reversed.labels);
         assert_eq!(
             in_order.labels,
             vec!["bug".to_owned(), "headless".to_owned()]
@@ -107,17 +200,100 @@ mod tests {
     }
 
     #[test]
+    fn a_label_event_that_adds_the_trigger_names_its_sender() {
+        let d = apply_event(None, &label("2026-01-01T10:00:00Z", &["headless"]), T, 1)
+            .expect("applies");
+        assert_eq!(
+            d.step,
+            Step::ResolveTrigger {
+                actor_hint: Some("alice".into())
+            }
+        );
+    }
+
+    #[test]
+    fn other_events_that_reveal_the_trigger_ask_the_timeline() {
+        let e = event(
+            EventKind::Scan,
+            "2026-01-01T10:00:00Z",
+            &["headless"],
+            "open",
+        );
+        let d = apply_event(None, &e, T, 1).expect("applies");
+        assert_eq!(d.step, Step::ResolveTrigger { actor_hint: None });
+    }
+
+    #[test]
     fn the_same_event_twice_changes_nothing() {
-        let e = event("2026-01-01T10:00:00Z", &["headless"]);
-        let once = apply_event(None, &e, 1).expect("applies");
-        assert!(apply_event(Some(&once), &e, 2).is_none());
+        let e = label("2026-01-01T10:00:00Z", &["headless"]);
+        let once = trusted(apply_event(None, &e, T, 1).expect("applies"));
+        assert!(apply_event(Some(&once), &e, T, 2).is_none());
+    }
+
+    #[test]
+    fn an_unresolved_trigger_is_resolved_again_on_the_next_observation() {
+        let e = label("2026-01-01T10:00:00Z", &["headless"]);
+        let unresolved = apply_event(None, &e, T, 1).expect("applies").record;
+        let again = apply_event(Some(&unresolved), &e, T, 2).expect("retries");
+        assert!(matches!(again.step, Step::ResolveTrigger { .. }));
+    }
+
+    #[test]
+    fn removing_the_trigger_or_closing_cancels_a_picked_up_issue() {
+        let on = trusted(
+            apply_event(None, &label("2026-01-01T10:00:00Z", &["headless"]), T, 1)
+                .expect("applies"),
+        );
+        assert_eq!(on.lifecycle, Lifecycle::Pending);
+        let off =
+            apply_event(Some(&on), &label("2026-01-01T10:00:01Z", &[]), T, 2).expect("applies");
+        assert_eq!(off.step, Step::Cancelled);
+        assert_eq!(off.record.lifecycle, Lifecycle::Cancelled);
+        let closed = event(
+            EventKind::Issues,
+            "2026-01-01T10:00:01Z",
+            &["headless"],
+            "closed",
+        );
+        let d = apply_event(Some(&on), &closed, T, 2).expect("applies");
+        assert_eq!(d.record.lifecycle, Lifecycle::Cancelled);
+    }
+
+    #[test]
+    fn removing_an_untrusted_trigger_cancels_nothing() {
+        let d = apply_event(None, &label("2026-01-01T10:00:00Z", &["headless"]), T, 1)
+            .expect("applies");
+        let untrusted = judge_trigger(d.record, Some("mallory".into()), false, 2);
+        let off = apply_event(Some(&untrusted), &label("2026-01-01T10:00:01Z", &[]), T, 3)
+            .expect("applies");
+        assert_eq!(off.step, Step::Nothing);
+        assert_eq!(off.record.lifecycle, Lifecycle::Untracked);
+    }
+
+    #[test]
+    fn reapplying_after_cancel_is_judged_afresh() {
+        let on = trusted(
+            apply_event(None, &label("2026-01-01T10:00:00Z", &["headless"]), T, 1)
+                .expect("applies"),
+        );
+        let off = apply_event(Some(&on), &label("2026-01-01T10:00:01Z", &[]), T, 2)
+            .expect("applies")
+            .record;
+        let again = apply_event(
+            Some(&off),
+            &label("2026-01-01T10:00:02Z", &["headless"]),
+            T,
+            3,
+        )
+        .expect("applies");
+        assert!(matches!(again.step, Step::ResolveTrigger { .. }));
     }
 
     #[test]
     fn pull_requests_are_not_issues() {
-        let mut e = event("2026-01-01T10:00:00Z", &[]);
+        let mut e = label("2026-01-01T10:00:00Z", &["headless"]);
         e.is_pull = true;
-        assert!(apply_event(None, &e, 1).is_none());
+        assert!(apply_event(None, &e, T, 1).is_none());
     }
 
     #[test]

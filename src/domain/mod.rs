@@ -115,6 +115,49 @@ impl fmt::Display for IssueRef {
     }
 }
 
+/// Where an issue stands with the director (see DESIGN.md, "Issue lifecycle").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Lifecycle {
+    /// Not handed to the director (no trigger, or one applied by someone who may not).
+    #[default]
+    Untracked,
+    /// Handed over by a writer; waiting for the pre-flight.
+    Pending,
+    /// The trigger was removed or the issue closed after it was handed over.
+    Cancelled,
+}
+
+impl Lifecycle {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Untracked => "untracked",
+            Self::Pending => "pending",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "untracked" => Some(Self::Untracked),
+            "pending" => Some(Self::Pending),
+            "cancelled" => Some(Self::Cancelled),
+            _ => None,
+        }
+    }
+
+    /// The director is working on the issue: removing the trigger or closing it cancels.
+    pub fn is_active(self) -> bool {
+        matches!(self, Self::Pending)
+    }
+}
+
+impl fmt::Display for Lifecycle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,3 +1,183 @@
-//! Everything about the forge: webhook payloads now; the API client joins later.
+//! Everything about the forge: webhook payloads, the [`Forge`] trait covering exactly the
+//! calls the director makes, its Forgejo implementation, and (for tests) a stateful fake.
 
+#[cfg(any(test, feature = "fake-forge"))]
+pub mod fake;
+pub mod forgejo;
 pub mod payload;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::domain::{IssueRef, RepoName};
+
+/// An issue as the API returns it, reduced to what the director reads.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Issue {
+    pub number: u64,
+    pub title: String,
+    pub body: String,
+    /// `open` or `closed`.
+    pub state: String,
+    pub labels: Vec<Label>,
+    pub author: String,
+    /// RFC 3339, second resolution.
+    pub updated_at: String,
+    pub is_pull: bool,
+}
+
+impl Issue {
+    pub fn has_label(&self, name: &str) -> bool {
+        self.labels.iter().any(|l| l.name == name)
+    }
+
+    pub fn label_names(&self) -> Vec<String> {
+        self.labels.iter().map(|l| l.name.clone()).collect()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Label {
+    pub id: u64,
+    pub name: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Comment {
+    pub id: u64,
+    pub author: String,
+    pub body: String,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// One entry of an issue's timeline; only label changes are read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimelineEntry {
+    /// Forgejo's comment type: `label`, `comment`, `close`, ...
+    pub kind: String,
+    pub actor: String,
+    /// For `label` entries: the label's name.
+    pub label: Option<String>,
+    /// For `label` entries: added (`body == "1"`) or removed.
+    pub added: bool,
+    pub created_at: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Repository {
+    pub name: RepoName,
+    pub default_branch: String,
+}
+
+/// A user's role on a repository, weakest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Permission {
+    None,
+    Read,
+    Write,
+    Admin,
+    Owner,
+}
+
+impl Permission {
+    pub fn parse(s: &str) -> Self {
+        match s {
+            "owner" => Self::Owner,
+            "admin" => Self::Admin,
+            "write" => Self::Write,
+            "read" => Self::Read,
+            _ => Self::None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Read => "read",
+            Self::Write => "write",
+            Self::Admin => "admin",
+            Self::Owner => "owner",
+        }
+    }
+
+    /// Write or more: may hand issues to the director and give it commands.
+    pub fn can_write(self) -> bool {
+        self >= Self::Write
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ForgeError {
+    #[error("{method} {path}: not found")]
+    NotFound { method: String, path: String },
+    #[error("{method} {path}: unauthorized (check forge.token)")]
+    Unauthorized { method: String, path: String },
+    #[error("{method} {path}: forbidden (the bot account lacks permission)")]
+    Forbidden { method: String, path: String },
+    #[error("{method} {path}: HTTP {status}: {message}")]
+    Status {
+        method: String,
+        path: String,
+        status: u16,
+        message: String,
+    },
+    #[error("{method} {path}: {reason}")]
+    Transport {
+        method: String,
+        path: String,
+        reason: String,
+    },
+    #[error("{method} {path}: unexpected response: {reason}")]
+    Decode {
+        method: String,
+        path: String,
+        reason: String,
+    },
+}
+
+impl ForgeError {
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Self::NotFound { .. })
+    }
+}
+
+/// The calls the director makes to a forge, and no others.
+#[async_trait]
+pub trait Forge: Send + Sync {
+    /// The login of the account whose token the director uses.
+    async fn current_user(&self) -> Result<String, ForgeError>;
+    async fn repository(&self, repo: &RepoName) -> Result<Repository, ForgeError>;
+    /// Open issues (not pulls) that the forge says carry `label`, every page. The forge may
+    /// ignore a label the repository does not define: callers check the labels themselves.
+    async fn open_issues_with_label(
+        &self,
+        repo: &RepoName,
+        label: &str,
+    ) -> Result<Vec<Issue>, ForgeError>;
+    async fn issue(&self, issue: &IssueRef) -> Result<Issue, ForgeError>;
+    async fn comments(&self, issue: &IssueRef) -> Result<Vec<Comment>, ForgeError>;
+    async fn timeline(&self, issue: &IssueRef) -> Result<Vec<TimelineEntry>, ForgeError>;
+    /// The user's role on the repository; an unknown user has none.
+    async fn permission(&self, repo: &RepoName, user: &str) -> Result<Permission, ForgeError>;
+    /// The label named `name`, created with `color` when the repository lacks it.
+    async fn ensure_label(
+        &self,
+        repo: &RepoName,
+        name: &str,
+        color: &str,
+        description: &str,
+    ) -> Result<Label, ForgeError>;
+    async fn add_label(&self, issue: &IssueRef, label_id: u64) -> Result<(), ForgeError>;
+    async fn remove_label(&self, issue: &IssueRef, label_id: u64) -> Result<(), ForgeError>;
+    async fn create_comment(&self, issue: &IssueRef, body: &str) -> Result<Comment, ForgeError>;
+    async fn edit_comment(
+        &self,
+        repo: &RepoName,
+        comment_id: u64,
+        body: &str,
+    ) -> Result<Comment, ForgeError>;
+    /// Every repository of an organisation.
+    async fn org_repos(&self, org: &str) -> Result<Vec<RepoName>, ForgeError>;
+}

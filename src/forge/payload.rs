@@ -15,6 +15,8 @@ pub enum EventKind {
     IssueLabel,
     IssueComment,
     PullRequest,
+    /// Not a webhook: what the director's own scan observed.
+    Scan,
 }
 
 impl EventKind {
@@ -35,6 +37,7 @@ impl EventKind {
             Self::IssueLabel => "issue_label",
             Self::IssueComment => "issue_comment",
             Self::PullRequest => "pull_request",
+            Self::Scan => "scan",
         }
     }
 }
@@ -305,11 +308,7 @@ mod tests {
                 raw["repository"]["full_name"].as_str(),
                 "{name}"
             );
-            assert_eq!(
-                raw["number"].as_u64(),
-                Some(e.issue.number),
-                "{name}"
-            );
+            assert_eq!(raw["number"].as_u64(), Some(e.issue.number), "{name}");
             seen += 1;
         }
         assert!(seen >= 10, "fixtures missing: {seen}");

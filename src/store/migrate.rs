@@ -3,10 +3,13 @@
 
 use sqlx::SqlitePool;
 
-const MIGRATIONS: &[(i64, &str)] = &[(
-    1,
-    include_str!("../../migrations/0001_deliveries_and_issues.sql"),
-)];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (
+        1,
+        include_str!("../../migrations/0001_deliveries_and_issues.sql"),
+    ),
+    (2, include_str!("../../migrations/0002_issue_tracking.sql")),
+];
 
 pub async fn run(pool: &SqlitePool) -> anyhow::Result<()> {
     sqlx::raw_sql(

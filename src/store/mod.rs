@@ -13,7 +13,7 @@ use serde::Serialize;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, SqlitePool};
 
-use crate::domain::{IssueRef, RepoName};
+use crate::domain::{IssueRef, Lifecycle, RepoName};
 use crate::forge::payload::ForgeEvent;
 use crate::settings::{StoreSettings, Synchronous};
 
@@ -24,6 +24,8 @@ pub struct Store {
     /// this lock around every write transaction queues writers fairly instead.
     write_lock: Arc<tokio::sync::Mutex<()>>,
 }
+
+const COLS: &str = "repo, number, title, state, labels, forge_updated_at, last_change_ms, lifecycle, trigger_present, trigger_actor, trigger_trusted, untrusted_notice";
 
 /// Rows per multi-row INSERT: 7 bound values each, well under SQLite's variable limit.
 const INSERT_CHUNK: usize = 256;
@@ -55,6 +57,12 @@ pub struct IssueRecord {
     pub labels: Vec<String>,
     pub forge_updated_at: Option<String>,
     pub last_change_ms: i64,
+    pub lifecycle: Lifecycle,
+    pub trigger_present: bool,
+    pub trigger_actor: Option<String>,
+    /// `None` while who applied the trigger is not resolved.
+    pub trigger_trusted: Option<bool>,
+    pub untrusted_notice: bool,
 }
 
 impl IssueRecord {
@@ -115,7 +123,11 @@ impl Store {
                  (delivery_id, content_sha256, event_type, repo, number, event, received_at_ms) VALUES ",
             );
             for i in 0..chunk.len() {
-                sql.push_str(if i == 0 { "(?, ?, ?, ?, ?, ?, ?)" } else { ", (?, ?, ?, ?, ?, ?, ?)" });
+                sql.push_str(if i == 0 {
+                    "(?, ?, ?, ?, ?, ?, ?)"
+                } else {
+                    ", (?, ?, ?, ?, ?, ?, ?)"
+                });
             }
             sql.push_str(" ON CONFLICT DO NOTHING RETURNING delivery_id");
             let mut query = sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(sql));
@@ -209,10 +221,9 @@ impl Store {
     }
 
     pub async fn issue(&self, issue: &IssueRef) -> anyhow::Result<Option<IssueRecord>> {
-        let row = sqlx::query(
-            "SELECT repo, number, title, state, labels, forge_updated_at, last_change_ms \
-             FROM issues WHERE repo = ? AND number = ?",
-        )
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {COLS} FROM issues WHERE repo = ? AND number = ?"
+        )))
         .bind(issue.repo.to_string())
         .bind(to_i64(issue.number)?)
         .fetch_optional(&self.pool)
@@ -225,13 +236,12 @@ impl Store {
         let mut out = Vec::with_capacity(issues.len());
         for chunk in issues.chunks(INSERT_CHUNK) {
             let pairs = vec!["(?, ?)"; chunk.len()].join(", ");
-            let sql = format!(
-                "SELECT repo, number, title, state, labels, forge_updated_at, last_change_ms \
-                 FROM issues WHERE (repo, number) IN (VALUES {pairs})"
-            );
+            let sql = format!("SELECT {COLS} FROM issues WHERE (repo, number) IN (VALUES {pairs})");
             let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
             for issue in chunk {
-                query = query.bind(issue.repo.to_string()).bind(to_i64(issue.number)?);
+                query = query
+                    .bind(issue.repo.to_string())
+                    .bind(to_i64(issue.number)?);
             }
             for row in query.fetch_all(&self.pool).await? {
                 out.push(issue_from_row(row)?);
@@ -240,11 +250,21 @@ impl Store {
         Ok(out)
     }
 
+    /// Every known issue of one repository.
+    pub async fn issues_in_repo(&self, repo: &RepoName) -> anyhow::Result<Vec<IssueRecord>> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {COLS} FROM issues WHERE repo = ? ORDER BY number"
+        )))
+        .bind(repo.to_string())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(issue_from_row).collect()
+    }
+
     pub async fn list_issues(&self) -> anyhow::Result<Vec<IssueRecord>> {
-        let rows = sqlx::query(
-            "SELECT repo, number, title, state, labels, forge_updated_at, last_change_ms \
-             FROM issues ORDER BY repo, number",
-        )
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {COLS} FROM issues ORDER BY repo, number"
+        )))
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter().map(issue_from_row).collect()
@@ -256,11 +276,15 @@ async fn upsert_issue(
     record: &IssueRecord,
 ) -> anyhow::Result<()> {
     sqlx::query(
-        "INSERT INTO issues (repo, number, title, state, labels, forge_updated_at, last_change_ms) \
-         VALUES (?, ?, ?, ?, ?, ?, ?) \
+        "INSERT INTO issues (repo, number, title, state, labels, forge_updated_at, last_change_ms, \
+         lifecycle, trigger_present, trigger_actor, trigger_trusted, untrusted_notice) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
          ON CONFLICT (repo, number) DO UPDATE SET title = excluded.title, \
          state = excluded.state, labels = excluded.labels, \
-         forge_updated_at = excluded.forge_updated_at, last_change_ms = excluded.last_change_ms",
+         forge_updated_at = excluded.forge_updated_at, last_change_ms = excluded.last_change_ms, \
+         lifecycle = excluded.lifecycle, trigger_present = excluded.trigger_present, \
+         trigger_actor = excluded.trigger_actor, trigger_trusted = excluded.trigger_trusted, \
+         untrusted_notice = excluded.untrusted_notice",
     )
     .bind(record.repo.to_string())
     .bind(to_i64(record.number)?)
@@ -269,6 +293,11 @@ async fn upsert_issue(
     .bind(serde_json::to_string(&record.labels)?)
     .bind(&record.forge_updated_at)
     .bind(record.last_change_ms)
+    .bind(record.lifecycle.as_str())
+    .bind(record.trigger_present)
+    .bind(&record.trigger_actor)
+    .bind(record.trigger_trusted)
+    .bind(record.untrusted_notice)
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -278,6 +307,7 @@ fn issue_from_row(row: sqlx::sqlite::SqliteRow) -> anyhow::Result<IssueRecord> {
     let repo: String = row.try_get("repo")?;
     let number: i64 = row.try_get("number")?;
     let labels: String = row.try_get("labels")?;
+    let lifecycle: String = row.try_get("lifecycle")?;
     Ok(IssueRecord {
         repo: repo.parse().context("stored repository name")?,
         number: u64::try_from(number).context("stored issue number")?,
@@ -286,5 +316,11 @@ fn issue_from_row(row: sqlx::sqlite::SqliteRow) -> anyhow::Result<IssueRecord> {
         labels: serde_json::from_str(&labels).context("stored labels")?,
         forge_updated_at: row.try_get("forge_updated_at")?,
         last_change_ms: row.try_get("last_change_ms")?,
+        lifecycle: Lifecycle::parse(&lifecycle)
+            .with_context(|| format!("stored lifecycle `{lifecycle}`"))?,
+        trigger_present: row.try_get("trigger_present")?,
+        trigger_actor: row.try_get("trigger_actor")?,
+        trigger_trusted: row.try_get("trigger_trusted")?,
+        untrusted_notice: row.try_get("untrusted_notice")?,
     })
 }

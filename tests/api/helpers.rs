@@ -43,6 +43,16 @@ impl TestApp {
     }
 
     pub async fn spawn_with(configure: impl FnOnce(&mut Settings)) -> Self {
+        Self::spawn_full(configure).await.0
+    }
+
+    /// The app and its scanner (present when a forge and repositories are configured).
+    pub async fn spawn_full(
+        configure: impl FnOnce(&mut Settings),
+    ) -> (
+        Self,
+        Option<std::sync::Arc<director::director::scanner::Scanner>>,
+    ) {
         let client = http_client();
         let dir = tempfile::tempdir().expect("temp dir");
         let mut settings = test_settings(&dir);
@@ -50,13 +60,22 @@ impl TestApp {
         let app = Application::build(settings).await.expect("app builds");
         let address = format!("http://127.0.0.1:{}", app.port());
         let store = app.store().clone();
+        let scanner = app.scanner();
         tokio::spawn(app.run_until_stopped());
-        Self {
+        let this = Self {
             address,
             store,
             client,
             _dir: dir,
-        }
+        };
+        (this, scanner)
+    }
+
+    pub fn db_url(&self) -> String {
+        format!(
+            "sqlite://{}",
+            self._dir.path().join("director.db").display()
+        )
     }
 
     /// Posts a body signed with the test secret, as Forgejo does (both header families).

@@ -1,0 +1,943 @@
+//! `FakeForge`: a stateful, in-memory Forgejo for tests and benchmarks. It holds users,
+//! repositories, labels, issues, comments, timelines and permissions; records every API call;
+//! and behaves as FACTS.md says Forgejo does: label filters drop unknown names, pages cap at
+//! 50, JSON is pretty-printed, the timeline's `X-Total-Count` is the page size, and every
+//! change (the bot's own included) is echoed as a signed webhook when one is configured.
+//!
+//! Use it in-process (it implements [`Forge`]) or as a real HTTP server ([`FakeForge::serve`])
+//! so the real client and the whole app are tested end to end. Over HTTP every request is
+//! checked against Forgejo's official API spec (see `contract`).
+
+pub mod contract;
+mod server;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use super::{Comment, Forge, ForgeError, Issue, Label, Permission, Repository, TimelineEntry};
+use crate::domain::{IssueRef, RepoName};
+
+pub use server::FakeServer;
+
+/// One API call the fake received.
+#[derive(Clone, Debug)]
+pub struct Call {
+    pub method: String,
+    pub path: String,
+    pub query: Vec<(String, String)>,
+    pub body: Option<Value>,
+    pub status: u16,
+    /// The account the call authenticated as.
+    pub login: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct FLabel {
+    pub id: u64,
+    pub name: String,
+    pub color: String,
+    pub description: String,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct FComment {
+    pub id: u64,
+    pub author: String,
+    pub body: String,
+    pub created: i64,
+    pub updated: i64,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct FTimeline {
+    pub id: u64,
+    pub kind: String,
+    pub actor: String,
+    pub label_id: Option<u64>,
+    pub body: String,
+    pub created: i64,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct FIssue {
+    pub id: u64,
+    pub number: u64,
+    pub title: String,
+    pub body: String,
+    pub state: String,
+    pub labels: Vec<u64>,
+    pub author: String,
+    pub created: i64,
+    pub updated: i64,
+    pub is_pull: bool,
+    pub comments: Vec<FComment>,
+    pub timeline: Vec<FTimeline>,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct FRepo {
+    pub id: u64,
+    pub name: RepoName,
+    pub default_branch: String,
+    pub labels: Vec<FLabel>,
+    pub issues: BTreeMap<u64, FIssue>,
+    pub permissions: HashMap<String, Permission>,
+    pub next_number: u64,
+}
+
+struct Webhook {
+    url: String,
+    secret: String,
+    enabled: bool,
+    held: bool,
+}
+
+/// A webhook the fake will send (or, with webhooks off, dropped as Forgejo drops a failed one).
+#[derive(Clone, Debug)]
+pub struct Outgoing {
+    pub event_type: String,
+    pub body: String,
+}
+
+#[derive(Default)]
+pub(crate) struct State {
+    pub now: i64,
+    pub next_id: u64,
+    pub tokens: HashMap<String, String>,
+    pub users: BTreeMap<String, u64>,
+    pub repos: BTreeMap<RepoName, FRepo>,
+    pub orgs: BTreeMap<String, Vec<RepoName>>,
+    pub calls: Vec<Call>,
+    pub fail_next: VecDeque<u16>,
+    pub violations: Vec<String>,
+    webhook: Option<Webhook>,
+    outbox: Vec<Outgoing>,
+}
+
+/// 2026-11-30T10:00:00Z: the fake's clock starts here and ticks one second per change, so
+/// every change has its own `updated_at` (Forgejo's resolution is one second).
+const EPOCH: i64 = 1_795_860_000;
+
+pub(crate) fn rfc3339(secs: i64) -> String {
+    chrono::DateTime::from_timestamp(secs, 0)
+        .map(|t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string())
+        .unwrap_or_default()
+}
+
+#[derive(Clone, Default)]
+pub struct FakeForge {
+    inner: Arc<Mutex<State>>,
+}
+
+/// What a fake API method can answer besides success.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    NotFound,
+    Forbidden,
+    Unprocessable(String),
+}
+
+impl State {
+    fn tick(&mut self) -> i64 {
+        self.now += 1;
+        self.now
+    }
+
+    fn id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    pub(crate) fn repo(&self, repo: &RepoName) -> Result<&FRepo, Refusal> {
+        self.repos.get(repo).ok_or(Refusal::NotFound)
+    }
+
+    fn repo_mut(&mut self, repo: &RepoName) -> Result<&mut FRepo, Refusal> {
+        self.repos.get_mut(repo).ok_or(Refusal::NotFound)
+    }
+
+    pub(crate) fn issue(&self, issue: &IssueRef) -> Result<&FIssue, Refusal> {
+        self.repo(&issue.repo)?
+            .issues
+            .get(&issue.number)
+            .ok_or(Refusal::NotFound)
+    }
+
+    fn issue_mut(&mut self, issue: &IssueRef) -> Result<&mut FIssue, Refusal> {
+        self.repo_mut(&issue.repo)?
+            .issues
+            .get_mut(&issue.number)
+            .ok_or(Refusal::NotFound)
+    }
+
+    fn ensure_user(&mut self, login: &str) {
+        if !self.users.contains_key(login) {
+            let id = self.id();
+            self.users.insert(login.to_owned(), id);
+        }
+    }
+
+    pub(crate) fn permission_of(&self, repo: &RepoName, login: &str) -> Permission {
+        let Ok(r) = self.repo(repo) else {
+            return Permission::None;
+        };
+        if repo.owner() == login {
+            return Permission::Owner;
+        }
+        r.permissions
+            .get(login)
+            .copied()
+            // Public repositories: everyone with an account can read.
+            .unwrap_or(if self.users.contains_key(login) {
+                Permission::Read
+            } else {
+                Permission::None
+            })
+    }
+
+    /// Issues of a repository as `GET .../issues` answers: `labels` names that the repository
+    /// does not define are dropped from the filter, and every remaining one must match.
+    pub(crate) fn list_issues(
+        &self,
+        repo: &RepoName,
+        state: &str,
+        kind: &str,
+        labels: &str,
+    ) -> Result<Vec<&FIssue>, Refusal> {
+        let r = self.repo(repo)?;
+        let wanted: Vec<u64> = labels
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .filter_map(|n| r.labels.iter().find(|l| l.name == n).map(|l| l.id))
+            .collect();
+        Ok(r.issues
+            .values()
+            .rev() // newest first, as Forgejo sorts by default
+            .filter(|i| state == "all" || i.state == state)
+            .filter(|i| match kind {
+                "issues" => !i.is_pull,
+                "pulls" => i.is_pull,
+                _ => true,
+            })
+            .filter(|i| wanted.iter().all(|id| i.labels.contains(id)))
+            .collect())
+    }
+
+    pub(crate) fn label_by_name(&self, repo: &RepoName, name: &str) -> Result<FLabel, Refusal> {
+        self.repo(repo)?
+            .labels
+            .iter()
+            .find(|l| l.name == name)
+            .cloned()
+            .ok_or_else(|| Refusal::Unprocessable(format!("label `{name}` does not exist")))
+    }
+
+    pub(crate) fn create_label(
+        &mut self,
+        repo: &RepoName,
+        name: &str,
+        color: &str,
+        description: &str,
+    ) -> Result<FLabel, Refusal> {
+        if self.repo(repo)?.labels.iter().any(|l| l.name == name) {
+            return Err(Refusal::Unprocessable(format!(
+                "label `{name}` already exists"
+            )));
+        }
+        let id = self.id();
+        let label = FLabel {
+            id,
+            name: name.to_owned(),
+            color: color.to_owned(),
+            description: description.to_owned(),
+        };
+        self.repo_mut(repo)?.labels.push(label.clone());
+        Ok(label)
+    }
+
+    /// Adds or removes labels as `actor`: a timeline entry per change, `updated_at` bumped,
+    /// and one `label_updated` webhook carrying the full label set.
+    pub(crate) fn change_label(
+        &mut self,
+        actor: &str,
+        issue: &IssueRef,
+        label_id: u64,
+        add: bool,
+    ) -> Result<(), Refusal> {
+        if !self
+            .repo(&issue.repo)?
+            .labels
+            .iter()
+            .any(|l| l.id == label_id)
+        {
+            return Err(if add {
+                Refusal::Unprocessable(format!("label {label_id} does not exist"))
+            } else {
+                Refusal::NotFound
+            });
+        }
+        let has = self.issue(issue)?.labels.contains(&label_id);
+        if has == add {
+            return Ok(());
+        }
+        let now = self.tick();
+        let entry_id = self.id();
+        let i = self.issue_mut(issue)?;
+        if add {
+            i.labels.push(label_id);
+        } else {
+            i.labels.retain(|l| *l != label_id);
+        }
+        i.updated = now;
+        i.timeline.push(FTimeline {
+            id: entry_id,
+            kind: "label".into(),
+            actor: actor.to_owned(),
+            label_id: Some(label_id),
+            body: if add { "1".into() } else { String::new() },
+            created: now,
+        });
+        let kind = if i.is_pull {
+            "pull_request_label"
+        } else {
+            "issue_label"
+        };
+        self.emit(kind, "label_updated", actor, issue, None);
+        Ok(())
+    }
+
+    pub(crate) fn add_comment(
+        &mut self,
+        actor: &str,
+        issue: &IssueRef,
+        body: &str,
+    ) -> Result<FComment, Refusal> {
+        self.issue(issue)?;
+        let now = self.tick();
+        let id = self.id();
+        let comment = FComment {
+            id,
+            author: actor.to_owned(),
+            body: body.to_owned(),
+            created: now,
+            updated: now,
+        };
+        let i = self.issue_mut(issue)?;
+        i.comments.push(comment.clone());
+        i.updated = now;
+        i.timeline.push(FTimeline {
+            id,
+            kind: "comment".into(),
+            actor: actor.to_owned(),
+            label_id: None,
+            body: body.to_owned(),
+            created: now,
+        });
+        self.emit("issue_comment", "created", actor, issue, Some(&comment));
+        Ok(comment)
+    }
+
+    pub(crate) fn edit_comment(
+        &mut self,
+        actor: &str,
+        repo: &RepoName,
+        id: u64,
+        body: &str,
+    ) -> Result<(FComment, u64), Refusal> {
+        let now = self.tick();
+        let r = self.repo_mut(repo)?;
+        let (number, comment) = r
+            .issues
+            .values_mut()
+            .find_map(|i| {
+                i.comments
+                    .iter_mut()
+                    .find(|c| c.id == id)
+                    .map(|c| (i.number, c))
+            })
+            .ok_or(Refusal::NotFound)?;
+        if comment.author != actor {
+            return Err(Refusal::Forbidden);
+        }
+        comment.body = body.to_owned();
+        comment.updated = now;
+        let comment = comment.clone();
+        let issue = IssueRef::new(repo.clone(), number);
+        if let Ok(i) = self.issue_mut(&issue) {
+            i.updated = now;
+        }
+        self.emit("issue_comment", "edited", actor, &issue, Some(&comment));
+        Ok((comment, number))
+    }
+
+    /// Queues the webhook Forgejo would send for a change.
+    fn emit(
+        &mut self,
+        event_type: &str,
+        action: &str,
+        sender: &str,
+        issue: &IssueRef,
+        comment: Option<&FComment>,
+    ) {
+        if self.webhook.is_none() {
+            return;
+        }
+        let Ok(i) = self.issue(issue) else { return };
+        let issue_json = server::issue_json(self, &issue.repo, i);
+        let mut body = json!({
+            "action": action,
+            "number": issue.number,
+            "issue": issue_json,
+            "repository": server::repo_json(self, &issue.repo),
+            "sender": server::user_json(self, sender),
+        });
+        if let Some(c) = comment {
+            body["comment"] = server::comment_json(self, &issue.repo, issue.number, c);
+            body["is_pull"] = json!(false);
+        }
+        let body = serde_json::to_string_pretty(&body).unwrap_or_default();
+        self.outbox.push(Outgoing {
+            event_type: event_type.to_owned(),
+            body,
+        });
+    }
+}
+
+impl FakeForge {
+    pub fn new() -> Self {
+        let forge = Self::default();
+        forge.state().now = EPOCH;
+        forge
+    }
+
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
+        // A test that panicked while holding the lock has failed already; keep the data.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers an account and the API token that authenticates as it.
+    pub fn add_account(&self, login: &str, token: &str) {
+        let mut s = self.state();
+        s.ensure_user(login);
+        s.tokens.insert(token.to_owned(), login.to_owned());
+    }
+
+    pub fn add_user(&self, login: &str) {
+        self.state().ensure_user(login);
+    }
+
+    /// A repository with branch `main`, owned by its owner (user or organisation).
+    pub fn add_repo(&self, repo: &str) -> RepoName {
+        let name: RepoName = repo
+            .parse()
+            .unwrap_or_else(|e| panic!("test repo {repo}: {e}"));
+        let mut s = self.state();
+        s.ensure_user(name.owner());
+        let id = s.id();
+        s.repos.entry(name.clone()).or_insert_with(|| FRepo {
+            id,
+            name: name.clone(),
+            default_branch: "main".into(),
+            labels: Vec::new(),
+            issues: BTreeMap::new(),
+            permissions: HashMap::new(),
+            next_number: 1,
+        });
+        name
+    }
+
+    /// A repository that belongs to organisation `org` (listed by `GET /orgs/{org}/repos`).
+    pub fn add_org_repo(&self, org: &str, name: &str) -> RepoName {
+        let repo = self.add_repo(&format!("{org}/{name}"));
+        self.state()
+            .orgs
+            .entry(org.to_owned())
+            .or_default()
+            .push(repo.clone());
+        repo
+    }
+
+    pub fn define_label(&self, repo: &RepoName, name: &str) -> u64 {
+        let mut s = self.state();
+        match s.label_by_name(repo, name) {
+            Ok(l) => l.id,
+            Err(_) => s
+                .create_label(repo, name, "#e11d21", "")
+                .map(|l| l.id)
+                .unwrap_or_default(),
+        }
+    }
+
+    pub fn grant(&self, repo: &RepoName, login: &str, permission: Permission) {
+        let mut s = self.state();
+        s.ensure_user(login);
+        if let Ok(r) = s.repo_mut(repo) {
+            r.permissions.insert(login.to_owned(), permission);
+        }
+    }
+
+    /// Where webhooks go, signed with `secret`. Until set, changes send nothing.
+    pub fn set_webhook(&self, url: &str, secret: &str) {
+        self.state().webhook = Some(Webhook {
+            url: url.to_owned(),
+            secret: secret.to_owned(),
+            enabled: true,
+            held: false,
+        });
+    }
+
+    /// With webhooks off, changes happen but their deliveries are lost (the receiver was down:
+    /// Forgejo never retries).
+    pub fn webhooks_enabled(&self, enabled: bool) {
+        if let Some(w) = self.state().webhook.as_mut() {
+            w.enabled = enabled;
+        }
+    }
+
+    /// While held, webhooks queue up instead of being sent; [`FakeForge::take_webhooks`]
+    /// hands them to the test to deliver in any order, any number of times.
+    pub fn hold_webhooks(&self, held: bool) {
+        if let Some(w) = self.state().webhook.as_mut() {
+            w.held = held;
+        }
+    }
+
+    pub fn take_webhooks(&self) -> Vec<Outgoing> {
+        std::mem::take(&mut self.state().outbox)
+    }
+
+    /// Sends one webhook as Forgejo would (a fresh delivery id each time, like *Replay*).
+    pub async fn send_webhook(&self, out: &Outgoing) -> u16 {
+        let target = self
+            .state()
+            .webhook
+            .as_ref()
+            .map(|w| (w.url.clone(), w.secret.clone()));
+        match target {
+            Some((url, secret)) => send_webhook(&reqwest::Client::new(), &url, &secret, out).await,
+            None => 0,
+        }
+    }
+
+    /// Sends every queued webhook, in order, and returns the HTTP statuses.
+    pub async fn deliver_webhooks(&self) -> Vec<u16> {
+        let (target, outbox) = {
+            let mut s = self.state();
+            if s.webhook.as_ref().is_some_and(|w| w.held) {
+                return Vec::new();
+            }
+            let outbox = std::mem::take(&mut s.outbox);
+            match &s.webhook {
+                Some(w) if w.enabled => (Some((w.url.clone(), w.secret.clone())), outbox),
+                _ => (None, outbox),
+            }
+        };
+        let Some((url, secret)) = target else {
+            return Vec::new();
+        };
+        let client = reqwest::Client::new();
+        let mut statuses = Vec::new();
+        for out in outbox {
+            statuses.push(send_webhook(&client, &url, &secret, &out).await);
+        }
+        statuses
+    }
+
+    /// The webhooks queued and not yet delivered.
+    pub fn pending_webhooks(&self) -> Vec<Outgoing> {
+        self.state().outbox.clone()
+    }
+
+    /// A new issue by `author`; returns its reference.
+    pub async fn open_issue(
+        &self,
+        repo: &RepoName,
+        author: &str,
+        title: &str,
+        body: &str,
+    ) -> IssueRef {
+        let issue = {
+            let mut s = self.state();
+            s.ensure_user(author);
+            let now = s.tick();
+            let id = s.id();
+            let r = s
+                .repo_mut(repo)
+                .unwrap_or_else(|_| panic!("no repo {repo}"));
+            let number = r.next_number;
+            r.next_number += 1;
+            r.issues.insert(
+                number,
+                FIssue {
+                    id,
+                    number,
+                    title: title.to_owned(),
+                    body: body.to_owned(),
+                    state: "open".into(),
+                    labels: Vec::new(),
+                    author: author.to_owned(),
+                    created: now,
+                    updated: now,
+                    is_pull: false,
+                    comments: Vec::new(),
+                    timeline: Vec::new(),
+                },
+            );
+            let issue = IssueRef::new(repo.clone(), number);
+            s.emit("issues", "opened", author, &issue, None);
+            issue
+        };
+        self.deliver_webhooks().await;
+        issue
+    }
+
+    /// `actor` applies a label in the web UI.
+    pub async fn label(&self, actor: &str, issue: &IssueRef, name: &str) {
+        self.set_label(actor, issue, name, true).await;
+    }
+
+    /// `actor` removes a label in the web UI.
+    pub async fn unlabel(&self, actor: &str, issue: &IssueRef, name: &str) {
+        self.set_label(actor, issue, name, false).await;
+    }
+
+    async fn set_label(&self, actor: &str, issue: &IssueRef, name: &str, add: bool) {
+        {
+            let mut s = self.state();
+            s.ensure_user(actor);
+            let label = s
+                .label_by_name(&issue.repo, name)
+                .unwrap_or_else(|e| panic!("{e:?}"));
+            s.change_label(actor, issue, label.id, add)
+                .unwrap_or_else(|e| panic!("{e:?}"));
+        }
+        self.deliver_webhooks().await;
+    }
+
+    pub async fn comment(&self, actor: &str, issue: &IssueRef, body: &str) -> u64 {
+        let id = {
+            let mut s = self.state();
+            s.ensure_user(actor);
+            s.add_comment(actor, issue, body)
+                .map(|c| c.id)
+                .unwrap_or_else(|e| panic!("{e:?}"))
+        };
+        self.deliver_webhooks().await;
+        id
+    }
+
+    pub async fn set_state(&self, actor: &str, issue: &IssueRef, state: &str) {
+        {
+            let mut s = self.state();
+            let now = s.tick();
+            let i = s.issue_mut(issue).unwrap_or_else(|e| panic!("{e:?}"));
+            i.state = state.to_owned();
+            i.updated = now;
+            let action = if state == "closed" {
+                "closed"
+            } else {
+                "reopened"
+            };
+            s.emit("issues", action, actor, issue, None);
+        }
+        self.deliver_webhooks().await;
+    }
+
+    /// The issue's comments, oldest first.
+    pub fn comments_on(&self, issue: &IssueRef) -> Vec<Comment> {
+        let s = self.state();
+        s.issue(issue)
+            .map(|i| i.comments.iter().map(to_comment).collect())
+            .unwrap_or_default()
+    }
+
+    pub fn labels_on(&self, issue: &IssueRef) -> Vec<String> {
+        let s = self.state();
+        let Ok(i) = s.issue(issue) else {
+            return Vec::new();
+        };
+        let Ok(r) = s.repo(&issue.repo) else {
+            return Vec::new();
+        };
+        i.labels
+            .iter()
+            .filter_map(|id| {
+                r.labels
+                    .iter()
+                    .find(|l| l.id == *id)
+                    .map(|l| l.name.clone())
+            })
+            .collect()
+    }
+
+    /// Every API call received so far.
+    pub fn calls(&self) -> Vec<Call> {
+        self.state().calls.clone()
+    }
+
+    pub fn clear_calls(&self) {
+        self.state().calls.clear();
+    }
+
+    /// The next API requests are answered with these statuses instead, one each.
+    pub fn fail_next(&self, statuses: &[u16]) {
+        self.state().fail_next.extend(statuses.iter().copied());
+    }
+
+    /// Requests that did not fit Forgejo's API spec.
+    pub fn contract_violations(&self) -> Vec<String> {
+        self.state().violations.clone()
+    }
+
+    /// Serves the API over HTTP on a random loopback port.
+    pub fn serve(&self) -> std::io::Result<FakeServer> {
+        server::start(self.clone())
+    }
+
+    fn native_issue(s: &State, repo: &RepoName, i: &FIssue) -> Issue {
+        let r = s.repo(repo).ok();
+        Issue {
+            number: i.number,
+            title: i.title.clone(),
+            body: i.body.clone(),
+            state: i.state.clone(),
+            labels: i
+                .labels
+                .iter()
+                .filter_map(|id| r.and_then(|r| r.labels.iter().find(|l| l.id == *id)))
+                .map(|l| Label {
+                    id: l.id,
+                    name: l.name.clone(),
+                })
+                .collect(),
+            author: i.author.clone(),
+            updated_at: rfc3339(i.updated),
+            is_pull: i.is_pull,
+        }
+    }
+}
+
+async fn send_webhook(client: &reqwest::Client, url: &str, secret: &str, out: &Outgoing) -> u16 {
+    let sig = crate::http::signature::sign(secret, out.body.as_bytes());
+    let delivery = format!("{:032x}", rand::random::<u128>());
+    let (family, _) = out
+        .event_type
+        .split_once('_')
+        .unwrap_or((&out.event_type, ""));
+    let event = if family == "issue" && out.event_type == "issue_comment" {
+        "issue_comment"
+    } else if family == "issue" {
+        "issues"
+    } else {
+        family
+    };
+    client
+        .post(url)
+        .header("Content-Type", "application/json")
+        .header("X-Forgejo-Delivery", &delivery)
+        .header("X-Gitea-Delivery", &delivery)
+        .header("X-Forgejo-Event", event)
+        .header("X-Gitea-Event", event)
+        .header("X-Forgejo-Event-Type", &out.event_type)
+        .header("X-Gitea-Event-Type", &out.event_type)
+        .header("X-Forgejo-Signature", &sig)
+        .header("X-Gitea-Signature", &sig)
+        .header("X-Hub-Signature-256", format!("sha256={sig}"))
+        .body(out.body.clone())
+        .send()
+        .await
+        .map(|r| r.status().as_u16())
+        .unwrap_or(0)
+}
+
+fn to_comment(c: &FComment) -> Comment {
+    Comment {
+        id: c.id,
+        author: c.author.clone(),
+        body: c.body.clone(),
+        created_at: rfc3339(c.created),
+        updated_at: rfc3339(c.updated),
+    }
+}
+
+fn refused(method: &str, path: String, r: Refusal) -> ForgeError {
+    let method = method.to_owned();
+    match r {
+        Refusal::NotFound => ForgeError::NotFound { method, path },
+        Refusal::Forbidden => ForgeError::Forbidden { method, path },
+        Refusal::Unprocessable(message) => ForgeError::Status {
+            method,
+            path,
+            status: 422,
+            message,
+        },
+    }
+}
+
+/// In-process use: the bot is the first account registered with a token.
+impl FakeForge {
+    fn bot(&self) -> String {
+        let s = self.state();
+        s.users
+            .iter()
+            .filter(|(login, _)| s.tokens.values().any(|l| l == *login))
+            .min_by_key(|(_, id)| **id)
+            .map(|(login, _)| login.clone())
+            .unwrap_or_default()
+    }
+}
+
+#[async_trait]
+impl Forge for FakeForge {
+    async fn current_user(&self) -> Result<String, ForgeError> {
+        Ok(self.bot())
+    }
+
+    async fn repository(&self, repo: &RepoName) -> Result<Repository, ForgeError> {
+        let s = self.state();
+        let r = s
+            .repo(repo)
+            .map_err(|e| refused("GET", repo.to_string(), e))?;
+        Ok(Repository {
+            name: r.name.clone(),
+            default_branch: r.default_branch.clone(),
+        })
+    }
+
+    async fn open_issues_with_label(
+        &self,
+        repo: &RepoName,
+        label: &str,
+    ) -> Result<Vec<Issue>, ForgeError> {
+        let s = self.state();
+        let list = s
+            .list_issues(repo, "open", "issues", label)
+            .map_err(|e| refused("GET", repo.to_string(), e))?;
+        Ok(list
+            .into_iter()
+            .map(|i| Self::native_issue(&s, repo, i))
+            .collect())
+    }
+
+    async fn issue(&self, issue: &IssueRef) -> Result<Issue, ForgeError> {
+        let s = self.state();
+        let i = s
+            .issue(issue)
+            .map_err(|e| refused("GET", issue.to_string(), e))?;
+        Ok(Self::native_issue(&s, &issue.repo, i))
+    }
+
+    async fn comments(&self, issue: &IssueRef) -> Result<Vec<Comment>, ForgeError> {
+        let s = self.state();
+        let i = s
+            .issue(issue)
+            .map_err(|e| refused("GET", issue.to_string(), e))?;
+        Ok(i.comments.iter().map(to_comment).collect())
+    }
+
+    async fn timeline(&self, issue: &IssueRef) -> Result<Vec<TimelineEntry>, ForgeError> {
+        let s = self.state();
+        let i = s
+            .issue(issue)
+            .map_err(|e| refused("GET", issue.to_string(), e))?;
+        let r = s
+            .repo(&issue.repo)
+            .map_err(|e| refused("GET", issue.to_string(), e))?;
+        Ok(i.timeline
+            .iter()
+            .map(|t| TimelineEntry {
+                kind: t.kind.clone(),
+                actor: t.actor.clone(),
+                label: t
+                    .label_id
+                    .and_then(|id| r.labels.iter().find(|l| l.id == id))
+                    .map(|l| l.name.clone()),
+                added: t.kind == "label" && t.body == "1",
+                created_at: rfc3339(t.created),
+            })
+            .collect())
+    }
+
+    async fn permission(&self, repo: &RepoName, user: &str) -> Result<Permission, ForgeError> {
+        Ok(self.state().permission_of(repo, user))
+    }
+
+    async fn ensure_label(
+        &self,
+        repo: &RepoName,
+        name: &str,
+        color: &str,
+        description: &str,
+    ) -> Result<Label, ForgeError> {
+        let mut s = self.state();
+        let l = match s.label_by_name(repo, name) {
+            Ok(l) => l,
+            Err(_) => s
+                .create_label(repo, name, color, description)
+                .map_err(|e| refused("POST", repo.to_string(), e))?,
+        };
+        Ok(Label {
+            id: l.id,
+            name: l.name,
+        })
+    }
+
+    async fn add_label(&self, issue: &IssueRef, label_id: u64) -> Result<(), ForgeError> {
+        let bot = self.bot();
+        self.state()
+            .change_label(&bot, issue, label_id, true)
+            .map_err(|e| refused("POST", issue.to_string(), e))?;
+        self.deliver_webhooks().await;
+        Ok(())
+    }
+
+    async fn remove_label(&self, issue: &IssueRef, label_id: u64) -> Result<(), ForgeError> {
+        let bot = self.bot();
+        match self.state().change_label(&bot, issue, label_id, false) {
+            Ok(()) | Err(Refusal::NotFound) => {}
+            Err(e) => return Err(refused("DELETE", issue.to_string(), e)),
+        }
+        self.deliver_webhooks().await;
+        Ok(())
+    }
+
+    async fn create_comment(&self, issue: &IssueRef, body: &str) -> Result<Comment, ForgeError> {
+        let bot = self.bot();
+        let c = self
+            .state()
+            .add_comment(&bot, issue, body)
+            .map_err(|e| refused("POST", issue.to_string(), e))?;
+        self.deliver_webhooks().await;
+        Ok(to_comment(&c))
+    }
+
+    async fn edit_comment(
+        &self,
+        repo: &RepoName,
+        comment_id: u64,
+        body: &str,
+    ) -> Result<Comment, ForgeError> {
+        let bot = self.bot();
+        let (c, _) = self
+            .state()
+            .edit_comment(&bot, repo, comment_id, body)
+            .map_err(|e| refused("PATCH", repo.to_string(), e))?;
+        self.deliver_webhooks().await;
+        Ok(to_comment(&c))
+    }
+
+    async fn org_repos(&self, org: &str) -> Result<Vec<RepoName>, ForgeError> {
+        self.state()
+            .orgs
+            .get(org)
+            .cloned()
+            .ok_or_else(|| ForgeError::NotFound {
+                method: "GET".into(),
+                path: format!("/orgs/{org}/repos"),
+            })
+    }
+}

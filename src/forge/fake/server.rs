@@ -1,0 +1,536 @@
+//! The fake's HTTP face: Forgejo's `/api/v1` routes the director uses, answered from the
+//! shared state, pretty-printed as Forgejo does. Every request is recorded and checked
+//! against the API spec; `fail_next` makes the next requests fail with a chosen status.
+
+use std::net::TcpListener;
+
+use actix_web::dev::ServerHandle;
+use actix_web::http::StatusCode;
+use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+use serde_json::{Value, json};
+
+use super::{Call, FComment, FIssue, FLabel, FakeForge, Refusal, State, contract, rfc3339};
+use crate::domain::{IssueRef, RepoName};
+
+/// A running fake server; stopped when dropped.
+pub struct FakeServer {
+    pub url: String,
+    handle: ServerHandle,
+}
+
+impl FakeServer {
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+impl Drop for FakeServer {
+    fn drop(&mut self) {
+        let handle = self.handle.clone();
+        drop(handle.stop(false));
+    }
+}
+
+pub(super) fn start(forge: FakeForge) -> std::io::Result<FakeServer> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(web::Data::new(forge.clone()))
+            .app_data(web::PayloadConfig::new(16 << 20))
+            .default_service(web::to(handle))
+    })
+    .listen(listener)?
+    .workers(1)
+    .disable_signals()
+    .run();
+    let handle = server.handle();
+    tokio::spawn(server);
+    Ok(FakeServer {
+        url: format!("http://127.0.0.1:{port}"),
+        handle,
+    })
+}
+
+fn pretty(status: StatusCode, value: &Value) -> HttpResponse {
+    HttpResponse::build(status)
+        .content_type("application/json;charset=utf-8")
+        .body(serde_json::to_string_pretty(value).unwrap_or_default())
+}
+
+fn message(status: StatusCode, text: &str) -> HttpResponse {
+    pretty(
+        status,
+        &json!({ "message": text, "url": "https://forgejo.example.org/api/swagger" }),
+    )
+}
+
+fn percent_decode(s: &str) -> String {
+    let hex = |b: u8| (b as char).to_digit(16);
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn authenticate(state: &State, req: &HttpRequest) -> Option<String> {
+    let value = req.headers().get("authorization")?.to_str().ok()?;
+    let token = value
+        .strip_prefix("token ")
+        .or_else(|| value.strip_prefix("Bearer "))?;
+    state.tokens.get(token.trim()).cloned()
+}
+
+async fn handle(req: HttpRequest, body: web::Bytes, forge: web::Data<FakeForge>) -> HttpResponse {
+    let method = req.method().as_str().to_owned();
+    let raw_path = req.path().to_owned();
+    let segments: Vec<String> = raw_path
+        .trim_start_matches("/api/v1")
+        .trim_matches('/')
+        .split('/')
+        .map(percent_decode)
+        .collect();
+    let path = format!("/api/v1/{}", segments.join("/"));
+    let query: Vec<(String, String)> =
+        web::Query::<Vec<(String, String)>>::from_query(req.query_string())
+            .map(|q| q.into_inner())
+            .unwrap_or_default();
+    let json_body: Option<Value> = if body.is_empty() {
+        None
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(v) => Some(v),
+            Err(e) => return message(StatusCode::BAD_REQUEST, &format!("invalid JSON: {e}")),
+        }
+    };
+    let response = {
+        let mut state = forge.state();
+        let login = authenticate(&state, &req);
+        match contract::spec() {
+            Ok(spec) => {
+                if let Err(v) = spec.check(&method, &path, &query, json_body.as_ref()) {
+                    state.violations.push(v);
+                }
+            }
+            Err(e) => state.violations.push(format!("spec unavailable: {e}")),
+        }
+        let (status, value, headers) = if let Some(code) = state.fail_next.pop_front() {
+            (
+                StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                json!({ "message": "injected failure" }),
+                Vec::new(),
+            )
+        } else if let Some(login) = &login {
+            route(
+                &mut state,
+                &method,
+                &segments,
+                &query,
+                json_body.as_ref(),
+                login,
+            )
+        } else {
+            (
+                StatusCode::UNAUTHORIZED,
+                json!({ "message": "token is required" }),
+                Vec::new(),
+            )
+        };
+        state.calls.push(Call {
+            method: method.clone(),
+            path: path.clone(),
+            query: query.clone(),
+            body: json_body.clone(),
+            status: status.as_u16(),
+            login,
+        });
+        let mut resp = if status == StatusCode::NO_CONTENT {
+            HttpResponse::NoContent().finish()
+        } else {
+            let mut r = pretty(status, &value);
+            for (k, v) in headers {
+                if let (Ok(name), Ok(val)) = (
+                    actix_web::http::header::HeaderName::from_bytes(k.as_bytes()),
+                    actix_web::http::header::HeaderValue::from_str(&v),
+                ) {
+                    r.headers_mut().insert(name, val);
+                }
+            }
+            r
+        };
+        if status.is_server_error() {
+            resp.headers_mut().remove("x-total-count");
+        }
+        resp
+    };
+    // Forgejo sends webhooks from a queue, after the API has answered.
+    let echo = forge.get_ref().clone();
+    tokio::spawn(async move {
+        echo.deliver_webhooks().await;
+    });
+    response
+}
+
+type Answer = (StatusCode, Value, Vec<(String, String)>);
+
+fn ok(value: Value) -> Answer {
+    (StatusCode::OK, value, Vec::new())
+}
+
+fn refusal(r: Refusal) -> Answer {
+    match r {
+        Refusal::NotFound => (
+            StatusCode::NOT_FOUND,
+            json!({ "message": "The target couldn't be found." }),
+            Vec::new(),
+        ),
+        Refusal::Forbidden => (
+            StatusCode::FORBIDDEN,
+            json!({ "message": "forbidden" }),
+            Vec::new(),
+        ),
+        Refusal::Unprocessable(m) => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            json!({ "message": m }),
+            Vec::new(),
+        ),
+    }
+}
+
+fn param<'a>(query: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    query
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// Forgejo's paging: `page` from 1, `limit` defaulting to 30 and capped at 50. The `Link`
+/// header is built from a ROOT_URL that is wrong on purpose, as it can be behind a proxy.
+fn paginate(items: Vec<Value>, query: &[(String, String)], total_is_page_size: bool) -> Answer {
+    let page = param(query, "page")
+        .and_then(|p| p.parse::<usize>().ok())
+        .filter(|p| *p > 0)
+        .unwrap_or(1);
+    let limit = param(query, "limit")
+        .and_then(|l| l.parse::<usize>().ok())
+        .filter(|l| *l > 0)
+        .unwrap_or(30)
+        .min(50);
+    let total = items.len();
+    let slice: Vec<Value> = items
+        .into_iter()
+        .skip((page - 1) * limit)
+        .take(limit)
+        .collect();
+    let count = if total_is_page_size {
+        slice.len()
+    } else {
+        total
+    };
+    let mut headers = vec![("X-Total-Count".to_owned(), count.to_string())];
+    if !total_is_page_size && page * limit < total {
+        headers.push((
+            "Link".to_owned(),
+            format!(
+                "<http://forgejo.invalid:3000/api/v1/wrong?page={}&limit={limit}>; rel=\"next\"",
+                page + 1
+            ),
+        ));
+    }
+    (StatusCode::OK, Value::Array(slice), headers)
+}
+
+fn route(
+    s: &mut State,
+    method: &str,
+    seg: &[String],
+    query: &[(String, String)],
+    body: Option<&Value>,
+    login: &str,
+) -> Answer {
+    let parts: Vec<&str> = seg.iter().map(String::as_str).collect();
+    let repo_of = |o: &str, r: &str| RepoName::new(o, r).map_err(|_| Refusal::NotFound);
+    let result: Result<Answer, Refusal> = (|| match (method, parts.as_slice()) {
+        ("GET", ["user"]) => Ok(ok(user_json(s, login))),
+        ("GET", ["repos", o, r]) => {
+            let repo = repo_of(o, r)?;
+            s.repo(&repo)?;
+            Ok(ok(repo_json(s, &repo)))
+        }
+        ("GET", ["repos", o, r, "issues"]) => {
+            let repo = repo_of(o, r)?;
+            let list = s.list_issues(
+                &repo,
+                param(query, "state").unwrap_or("open"),
+                param(query, "type").unwrap_or(""),
+                param(query, "labels").unwrap_or(""),
+            )?;
+            let items = list.into_iter().map(|i| issue_json(s, &repo, i)).collect();
+            Ok(paginate(items, query, false))
+        }
+        ("PATCH", ["repos", o, r, "issues", "comments", id]) => {
+            let repo = repo_of(o, r)?;
+            let id: u64 = id.parse().map_err(|_| Refusal::NotFound)?;
+            let text = body.and_then(|b| b["body"].as_str()).unwrap_or_default();
+            let (c, number) = s.edit_comment(login, &repo, id, text)?;
+            Ok(ok(comment_json(s, &repo, number, &c)))
+        }
+        (_, ["repos", o, r, "issues", n, rest @ ..]) => {
+            let repo = repo_of(o, r)?;
+            let number: u64 = n.parse().map_err(|_| Refusal::NotFound)?;
+            let issue = IssueRef::new(repo.clone(), number);
+            match (method, rest) {
+                ("GET", []) => {
+                    let i = s.issue(&issue)?;
+                    Ok(ok(issue_json(s, &repo, i)))
+                }
+                ("GET", ["comments"]) => {
+                    let i = s.issue(&issue)?;
+                    let list = i
+                        .comments
+                        .iter()
+                        .map(|c| comment_json(s, &repo, number, c))
+                        .collect();
+                    Ok(ok(Value::Array(list)))
+                }
+                ("POST", ["comments"]) => {
+                    let text = body.and_then(|b| b["body"].as_str()).unwrap_or_default();
+                    let c = s.add_comment(login, &issue, text)?;
+                    Ok((
+                        StatusCode::CREATED,
+                        comment_json(s, &repo, number, &c),
+                        Vec::new(),
+                    ))
+                }
+                ("GET", ["timeline"]) => {
+                    let i = s.issue(&issue)?;
+                    let items = i.timeline.iter().map(|t| {
+                        let label = t.label_id.and_then(|id| s.repo(&repo).ok()?.labels.iter().find(|l| l.id == id).map(|l| label_json(&repo, l)));
+                        json!({
+                            "id": t.id,
+                            "type": t.kind,
+                            "html_url": format!("https://forgejo.example.org/{repo}/issues/{number}#issuecomment-{}", t.id),
+                            "issue_url": format!("https://forgejo.example.org/{repo}/issues/{number}"),
+                            "pull_request_url": "",
+                            "user": user_json(s, &t.actor),
+                            "body": t.body,
+                            "label": label,
+                            "created_at": rfc3339(t.created),
+                            "updated_at": rfc3339(t.created),
+                        })
+                    }).collect();
+                    Ok(paginate(items, query, true))
+                }
+                ("POST", ["labels"]) => {
+                    if s.permission_of(&repo, login) < crate::forge::Permission::Write {
+                        return Err(Refusal::Forbidden);
+                    }
+                    let wanted = body
+                        .and_then(|b| b["labels"].as_array())
+                        .cloned()
+                        .unwrap_or_default();
+                    for w in wanted {
+                        let id = match &w {
+                            Value::Number(n) => n.as_u64(),
+                            Value::String(name) => s.label_by_name(&repo, name).ok().map(|l| l.id),
+                            _ => None,
+                        };
+                        if let Some(id) = id {
+                            match s.change_label(login, &issue, id, true) {
+                                Ok(()) | Err(Refusal::Unprocessable(_)) => {}
+                                Err(e) => return Err(e),
+                            }
+                        }
+                    }
+                    let i = s.issue(&issue)?;
+                    Ok(ok(issue_json(s, &repo, i)["labels"].clone()))
+                }
+                ("DELETE", ["labels", ident]) => {
+                    if s.permission_of(&repo, login) < crate::forge::Permission::Write {
+                        return Err(Refusal::Forbidden);
+                    }
+                    let id = match ident.parse::<u64>() {
+                        Ok(id) => id,
+                        Err(_) => s.label_by_name(&repo, ident)?.id,
+                    };
+                    match s.change_label(login, &issue, id, false) {
+                        Ok(()) => Ok((StatusCode::NO_CONTENT, Value::Null, Vec::new())),
+                        Err(Refusal::NotFound) => {
+                            Err(Refusal::Unprocessable(format!("label {id} not found")))
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+                _ => Err(Refusal::NotFound),
+            }
+        }
+        ("GET", ["repos", o, r, "labels"]) => {
+            let repo = repo_of(o, r)?;
+            let items = s
+                .repo(&repo)?
+                .labels
+                .iter()
+                .map(|l| label_json(&repo, l))
+                .collect();
+            Ok(paginate(items, query, false))
+        }
+        ("POST", ["repos", o, r, "labels"]) => {
+            let repo = repo_of(o, r)?;
+            let b = body.cloned().unwrap_or(Value::Null);
+            let name = b["name"].as_str().unwrap_or_default();
+            let color = b["color"].as_str().unwrap_or_default();
+            if name.is_empty() || color.is_empty() {
+                return Err(Refusal::Unprocessable("name and color are required".into()));
+            }
+            let l = s.create_label(
+                &repo,
+                name,
+                color,
+                b["description"].as_str().unwrap_or_default(),
+            )?;
+            Ok((StatusCode::CREATED, label_json(&repo, &l), Vec::new()))
+        }
+        ("GET", ["repos", o, r, "collaborators", user, "permission"]) => {
+            let repo = repo_of(o, r)?;
+            s.repo(&repo)?;
+            // Forgejo shows a collaborator's permission only to repository admins (or the user).
+            if s.permission_of(&repo, login) < crate::forge::Permission::Admin && login != *user {
+                return Err(Refusal::Forbidden);
+            }
+            if !s.users.contains_key(*user) {
+                return Err(Refusal::NotFound);
+            }
+            let p = s.permission_of(&repo, user);
+            Ok(ok(
+                json!({ "permission": p.as_str(), "role_name": p.as_str(), "user": user_json(s, user) }),
+            ))
+        }
+        ("GET", ["orgs", org, "repos"]) => {
+            let repos = s.orgs.get(*org).cloned().ok_or(Refusal::NotFound)?;
+            let items = repos.iter().map(|r| repo_json(s, r)).collect();
+            Ok(paginate(items, query, false))
+        }
+        _ => Err(Refusal::NotFound),
+    })();
+    result.unwrap_or_else(refusal)
+}
+
+pub(super) fn user_json(s: &State, login: &str) -> Value {
+    let id = s.users.get(login).copied().unwrap_or(0);
+    json!({
+        "id": id,
+        "login": login,
+        "login_name": "",
+        "source_id": 0,
+        "full_name": "",
+        "email": format!("{login}@noreply.example.org"),
+        "avatar_url": format!("https://forgejo.example.org/avatars/{id}"),
+        "html_url": format!("https://forgejo.example.org/{login}"),
+        "language": "",
+        "is_admin": false,
+        "restricted": false,
+        "active": true,
+        "prohibit_login": false,
+        "visibility": "public",
+        "username": login,
+    })
+}
+
+pub(super) fn label_json(repo: &RepoName, l: &FLabel) -> Value {
+    json!({
+        "id": l.id,
+        "name": l.name,
+        "exclusive": false,
+        "is_archived": false,
+        "color": l.color.trim_start_matches('#'),
+        "description": l.description,
+        "url": format!("https://forgejo.example.org/api/v1/repos/{repo}/labels/{}", l.id),
+    })
+}
+
+pub(super) fn repo_json(s: &State, repo: &RepoName) -> Value {
+    let (id, branch) = s
+        .repo(repo)
+        .map(|r| (r.id, r.default_branch.clone()))
+        .unwrap_or((0, "main".into()));
+    json!({
+        "id": id,
+        "owner": user_json(s, repo.owner()),
+        "name": repo.name(),
+        "full_name": repo.to_string(),
+        "description": "",
+        "empty": false,
+        "private": false,
+        "fork": false,
+        "html_url": format!("https://forgejo.example.org/{repo}"),
+        "clone_url": format!("https://forgejo.example.org/{repo}.git"),
+        "default_branch": branch,
+        "permissions": { "admin": true, "push": true, "pull": true },
+        "has_issues": true,
+        "has_pull_requests": true,
+    })
+}
+
+pub(super) fn issue_json(s: &State, repo: &RepoName, i: &FIssue) -> Value {
+    let labels: Vec<Value> = i
+        .labels
+        .iter()
+        .filter_map(|id| s.repo(repo).ok()?.labels.iter().find(|l| l.id == *id))
+        .map(|l| label_json(repo, l))
+        .collect();
+    json!({
+        "id": i.id,
+        "url": format!("https://forgejo.example.org/api/v1/repos/{repo}/issues/{}", i.number),
+        "html_url": format!("https://forgejo.example.org/{repo}/issues/{}", i.number),
+        "number": i.number,
+        "user": user_json(s, &i.author),
+        "original_author": "",
+        "original_author_id": 0,
+        "title": i.title,
+        "body": i.body,
+        "ref": "",
+        "assets": [],
+        "labels": labels,
+        "milestone": null,
+        "assignee": null,
+        "assignees": null,
+        "state": i.state,
+        "is_locked": false,
+        "comments": i.comments.len(),
+        "created_at": rfc3339(i.created),
+        "updated_at": rfc3339(i.updated),
+        "closed_at": null,
+        "due_date": null,
+        "pull_request": if i.is_pull { json!({ "merged": false }) } else { Value::Null },
+        "repository": { "id": s.repo(repo).map(|r| r.id).unwrap_or(0), "name": repo.name(), "owner": repo.owner(), "full_name": repo.to_string() },
+        "pin_order": 0,
+    })
+}
+
+pub(super) fn comment_json(s: &State, repo: &RepoName, number: u64, c: &FComment) -> Value {
+    json!({
+        "id": c.id,
+        "html_url": format!("https://forgejo.example.org/{repo}/issues/{number}#issuecomment-{}", c.id),
+        "pull_request_url": "",
+        "issue_url": format!("https://forgejo.example.org/{repo}/issues/{number}"),
+        "user": user_json(s, &c.author),
+        "original_author": "",
+        "original_author_id": 0,
+        "body": c.body,
+        "assets": [],
+        "created_at": rfc3339(c.created),
+        "updated_at": rfc3339(c.updated),
+    })
+}

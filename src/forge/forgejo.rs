@@ -1,0 +1,663 @@
+//! The Forgejo implementation of [`Forge`]: a thin client over reqwest for exactly the
+//! endpoints the director uses. Per-request timeouts; retries with exponential backoff and
+//! full jitter on connection errors, 5xx and 429 (honouring `Retry-After`); pages computed
+//! here (Forgejo's `Link` header is built from its ROOT_URL, which may be wrong behind a
+//! proxy). Errors name the method and path, never the token.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rand::Rng;
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue, RETRY_AFTER};
+use reqwest::{Method, StatusCode};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use super::{Comment, Forge, ForgeError, Issue, Label, Permission, Repository, TimelineEntry};
+use crate::domain::{IssueRef, RepoName};
+use crate::metrics::Metrics;
+use crate::settings::{ForgeSettings, Secret};
+
+/// Forgejo caps every page at 50 items.
+pub const PAGE_SIZE: usize = 50;
+/// The longest `Retry-After` the client will wait before trying again.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+pub struct ForgejoClient {
+    http: reqwest::Client,
+    api: String,
+    max_attempts: u32,
+    backoff_base: Duration,
+    metrics: Option<Metrics>,
+}
+
+impl ForgejoClient {
+    pub fn new(settings: &ForgeSettings, metrics: Option<Metrics>) -> anyhow::Result<Self> {
+        Self::with_token(&settings.url, &settings.token, settings, metrics)
+    }
+
+    /// A client acting with `token` (the bot's, or later a run's).
+    pub fn with_token(
+        base_url: &str,
+        token: &Secret,
+        settings: &ForgeSettings,
+        metrics: Option<Metrics>,
+    ) -> anyhow::Result<Self> {
+        let mut headers = HeaderMap::new();
+        if !token.is_empty() {
+            let mut value =
+                HeaderValue::from_str(&format!("token {}", token.expose())).map_err(|_| {
+                    anyhow::anyhow!("forge.token contains characters not allowed in a header")
+                })?;
+            value.set_sensitive(true);
+            headers.insert(AUTHORIZATION, value);
+        }
+        let http = reqwest::Client::builder()
+            .default_headers(headers)
+            .timeout(Duration::from_secs(settings.timeout_secs))
+            .connect_timeout(Duration::from_secs(settings.timeout_secs.min(10)))
+            .user_agent(concat!("director/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        Ok(Self {
+            http,
+            api: format!("{}/api/v1", base_url.trim_end_matches('/')),
+            max_attempts: settings.max_attempts.max(1),
+            backoff_base: Duration::from_millis(250),
+            metrics,
+        })
+    }
+
+    /// Shortens the backoff between attempts (tests).
+    pub fn with_backoff_base(mut self, base: Duration) -> Self {
+        self.backoff_base = base;
+        self
+    }
+
+    fn count(&self, endpoint: &str, status: &str) {
+        if let Some(m) = &self.metrics {
+            m.forge_requests
+                .with_label_values(&[endpoint, status])
+                .inc();
+        }
+    }
+
+    /// Sends one request, retrying what is safe to retry. `endpoint` is the path template
+    /// used as the metric label; `path` the concrete path below `/api/v1`.
+    async fn send(
+        &self,
+        method: Method,
+        endpoint: &'static str,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&Value>,
+    ) -> Result<reqwest::Response, ForgeError> {
+        // A POST that reached the server may have taken effect: repeat it only when the
+        // answer says it did not (429, 502-504) or it never left (connection refused).
+        let idempotent = method != Method::POST;
+        let mut attempt = 1;
+        loop {
+            let mut req = self
+                .http
+                .request(method.clone(), format!("{}{path}", self.api));
+            if !query.is_empty() {
+                req = req.query(query);
+            }
+            if let Some(body) = body {
+                req = req.json(body);
+            }
+            let outcome = req.send().await;
+            let retry_in = match &outcome {
+                Ok(resp) => {
+                    let status = resp.status();
+                    self.count(endpoint, status.as_str());
+                    let retryable = status == StatusCode::TOO_MANY_REQUESTS
+                        || matches!(status.as_u16(), 502..=504)
+                        || (idempotent && status.is_server_error());
+                    retryable.then(|| {
+                        retry_after(resp.headers()).unwrap_or_else(|| self.backoff(attempt))
+                    })
+                }
+                Err(e) => {
+                    self.count(endpoint, "error");
+                    let retryable =
+                        e.is_connect() || (idempotent && (e.is_timeout() || e.is_request()));
+                    retryable.then(|| self.backoff(attempt))
+                }
+            };
+            match retry_in {
+                Some(wait) if attempt < self.max_attempts => {
+                    tracing::debug!(%method, path, attempt, wait_ms = wait.as_millis() as u64, "forge request will be retried");
+                    tokio::time::sleep(wait).await;
+                    attempt += 1;
+                }
+                _ => return self.classify(&method, path, outcome).await,
+            }
+        }
+    }
+
+    fn backoff(&self, attempt: u32) -> Duration {
+        let cap = self.backoff_base.saturating_mul(1 << attempt.min(6));
+        let jitter = rand::rng().random_range(0.5..=1.0);
+        cap.mul_f64(jitter)
+    }
+
+    async fn classify(
+        &self,
+        method: &Method,
+        path: &str,
+        outcome: Result<reqwest::Response, reqwest::Error>,
+    ) -> Result<reqwest::Response, ForgeError> {
+        let (method, path) = (method.to_string(), path.to_owned());
+        let resp = match outcome {
+            Ok(resp) => resp,
+            Err(e) => {
+                // reqwest's message may carry the URL; ours has only the path, so say why.
+                let reason = if e.is_timeout() {
+                    "timed out".to_owned()
+                } else if e.is_connect() {
+                    "could not connect to the forge".to_owned()
+                } else {
+                    "the request failed".to_owned()
+                };
+                return Err(ForgeError::Transport {
+                    method,
+                    path,
+                    reason,
+                });
+            }
+        };
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(resp);
+        }
+        Err(match status {
+            StatusCode::NOT_FOUND => ForgeError::NotFound { method, path },
+            StatusCode::UNAUTHORIZED => ForgeError::Unauthorized { method, path },
+            StatusCode::FORBIDDEN => ForgeError::Forbidden { method, path },
+            _ => {
+                let text = resp.text().await.unwrap_or_default();
+                let message = serde_json::from_str::<Value>(&text)
+                    .ok()
+                    .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_owned))
+                    .unwrap_or_else(|| text.chars().take(200).collect());
+                ForgeError::Status {
+                    method,
+                    path,
+                    status: status.as_u16(),
+                    message,
+                }
+            }
+        })
+    }
+
+    async fn json<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        endpoint: &'static str,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&Value>,
+    ) -> Result<T, ForgeError> {
+        let resp = self
+            .send(method.clone(), endpoint, path, query, body)
+            .await?;
+        decode(&method, path, resp).await
+    }
+
+    /// Every page of a list endpoint. With `trust_total`, the `X-Total-Count` of the first
+    /// page says how many pages to ask for; otherwise (the timeline, whose header is only the
+    /// page size) pages are read until one comes back short.
+    async fn all_pages<T: DeserializeOwned>(
+        &self,
+        endpoint: &'static str,
+        path: &str,
+        query: &[(&str, String)],
+        trust_total: bool,
+    ) -> Result<Vec<T>, ForgeError> {
+        let mut out = Vec::new();
+        let mut pages: Option<usize> = None;
+        let mut page = 1usize;
+        loop {
+            let mut q = query.to_vec();
+            q.push(("limit", PAGE_SIZE.to_string()));
+            q.push(("page", page.to_string()));
+            let resp = self.send(Method::GET, endpoint, path, &q, None).await?;
+            if trust_total && pages.is_none() {
+                pages = resp
+                    .headers()
+                    .get("x-total-count")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.trim().parse::<usize>().ok())
+                    .map(|total| total.div_ceil(PAGE_SIZE).max(1));
+            }
+            let items: Vec<T> = decode(&Method::GET, path, resp).await?;
+            let count = items.len();
+            out.extend(items);
+            let done = match pages {
+                // An empty page means the total was stale: nothing more to read.
+                Some(pages) => page >= pages || count == 0,
+                None => count < PAGE_SIZE,
+            };
+            if done || page >= 10_000 {
+                return Ok(out);
+            }
+            page += 1;
+        }
+    }
+}
+
+async fn decode<T: DeserializeOwned>(
+    method: &Method,
+    path: &str,
+    resp: reqwest::Response,
+) -> Result<T, ForgeError> {
+    let bytes = resp.bytes().await.map_err(|_| ForgeError::Transport {
+        method: method.to_string(),
+        path: path.to_owned(),
+        reason: "the response body could not be read".into(),
+    })?;
+    serde_json::from_slice(&bytes).map_err(|e| ForgeError::Decode {
+        method: method.to_string(),
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })
+}
+
+/// `Retry-After` as seconds or an HTTP date, capped.
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
+    let wait = if let Ok(secs) = value.parse::<u64>() {
+        Duration::from_secs(secs)
+    } else {
+        let at = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+        (at.with_timezone(&chrono::Utc) - chrono::Utc::now())
+            .to_std()
+            .unwrap_or_default()
+    };
+    Some(wait.min(MAX_RETRY_AFTER))
+}
+
+/// Path segments are escaped: a label name or login may hold anything.
+fn seg(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn repo_path(repo: &RepoName) -> String {
+    format!("/repos/{}/{}", seg(repo.owner()), seg(repo.name()))
+}
+
+// Wire types: every field defaulted, so other Forgejo versions decode.
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WireUser {
+    login: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WireLabel {
+    id: u64,
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct WireIssue {
+    number: u64,
+    #[serde(default)]
+    title: String,
+    #[serde(default)]
+    body: String,
+    #[serde(default)]
+    state: String,
+    #[serde(default)]
+    labels: Option<Vec<WireLabel>>,
+    #[serde(default)]
+    user: Option<WireUser>,
+    #[serde(default)]
+    updated_at: String,
+    #[serde(default)]
+    pull_request: Option<Value>,
+}
+
+impl From<WireIssue> for Issue {
+    fn from(w: WireIssue) -> Self {
+        Issue {
+            number: w.number,
+            title: w.title,
+            body: w.body,
+            state: w.state,
+            labels: w
+                .labels
+                .unwrap_or_default()
+                .into_iter()
+                .map(|l| Label {
+                    id: l.id,
+                    name: l.name,
+                })
+                .collect(),
+            author: w.user.map(|u| u.login).unwrap_or_default(),
+            updated_at: w.updated_at,
+            is_pull: w.pull_request.is_some_and(|p| !p.is_null()),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct WireComment {
+    id: u64,
+    #[serde(default)]
+    body: String,
+    #[serde(default)]
+    user: Option<WireUser>,
+    #[serde(default)]
+    created_at: String,
+    #[serde(default)]
+    updated_at: String,
+}
+
+impl From<WireComment> for Comment {
+    fn from(w: WireComment) -> Self {
+        Comment {
+            id: w.id,
+            author: w.user.map(|u| u.login).unwrap_or_default(),
+            body: w.body,
+            created_at: w.created_at,
+            updated_at: w.updated_at,
+        }
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WireTimeline {
+    #[serde(rename = "type")]
+    kind: String,
+    body: String,
+    user: Option<WireUser>,
+    label: Option<WireLabel>,
+    created_at: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WireRepo {
+    name: String,
+    full_name: String,
+    default_branch: String,
+    owner: Option<WireUser>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WirePermission {
+    permission: String,
+}
+
+#[async_trait]
+impl Forge for ForgejoClient {
+    async fn current_user(&self) -> Result<String, ForgeError> {
+        let user: WireUser = self.json(Method::GET, "/user", "/user", &[], None).await?;
+        Ok(user.login)
+    }
+
+    async fn repository(&self, repo: &RepoName) -> Result<Repository, ForgeError> {
+        let path = repo_path(repo);
+        let wire: WireRepo = self
+            .json(Method::GET, "/repos/{owner}/{repo}", &path, &[], None)
+            .await?;
+        Ok(Repository {
+            name: repo.clone(),
+            default_branch: wire.default_branch,
+        })
+    }
+
+    async fn open_issues_with_label(
+        &self,
+        repo: &RepoName,
+        label: &str,
+    ) -> Result<Vec<Issue>, ForgeError> {
+        let path = format!("{}/issues", repo_path(repo));
+        let query = [
+            ("state", "open".to_owned()),
+            ("type", "issues".to_owned()),
+            ("labels", label.to_owned()),
+        ];
+        let wire: Vec<WireIssue> = self
+            .all_pages("/repos/{owner}/{repo}/issues", &path, &query, true)
+            .await?;
+        Ok(wire.into_iter().map(Issue::from).collect())
+    }
+
+    async fn issue(&self, issue: &IssueRef) -> Result<Issue, ForgeError> {
+        let path = format!("{}/issues/{}", repo_path(&issue.repo), issue.number);
+        let wire: WireIssue = self
+            .json(
+                Method::GET,
+                "/repos/{owner}/{repo}/issues/{index}",
+                &path,
+                &[],
+                None,
+            )
+            .await?;
+        Ok(wire.into())
+    }
+
+    async fn comments(&self, issue: &IssueRef) -> Result<Vec<Comment>, ForgeError> {
+        // Not paginated by Forgejo: one call returns every comment.
+        let path = format!(
+            "{}/issues/{}/comments",
+            repo_path(&issue.repo),
+            issue.number
+        );
+        let wire: Vec<WireComment> = self
+            .json(
+                Method::GET,
+                "/repos/{owner}/{repo}/issues/{index}/comments",
+                &path,
+                &[],
+                None,
+            )
+            .await?;
+        Ok(wire.into_iter().map(Comment::from).collect())
+    }
+
+    async fn timeline(&self, issue: &IssueRef) -> Result<Vec<TimelineEntry>, ForgeError> {
+        let path = format!(
+            "{}/issues/{}/timeline",
+            repo_path(&issue.repo),
+            issue.number
+        );
+        let wire: Vec<WireTimeline> = self
+            .all_pages(
+                "/repos/{owner}/{repo}/issues/{index}/timeline",
+                &path,
+                &[],
+                false,
+            )
+            .await?;
+        Ok(wire
+            .into_iter()
+            .map(|w| TimelineEntry {
+                added: w.kind == "label" && w.body == "1",
+                kind: w.kind,
+                actor: w.user.map(|u| u.login).unwrap_or_default(),
+                label: w.label.map(|l| l.name),
+                created_at: w.created_at,
+            })
+            .collect())
+    }
+
+    async fn permission(&self, repo: &RepoName, user: &str) -> Result<Permission, ForgeError> {
+        let path = format!("{}/collaborators/{}/permission", repo_path(repo), seg(user));
+        match self
+            .json::<WirePermission>(
+                Method::GET,
+                "/repos/{owner}/{repo}/collaborators/{collaborator}/permission",
+                &path,
+                &[],
+                None,
+            )
+            .await
+        {
+            Ok(p) => Ok(Permission::parse(&p.permission)),
+            Err(e) if e.is_not_found() => Ok(Permission::None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn ensure_label(
+        &self,
+        repo: &RepoName,
+        name: &str,
+        color: &str,
+        description: &str,
+    ) -> Result<Label, ForgeError> {
+        let path = format!("{}/labels", repo_path(repo));
+        let labels: Vec<WireLabel> = self
+            .all_pages("/repos/{owner}/{repo}/labels", &path, &[], true)
+            .await?;
+        if let Some(l) = labels.into_iter().find(|l| l.name == name) {
+            return Ok(Label {
+                id: l.id,
+                name: l.name,
+            });
+        }
+        let body = json!({ "name": name, "color": color, "description": description });
+        let created: WireLabel = self
+            .json(
+                Method::POST,
+                "/repos/{owner}/{repo}/labels",
+                &path,
+                &[],
+                Some(&body),
+            )
+            .await?;
+        Ok(Label {
+            id: created.id,
+            name: created.name,
+        })
+    }
+
+    async fn add_label(&self, issue: &IssueRef, label_id: u64) -> Result<(), ForgeError> {
+        let path = format!("{}/issues/{}/labels", repo_path(&issue.repo), issue.number);
+        let body = json!({ "labels": [label_id] });
+        self.send(
+            Method::POST,
+            "/repos/{owner}/{repo}/issues/{index}/labels",
+            &path,
+            &[],
+            Some(&body),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn remove_label(&self, issue: &IssueRef, label_id: u64) -> Result<(), ForgeError> {
+        let path = format!(
+            "{}/issues/{}/labels/{label_id}",
+            repo_path(&issue.repo),
+            issue.number
+        );
+        match self
+            .send(
+                Method::DELETE,
+                "/repos/{owner}/{repo}/issues/{index}/labels/{identifier}",
+                &path,
+                &[],
+                None,
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            // Already gone: removing is idempotent.
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn create_comment(&self, issue: &IssueRef, body: &str) -> Result<Comment, ForgeError> {
+        let path = format!(
+            "{}/issues/{}/comments",
+            repo_path(&issue.repo),
+            issue.number
+        );
+        let wire: WireComment = self
+            .json(
+                Method::POST,
+                "/repos/{owner}/{repo}/issues/{index}/comments",
+                &path,
+                &[],
+                Some(&json!({ "body": body })),
+            )
+            .await?;
+        Ok(wire.into())
+    }
+
+    async fn edit_comment(
+        &self,
+        repo: &RepoName,
+        comment_id: u64,
+        body: &str,
+    ) -> Result<Comment, ForgeError> {
+        let path = format!("{}/issues/comments/{comment_id}", repo_path(repo));
+        let wire: WireComment = self
+            .json(
+                Method::PATCH,
+                "/repos/{owner}/{repo}/issues/comments/{id}",
+                &path,
+                &[],
+                Some(&json!({ "body": body })),
+            )
+            .await?;
+        Ok(wire.into())
+    }
+
+    async fn org_repos(&self, org: &str) -> Result<Vec<RepoName>, ForgeError> {
+        let path = format!("/orgs/{}/repos", seg(org));
+        let wire: Vec<WireRepo> = self
+            .all_pages("/orgs/{org}/repos", &path, &[], true)
+            .await?;
+        Ok(wire
+            .into_iter()
+            .filter_map(|r| {
+                r.full_name.parse().ok().or_else(|| {
+                    let owner = r.owner.map(|o| o.login).unwrap_or_else(|| org.to_owned());
+                    RepoName::new(&owner, &r.name).ok()
+                })
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_segments_are_escaped() {
+        assert_eq!(seg("plain-name_1.x"), "plain-name_1.x");
+        assert_eq!(seg("a b/c?d"), "a%20b%2Fc%3Fd");
+        assert_eq!(seg("ümlaut"), "%C3%BCmlaut");
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_and_caps_them() {
+        let mut h = HeaderMap::new();
+        h.insert(RETRY_AFTER, HeaderValue::from_static("3"));
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(3)));
+        h.insert(RETRY_AFTER, HeaderValue::from_static("86400"));
+        assert_eq!(retry_after(&h), Some(MAX_RETRY_AFTER));
+        h.insert(RETRY_AFTER, HeaderValue::from_static("soon"));
+        assert_eq!(retry_after(&h), None);
+    }
+}

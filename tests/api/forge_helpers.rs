@@ -1,0 +1,126 @@
+//! `ForgeApp`: the real app wired to a FakeForge served over HTTP, with webhooks from the fake
+//! delivered to the app, as a Forgejo instance would.
+
+use std::sync::Arc;
+
+use director::director::scanner::{ScanReport, Scanner};
+use director::domain::{IssueRef, Lifecycle, RepoName};
+use director::forge::Permission;
+use director::forge::fake::{FakeForge, FakeServer};
+use director::settings::Secret;
+use director::store::IssueRecord;
+
+use crate::helpers::{SECRET, TestApp, wait_until};
+
+pub const BOT: &str = "director-bot";
+pub const BOT_TOKEN: &str = "bot-token-5f1e9a";
+pub const WRITER: &str = "alice";
+pub const READER: &str = "rita";
+pub const TRIGGER: &str = "headless";
+
+pub struct ForgeApp {
+    pub app: TestApp,
+    pub forge: FakeForge,
+    _server: FakeServer,
+    pub repo: RepoName,
+    scanner: Option<Arc<Scanner>>,
+}
+
+impl ForgeApp {
+    pub async fn spawn() -> Self {
+        Self::spawn_with(|_| {}).await
+    }
+
+    pub async fn spawn_with(configure: impl FnOnce(&mut director::settings::Settings)) -> Self {
+        let forge = FakeForge::new();
+        forge.add_account(BOT, BOT_TOKEN);
+        let repo = forge.add_repo("acme/widgets");
+        forge.grant(&repo, BOT, Permission::Admin);
+        forge.grant(&repo, WRITER, Permission::Write);
+        forge.add_user(READER);
+        forge.define_label(&repo, TRIGGER);
+        forge.define_label(&repo, "bug");
+        let server = forge.serve().expect("fake forge serves");
+        let url = server.url().to_owned();
+        let (app, scanner) = TestApp::spawn_full(|s| {
+            s.forge.url = url;
+            s.forge.token = Secret::new(BOT_TOKEN);
+            // Learned from GET /user, as in production.
+            s.forge.bot_login = None;
+            s.forge.max_attempts = 4;
+            s.scan.repos = vec![repo.clone()];
+            s.scan.enabled = false;
+            configure(s);
+        })
+        .await;
+        forge.set_webhook(&format!("{}/webhooks/forgejo", app.address), SECRET);
+        let this = Self {
+            app,
+            forge,
+            _server: server,
+            repo,
+            scanner,
+        };
+        this.wait_for_metric(r#"director_forge_requests_total{endpoint="/user",status="200"} 1"#)
+            .await;
+        this
+    }
+
+    pub async fn scan(&self) -> ScanReport {
+        let report = self
+            .scanner
+            .as_ref()
+            .expect("a scanner")
+            .scan_once()
+            .await
+            .expect("scan runs");
+        self.app.wait_processed().await;
+        report
+    }
+
+    pub async fn record(&self, issue: &IssueRef) -> Option<IssueRecord> {
+        self.app.store.issue(issue).await.expect("query")
+    }
+
+    /// Waits until the issue is in `state` (every delivery processed first).
+    pub async fn wait_state(&self, issue: &IssueRef, state: Lifecycle) -> IssueRecord {
+        wait_until(&format!("{issue} is {state}"), || async {
+            self.record(issue)
+                .await
+                .is_some_and(|r| r.lifecycle == state)
+        })
+        .await;
+        self.app.wait_processed().await;
+        self.record(issue).await.expect("recorded")
+    }
+
+    pub async fn wait_for_metric(&self, line: &str) {
+        wait_until(&format!("metric {line}"), || async {
+            self.app
+                .get("/metrics")
+                .await
+                .text()
+                .await
+                .expect("body")
+                .contains(line)
+        })
+        .await;
+    }
+
+    pub fn assert_contract(&self) {
+        let v = self.forge.contract_violations();
+        assert!(
+            v.is_empty(),
+            "requests that do not fit Forgejo's API spec: {v:#?}"
+        );
+    }
+
+    /// Calls received for a path ending in `suffix` with `method`.
+    pub fn calls_to(&self, method: &str, suffix: &str) -> usize {
+        self.forge
+            .calls()
+            .iter()
+            .filter(|c| c.method == method && c.path.ends_with(suffix))
+            .count()
+    }
+}
