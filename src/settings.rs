@@ -512,6 +512,12 @@ impl Settings {
                 ));
             }
         }
+        if !self.forge.url.is_empty() && self.forge.token.is_empty() {
+            return Err(invalid(
+                "forge.token",
+                "required when forge.url is set (or use forge.token_file)",
+            ));
+        }
         if self.forge.timeout_secs == 0 {
             return Err(invalid("forge.timeout_secs", "must be greater than 0"));
         }

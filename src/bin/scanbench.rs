@@ -36,7 +36,9 @@ struct Args {
 const TOKEN: &str = "bench-bot-token";
 
 fn repo_names(n: usize) -> Vec<RepoName> {
-    (0..n).filter_map(|i| RepoName::new("bench", &format!("repo-{i:03}")).ok()).collect()
+    (0..n)
+        .filter_map(|i| RepoName::new("bench", &format!("repo-{i:03}")).ok())
+        .collect()
 }
 
 async fn serve_fake(args: &Args) -> anyhow::Result<()> {
@@ -51,10 +53,14 @@ async fn serve_fake(args: &Args) -> anyhow::Result<()> {
     }
     for n in 0..args.issues {
         let repo = &repos[n % repos.len()];
-        let issue = forge.open_issue(repo, "reporter", &format!("Task {n}"), "Do the thing.").await;
+        let issue = forge
+            .open_issue(repo, "reporter", &format!("Task {n}"), "Do the thing.")
+            .await;
         forge.label("alice", &issue, "headless").await;
         // An unlabelled neighbour that the scan must not pay for.
-        forge.open_issue(repo, "reporter", &format!("Other {n}"), "").await;
+        forge
+            .open_issue(repo, "reporter", &format!("Other {n}"), "")
+            .await;
     }
     let server = forge.serve()?;
     println!("{}", server.url());
@@ -94,17 +100,32 @@ fn calls(metrics: &Metrics) -> u64 {
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
     if args.serve_fake {
         return rt.block_on(serve_fake(&args));
     }
     let mut child = Command::new(std::env::current_exe()?)
-        .args(["--serve-fake", "--repos", &args.repos.to_string(), "--issues", &args.issues.to_string()])
+        .args([
+            "--serve-fake",
+            "--repos",
+            &args.repos.to_string(),
+            "--issues",
+            &args.issues.to_string(),
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()?;
     let mut url = String::new();
-    BufReader::new(child.stdout.take().ok_or_else(|| anyhow::anyhow!("no stdout"))?).read_line(&mut url)?;
+    BufReader::new(
+        child
+            .stdout
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("no stdout"))?,
+    )
+    .read_line(&mut url)?;
     let url = url.trim().to_owned();
 
     let result = rt.block_on(async {

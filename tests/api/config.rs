@@ -88,6 +88,11 @@ fn a_bad_configuration_exits_non_zero_and_names_the_key() {
         ),
         ("DIRECTOR_FORGE__URL", "ftp://x", "forge.url"),
         ("DIRECTOR_SCAN__REPOZ", "a/b", "scan.repoz"),
+        (
+            "DIRECTOR_FORGE__URL",
+            "https://forgejo.example.org",
+            "forge.token",
+        ),
     ];
     for (var, value, key) in cases {
         let out = director()
