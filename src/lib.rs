@@ -8,6 +8,7 @@ pub mod forge;
 pub mod http;
 pub mod intake;
 pub mod metrics;
+pub mod preflight;
 pub mod settings;
 pub mod startup;
 pub mod status;

@@ -41,6 +41,16 @@ enum Command {
         #[arg(long, env = "DIRECTOR_CONFIG")]
         config: Option<PathBuf>,
     },
+    /// Run the pre-flight on one issue and print the read and the verdict.
+    Preflight {
+        /// The issue, as owner/repo#N.
+        issue: String,
+        /// Write nothing to Forgejo or the database (required: the service runs real ones).
+        #[arg(long, required = true)]
+        dry_run: bool,
+        #[arg(long, env = "DIRECTOR_CONFIG")]
+        config: Option<PathBuf>,
+    },
     /// Print the tracked issues: state, who applied the trigger, last change.
     Status {
         /// One JSON array, an object per issue.
@@ -78,6 +88,40 @@ fn main() -> ExitCode {
             run_async(async move {
                 let report = director::startup::scan_once(settings).await?;
                 println!("{}", serde_json::to_string_pretty(&report)?);
+                Ok(())
+            })
+        }
+        Command::Preflight {
+            issue,
+            dry_run: _,
+            config,
+        } => {
+            let issue: director::domain::IssueRef = match issue.parse() {
+                Ok(i) => i,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let settings = match load(config.as_ref()) {
+                Ok(s) => s,
+                Err(code) => return code,
+            };
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            run_async(async move {
+                let run = director::startup::preflight_dry_run(settings, issue).await?;
+                println!("=== prompt ===\n{}\n", run.prompt);
+                if !run.left_out.is_empty() {
+                    println!(
+                        "=== left out as untrusted ===\n{}\n",
+                        run.left_out.join("\n")
+                    );
+                }
+                println!("=== read ({}) ===\n{}\n", run.model, run.reading.trim());
+                match run.verdict {
+                    Some(v) => println!("=== verdict ===\n{}", serde_json::to_string(&v)?),
+                    None => println!("=== verdict ===\nunclear: no GO, NO-GO or WRONG-REPO line"),
+                }
                 Ok(())
             })
         }

@@ -15,6 +15,12 @@ pub struct Metrics {
     pub forge_requests: IntCounterVec,
     /// Deliveries stored but not yet processed.
     pub deliveries_pending: IntGauge,
+    /// Pre-flight outcomes: go, no_go, wrong_repo, skipped, error, capped.
+    pub preflight_verdicts: IntCounterVec,
+    /// Provider failures by kind: timeout, status, unclear, other.
+    pub preflight_errors: IntCounterVec,
+    /// Provider answer time.
+    pub preflight_latency: prometheus::Histogram,
 }
 
 impl Metrics {
@@ -52,11 +58,37 @@ impl Metrics {
             "Deliveries stored and not yet processed",
         )
         .expect("static metric definition");
+        let preflight_verdicts = IntCounterVec::new(
+            Opts::new("director_preflight_verdicts_total", "Pre-flight outcomes"),
+            &["outcome"],
+        )
+        .expect("static metric definition");
+        let preflight_errors = IntCounterVec::new(
+            Opts::new(
+                "director_preflight_provider_errors_total",
+                "Pre-flight provider failures",
+            ),
+            &["kind"],
+        )
+        .expect("static metric definition");
+        let preflight_latency = prometheus::Histogram::with_opts(
+            HistogramOpts::new(
+                "director_preflight_provider_seconds",
+                "Pre-flight provider latency",
+            )
+            .buckets(vec![
+                0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 60.0, 120.0, 180.0, 300.0,
+            ]),
+        )
+        .expect("static metric definition");
         for c in [
             Box::new(deliveries.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(request_duration.clone()),
             Box::new(forge_requests.clone()),
             Box::new(deliveries_pending.clone()),
+            Box::new(preflight_verdicts.clone()),
+            Box::new(preflight_errors.clone()),
+            Box::new(preflight_latency.clone()),
         ] {
             registry.register(c).expect("metric names are unique");
         }
@@ -66,6 +98,9 @@ impl Metrics {
             request_duration,
             forge_requests,
             deliveries_pending,
+            preflight_verdicts,
+            preflight_errors,
+            preflight_latency,
         }
     }
 

@@ -295,20 +295,36 @@ impl Default for ScanSettings {
 pub struct LabelSettings {
     #[serde(deserialize_with = "lenient::string")]
     pub trigger: String,
+    /// Applied by a writer, skips the pre-flight gate.
+    #[serde(deserialize_with = "lenient::string")]
+    pub skip_preflight: String,
 }
 
 impl Default for LabelSettings {
     fn default() -> Self {
         Self {
             trigger: "headless".into(),
+            skip_preflight: "headless:skip-preflight".into(),
         }
     }
 }
 
-/// Read by the pre-flight (not yet built); accepted now so one file serves every release.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnError {
+    /// A pre-flight that could not run leaves the issue waiting.
+    #[default]
+    Wait,
+    /// A pre-flight that could not run lets the issue proceed to a run.
+    Proceed,
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PreflightSettings {
+    /// Run pre-flights (needs a forge). Off: picked-up issues wait in `pending`.
+    pub enabled: bool,
+    /// `anthropic`, `openai` (any compatible endpoint) or `command`.
     #[serde(deserialize_with = "lenient::string")]
     pub provider: String,
     #[serde(deserialize_with = "lenient::string")]
@@ -318,19 +334,57 @@ pub struct PreflightSettings {
     pub api_key: Secret,
     #[serde(deserialize_with = "lenient::opt_string")]
     pub api_key_file: Option<String>,
+    /// For `command`: the program and its arguments; the prompt arrives on stdin.
     #[serde(deserialize_with = "lenient::list")]
     pub command: Vec<String>,
+    /// Per read, in seconds.
+    pub timeout_secs: u64,
+    /// Cap on the model's answer, in tokens.
+    pub max_tokens: u32,
+    /// Reads tried (errors, timeouts, answers without a verdict) before giving up.
+    pub max_attempts: u32,
+    /// First wait between attempts, doubled each time, in milliseconds.
+    pub retry_backoff_ms: u64,
+    /// `wait` (default) or `proceed` when the pre-flight could not run.
+    pub on_error: OnError,
+    /// Owners (users or organisations) a WRONG-REPO issue may be filed with.
+    #[serde(deserialize_with = "lenient::list")]
+    pub trusted_owners: Vec<String>,
+    /// Accounts whose comments count as trusted without write access (e.g. the broker that
+    /// files issues for explore agents).
+    #[serde(deserialize_with = "lenient::list")]
+    pub automation_accounts: Vec<String>,
+    /// A prompt template replacing the built-in one (`config/preflight-prompt.md`).
+    #[serde(deserialize_with = "lenient::opt_string")]
+    pub template_file: Option<String>,
+    /// Reads per hour, over all repositories and per repository.
+    pub max_per_hour: u32,
+    pub max_per_repo_per_hour: u32,
+    /// Reads at once.
+    pub concurrency: usize,
 }
 
 impl Default for PreflightSettings {
     fn default() -> Self {
         Self {
+            enabled: true,
             provider: "openai".into(),
             base_url: String::new(),
             model: String::new(),
             api_key: Secret::default(),
             api_key_file: None,
             command: Vec::new(),
+            timeout_secs: 180,
+            max_tokens: 1024,
+            max_attempts: 3,
+            retry_backoff_ms: 30_000,
+            on_error: OnError::Wait,
+            trusted_owners: Vec::new(),
+            automation_accounts: Vec::new(),
+            template_file: None,
+            max_per_hour: 60,
+            max_per_repo_per_hour: 20,
+            concurrency: 2,
         }
     }
 }
@@ -529,6 +583,36 @@ impl Settings {
             return Err(invalid(
                 "labels.trigger",
                 "must be one non-empty label name without commas",
+            ));
+        }
+        let p = &self.preflight;
+        if !["anthropic", "openai", "command"].contains(&p.provider.as_str()) {
+            return Err(invalid(
+                "preflight.provider",
+                format!("`{}`: use anthropic, openai or command", p.provider),
+            ));
+        }
+        if p.enabled && p.provider == "command" && p.command.is_empty() {
+            return Err(invalid(
+                "preflight.command",
+                "required when preflight.provider is `command`",
+            ));
+        }
+        if p.timeout_secs == 0 {
+            return Err(invalid("preflight.timeout_secs", "must be greater than 0"));
+        }
+        if p.max_attempts == 0 {
+            return Err(invalid("preflight.max_attempts", "must be at least 1"));
+        }
+        if p.concurrency == 0 {
+            return Err(invalid("preflight.concurrency", "must be at least 1"));
+        }
+        if let Some(file) = &p.template_file
+            && !Path::new(file).is_file()
+        {
+            return Err(invalid(
+                "preflight.template_file",
+                format!("{file} does not exist"),
             ));
         }
         if let Err(e) = croner_check(&self.scan.schedule) {

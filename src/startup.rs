@@ -13,12 +13,15 @@ use tokio_cron_scheduler::{Job, JobScheduler};
 use tokio_util::sync::CancellationToken;
 
 use crate::director::consumer::Consumer;
+use crate::director::decide::LabelNames;
 use crate::director::scanner::{ScanReport, Scanner};
 use crate::forge::Forge;
 use crate::forge::forgejo::ForgejoClient;
 use crate::http::{AppState, observe_latency, routes};
 use crate::intake::Intake;
 use crate::metrics::Metrics;
+use crate::preflight::providers;
+use crate::preflight::worker::PreflightWorker;
 use crate::settings::Settings;
 use crate::store::Store;
 
@@ -28,6 +31,13 @@ pub struct Application {
     shutdown: CancellationToken,
     store: Store,
     scanner: Option<Arc<Scanner>>,
+}
+
+pub fn label_names(settings: &Settings) -> LabelNames {
+    LabelNames {
+        trigger: settings.labels.trigger.clone(),
+        skip_preflight: settings.labels.skip_preflight.clone(),
+    }
 }
 
 /// The forge client, when `forge.url` is set.
@@ -40,6 +50,29 @@ pub fn forge_client(
     }
     let client = ForgejoClient::new(&settings.forge, metrics)?;
     Ok(Some(Arc::new(client)))
+}
+
+/// The pre-flight worker over the configured provider.
+pub fn preflight_worker(
+    settings: &Settings,
+    forge: Arc<dyn Forge>,
+    store: &Store,
+    bot: Arc<RwLock<Option<String>>>,
+    metrics: Option<Metrics>,
+    consumer_wake: Arc<Notify>,
+) -> anyhow::Result<PreflightWorker> {
+    let provider: Arc<dyn crate::preflight::Preflight> =
+        Arc::from(providers::from_settings(&settings.preflight)?);
+    PreflightWorker::new(
+        store.clone(),
+        forge,
+        provider,
+        settings.preflight.clone(),
+        settings.labels.clone(),
+        bot,
+        metrics,
+        consumer_wake,
+    )
 }
 
 /// The scanner, when a forge and something to watch are configured.
@@ -85,12 +118,27 @@ impl Application {
                 shutdown.clone(),
             ));
         }
-        let consumer = Consumer::new(
+        let mut consumer = Consumer::new(
             store.clone(),
             wake.clone(),
-            settings.labels.trigger.clone(),
+            label_names(&settings),
             forge.clone(),
         );
+        if let Some(forge) = &forge
+            && settings.preflight.enabled
+        {
+            let worker = preflight_worker(
+                &settings,
+                forge.clone(),
+                &store,
+                bot_login.clone(),
+                Some(metrics.clone()),
+                wake.clone(),
+            )?;
+            let preflight_wake = Arc::new(Notify::new());
+            consumer = consumer.with_preflight_wake(preflight_wake.clone());
+            tokio::spawn(Arc::new(worker).run(preflight_wake, shutdown.clone()));
+        }
         tokio::spawn(consumer.run(shutdown.clone()));
 
         let scanner = scanner(&settings, forge.as_ref(), &store, wake).map(Arc::new);
@@ -224,8 +272,58 @@ pub async fn scan_once(settings: Settings) -> anyhow::Result<ScanReport> {
     let scanner = scanner(&settings, Some(&forge), &store, wake.clone())
         .context("nothing to scan: set scan.repos or scan.orgs")?;
     let report = scanner.scan_once().await?;
-    Consumer::new(store, wake, settings.labels.trigger.clone(), Some(forge))
+    Consumer::new(store, wake, label_names(&settings), Some(forge))
         .drain()
         .await?;
     Ok(report)
+}
+
+/// What `director preflight --dry-run` shows.
+pub struct DryRun {
+    pub prompt: String,
+    pub reading: String,
+    pub model: String,
+    pub verdict: Option<crate::preflight::verdict::Verdict>,
+    pub left_out: Vec<String>,
+}
+
+/// `director preflight owner/repo#N --dry-run`: reads the issue, builds the prompt, asks the
+/// provider; writes nothing to Forgejo and nothing to the database.
+pub async fn preflight_dry_run(
+    settings: Settings,
+    issue: crate::domain::IssueRef,
+) -> anyhow::Result<DryRun> {
+    let forge = forge_client(&settings, None)?.context("forge.url must be set")?;
+    let bot = match forge.current_user().await {
+        Ok(login) => Some(login),
+        Err(_) => settings.forge.bot_login.clone(),
+    };
+    let provider: Arc<dyn crate::preflight::Preflight> =
+        Arc::from(providers::from_settings(&settings.preflight)?);
+    let template = match &settings.preflight.template_file {
+        Some(file) => std::fs::read_to_string(file)
+            .with_context(|| format!("preflight.template_file {file}"))?,
+        None => crate::preflight::prompt::DEFAULT_TEMPLATE.to_owned(),
+    };
+    let gathered = crate::preflight::worker::gather_with(
+        forge.as_ref(),
+        &template,
+        &settings.preflight.automation_accounts,
+        bot.as_deref(),
+        &issue,
+        0,
+    )
+    .await?;
+    let reading = provider.read(&gathered.prompt.text).await?;
+    Ok(DryRun {
+        prompt: gathered.prompt.text,
+        verdict: crate::preflight::verdict::parse(&reading.text),
+        reading: reading.text,
+        model: reading.model,
+        left_out: gathered
+            .left_out
+            .iter()
+            .map(|l| format!("@{} (comment {})", l.author, l.comment_id))
+            .collect(),
+    })
 }

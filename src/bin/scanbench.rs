@@ -140,7 +140,8 @@ fn main() -> anyhow::Result<()> {
         let forge: Arc<dyn director::forge::Forge> = Arc::new(ForgejoClient::new(&settings, Some(metrics.clone()))?);
         let wake = Arc::new(Notify::new());
         let scanner = Scanner::new(forge.clone(), store.clone(), "headless".into(), repo_names(args.repos), Vec::new(), wake.clone());
-        let consumer = Consumer::new(store.clone(), wake, "headless".into(), Some(forge));
+        let labels = director::director::decide::LabelNames { trigger: "headless".into(), skip_preflight: "headless:skip-preflight".into() };
+        let consumer = Consumer::new(store.clone(), wake, labels, Some(forge));
         println!(
             "{} repositories, {} labelled issues (and as many unlabelled), FakeForge over loopback in its own process",
             args.repos, args.issues

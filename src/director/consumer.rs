@@ -10,8 +10,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::director::comments;
-use crate::director::decide::{Step, apply_event, judge_trigger};
-use crate::domain::{IssueRef, RepoName};
+use crate::director::decide::{LabelNames, Step, apply_event, judge_trigger};
+use crate::domain::{IssueRef, Lifecycle, RepoName};
 use crate::forge::{Forge, ForgeError, Permission};
 use crate::store::{IssueRecord, Store, StoredDelivery};
 
@@ -23,8 +23,11 @@ const IDLE_POLL: Duration = Duration::from_secs(2);
 pub struct Consumer {
     store: Store,
     wake: Arc<Notify>,
+    labels: LabelNames,
     trigger: String,
     forge: Option<Arc<dyn Forge>>,
+    /// Woken when an issue needs a pre-flight.
+    preflight_wake: Option<Arc<Notify>>,
 }
 
 impl Consumer {
@@ -33,15 +36,23 @@ impl Consumer {
     pub fn new(
         store: Store,
         wake: Arc<Notify>,
-        trigger: String,
+        labels: LabelNames,
         forge: Option<Arc<dyn Forge>>,
     ) -> Self {
+        let trigger = labels.trigger.clone();
         Self {
             store,
             wake,
+            labels,
             trigger,
             forge,
+            preflight_wake: None,
         }
+    }
+
+    pub fn with_preflight_wake(mut self, wake: Arc<Notify>) -> Self {
+        self.preflight_wake = Some(wake);
+        self
     }
 
     /// Processes until `shutdown` fires.
@@ -99,12 +110,22 @@ impl Consumer {
                 issue = event.issue.number,
             );
             let now = crate::clock::now_ms();
-            let Some(decision) = apply_event(known.get(&event.issue), event, &self.trigger, now)
+            let Some(decision) = apply_event(known.get(&event.issue), event, &self.labels, now)
             else {
                 continue;
             };
             let record = match decision.step {
                 Step::Nothing => decision.record,
+                Step::Reread => {
+                    span.in_scope(|| tracing::info!("changed after the pre-flight: reading again"));
+                    decision.record
+                }
+                Step::Preflighted => {
+                    span.in_scope(|| {
+                        tracing::info!(state = %decision.record.lifecycle, "pre-flight result applied")
+                    });
+                    decision.record
+                }
                 Step::Cancelled => {
                     span.in_scope(|| tracing::info!(state = %decision.record.state, "trigger removed or issue closed: cancelled"));
                     decision.record
@@ -123,9 +144,14 @@ impl Consumer {
             .into_iter()
             .filter_map(|i| known.remove(&i))
             .collect();
+        let wake_preflight = records.iter().any(|r| r.lifecycle == Lifecycle::Pending);
         self.store
             .commit_processed(&records, &seqs, crate::clock::now_ms())
-            .await
+            .await?;
+        if wake_preflight && let Some(wake) = &self.preflight_wake {
+            wake.notify_one();
+        }
+        Ok(())
     }
 
     /// Finds who applied the trigger and whether they may; says so once on the issue when
@@ -143,7 +169,7 @@ impl Consumer {
         let issue = record.issue_ref();
         let actor = match actor_hint {
             Some(actor) => Some(actor),
-            None => match latest_trigger_actor(forge.as_ref(), &issue, &self.trigger).await {
+            None => match latest_label_actor(forge.as_ref(), &issue, &self.trigger).await {
                 Ok(actor) => actor,
                 Err(error) => {
                     tracing::warn!(%error, "could not read the timeline; a later scan retries");
@@ -229,16 +255,16 @@ impl PermissionCache {
     }
 }
 
-/// The account on the latest "label added" timeline entry for `trigger`.
-pub async fn latest_trigger_actor(
+/// The account on the latest "label added" timeline entry for `label`.
+pub async fn latest_label_actor(
     forge: &dyn Forge,
     issue: &IssueRef,
-    trigger: &str,
+    label: &str,
 ) -> Result<Option<String>, ForgeError> {
     let timeline = forge.timeline(issue).await?;
     Ok(timeline
         .into_iter()
         .rev()
-        .find(|t| t.kind == "label" && t.added && t.label.as_deref() == Some(trigger))
+        .find(|t| t.kind == "label" && t.added && t.label.as_deref() == Some(label))
         .map(|t| t.actor))
 }

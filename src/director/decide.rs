@@ -23,6 +23,10 @@ pub fn is_not_older(candidate: Option<&str>, known: Option<&str>) -> bool {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
     Nothing,
+    /// The issue changed after a verdict: the pre-flight looks again.
+    Reread,
+    /// A pre-flight result was applied.
+    Preflighted,
     /// The trigger is on an open issue and who applied it is not known yet: find out (the
     /// hint is the webhook sender of the label change itself) and check their permission.
     ResolveTrigger {
@@ -49,12 +53,16 @@ fn live_and_judged(r: &IssueRecord) -> bool {
 pub fn apply_event(
     known: Option<&IssueRecord>,
     event: &ForgeEvent,
-    trigger: &str,
+    labels_cfg: &LabelNames,
     now_ms: i64,
 ) -> Option<Decision> {
+    if event.kind == EventKind::Preflight {
+        return apply_preflight(known?, event.preflight.as_ref()?, now_ms);
+    }
     if event.is_pull {
         return None;
     }
+    let trigger = labels_cfg.trigger.as_str();
     let snap = &event.snapshot;
     if let Some(known) = known
         && !is_not_older(
@@ -80,6 +88,7 @@ pub fn apply_event(
         trigger_actor: None,
         trigger_trusted: None,
         untrusted_notice: false,
+        preflight: Default::default(),
     });
     let was_judged = known.is_some_and(live_and_judged);
     let snapshot_unchanged = known.is_some_and(|k| {
@@ -97,7 +106,25 @@ pub fn apply_event(
 
     let step = if trigger_present && open {
         if was_judged {
-            Step::Nothing
+            let skip_changed = known.is_some_and(|k| {
+                k.labels.contains(&labels_cfg.skip_preflight)
+                    != record.labels.contains(&labels_cfg.skip_preflight)
+            });
+            let content_event = !event.sender.is_empty()
+                && match event.kind {
+                    EventKind::Issues => event.action == "edited",
+                    EventKind::IssueComment => true,
+                    EventKind::IssueLabel => skip_changed,
+                    _ => false,
+                };
+            if content_event && record.trigger_trusted == Some(true) && record.lifecycle.is_active()
+            {
+                // Read again; the worker keeps the old verdict if the trusted text is the same.
+                request_read(&mut record);
+                Step::Reread
+            } else {
+                Step::Nothing
+            }
         } else {
             record.trigger_actor = None;
             record.trigger_trusted = None;
@@ -118,6 +145,22 @@ pub fn apply_event(
     Some(Decision { record, step })
 }
 
+/// The label names decisions depend on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LabelNames {
+    pub trigger: String,
+    pub skip_preflight: String,
+}
+
+/// Moves the issue to `pending` under a new revision: the pre-flight worker reads it.
+fn request_read(record: &mut IssueRecord) {
+    record.lifecycle = Lifecycle::Pending;
+    record.preflight.rev += 1;
+    record.preflight.attempts = 0;
+    record.preflight.last_error = None;
+    record.preflight.not_before_ms = None;
+}
+
 /// The record once the trigger's author and their permission are known.
 pub fn judge_trigger(
     mut record: IssueRecord,
@@ -127,13 +170,32 @@ pub fn judge_trigger(
 ) -> IssueRecord {
     record.trigger_actor = actor;
     record.trigger_trusted = Some(trusted);
-    record.lifecycle = if trusted {
-        Lifecycle::Pending
+    if trusted {
+        request_read(&mut record);
     } else {
-        Lifecycle::Untracked
-    };
+        record.lifecycle = Lifecycle::Untracked;
+    }
     record.last_change_ms = now_ms;
     record
+}
+
+/// A pre-flight result, applied only to the revision it was computed for.
+fn apply_preflight(
+    known: &IssueRecord,
+    result: &crate::preflight::PreflightResult,
+    now_ms: i64,
+) -> Option<Decision> {
+    if known.lifecycle != Lifecycle::Pending || known.preflight.rev != result.rev {
+        return None;
+    }
+    let mut record = known.clone();
+    record.lifecycle = result.lifecycle;
+    record.preflight = result.state.clone();
+    record.last_change_ms = now_ms;
+    Some(Decision {
+        record,
+        step: Step::Preflighted,
+    })
 }
 
 /// Labels in a canonical order, so the same set always compares equal.
@@ -150,6 +212,13 @@ mod tests {
     use crate::forge::payload::IssueSnapshot;
 
     const T: &str = "headless";
+
+    fn names() -> LabelNames {
+        LabelNames {
+            trigger: T.into(),
+            skip_preflight: "headless:skip-preflight".into(),
+        }
+    }
 
     fn event(kind: EventKind, updated_at: &str, labels: &[&str], state: &str) -> ForgeEvent {
         ForgeEvent {
@@ -168,6 +237,7 @@ mod tests {
                 merged: false,
             },
             comment: None,
+            preflight: None,
         }
     }
 
@@ -183,13 +253,17 @@ mod tests {
     fn newer_events_replace_older_ones_in_either_order() {
         let early = label("2026-01-01T10:00:00Z", &["bug"]);
         let late = label("2026-01-01T10:00:05+00:00", &["bug", "headless"]);
-        let first = apply_event(None, &early, T, 1).expect("applies").record;
-        let in_order = apply_event(Some(&first), &late, T, 2)
+        let first = apply_event(None, &early, &names(), 1)
+            .expect("applies")
+            .record;
+        let in_order = apply_event(Some(&first), &late, &names(), 2)
             .expect("newer applies")
             .record;
-        let reversed = apply_event(None, &late, T, 1).expect("applies").record;
+        let reversed = apply_event(None, &late, &names(), 1)
+            .expect("applies")
+            .record;
         assert!(
-            apply_event(Some(&reversed), &early, T, 2).is_none(),
+            apply_event(Some(&reversed), &early, &names(), 2).is_none(),
             "an older event must not win"
         );
         assert_eq!(in_order.labels, reversed.labels);
@@ -201,8 +275,13 @@ mod tests {
 
     #[test]
     fn a_label_event_that_adds_the_trigger_names_its_sender() {
-        let d = apply_event(None, &label("2026-01-01T10:00:00Z", &["headless"]), T, 1)
-            .expect("applies");
+        let d = apply_event(
+            None,
+            &label("2026-01-01T10:00:00Z", &["headless"]),
+            &names(),
+            1,
+        )
+        .expect("applies");
         assert_eq!(
             d.step,
             Step::ResolveTrigger {
@@ -219,34 +298,39 @@ mod tests {
             &["headless"],
             "open",
         );
-        let d = apply_event(None, &e, T, 1).expect("applies");
+        let d = apply_event(None, &e, &names(), 1).expect("applies");
         assert_eq!(d.step, Step::ResolveTrigger { actor_hint: None });
     }
 
     #[test]
     fn the_same_event_twice_changes_nothing() {
         let e = label("2026-01-01T10:00:00Z", &["headless"]);
-        let once = trusted(apply_event(None, &e, T, 1).expect("applies"));
-        assert!(apply_event(Some(&once), &e, T, 2).is_none());
+        let once = trusted(apply_event(None, &e, &names(), 1).expect("applies"));
+        assert!(apply_event(Some(&once), &e, &names(), 2).is_none());
     }
 
     #[test]
     fn an_unresolved_trigger_is_resolved_again_on_the_next_observation() {
         let e = label("2026-01-01T10:00:00Z", &["headless"]);
-        let unresolved = apply_event(None, &e, T, 1).expect("applies").record;
-        let again = apply_event(Some(&unresolved), &e, T, 2).expect("retries");
+        let unresolved = apply_event(None, &e, &names(), 1).expect("applies").record;
+        let again = apply_event(Some(&unresolved), &e, &names(), 2).expect("retries");
         assert!(matches!(again.step, Step::ResolveTrigger { .. }));
     }
 
     #[test]
     fn removing_the_trigger_or_closing_cancels_a_picked_up_issue() {
         let on = trusted(
-            apply_event(None, &label("2026-01-01T10:00:00Z", &["headless"]), T, 1)
-                .expect("applies"),
+            apply_event(
+                None,
+                &label("2026-01-01T10:00:00Z", &["headless"]),
+                &names(),
+                1,
+            )
+            .expect("applies"),
         );
         assert_eq!(on.lifecycle, Lifecycle::Pending);
-        let off =
-            apply_event(Some(&on), &label("2026-01-01T10:00:01Z", &[]), T, 2).expect("applies");
+        let off = apply_event(Some(&on), &label("2026-01-01T10:00:01Z", &[]), &names(), 2)
+            .expect("applies");
         assert_eq!(off.step, Step::Cancelled);
         assert_eq!(off.record.lifecycle, Lifecycle::Cancelled);
         let closed = event(
@@ -255,17 +339,27 @@ mod tests {
             &["headless"],
             "closed",
         );
-        let d = apply_event(Some(&on), &closed, T, 2).expect("applies");
+        let d = apply_event(Some(&on), &closed, &names(), 2).expect("applies");
         assert_eq!(d.record.lifecycle, Lifecycle::Cancelled);
     }
 
     #[test]
     fn removing_an_untrusted_trigger_cancels_nothing() {
-        let d = apply_event(None, &label("2026-01-01T10:00:00Z", &["headless"]), T, 1)
-            .expect("applies");
+        let d = apply_event(
+            None,
+            &label("2026-01-01T10:00:00Z", &["headless"]),
+            &names(),
+            1,
+        )
+        .expect("applies");
         let untrusted = judge_trigger(d.record, Some("mallory".into()), false, 2);
-        let off = apply_event(Some(&untrusted), &label("2026-01-01T10:00:01Z", &[]), T, 3)
-            .expect("applies");
+        let off = apply_event(
+            Some(&untrusted),
+            &label("2026-01-01T10:00:01Z", &[]),
+            &names(),
+            3,
+        )
+        .expect("applies");
         assert_eq!(off.step, Step::Nothing);
         assert_eq!(off.record.lifecycle, Lifecycle::Untracked);
     }
@@ -273,16 +367,21 @@ mod tests {
     #[test]
     fn reapplying_after_cancel_is_judged_afresh() {
         let on = trusted(
-            apply_event(None, &label("2026-01-01T10:00:00Z", &["headless"]), T, 1)
-                .expect("applies"),
+            apply_event(
+                None,
+                &label("2026-01-01T10:00:00Z", &["headless"]),
+                &names(),
+                1,
+            )
+            .expect("applies"),
         );
-        let off = apply_event(Some(&on), &label("2026-01-01T10:00:01Z", &[]), T, 2)
+        let off = apply_event(Some(&on), &label("2026-01-01T10:00:01Z", &[]), &names(), 2)
             .expect("applies")
             .record;
         let again = apply_event(
             Some(&off),
             &label("2026-01-01T10:00:02Z", &["headless"]),
-            T,
+            &names(),
             3,
         )
         .expect("applies");
@@ -293,7 +392,7 @@ mod tests {
     fn pull_requests_are_not_issues() {
         let mut e = label("2026-01-01T10:00:00Z", &["headless"]);
         e.is_pull = true;
-        assert!(apply_event(None, &e, T, 1).is_none());
+        assert!(apply_event(None, &e, &names(), 1).is_none());
     }
 
     #[test]

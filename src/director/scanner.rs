@@ -213,6 +213,7 @@ fn observation(repo: &RepoName, issue: &Issue, retry: Option<i64>, now_ms: i64) 
             merged: false,
         },
         comment: None,
+        preflight: None,
     };
     let mut id = format!("scan:{repo}#{}@{}", issue.number, issue.updated_at);
     if let Some(at) = retry {

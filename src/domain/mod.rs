@@ -122,8 +122,16 @@ pub enum Lifecycle {
     /// Not handed to the director (no trigger, or one applied by someone who may not).
     #[default]
     Untracked,
-    /// Handed over by a writer; waiting for the pre-flight.
+    /// Handed over by a writer; the pre-flight reads it (again).
     Pending,
+    /// The pre-flight said GO (or the gate was skipped): waiting for a run.
+    Queued,
+    /// The pre-flight said NO-GO; a trusted edit or comment reads it again.
+    NoGo,
+    /// The pre-flight said WRONG-REPO and the issue was filed in the named repository.
+    Routed,
+    /// The pre-flight could not run after every attempt; the issue waits.
+    PreflightFailed,
     /// The trigger was removed or the issue closed after it was handed over.
     Cancelled,
 }
@@ -133,6 +141,10 @@ impl Lifecycle {
         match self {
             Self::Untracked => "untracked",
             Self::Pending => "pending",
+            Self::Queued => "queued",
+            Self::NoGo => "no_go",
+            Self::Routed => "routed",
+            Self::PreflightFailed => "preflight_failed",
             Self::Cancelled => "cancelled",
         }
     }
@@ -141,6 +153,10 @@ impl Lifecycle {
         match s {
             "untracked" => Some(Self::Untracked),
             "pending" => Some(Self::Pending),
+            "queued" => Some(Self::Queued),
+            "no_go" => Some(Self::NoGo),
+            "routed" => Some(Self::Routed),
+            "preflight_failed" => Some(Self::PreflightFailed),
             "cancelled" => Some(Self::Cancelled),
             _ => None,
         }
@@ -148,7 +164,10 @@ impl Lifecycle {
 
     /// The director is working on the issue: removing the trigger or closing it cancels.
     pub fn is_active(self) -> bool {
-        matches!(self, Self::Pending)
+        matches!(
+            self,
+            Self::Pending | Self::Queued | Self::NoGo | Self::Routed | Self::PreflightFailed
+        )
     }
 }
 

@@ -622,6 +622,25 @@ impl Forge for ForgejoClient {
         Ok(wire.into())
     }
 
+    async fn create_issue(
+        &self,
+        repo: &RepoName,
+        title: &str,
+        body: &str,
+    ) -> Result<u64, ForgeError> {
+        let path = format!("{}/issues", repo_path(repo));
+        let wire: WireIssue = self
+            .json(
+                Method::POST,
+                "/repos/{owner}/{repo}/issues",
+                &path,
+                &[],
+                Some(&json!({ "title": title, "body": body })),
+            )
+            .await?;
+        Ok(wire.number)
+    }
+
     async fn org_repos(&self, org: &str) -> Result<Vec<RepoName>, ForgeError> {
         let path = format!("/orgs/{}/repos", seg(org));
         let wire: Vec<WireRepo> = self

@@ -178,6 +178,13 @@ pub trait Forge: Send + Sync {
         comment_id: u64,
         body: &str,
     ) -> Result<Comment, ForgeError>;
+    /// Files a new issue; returns its number.
+    async fn create_issue(
+        &self,
+        repo: &RepoName,
+        title: &str,
+        body: &str,
+    ) -> Result<u64, ForgeError>;
     /// Every repository of an organisation.
     async fn org_repos(&self, org: &str) -> Result<Vec<RepoName>, ForgeError>;
 }

@@ -17,6 +17,8 @@ pub enum EventKind {
     PullRequest,
     /// Not a webhook: what the director's own scan observed.
     Scan,
+    /// Not a webhook: a pre-flight's result, queued by the pre-flight worker.
+    Preflight,
 }
 
 impl EventKind {
@@ -38,6 +40,7 @@ impl EventKind {
             Self::IssueComment => "issue_comment",
             Self::PullRequest => "pull_request",
             Self::Scan => "scan",
+            Self::Preflight => "preflight",
         }
     }
 }
@@ -129,10 +132,13 @@ pub struct ForgeEvent {
     pub is_pull: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comment: Option<CommentSnapshot>,
+    /// Only for [`EventKind::Preflight`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preflight: Option<crate::preflight::PreflightResult>,
 }
 
 /// The issue (or pull request) as the event saw it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IssueSnapshot {
     pub title: String,
     #[serde(default)]
@@ -229,6 +235,7 @@ pub fn parse_event(kind: EventKind, body: &[u8]) -> Result<ForgeEvent, PayloadEr
             merged: item.merged,
         },
         comment,
+        preflight: None,
     })
 }
 

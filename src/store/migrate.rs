@@ -9,6 +9,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("../../migrations/0001_deliveries_and_issues.sql"),
     ),
     (2, include_str!("../../migrations/0002_issue_tracking.sql")),
+    (3, include_str!("../../migrations/0003_preflight.sql")),
 ];
 
 pub async fn run(pool: &SqlitePool) -> anyhow::Result<()> {

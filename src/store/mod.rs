@@ -25,7 +25,7 @@ pub struct Store {
     write_lock: Arc<tokio::sync::Mutex<()>>,
 }
 
-const COLS: &str = "repo, number, title, state, labels, forge_updated_at, last_change_ms, lifecycle, trigger_present, trigger_actor, trigger_trusted, untrusted_notice";
+const COLS: &str = "repo, number, title, state, labels, forge_updated_at, last_change_ms, lifecycle, trigger_present, trigger_actor, trigger_trusted, untrusted_notice, preflight";
 
 /// Rows per multi-row INSERT: 7 bound values each, well under SQLite's variable limit.
 const INSERT_CHUNK: usize = 256;
@@ -47,6 +47,15 @@ pub struct StoredDelivery {
     pub event: ForgeEvent,
 }
 
+/// Pre-flight calls within a window.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CallWindow {
+    pub total: i64,
+    pub oldest_ms: Option<i64>,
+    pub repo_total: i64,
+    pub repo_oldest_ms: Option<i64>,
+}
+
 /// What the director knows of one issue.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct IssueRecord {
@@ -63,6 +72,31 @@ pub struct IssueRecord {
     /// `None` while who applied the trigger is not resolved.
     pub trigger_trusted: Option<bool>,
     pub untrusted_notice: bool,
+    pub preflight: PreflightState,
+}
+
+/// The pre-flight's memory of one issue.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct PreflightState {
+    /// Bumped whenever the issue must be read (again); a result for an older revision is
+    /// stale and dropped.
+    pub rev: i64,
+    /// `GO`, `NO-GO`, `WRONG-REPO`, `SKIPPED`, `ERROR`: the last verdict, if any.
+    pub verdict: Option<String>,
+    pub reason: Option<String>,
+    /// SHA-256 of the exact text the verdict was given for.
+    pub hash: Option<String>,
+    pub model: Option<String>,
+    /// Failed reads since the last verdict.
+    pub attempts: u32,
+    pub last_error: Option<String>,
+    /// Not before this time (retry backoff, hourly caps).
+    pub not_before_ms: Option<i64>,
+    /// Where a WRONG-REPO issue was filed (`owner/repo#N`).
+    pub routed_to: Option<String>,
+    /// The newest comment id whose `/director` command was already acted on.
+    pub handled_command_id: u64,
 }
 
 impl IssueRecord {
@@ -261,6 +295,91 @@ impl Store {
         rows.into_iter().map(issue_from_row).collect()
     }
 
+    /// Picked-up issues whose pre-flight may run now, oldest change first.
+    pub async fn due_preflights(
+        &self,
+        now_ms: i64,
+        limit: u32,
+    ) -> anyhow::Result<Vec<IssueRecord>> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {COLS} FROM issues WHERE lifecycle = 'pending' \
+             AND (preflight_not_before_ms IS NULL OR preflight_not_before_ms <= ?) \
+             ORDER BY last_change_ms LIMIT ?"
+        )))
+        .bind(now_ms)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(issue_from_row).collect()
+    }
+
+    /// A reading stored for this exact prompt text.
+    pub async fn cached_reading(&self, sha256: &str) -> anyhow::Result<Option<(String, String)>> {
+        let row = sqlx::query("SELECT reading, model FROM preflight_reads WHERE sha256 = ?")
+            .bind(sha256)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| Ok((r.try_get("reading")?, r.try_get("model")?)))
+            .transpose()
+    }
+
+    pub async fn cache_reading(
+        &self,
+        sha256: &str,
+        reading: &str,
+        model: &str,
+        now_ms: i64,
+    ) -> anyhow::Result<()> {
+        let _writer = self.write_lock.lock().await;
+        sqlx::query(
+            "INSERT INTO preflight_reads (sha256, reading, model, created_at_ms) VALUES (?, ?, ?, ?) \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(sha256)
+        .bind(reading)
+        .bind(model)
+        .bind(now_ms)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Records a call to the provider, for the hourly caps.
+    pub async fn record_preflight_call(&self, repo: &RepoName, now_ms: i64) -> anyhow::Result<()> {
+        let _writer = self.write_lock.lock().await;
+        sqlx::query("INSERT INTO preflight_calls (repo, at_ms) VALUES (?, ?)")
+            .bind(repo.to_string())
+            .bind(now_ms)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Calls since `since_ms`, overall and for `repo`, with the oldest of each.
+    pub async fn preflight_calls_since(
+        &self,
+        repo: &RepoName,
+        since_ms: i64,
+    ) -> anyhow::Result<CallWindow> {
+        let row = sqlx::query(
+            "SELECT COUNT(*) AS total, MIN(at_ms) AS oldest, \
+             COALESCE(SUM(CASE WHEN repo = ? THEN 1 ELSE 0 END), 0) AS repo_total, \
+             MIN(CASE WHEN repo = ? THEN at_ms END) AS repo_oldest \
+             FROM preflight_calls WHERE at_ms >= ?",
+        )
+        .bind(repo.to_string())
+        .bind(repo.to_string())
+        .bind(since_ms)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(CallWindow {
+            total: row.try_get("total")?,
+            oldest_ms: row.try_get("oldest")?,
+            repo_total: row.try_get("repo_total")?,
+            repo_oldest_ms: row.try_get("repo_oldest")?,
+        })
+    }
+
     pub async fn list_issues(&self) -> anyhow::Result<Vec<IssueRecord>> {
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {COLS} FROM issues ORDER BY repo, number"
@@ -277,14 +396,16 @@ async fn upsert_issue(
 ) -> anyhow::Result<()> {
     sqlx::query(
         "INSERT INTO issues (repo, number, title, state, labels, forge_updated_at, last_change_ms, \
-         lifecycle, trigger_present, trigger_actor, trigger_trusted, untrusted_notice) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+         lifecycle, trigger_present, trigger_actor, trigger_trusted, untrusted_notice, \
+         preflight, preflight_not_before_ms) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
          ON CONFLICT (repo, number) DO UPDATE SET title = excluded.title, \
          state = excluded.state, labels = excluded.labels, \
          forge_updated_at = excluded.forge_updated_at, last_change_ms = excluded.last_change_ms, \
          lifecycle = excluded.lifecycle, trigger_present = excluded.trigger_present, \
          trigger_actor = excluded.trigger_actor, trigger_trusted = excluded.trigger_trusted, \
-         untrusted_notice = excluded.untrusted_notice",
+         untrusted_notice = excluded.untrusted_notice, preflight = excluded.preflight, \
+         preflight_not_before_ms = excluded.preflight_not_before_ms",
     )
     .bind(record.repo.to_string())
     .bind(to_i64(record.number)?)
@@ -298,6 +419,8 @@ async fn upsert_issue(
     .bind(&record.trigger_actor)
     .bind(record.trigger_trusted)
     .bind(record.untrusted_notice)
+    .bind(serde_json::to_string(&record.preflight)?)
+    .bind(record.preflight.not_before_ms)
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -308,6 +431,7 @@ fn issue_from_row(row: sqlx::sqlite::SqliteRow) -> anyhow::Result<IssueRecord> {
     let number: i64 = row.try_get("number")?;
     let labels: String = row.try_get("labels")?;
     let lifecycle: String = row.try_get("lifecycle")?;
+    let preflight: String = row.try_get("preflight")?;
     Ok(IssueRecord {
         repo: repo.parse().context("stored repository name")?,
         number: u64::try_from(number).context("stored issue number")?,
@@ -322,5 +446,6 @@ fn issue_from_row(row: sqlx::sqlite::SqliteRow) -> anyhow::Result<IssueRecord> {
         trigger_actor: row.try_get("trigger_actor")?,
         trigger_trusted: row.try_get("trigger_trusted")?,
         untrusted_notice: row.try_get("untrusted_notice")?,
+        preflight: serde_json::from_str(&preflight).context("stored pre-flight state")?,
     })
 }

@@ -10,6 +10,7 @@ use director::forge::fake::{FakeForge, FakeServer};
 use director::settings::Secret;
 use director::store::IssueRecord;
 
+use crate::fake_llm::FakeLlm;
 use crate::helpers::{SECRET, TestApp, wait_until};
 
 pub const BOT: &str = "director-bot";
@@ -21,7 +22,7 @@ pub const TRIGGER: &str = "headless";
 pub struct ForgeApp {
     pub app: TestApp,
     pub forge: FakeForge,
-    _server: FakeServer,
+    server: FakeServer,
     pub repo: RepoName,
     scanner: Option<Arc<Scanner>>,
 }
@@ -50,6 +51,8 @@ impl ForgeApp {
             s.forge.max_attempts = 4;
             s.scan.repos = vec![repo.clone()];
             s.scan.enabled = false;
+            // Picked-up issues wait in `pending` unless a test gives them a model.
+            s.preflight.enabled = false;
             configure(s);
         })
         .await;
@@ -57,13 +60,46 @@ impl ForgeApp {
         let this = Self {
             app,
             forge,
-            _server: server,
+            server,
             repo,
             scanner,
         };
         this.wait_for_metric(r#"director_forge_requests_total{endpoint="/user",status="200"} 1"#)
             .await;
         this
+    }
+
+    /// With a fake model server behind an OpenAI-compatible pre-flight.
+    pub async fn spawn_with_llm(
+        configure: impl FnOnce(&mut director::settings::Settings),
+    ) -> (Self, FakeLlm) {
+        let llm = FakeLlm::start();
+        let url = format!("{}/v1", llm.url);
+        let this = Self::spawn_with(|s| {
+            s.preflight.enabled = true;
+            s.preflight.provider = "openai".into();
+            s.preflight.base_url = url;
+            s.preflight.model = "fake-model".into();
+            s.preflight.api_key = Secret::new("llm-key-7c1d");
+            s.preflight.retry_backoff_ms = 20;
+            s.preflight.timeout_secs = 5;
+            configure(s);
+        })
+        .await;
+        (this, llm)
+    }
+
+    pub fn forge_url(&self) -> String {
+        self.server.url().to_owned()
+    }
+
+    /// The director's pre-flight comments on the issue.
+    pub fn preflight_comments(&self, issue: &IssueRef) -> Vec<director::forge::Comment> {
+        self.forge
+            .comments_on(issue)
+            .into_iter()
+            .filter(|c| c.body.starts_with("<!-- director:preflight"))
+            .collect()
     }
 
     pub async fn scan(&self) -> ScanReport {

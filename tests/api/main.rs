@@ -1,10 +1,12 @@
 //! One integration-test binary: each module spawns the real app against fakes.
 
+mod fake_llm;
 mod forge_helpers;
 mod helpers;
 
 mod config;
 mod contract;
 mod durability;
+mod preflight;
 mod scenarios;
 mod webhook;

@@ -259,6 +259,46 @@ impl State {
         Ok(label)
     }
 
+    pub(crate) fn create_issue(
+        &mut self,
+        author: &str,
+        repo: &RepoName,
+        title: &str,
+        body: &str,
+    ) -> Result<u64, Refusal> {
+        self.repo(repo)?;
+        let now = self.tick();
+        let id = self.id();
+        let r = self.repo_mut(repo)?;
+        let number = r.next_number;
+        r.next_number += 1;
+        r.issues.insert(
+            number,
+            FIssue {
+                id,
+                number,
+                title: title.to_owned(),
+                body: body.to_owned(),
+                state: "open".into(),
+                labels: Vec::new(),
+                author: author.to_owned(),
+                created: now,
+                updated: now,
+                is_pull: false,
+                comments: Vec::new(),
+                timeline: Vec::new(),
+            },
+        );
+        self.emit(
+            "issues",
+            "opened",
+            author,
+            &IssueRef::new(repo.clone(), number),
+            None,
+        );
+        Ok(number)
+    }
+
     /// Adds or removes labels as `actor`: a timeline entry per change, `updated_at` bumped,
     /// and one `label_updated` webhook carrying the full label set.
     pub(crate) fn change_label(
@@ -560,39 +600,27 @@ impl FakeForge {
         title: &str,
         body: &str,
     ) -> IssueRef {
-        let issue = {
+        let number = {
             let mut s = self.state();
             s.ensure_user(author);
-            let now = s.tick();
-            let id = s.id();
-            let r = s
-                .repo_mut(repo)
-                .unwrap_or_else(|_| panic!("no repo {repo}"));
-            let number = r.next_number;
-            r.next_number += 1;
-            r.issues.insert(
-                number,
-                FIssue {
-                    id,
-                    number,
-                    title: title.to_owned(),
-                    body: body.to_owned(),
-                    state: "open".into(),
-                    labels: Vec::new(),
-                    author: author.to_owned(),
-                    created: now,
-                    updated: now,
-                    is_pull: false,
-                    comments: Vec::new(),
-                    timeline: Vec::new(),
-                },
-            );
-            let issue = IssueRef::new(repo.clone(), number);
-            s.emit("issues", "opened", author, &issue, None);
-            issue
+            s.create_issue(author, repo, title, body)
+                .unwrap_or_else(|_| panic!("no repo {repo}"))
         };
         self.deliver_webhooks().await;
-        issue
+        IssueRef::new(repo.clone(), number)
+    }
+
+    /// The issues of a repository (title, body, author), oldest first.
+    pub fn issues_in(&self, repo: &RepoName) -> Vec<(u64, String, String, String)> {
+        let s = self.state();
+        s.repo(repo)
+            .map(|r| {
+                r.issues
+                    .values()
+                    .map(|i| (i.number, i.title.clone(), i.body.clone(), i.author.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// `actor` applies a label in the web UI.
@@ -928,6 +956,21 @@ impl Forge for FakeForge {
             .map_err(|e| refused("PATCH", repo.to_string(), e))?;
         self.deliver_webhooks().await;
         Ok(to_comment(&c))
+    }
+
+    async fn create_issue(
+        &self,
+        repo: &RepoName,
+        title: &str,
+        body: &str,
+    ) -> Result<u64, ForgeError> {
+        let bot = self.bot();
+        let number = self
+            .state()
+            .create_issue(&bot, repo, title, body)
+            .map_err(|e| refused("POST", repo.to_string(), e))?;
+        self.deliver_webhooks().await;
+        Ok(number)
     }
 
     async fn org_repos(&self, org: &str) -> Result<Vec<RepoName>, ForgeError> {

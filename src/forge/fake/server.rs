@@ -280,6 +280,19 @@ fn route(
             let items = list.into_iter().map(|i| issue_json(s, &repo, i)).collect();
             Ok(paginate(items, query, false))
         }
+        ("POST", ["repos", o, r, "issues"]) => {
+            let repo = repo_of(o, r)?;
+            let b = body.cloned().unwrap_or(Value::Null);
+            let title = b["title"].as_str().unwrap_or_default();
+            if title.is_empty() {
+                return Err(Refusal::Unprocessable("title is required".into()));
+            }
+            let number =
+                s.create_issue(login, &repo, title, b["body"].as_str().unwrap_or_default())?;
+            let issue = IssueRef::new(repo.clone(), number);
+            let i = s.issue(&issue)?;
+            Ok((StatusCode::CREATED, issue_json(s, &repo, i), Vec::new()))
+        }
         ("PATCH", ["repos", o, r, "issues", "comments", id]) => {
             let repo = repo_of(o, r)?;
             let id: u64 = id.parse().map_err(|_| Refusal::NotFound)?;
