@@ -367,6 +367,12 @@ async fn the_hourly_cap_defers_reads_and_tells_the_issue() {
         comment.contains("1 pre-flights per hour for acme/widgets"),
         "{comment}"
     );
+    wait_until("the read is deferred", || async {
+        t.record(&b)
+            .await
+            .is_some_and(|r| r.preflight.not_before_ms.is_some())
+    })
+    .await;
     let record = t.record(&b).await.expect("known");
     assert_eq!(record.lifecycle, Lifecycle::Pending);
     assert!(
