@@ -9,6 +9,7 @@ pub mod http;
 pub mod intake;
 pub mod metrics;
 pub mod preflight;
+pub mod runtime;
 pub mod settings;
 pub mod startup;
 pub mod status;

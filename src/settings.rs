@@ -298,6 +298,17 @@ pub struct LabelSettings {
     /// Applied by a writer, skips the pre-flight gate.
     #[serde(deserialize_with = "lenient::string")]
     pub skip_preflight: String,
+    /// State labels the director keeps on issues (created when missing).
+    #[serde(deserialize_with = "lenient::string")]
+    pub queued: String,
+    #[serde(deserialize_with = "lenient::string")]
+    pub running: String,
+    #[serde(deserialize_with = "lenient::string")]
+    pub pr_open: String,
+    #[serde(deserialize_with = "lenient::string")]
+    pub failed: String,
+    #[serde(deserialize_with = "lenient::string")]
+    pub no_go: String,
 }
 
 impl Default for LabelSettings {
@@ -305,6 +316,11 @@ impl Default for LabelSettings {
         Self {
             trigger: "headless".into(),
             skip_preflight: "headless:skip-preflight".into(),
+            queued: "headless:queued".into(),
+            running: "headless:running".into(),
+            pr_open: "headless:pr-open".into(),
+            failed: "headless:failed".into(),
+            no_go: "headless:no-go".into(),
         }
     }
 }
@@ -389,24 +405,79 @@ impl Default for PreflightSettings {
     }
 }
 
-/// Read by coder runs (not yet built); accepted now so one file serves every release.
+/// Coder runs: the container each GO issue gets, its limits and its hardening.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RunnerSettings {
+    /// `docker` (Kubernetes Jobs later).
     #[serde(deserialize_with = "lenient::string")]
     pub kind: String,
+    /// Start coder runs for queued issues.
+    pub enabled: bool,
+    /// The image each run starts from (must be present on the engine).
     #[serde(deserialize_with = "lenient::string")]
     pub image: String,
+    /// The command to run; empty: the image's own entry point.
+    #[serde(deserialize_with = "lenient::list")]
+    pub command: Vec<String>,
+    /// A Docker network mode or network name: `bridge`, `host`, `none`, ...
     #[serde(deserialize_with = "lenient::string")]
     pub network: String,
+    /// `uid:gid` the run's process has; never root by default.
+    #[serde(deserialize_with = "lenient::string")]
+    pub user: String,
+    pub memory_mb: u64,
+    pub cpus: f64,
+    pub pids_limit: i64,
+    /// Read-only root filesystem (the workspace is a writable tmpfs).
+    pub read_only_rootfs: bool,
+    /// The writable tmpfs workspace inside the container, and its size.
+    #[serde(deserialize_with = "lenient::string")]
+    pub workspace: String,
+    pub workspace_mb: u64,
+    /// Wall-clock limit per run, in seconds; the container is killed after it.
+    pub timeout_secs: u64,
+    /// Keep a failed run's container this long for inspection (0: remove at once).
+    pub keep_failed_secs: u64,
+    /// Environment variables of the director passed through to runs (e.g. the agent's key).
+    #[serde(deserialize_with = "lenient::list")]
+    pub env_passthrough: Vec<String>,
+    /// Runs at once, overall and per repository.
+    pub max_concurrent: usize,
+    pub max_per_repo: usize,
+    /// Allow runs even when the runner account can push to the default branch.
+    pub allow_unprotected_default_branch: bool,
+    /// Extra bind mounts, `source:target[:ro]`; sources are translated to host paths when the
+    /// director itself runs in a container.
+    #[serde(deserialize_with = "lenient::list")]
+    pub mounts: Vec<String>,
+    /// Lines of the log tail kept and posted on failure.
+    pub log_tail_lines: usize,
 }
 
 impl Default for RunnerSettings {
     fn default() -> Self {
         Self {
             kind: "docker".into(),
+            enabled: true,
             image: String::new(),
+            command: Vec::new(),
             network: "bridge".into(),
+            user: "1000:1000".into(),
+            memory_mb: 4096,
+            cpus: 2.0,
+            pids_limit: 512,
+            read_only_rootfs: true,
+            workspace: "/workspace".into(),
+            workspace_mb: 2048,
+            timeout_secs: 3600,
+            keep_failed_secs: 0,
+            env_passthrough: Vec::new(),
+            max_concurrent: 2,
+            max_per_repo: 1,
+            allow_unprotected_default_branch: false,
+            mounts: Vec::new(),
+            log_tail_lines: 40,
         }
     }
 }
@@ -613,6 +684,51 @@ impl Settings {
             return Err(invalid(
                 "preflight.template_file",
                 format!("{file} does not exist"),
+            ));
+        }
+        let r = &self.runner;
+        if r.kind != "docker" {
+            return Err(invalid(
+                "runner.kind",
+                format!("`{}`: only docker is supported so far", r.kind),
+            ));
+        }
+        if r.timeout_secs == 0 {
+            return Err(invalid("runner.timeout_secs", "must be greater than 0"));
+        }
+        if r.max_concurrent == 0 || r.max_per_repo == 0 {
+            return Err(invalid(
+                "runner.max_concurrent",
+                "limits must be at least 1",
+            ));
+        }
+        if r.user.is_empty() || r.user == "0" || r.user.starts_with("0:") || r.user == "root" {
+            return Err(invalid(
+                "runner.user",
+                "runs never run as root; use a numeric uid:gid such as 1000:1000",
+            ));
+        }
+        for m in &r.mounts {
+            let parts: Vec<&str> = m.split(':').collect();
+            if !(2..=3).contains(&parts.len())
+                || parts[0].is_empty()
+                || !parts[1].starts_with('/')
+                || (parts.len() == 3 && parts[2] != "ro" && parts[2] != "rw")
+            {
+                return Err(invalid(
+                    "runner.mounts",
+                    format!("`{m}` is not source:/target[:ro|rw]"),
+                ));
+            }
+        }
+        if !self.forge.url.is_empty()
+            && r.enabled
+            && !r.image.is_empty()
+            && (self.forge.runner_login.is_empty() || self.forge.runner_password.is_empty())
+        {
+            return Err(invalid(
+                "forge.runner_login",
+                "runs need the runner account and its password (forge.runner_password)",
             ));
         }
         if let Err(e) = croner_check(&self.scan.schedule) {

@@ -132,6 +132,14 @@ pub enum Lifecycle {
     Routed,
     /// The pre-flight could not run after every attempt; the issue waits.
     PreflightFailed,
+    /// A coder run is launching or running.
+    Running,
+    /// The run's branch became a pull request.
+    Succeeded,
+    /// The run ended without a branch ahead of the base, or was refused.
+    Failed,
+    /// The run outlived `runner.timeout_secs` and was killed.
+    TimedOut,
     /// The trigger was removed or the issue closed after it was handed over.
     Cancelled,
 }
@@ -145,6 +153,10 @@ impl Lifecycle {
             Self::NoGo => "no_go",
             Self::Routed => "routed",
             Self::PreflightFailed => "preflight_failed",
+            Self::Running => "running",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::TimedOut => "timed_out",
             Self::Cancelled => "cancelled",
         }
     }
@@ -157,6 +169,10 @@ impl Lifecycle {
             "no_go" => Some(Self::NoGo),
             "routed" => Some(Self::Routed),
             "preflight_failed" => Some(Self::PreflightFailed),
+            "running" => Some(Self::Running),
+            "succeeded" => Some(Self::Succeeded),
+            "failed" => Some(Self::Failed),
+            "timed_out" => Some(Self::TimedOut),
             "cancelled" => Some(Self::Cancelled),
             _ => None,
         }
@@ -166,7 +182,12 @@ impl Lifecycle {
     pub fn is_active(self) -> bool {
         matches!(
             self,
-            Self::Pending | Self::Queued | Self::NoGo | Self::Routed | Self::PreflightFailed
+            Self::Pending
+                | Self::Queued
+                | Self::NoGo
+                | Self::Routed
+                | Self::PreflightFailed
+                | Self::Running
         )
     }
 }

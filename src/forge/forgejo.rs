@@ -14,7 +14,10 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use super::{Comment, Forge, ForgeError, Issue, Label, Permission, Repository, TimelineEntry};
+use super::{
+    Branch, Comment, Forge, ForgeError, Issue, Label, MintedToken, Permission, Repository,
+    RunnerAccount, TimelineEntry,
+};
 use crate::domain::{IssueRef, RepoName};
 use crate::metrics::Metrics;
 use crate::settings::{ForgeSettings, Secret};
@@ -92,6 +95,20 @@ impl ForgejoClient {
         query: &[(&str, String)],
         body: Option<&Value>,
     ) -> Result<reqwest::Response, ForgeError> {
+        self.send_as(None, method, endpoint, path, query, body)
+            .await
+    }
+
+    /// [`Self::send`] authenticated as someone else (`Authorization` replaced).
+    async fn send_as(
+        &self,
+        auth: Option<&HeaderValue>,
+        method: Method,
+        endpoint: &'static str,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&Value>,
+    ) -> Result<reqwest::Response, ForgeError> {
         // A POST that reached the server may have taken effect: repeat it only when the
         // answer says it did not (429, 502-504) or it never left (connection refused).
         let idempotent = method != Method::POST;
@@ -100,6 +117,9 @@ impl ForgejoClient {
             let mut req = self
                 .http
                 .request(method.clone(), format!("{}{path}", self.api));
+            if let Some(auth) = auth {
+                req = req.header(AUTHORIZATION, auth.clone());
+            }
             if !query.is_empty() {
                 req = req.query(query);
             }
@@ -262,6 +282,54 @@ async fn decode<T: DeserializeOwned>(
         path: path.to_owned(),
         reason: e.to_string(),
     })
+}
+
+fn sensitive(value: String) -> Result<HeaderValue, ForgeError> {
+    let mut v = HeaderValue::from_str(&value).map_err(|_| ForgeError::Transport {
+        method: String::new(),
+        path: String::new(),
+        reason: "credentials contain characters not allowed in a header".into(),
+    })?;
+    v.set_sensitive(true);
+    Ok(v)
+}
+
+fn basic(runner: &RunnerAccount) -> Result<HeaderValue, ForgeError> {
+    use base64::Engine;
+    let raw = format!("{}:{}", runner.login, runner.password.expose());
+    sensitive(format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(raw)
+    ))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WireBranch {
+    name: String,
+    user_can_push: bool,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WireCompare {
+    total_commits: u64,
+    commits: Vec<Value>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WireToken {
+    id: u64,
+    name: String,
+    sha1: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WirePull {
+    number: u64,
+    state: String,
 }
 
 /// `Retry-After` as seconds or an HTTP date, capped.
@@ -641,6 +709,169 @@ impl Forge for ForgejoClient {
         Ok(wire.number)
     }
 
+    async fn branch(&self, repo: &RepoName, name: &str) -> Result<Option<Branch>, ForgeError> {
+        self.branch_with(None, repo, name).await
+    }
+
+    async fn branch_as(
+        &self,
+        token: &Secret,
+        repo: &RepoName,
+        name: &str,
+    ) -> Result<Option<Branch>, ForgeError> {
+        let auth = sensitive(format!("token {}", token.expose()))?;
+        self.branch_with(Some(&auth), repo, name).await
+    }
+
+    async fn commits_ahead(
+        &self,
+        repo: &RepoName,
+        base: &str,
+        head: &str,
+    ) -> Result<u64, ForgeError> {
+        let path = format!("{}/compare/{}...{}", repo_path(repo), seg(base), seg(head));
+        let wire: WireCompare = self
+            .json(
+                Method::GET,
+                "/repos/{owner}/{repo}/compare/{basehead}",
+                &path,
+                &[],
+                None,
+            )
+            .await?;
+        Ok(wire.total_commits.max(wire.commits.len() as u64))
+    }
+
+    async fn find_pull(
+        &self,
+        repo: &RepoName,
+        base: &str,
+        head: &str,
+    ) -> Result<Option<u64>, ForgeError> {
+        let path = format!("{}/pulls/{}/{}", repo_path(repo), seg(base), seg(head));
+        match self
+            .json::<WirePull>(
+                Method::GET,
+                "/repos/{owner}/{repo}/pulls/{base}/{head}",
+                &path,
+                &[],
+                None,
+            )
+            .await
+        {
+            Ok(p) if p.state == "open" => Ok(Some(p.number)),
+            Ok(_) => Ok(None),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn create_pull(
+        &self,
+        repo: &RepoName,
+        head: &str,
+        base: &str,
+        title: &str,
+        body: &str,
+    ) -> Result<u64, ForgeError> {
+        let path = format!("{}/pulls", repo_path(repo));
+        let wire: WirePull = self
+            .json(
+                Method::POST,
+                "/repos/{owner}/{repo}/pulls",
+                &path,
+                &[],
+                Some(&json!({ "head": head, "base": base, "title": title, "body": body })),
+            )
+            .await?;
+        Ok(wire.number)
+    }
+
+    async fn mint_run_token(
+        &self,
+        runner: &RunnerAccount,
+        repo: &RepoName,
+        name: &str,
+    ) -> Result<MintedToken, ForgeError> {
+        let path = format!("/users/{}/tokens", seg(&runner.login));
+        let body = json!({
+            "name": name,
+            "scopes": ["write:repository"],
+            "repositories": [{ "owner": repo.owner(), "name": repo.name() }],
+        });
+        let resp = self
+            .send_as(
+                Some(&basic(runner)?),
+                Method::POST,
+                "/users/{username}/tokens",
+                &path,
+                &[],
+                Some(&body),
+            )
+            .await?;
+        let wire: WireToken = decode(&Method::POST, &path, resp).await?;
+        if wire.sha1.is_empty() {
+            return Err(ForgeError::Decode {
+                method: "POST".into(),
+                path,
+                reason: "no token in the answer".into(),
+            });
+        }
+        Ok(MintedToken {
+            id: wire.id,
+            name: wire.name,
+            token: Secret::new(wire.sha1),
+        })
+    }
+
+    async fn runner_tokens(
+        &self,
+        runner: &RunnerAccount,
+    ) -> Result<Vec<(u64, String)>, ForgeError> {
+        let path = format!("/users/{}/tokens", seg(&runner.login));
+        let auth = basic(runner)?;
+        let mut out = Vec::new();
+        for page in 1..=100 {
+            let q = [("limit", PAGE_SIZE.to_string()), ("page", page.to_string())];
+            let resp = self
+                .send_as(
+                    Some(&auth),
+                    Method::GET,
+                    "/users/{username}/tokens",
+                    &path,
+                    &q,
+                    None,
+                )
+                .await?;
+            let items: Vec<WireToken> = decode(&Method::GET, &path, resp).await?;
+            let n = items.len();
+            out.extend(items.into_iter().map(|t| (t.id, t.name)));
+            if n < PAGE_SIZE {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    async fn delete_run_token(&self, runner: &RunnerAccount, name: &str) -> Result<(), ForgeError> {
+        let path = format!("/users/{}/tokens/{}", seg(&runner.login), seg(name));
+        match self
+            .send_as(
+                Some(&basic(runner)?),
+                Method::DELETE,
+                "/users/{username}/tokens/{token}",
+                &path,
+                &[],
+                None,
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     async fn org_repos(&self, org: &str) -> Result<Vec<RepoName>, ForgeError> {
         let path = format!("/orgs/{}/repos", seg(org));
         let wire: Vec<WireRepo> = self
@@ -655,6 +886,38 @@ impl Forge for ForgejoClient {
                 })
             })
             .collect())
+    }
+}
+
+impl ForgejoClient {
+    async fn branch_with(
+        &self,
+        auth: Option<&HeaderValue>,
+        repo: &RepoName,
+        name: &str,
+    ) -> Result<Option<Branch>, ForgeError> {
+        let path = format!("{}/branches/{}", repo_path(repo), seg(name));
+        match self
+            .send_as(
+                auth,
+                Method::GET,
+                "/repos/{owner}/{repo}/branches/{branch}",
+                &path,
+                &[],
+                None,
+            )
+            .await
+        {
+            Ok(resp) => {
+                let w: WireBranch = decode(&Method::GET, &path, resp).await?;
+                Ok(Some(Branch {
+                    name: w.name,
+                    user_can_push: w.user_can_push,
+                }))
+            }
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 }
 

@@ -70,6 +70,28 @@ pub struct Repository {
     pub default_branch: String,
 }
 
+/// A branch as seen by the account asking.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Branch {
+    pub name: String,
+    pub user_can_push: bool,
+}
+
+/// A per-run token of the runner account.
+#[derive(Clone, Debug)]
+pub struct MintedToken {
+    pub id: u64,
+    pub name: String,
+    pub token: crate::settings::Secret,
+}
+
+/// The runner account's Basic-auth credentials (tokens are minted and deleted with them).
+#[derive(Clone, Debug)]
+pub struct RunnerAccount {
+    pub login: String,
+    pub password: crate::settings::Secret,
+}
+
 /// A user's role on a repository, weakest first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -185,6 +207,49 @@ pub trait Forge: Send + Sync {
         title: &str,
         body: &str,
     ) -> Result<u64, ForgeError>;
+    /// The branch as the bot sees it; `None` when it does not exist.
+    async fn branch(&self, repo: &RepoName, name: &str) -> Result<Option<Branch>, ForgeError>;
+    /// The branch as the holder of `token` sees it (`user_can_push` is theirs).
+    async fn branch_as(
+        &self,
+        token: &crate::settings::Secret,
+        repo: &RepoName,
+        name: &str,
+    ) -> Result<Option<Branch>, ForgeError>;
+    /// How many commits `head` has that `base` has not.
+    async fn commits_ahead(
+        &self,
+        repo: &RepoName,
+        base: &str,
+        head: &str,
+    ) -> Result<u64, ForgeError>;
+    /// The open pull request from `head` into `base`, if any.
+    async fn find_pull(
+        &self,
+        repo: &RepoName,
+        base: &str,
+        head: &str,
+    ) -> Result<Option<u64>, ForgeError>;
+    async fn create_pull(
+        &self,
+        repo: &RepoName,
+        head: &str,
+        base: &str,
+        title: &str,
+        body: &str,
+    ) -> Result<u64, ForgeError>;
+    /// A token of the runner account restricted to `repo`, scope `write:repository`.
+    async fn mint_run_token(
+        &self,
+        runner: &RunnerAccount,
+        repo: &RepoName,
+        name: &str,
+    ) -> Result<MintedToken, ForgeError>;
+    /// The runner account's tokens: (id, name).
+    async fn runner_tokens(&self, runner: &RunnerAccount)
+    -> Result<Vec<(u64, String)>, ForgeError>;
+    /// Deletes a runner token by name; a token already gone is not an error.
+    async fn delete_run_token(&self, runner: &RunnerAccount, name: &str) -> Result<(), ForgeError>;
     /// Every repository of an organisation.
     async fn org_repos(&self, org: &str) -> Result<Vec<RepoName>, ForgeError>;
 }

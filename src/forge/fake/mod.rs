@@ -77,11 +77,36 @@ pub(crate) struct FIssue {
     pub timeline: Vec<FTimeline>,
 }
 
+/// A token of a user, possibly restricted (Forgejo >= 15: repository-restricted tokens).
+#[derive(Clone, Debug)]
+pub(crate) struct FToken {
+    pub id: u64,
+    pub name: String,
+    pub sha1: String,
+    pub login: String,
+    pub scopes: Vec<String>,
+    /// `None`: every repository the user can reach.
+    pub repos: Option<Vec<RepoName>>,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct FPull {
+    pub number: u64,
+    pub head: String,
+    pub base: String,
+    pub state: String,
+}
+
 #[derive(Clone, Debug)]
 pub(crate) struct FRepo {
     pub id: u64,
     pub name: RepoName,
     pub default_branch: String,
+    /// Branch name → the ids of its commits, oldest first.
+    pub branches: BTreeMap<String, Vec<u64>>,
+    /// The default branch accepts pushes from admins only.
+    pub protect_default: bool,
+    pub pulls: Vec<FPull>,
     pub labels: Vec<FLabel>,
     pub issues: BTreeMap<u64, FIssue>,
     pub permissions: HashMap<String, Permission>,
@@ -110,6 +135,8 @@ pub(crate) struct State {
     pub users: BTreeMap<String, u64>,
     pub repos: BTreeMap<RepoName, FRepo>,
     pub orgs: BTreeMap<String, Vec<RepoName>>,
+    pub passwords: HashMap<String, String>,
+    pub user_tokens: Vec<FToken>,
     pub calls: Vec<Call>,
     pub fail_next: VecDeque<u16>,
     pub violations: Vec<String>,
@@ -137,6 +164,8 @@ pub struct FakeForge {
 pub(crate) enum Refusal {
     NotFound,
     Forbidden,
+    Unauthorized,
+    Conflict(String),
     Unprocessable(String),
 }
 
@@ -350,6 +379,69 @@ impl State {
         Ok(())
     }
 
+    /// What `login` (through a token restricted or not) may do on `repo`'s branch `name`.
+    pub(crate) fn can_push(&self, repo: &RepoName, login: &str, name: &str) -> bool {
+        let Ok(r) = self.repo(repo) else { return false };
+        let perm = self.permission_of(repo, login);
+        if name == r.default_branch && r.protect_default {
+            perm >= Permission::Admin
+        } else {
+            perm >= Permission::Write
+        }
+    }
+
+    /// A commit on `branch`, created from `from` when new; as `login`.
+    pub(crate) fn commit_file(
+        &mut self,
+        login: &str,
+        repo: &RepoName,
+        from: &str,
+        branch: &str,
+    ) -> Result<u64, Refusal> {
+        if !self.can_push(repo, login, branch) {
+            return Err(Refusal::Forbidden);
+        }
+        let commit = self.id();
+        let r = self.repo_mut(repo)?;
+        let base = r.branches.get(from).cloned().ok_or(Refusal::NotFound)?;
+        let entry = r.branches.entry(branch.to_owned()).or_insert(base);
+        entry.push(commit);
+        Ok(commit)
+    }
+
+    pub(crate) fn create_pull(
+        &mut self,
+        login: &str,
+        repo: &RepoName,
+        head: &str,
+        base: &str,
+        title: &str,
+        body: &str,
+    ) -> Result<u64, Refusal> {
+        let r = self.repo(repo)?;
+        if !r.branches.contains_key(head) || !r.branches.contains_key(base) {
+            return Err(Refusal::NotFound);
+        }
+        if r.pulls
+            .iter()
+            .any(|p| p.head == head && p.base == base && p.state == "open")
+        {
+            return Err(Refusal::Conflict("pull request already exists".into()));
+        }
+        let number = self.create_issue(login, repo, title, body)?;
+        let r = self.repo_mut(repo)?;
+        if let Some(i) = r.issues.get_mut(&number) {
+            i.is_pull = true;
+        }
+        r.pulls.push(FPull {
+            number,
+            head: head.to_owned(),
+            base: base.to_owned(),
+            state: "open".into(),
+        });
+        Ok(number)
+    }
+
     pub(crate) fn add_comment(
         &mut self,
         actor: &str,
@@ -412,6 +504,58 @@ impl State {
         }
         self.emit("issue_comment", "edited", actor, &issue, Some(&comment));
         Ok((comment, number))
+    }
+
+    pub(crate) fn check_password(&self, login: &str, password: &str) -> Result<(), Refusal> {
+        match self.passwords.get(login) {
+            Some(p) if p == password => Ok(()),
+            _ => Err(Refusal::Unauthorized),
+        }
+    }
+
+    pub(crate) fn mint_token(
+        &mut self,
+        login: &str,
+        password: &str,
+        name: &str,
+        scopes: Vec<String>,
+        repos: Option<Vec<RepoName>>,
+    ) -> Result<FToken, Refusal> {
+        self.check_password(login, password)?;
+        if name.is_empty()
+            || self
+                .user_tokens
+                .iter()
+                .any(|t| t.login == login && t.name == name)
+        {
+            return Err(Refusal::Unprocessable(format!(
+                "access token name `{name}` is empty or taken"
+            )));
+        }
+        let id = self.id();
+        let sha1 = format!("{:040x}", rand::random::<u128>());
+        let token = FToken {
+            id,
+            name: name.to_owned(),
+            sha1,
+            login: login.to_owned(),
+            scopes,
+            repos,
+        };
+        self.user_tokens.push(token.clone());
+        Ok(token)
+    }
+
+    pub(crate) fn commits_ahead(
+        &self,
+        repo: &RepoName,
+        base: &str,
+        head: &str,
+    ) -> Result<u64, Refusal> {
+        let r = self.repo(repo)?;
+        let base = r.branches.get(base).ok_or(Refusal::NotFound)?;
+        let head = r.branches.get(head).ok_or(Refusal::NotFound)?;
+        Ok(head.iter().filter(|c| !base.contains(c)).count() as u64)
     }
 
     /// Queues the webhook Forgejo would send for a change.
@@ -478,10 +622,14 @@ impl FakeForge {
         let mut s = self.state();
         s.ensure_user(name.owner());
         let id = s.id();
+        let commit = s.id();
         s.repos.entry(name.clone()).or_insert_with(|| FRepo {
             id,
             name: name.clone(),
             default_branch: "main".into(),
+            branches: BTreeMap::from([("main".to_owned(), vec![commit])]),
+            protect_default: true,
+            pulls: Vec::new(),
             labels: Vec::new(),
             issues: BTreeMap::new(),
             permissions: HashMap::new(),
@@ -518,6 +666,67 @@ impl FakeForge {
         if let Ok(r) = s.repo_mut(repo) {
             r.permissions.insert(login.to_owned(), permission);
         }
+    }
+
+    /// Gives an account a password (Basic auth: the only way to mint, list and delete its tokens).
+    pub fn set_password(&self, login: &str, password: &str) {
+        let mut s = self.state();
+        s.ensure_user(login);
+        s.passwords.insert(login.to_owned(), password.to_owned());
+    }
+
+    /// Lets writers push to the default branch (an unprotected repository).
+    pub fn unprotect_default_branch(&self, repo: &RepoName) {
+        if let Ok(r) = self.state().repo_mut(repo) {
+            r.protect_default = false;
+        }
+    }
+
+    /// Tokens of `login`: (name, restricted repositories, scopes).
+    pub fn tokens_of(&self, login: &str) -> Vec<(String, Option<Vec<String>>, Vec<String>)> {
+        self.state()
+            .user_tokens
+            .iter()
+            .filter(|t| t.login == login)
+            .map(|t| {
+                (
+                    t.name.clone(),
+                    t.repos
+                        .as_ref()
+                        .map(|r| r.iter().map(|r| r.to_string()).collect()),
+                    t.scopes.clone(),
+                )
+            })
+            .collect()
+    }
+
+    /// Branch names of a repository.
+    pub fn branches_of(&self, repo: &RepoName) -> Vec<String> {
+        self.state()
+            .repo(repo)
+            .map(|r| r.branches.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Open pull requests of a repository: (number, head, base, title, body).
+    pub fn pulls_of(&self, repo: &RepoName) -> Vec<(u64, String, String, String, String)> {
+        let s = self.state();
+        let Ok(r) = s.repo(repo) else {
+            return Vec::new();
+        };
+        r.pulls
+            .iter()
+            .filter_map(|p| {
+                let i = r.issues.get(&p.number)?;
+                Some((
+                    p.number,
+                    p.head.clone(),
+                    p.base.clone(),
+                    i.title.clone(),
+                    i.body.clone(),
+                ))
+            })
+            .collect()
     }
 
     /// Where webhooks go, signed with `secret`. Until set, changes send nothing.
@@ -797,6 +1006,13 @@ fn refused(method: &str, path: String, r: Refusal) -> ForgeError {
     match r {
         Refusal::NotFound => ForgeError::NotFound { method, path },
         Refusal::Forbidden => ForgeError::Forbidden { method, path },
+        Refusal::Unauthorized => ForgeError::Unauthorized { method, path },
+        Refusal::Conflict(message) => ForgeError::Status {
+            method,
+            path,
+            status: 409,
+            message,
+        },
         Refusal::Unprocessable(message) => ForgeError::Status {
             method,
             path,
@@ -971,6 +1187,143 @@ impl Forge for FakeForge {
             .map_err(|e| refused("POST", repo.to_string(), e))?;
         self.deliver_webhooks().await;
         Ok(number)
+    }
+
+    async fn branch(
+        &self,
+        repo: &RepoName,
+        name: &str,
+    ) -> Result<Option<super::Branch>, ForgeError> {
+        let bot = self.bot();
+        let s = self.state();
+        let r = s
+            .repo(repo)
+            .map_err(|e| refused("GET", repo.to_string(), e))?;
+        Ok(r.branches.contains_key(name).then(|| super::Branch {
+            name: name.to_owned(),
+            user_can_push: s.can_push(repo, &bot, name),
+        }))
+    }
+
+    async fn branch_as(
+        &self,
+        token: &crate::settings::Secret,
+        repo: &RepoName,
+        name: &str,
+    ) -> Result<Option<super::Branch>, ForgeError> {
+        let s = self.state();
+        let t = s
+            .user_tokens
+            .iter()
+            .find(|t| t.sha1 == token.expose())
+            .cloned();
+        let Some(t) = t else {
+            return Err(ForgeError::Unauthorized {
+                method: "GET".into(),
+                path: repo.to_string(),
+            });
+        };
+        let r = s
+            .repo(repo)
+            .map_err(|e| refused("GET", repo.to_string(), e))?;
+        Ok(r.branches.contains_key(name).then(|| super::Branch {
+            name: name.to_owned(),
+            user_can_push: s.can_push(repo, &t.login, name),
+        }))
+    }
+
+    async fn commits_ahead(
+        &self,
+        repo: &RepoName,
+        base: &str,
+        head: &str,
+    ) -> Result<u64, ForgeError> {
+        let s = self.state();
+        s.commits_ahead(repo, base, head)
+            .map_err(|e| refused("GET", repo.to_string(), e))
+    }
+
+    async fn find_pull(
+        &self,
+        repo: &RepoName,
+        base: &str,
+        head: &str,
+    ) -> Result<Option<u64>, ForgeError> {
+        let s = self.state();
+        let r = s
+            .repo(repo)
+            .map_err(|e| refused("GET", repo.to_string(), e))?;
+        Ok(r.pulls
+            .iter()
+            .find(|p| p.base == base && p.head == head && p.state == "open")
+            .map(|p| p.number))
+    }
+
+    async fn create_pull(
+        &self,
+        repo: &RepoName,
+        head: &str,
+        base: &str,
+        title: &str,
+        body: &str,
+    ) -> Result<u64, ForgeError> {
+        let bot = self.bot();
+        let n = self
+            .state()
+            .create_pull(&bot, repo, head, base, title, body)
+            .map_err(|e| refused("POST", repo.to_string(), e))?;
+        self.deliver_webhooks().await;
+        Ok(n)
+    }
+
+    async fn mint_run_token(
+        &self,
+        runner: &super::RunnerAccount,
+        repo: &RepoName,
+        name: &str,
+    ) -> Result<super::MintedToken, ForgeError> {
+        let mut s = self.state();
+        let t = s
+            .mint_token(
+                &runner.login,
+                runner.password.expose(),
+                name,
+                vec!["write:repository".into()],
+                Some(vec![repo.clone()]),
+            )
+            .map_err(|e| refused("POST", format!("/users/{}/tokens", runner.login), e))?;
+        Ok(super::MintedToken {
+            id: t.id,
+            name: t.name,
+            token: crate::settings::Secret::new(t.sha1),
+        })
+    }
+
+    async fn runner_tokens(
+        &self,
+        runner: &super::RunnerAccount,
+    ) -> Result<Vec<(u64, String)>, ForgeError> {
+        let s = self.state();
+        s.check_password(&runner.login, runner.password.expose())
+            .map_err(|e| refused("GET", runner.login.clone(), e))?;
+        Ok(s.user_tokens
+            .iter()
+            .filter(|t| t.login == runner.login)
+            .map(|t| (t.id, t.name.clone()))
+            .collect())
+    }
+
+    async fn delete_run_token(
+        &self,
+        runner: &super::RunnerAccount,
+        name: &str,
+    ) -> Result<(), ForgeError> {
+        let mut s = self.state();
+        s.check_password(&runner.login, runner.password.expose())
+            .map_err(|e| refused("DELETE", runner.login.clone(), e))?;
+        s.user_tokens
+            .retain(|t| !(t.login == runner.login && (t.name == name || t.id.to_string() == name)));
+        Ok(())
     }
 
     async fn org_repos(&self, org: &str) -> Result<Vec<RepoName>, ForgeError> {

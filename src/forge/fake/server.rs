@@ -85,12 +85,80 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-fn authenticate(state: &State, req: &HttpRequest) -> Option<String> {
+/// Who a request authenticates as.
+enum Caller {
+    /// An API token; restricted tokens carry their scopes and repositories.
+    Token {
+        login: String,
+        restricted: Option<super::FToken>,
+    },
+    /// Basic auth with the account's password.
+    Basic { login: String },
+}
+
+impl Caller {
+    fn login(&self) -> &str {
+        match self {
+            Self::Token { login, .. } | Self::Basic { login } => login,
+        }
+    }
+}
+
+fn authenticate(state: &State, req: &HttpRequest) -> Option<Caller> {
+    use base64::Engine;
     let value = req.headers().get("authorization")?.to_str().ok()?;
+    if let Some(b64) = value.strip_prefix("Basic ") {
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(b64.trim())
+            .ok()?;
+        let raw = String::from_utf8(raw).ok()?;
+        let (login, password) = raw.split_once(':')?;
+        state.check_password(login, password).ok()?;
+        return Some(Caller::Basic {
+            login: login.to_owned(),
+        });
+    }
     let token = value
         .strip_prefix("token ")
-        .or_else(|| value.strip_prefix("Bearer "))?;
-    state.tokens.get(token.trim()).cloned()
+        .or_else(|| value.strip_prefix("Bearer "))?
+        .trim();
+    if let Some(login) = state.tokens.get(token) {
+        return Some(Caller::Token {
+            login: login.clone(),
+            restricted: None,
+        });
+    }
+    let t = state.user_tokens.iter().find(|t| t.sha1 == token)?;
+    Some(Caller::Token {
+        login: t.login.clone(),
+        restricted: Some(t.clone()),
+    })
+}
+
+/// Why a restricted token may not make this request, if it may not: repositories outside its
+/// list, and scopes it lacks (`issue` endpoints need an issue scope; writes need `write:`).
+fn restriction(t: &super::FToken, method: &str, seg: &[String]) -> Option<&'static str> {
+    let parts: Vec<&str> = seg.iter().map(String::as_str).collect();
+    let ["repos", owner, name, rest @ ..] = parts.as_slice() else {
+        return Some("the token's scopes do not cover this endpoint");
+    };
+    if let Some(repos) = &t.repos
+        && !repos
+            .iter()
+            .any(|r| r.owner() == *owner && r.name() == *name)
+    {
+        return Some("the token does not have access to this repository");
+    }
+    let category = match rest.first() {
+        Some(&"issues") | Some(&"labels") => "issue",
+        _ => "repository",
+    };
+    let write = method != "GET";
+    let ok = t
+        .scopes
+        .iter()
+        .any(|s| s == &format!("write:{category}") || (!write && s == &format!("read:{category}")));
+    (!ok).then_some("the token's scopes do not cover this endpoint")
 }
 
 async fn handle(req: HttpRequest, body: web::Bytes, forge: web::Data<FakeForge>) -> HttpResponse {
@@ -132,15 +200,33 @@ async fn handle(req: HttpRequest, body: web::Bytes, forge: web::Data<FakeForge>)
                 json!({ "message": "injected failure" }),
                 Vec::new(),
             )
-        } else if let Some(login) = &login {
-            route(
-                &mut state,
-                &method,
-                &segments,
-                &query,
-                json_body.as_ref(),
-                login,
-            )
+        } else if let Some(caller) = &login {
+            let refused = match caller {
+                Caller::Token {
+                    restricted: Some(t),
+                    ..
+                } => restriction(t, &method, &segments),
+                // Tokens are listed, minted and deleted with Basic auth only, and Basic auth
+                // serves nothing else here.
+                Caller::Token { .. } if segments.first().map(String::as_str) == Some("users") => {
+                    Some("this endpoint needs Basic auth")
+                }
+                Caller::Basic { .. } if segments.first().map(String::as_str) != Some("users") => {
+                    Some("use a token")
+                }
+                _ => None,
+            };
+            match refused {
+                Some(why) => (StatusCode::FORBIDDEN, json!({ "message": why }), Vec::new()),
+                None => route(
+                    &mut state,
+                    &method,
+                    &segments,
+                    &query,
+                    json_body.as_ref(),
+                    caller.login(),
+                ),
+            }
         } else {
             (
                 StatusCode::UNAUTHORIZED,
@@ -154,7 +240,7 @@ async fn handle(req: HttpRequest, body: web::Bytes, forge: web::Data<FakeForge>)
             query: query.clone(),
             body: json_body.clone(),
             status: status.as_u16(),
-            login,
+            login: login.as_ref().map(|c| c.login().to_owned()),
         });
         let mut resp = if status == StatusCode::NO_CONTENT {
             HttpResponse::NoContent().finish()
@@ -201,6 +287,12 @@ fn refusal(r: Refusal) -> Answer {
             json!({ "message": "forbidden" }),
             Vec::new(),
         ),
+        Refusal::Unauthorized => (
+            StatusCode::UNAUTHORIZED,
+            json!({ "message": "unauthorized" }),
+            Vec::new(),
+        ),
+        Refusal::Conflict(m) => (StatusCode::CONFLICT, json!({ "message": m }), Vec::new()),
         Refusal::Unprocessable(m) => (
             StatusCode::UNPROCESSABLE_ENTITY,
             json!({ "message": m }),
@@ -429,6 +521,138 @@ fn route(
             Ok(ok(
                 json!({ "permission": p.as_str(), "role_name": p.as_str(), "user": user_json(s, user) }),
             ))
+        }
+        ("GET", ["repos", o, r, "branches", branch]) => {
+            let repo = repo_of(o, r)?;
+            let rr = s.repo(&repo)?;
+            let commits = rr.branches.get(*branch).ok_or(Refusal::NotFound)?;
+            let protected = *branch == rr.default_branch && rr.protect_default;
+            Ok(ok(json!({
+                "name": branch,
+                "commit": { "id": format!("{:040x}", commits.last().copied().unwrap_or(0)), "message": "commit" },
+                "protected": protected,
+                "required_approvals": 0,
+                "enable_status_check": false,
+                "status_check_contexts": [],
+                "user_can_push": s.can_push(&repo, login, branch),
+                "user_can_merge": s.can_push(&repo, login, branch),
+                "effective_branch_protection_name": if protected { branch.to_string() } else { String::new() },
+            })))
+        }
+        ("POST", ["repos", o, r, "contents", ..]) => {
+            let repo = repo_of(o, r)?;
+            let b = body.cloned().unwrap_or(Value::Null);
+            let default = s.repo(&repo)?.default_branch.clone();
+            let from = b["branch"]
+                .as_str()
+                .filter(|x| !x.is_empty())
+                .unwrap_or(&default)
+                .to_owned();
+            let target = b["new_branch"]
+                .as_str()
+                .filter(|x| !x.is_empty())
+                .unwrap_or(&from)
+                .to_owned();
+            let commit = s.commit_file(login, &repo, &from, &target)?;
+            Ok((
+                StatusCode::CREATED,
+                json!({ "content": null, "commit": { "sha": format!("{commit:040x}") } }),
+                Vec::new(),
+            ))
+        }
+        ("GET", ["repos", o, r, "compare", basehead]) => {
+            let repo = repo_of(o, r)?;
+            let (base, head) = basehead.split_once("...").ok_or(Refusal::NotFound)?;
+            let ahead = s.commits_ahead(&repo, base, head)?;
+            let commits: Vec<Value> = (0..ahead)
+                .map(|i| json!({ "sha": format!("{i:040x}") }))
+                .collect();
+            Ok(ok(
+                json!({ "total_commits": ahead, "commits": commits, "files": [] }),
+            ))
+        }
+        ("GET", ["repos", o, r, "pulls", base, head]) => {
+            let repo = repo_of(o, r)?;
+            let rr = s.repo(&repo)?;
+            let p = rr
+                .pulls
+                .iter()
+                .find(|p| p.base == *base && p.head == *head)
+                .ok_or(Refusal::NotFound)?;
+            Ok(ok(
+                json!({ "id": p.number, "number": p.number, "state": p.state, "head": { "ref": p.head }, "base": { "ref": p.base } }),
+            ))
+        }
+        ("POST", ["repos", o, r, "pulls"]) => {
+            let repo = repo_of(o, r)?;
+            let b = body.cloned().unwrap_or(Value::Null);
+            let number = s.create_pull(
+                login,
+                &repo,
+                b["head"].as_str().unwrap_or_default(),
+                b["base"].as_str().unwrap_or_default(),
+                b["title"].as_str().unwrap_or_default(),
+                b["body"].as_str().unwrap_or_default(),
+            )?;
+            Ok((
+                StatusCode::CREATED,
+                json!({ "id": number, "number": number, "state": "open" }),
+                Vec::new(),
+            ))
+        }
+        ("POST", ["users", user, "tokens"]) => {
+            if *user != login {
+                return Err(Refusal::Forbidden);
+            }
+            let b = body.cloned().unwrap_or(Value::Null);
+            let scopes: Vec<String> = b["scopes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect();
+            let repos: Option<Vec<RepoName>> = b["repositories"].as_array().map(|list| {
+                list.iter()
+                    .filter_map(|r| RepoName::new(r["owner"].as_str()?, r["name"].as_str()?).ok())
+                    .collect()
+            });
+            let password = s.passwords.get(login).cloned().unwrap_or_default();
+            let t = s.mint_token(
+                login,
+                &password,
+                b["name"].as_str().unwrap_or_default(),
+                scopes,
+                repos,
+            )?;
+            Ok((
+                StatusCode::CREATED,
+                json!({
+                    "id": t.id, "name": t.name, "sha1": t.sha1,
+                    "token_last_eight": t.sha1.chars().rev().take(8).collect::<String>().chars().rev().collect::<String>(),
+                    "scopes": t.scopes,
+                }),
+                Vec::new(),
+            ))
+        }
+        ("GET", ["users", user, "tokens"]) => {
+            if *user != login {
+                return Err(Refusal::Forbidden);
+            }
+            let items = s.user_tokens.iter().filter(|t| t.login == login).map(|t| json!({ "id": t.id, "name": t.name, "scopes": t.scopes, "sha1": "", "token_last_eight": "" })).collect();
+            Ok(paginate(items, query, false))
+        }
+        ("DELETE", ["users", user, "tokens", token]) => {
+            if *user != login {
+                return Err(Refusal::Forbidden);
+            }
+            let before = s.user_tokens.len();
+            s.user_tokens.retain(|t| {
+                !(t.login == login && (t.name == *token || t.id.to_string() == *token))
+            });
+            if s.user_tokens.len() == before {
+                return Err(Refusal::NotFound);
+            }
+            Ok((StatusCode::NO_CONTENT, Value::Null, Vec::new()))
         }
         ("GET", ["orgs", org, "repos"]) => {
             let repos = s.orgs.get(*org).cloned().ok_or(Refusal::NotFound)?;

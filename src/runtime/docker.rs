@@ -1,0 +1,316 @@
+//! The Docker implementation of [`Runtime`], over bollard. Hardening lives in `HostConfig`:
+//! a non-root user, every capability dropped, `no-new-privileges`, memory/CPU/pids limits, a
+//! read-only root filesystem with a tmpfs workspace, and the configured network. The task
+//! file goes into an anonymous volume at its directory, copied in before start (a read-only
+//! root filesystem refuses archive uploads anywhere else).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bollard::Docker;
+use bollard::errors::Error as DockerError;
+use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
+use bollard::query_parameters::{
+    CreateContainerOptions, KillContainerOptions, ListContainersOptions, LogsOptions,
+    RemoveContainerOptions, UploadToContainerOptions, WaitContainerOptions,
+};
+use futures_util::StreamExt;
+
+use super::{Exit, RunContainer, RunSpec, Runtime, RuntimeError};
+use crate::settings::RunnerSettings;
+
+/// The label every run container carries.
+pub const RUN_LABEL: &str = "director.run-id";
+
+/// The container name of a run: the engine refuses a second container with the same name,
+/// so one run id can never get two containers.
+pub fn container_name(run_id: &str) -> String {
+    format!("director-run-{run_id}")
+}
+
+pub struct DockerRuntime {
+    docker: Docker,
+    settings: RunnerSettings,
+}
+
+fn engine(e: DockerError) -> RuntimeError {
+    RuntimeError::Engine(e.to_string())
+}
+
+impl DockerRuntime {
+    /// Connects to `DOCKER_HOST`, else the local socket, and negotiates the API version.
+    pub async fn connect(settings: RunnerSettings) -> Result<Self, RuntimeError> {
+        let docker = Docker::connect_with_defaults()
+            .map_err(|e| RuntimeError::Unavailable(e.to_string()))?;
+        let docker = docker
+            .negotiate_version()
+            .await
+            .map_err(|e| RuntimeError::Unavailable(e.to_string()))?;
+        Ok(Self { docker, settings })
+    }
+
+    pub fn docker(&self) -> &Docker {
+        &self.docker
+    }
+
+    /// The create request for a run: command, environment, labels and hardening.
+    pub fn container_config(&self, spec: &RunSpec) -> ContainerCreateBody {
+        let s = &self.settings;
+        let task_dir = std::path::Path::new(&spec.task_path)
+            .parent()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "/task".into());
+        let mut mounts = vec![Mount {
+            target: Some(task_dir),
+            typ: Some(MountType::VOLUME),
+            ..Default::default()
+        }];
+        for (source, target, read_only) in &spec.mounts {
+            mounts.push(Mount {
+                target: Some(target.clone()),
+                source: Some(source.clone()),
+                typ: Some(if source.starts_with('/') {
+                    MountType::BIND
+                } else {
+                    MountType::VOLUME
+                }),
+                read_only: Some(*read_only),
+                ..Default::default()
+            });
+        }
+        let mut tmpfs = HashMap::new();
+        tmpfs.insert(
+            s.workspace.clone(),
+            format!(
+                "rw,nosuid,nodev,size={}m,uid={},gid={}",
+                s.workspace_mb,
+                uid(&s.user),
+                gid(&s.user)
+            ),
+        );
+        ContainerCreateBody {
+            image: Some(spec.image.clone()),
+            cmd: (!spec.command.is_empty()).then(|| spec.command.clone()),
+            env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            labels: Some(spec.labels.clone()),
+            user: Some(s.user.clone()),
+            working_dir: Some(s.workspace.clone()),
+            host_config: Some(HostConfig {
+                memory: Some(
+                    i64::try_from(s.memory_mb.saturating_mul(1024 * 1024)).unwrap_or(i64::MAX),
+                ),
+                nano_cpus: Some((s.cpus * 1e9) as i64),
+                pids_limit: Some(s.pids_limit),
+                cap_drop: Some(vec!["ALL".into()]),
+                security_opt: Some(vec!["no-new-privileges:true".into()]),
+                readonly_rootfs: Some(s.read_only_rootfs),
+                tmpfs: Some(tmpfs),
+                network_mode: Some(s.network.clone()),
+                mounts: Some(mounts),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+}
+
+fn uid(user: &str) -> &str {
+    user.split(':').next().unwrap_or("1000")
+}
+
+fn gid(user: &str) -> &str {
+    user.split(':').nth(1).unwrap_or_else(|| uid(user))
+}
+
+/// A tar archive holding one file, readable by the run's user.
+fn tar_one(name: &str, data: &[u8]) -> Result<Vec<u8>, RuntimeError> {
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut header = tar::Header::new_gnu();
+    header.set_size(data.len() as u64);
+    header.set_mode(0o444);
+    header.set_mtime(0);
+    header.set_cksum();
+    builder
+        .append_data(&mut header, name, data)
+        .map_err(|e| RuntimeError::Engine(format!("building the task archive: {e}")))?;
+    builder
+        .into_inner()
+        .map_err(|e| RuntimeError::Engine(format!("building the task archive: {e}")))
+}
+
+#[async_trait]
+impl Runtime for DockerRuntime {
+    async fn create(&self, spec: &RunSpec) -> Result<String, RuntimeError> {
+        let name = container_name(&spec.run_id);
+        let options = CreateContainerOptions {
+            name: Some(name),
+            ..Default::default()
+        };
+        let created = match self
+            .docker
+            .create_container(Some(options), self.container_config(spec))
+            .await
+        {
+            Ok(c) => c,
+            Err(DockerError::DockerResponseServerError {
+                status_code: 409, ..
+            }) => {
+                return Err(RuntimeError::Exists(spec.run_id.clone()));
+            }
+            Err(e) => return Err(engine(e)),
+        };
+        let path = std::path::Path::new(&spec.task_path);
+        let dir = path
+            .parent()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "/".into());
+        let file = path
+            .file_name()
+            .and_then(|f| f.to_str())
+            .unwrap_or("task.md");
+        let archive = tar_one(file, &spec.task)?;
+        let upload = UploadToContainerOptions {
+            path: dir,
+            ..Default::default()
+        };
+        if let Err(e) = self
+            .docker
+            .upload_to_container(
+                &created.id,
+                Some(upload),
+                bollard::body_full(archive.into()),
+            )
+            .await
+        {
+            let _ = self.remove(&created.id).await;
+            return Err(engine(e));
+        }
+        Ok(created.id)
+    }
+
+    async fn start(&self, id: &str) -> Result<(), RuntimeError> {
+        self.docker.start_container(id, None).await.map_err(engine)
+    }
+
+    async fn wait(&self, id: &str, timeout: Duration) -> Result<Exit, RuntimeError> {
+        let options = WaitContainerOptions {
+            condition: "not-running".into(),
+        };
+        let mut stream = self.docker.wait_container(id, Some(options));
+        let waited = tokio::time::timeout(timeout, stream.next()).await;
+        match waited {
+            Err(_) => {
+                self.kill(id).await?;
+                // Let the engine record the exit before the caller reads logs.
+                let mut again = self.docker.wait_container(
+                    id,
+                    Some(WaitContainerOptions {
+                        condition: "not-running".into(),
+                    }),
+                );
+                let _ = tokio::time::timeout(Duration::from_secs(30), again.next()).await;
+                Ok(Exit::TimedOut)
+            }
+            Ok(Some(Ok(r))) => Ok(Exit::Code(r.status_code)),
+            // bollard reports a non-zero exit as an error.
+            Ok(Some(Err(DockerError::DockerContainerWaitError { code, .. }))) => {
+                Ok(Exit::Code(code))
+            }
+            Ok(Some(Err(e))) => Err(engine(e)),
+            Ok(None) => Err(RuntimeError::Engine(
+                "the wait stream ended without a status".into(),
+            )),
+        }
+    }
+
+    async fn logs_tail(&self, id: &str, lines: usize) -> Result<String, RuntimeError> {
+        let options = LogsOptions {
+            stdout: true,
+            stderr: true,
+            tail: lines.to_string(),
+            ..Default::default()
+        };
+        let mut stream = self.docker.logs(id, Some(options));
+        let mut out = String::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(engine)?;
+            out.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
+        }
+        Ok(out)
+    }
+
+    async fn kill(&self, id: &str) -> Result<(), RuntimeError> {
+        match self
+            .docker
+            .kill_container(
+                id,
+                Some(KillContainerOptions {
+                    signal: "SIGKILL".into(),
+                }),
+            )
+            .await
+        {
+            Ok(()) => Ok(()),
+            // Not running (409) or gone (404): stopped already.
+            Err(DockerError::DockerResponseServerError {
+                status_code: 404 | 409,
+                ..
+            }) => Ok(()),
+            Err(e) => Err(engine(e)),
+        }
+    }
+
+    async fn remove(&self, id: &str) -> Result<(), RuntimeError> {
+        let options = RemoveContainerOptions {
+            v: true,
+            force: true,
+            ..Default::default()
+        };
+        match self.docker.remove_container(id, Some(options)).await {
+            Ok(()) => Ok(()),
+            Err(DockerError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(()),
+            Err(e) => Err(engine(e)),
+        }
+    }
+
+    async fn list_runs(&self) -> Result<Vec<RunContainer>, RuntimeError> {
+        let mut filters = HashMap::new();
+        filters.insert("label".to_owned(), vec![RUN_LABEL.to_owned()]);
+        let options = ListContainersOptions {
+            all: true,
+            filters: Some(filters),
+            ..Default::default()
+        };
+        let list = self
+            .docker
+            .list_containers(Some(options))
+            .await
+            .map_err(engine)?;
+        let mut out = Vec::new();
+        for c in list {
+            let (Some(id), Some(run_id)) = (
+                c.id.clone(),
+                c.labels.as_ref().and_then(|l| l.get(RUN_LABEL)).cloned(),
+            ) else {
+                continue;
+            };
+            let inspect = self
+                .docker
+                .inspect_container(&id, None)
+                .await
+                .map_err(engine)?;
+            let state = inspect.state.unwrap_or_default();
+            out.push(RunContainer {
+                id,
+                run_id,
+                running: state.running.unwrap_or(false),
+                exit_code: (!state.running.unwrap_or(false))
+                    .then_some(state.exit_code.unwrap_or(-1)),
+            });
+        }
+        Ok(out)
+    }
+}

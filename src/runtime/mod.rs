@@ -1,0 +1,68 @@
+//! Where coder runs execute. [`Runtime`] covers what the director does with a run's
+//! container; [`docker::DockerRuntime`] implements it over the Docker Engine API (bollard).
+
+pub mod docker;
+pub mod mounts;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+/// Everything needed to create one run's container.
+#[derive(Clone, Debug)]
+pub struct RunSpec {
+    /// Also the container's name suffix: one run id, one container.
+    pub run_id: String,
+    pub image: String,
+    pub command: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub labels: HashMap<String, String>,
+    /// Where the task file is copied before start, and its contents.
+    pub task_path: String,
+    pub task: Vec<u8>,
+    /// Bind mounts already translated to host paths: (source, target, read_only).
+    pub mounts: Vec<(String, String, bool)>,
+}
+
+/// A container the runtime found that belongs to a run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunContainer {
+    pub id: String,
+    pub run_id: String,
+    pub running: bool,
+    pub exit_code: Option<i64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Exit {
+    Code(i64),
+    TimedOut,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("the container engine is unavailable: {0}")]
+    Unavailable(String),
+    #[error("a container for run {0} already exists")]
+    Exists(String),
+    #[error("container engine: {0}")]
+    Engine(String),
+}
+
+#[async_trait]
+pub trait Runtime: Send + Sync {
+    /// Creates the container (not started) and copies the task file in; returns its id.
+    async fn create(&self, spec: &RunSpec) -> Result<String, RuntimeError>;
+    async fn start(&self, id: &str) -> Result<(), RuntimeError>;
+    /// Waits for the container to exit, killing it when `timeout` passes first.
+    async fn wait(&self, id: &str, timeout: Duration) -> Result<Exit, RuntimeError>;
+    /// The last `lines` lines of output (stdout and stderr).
+    async fn logs_tail(&self, id: &str, lines: usize) -> Result<String, RuntimeError>;
+    /// Stops the container now.
+    async fn kill(&self, id: &str) -> Result<(), RuntimeError>;
+    /// Removes the container and its anonymous volumes; gone already is fine.
+    async fn remove(&self, id: &str) -> Result<(), RuntimeError>;
+    /// Every container labelled as a director run.
+    async fn list_runs(&self) -> Result<Vec<RunContainer>, RuntimeError>;
+}

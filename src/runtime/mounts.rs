@@ -1,0 +1,120 @@
+//! Host-path translation. When the director itself runs in a container with the Docker
+//! socket mounted, a bind-mount source it names (e.g. `/cache`) is a path in *its* filesystem;
+//! the engine needs the host path. The director finds its own container id in
+//! `/proc/self/mountinfo` (Docker mounts `/etc/hostname` from `<data-root>/containers/<id>/`),
+//! inspects itself, and maps each source by the longest matching mount destination.
+
+/// One mount of the director's own container: where it is inside, and what backs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnMount {
+    pub destination: String,
+    /// A host path for bind mounts, a volume name for volumes.
+    pub source: String,
+    pub is_volume: bool,
+}
+
+/// The director's own container id, if it runs in a Docker container.
+pub fn own_container_id(mountinfo: &str) -> Option<String> {
+    mountinfo.lines().find_map(|line| {
+        let idx = line.find("/containers/")?;
+        let rest = &line[idx + "/containers/".len()..];
+        let id: String = rest.chars().take_while(|c| c.is_ascii_hexdigit()).collect();
+        (id.len() == 64 && rest[id.len()..].starts_with("/hostname")).then_some(id)
+    })
+}
+
+/// The source the engine needs for `path` (a path inside the director's container):
+/// `(source, is_volume)`. Paths no mount covers are returned unchanged.
+pub fn translate(path: &str, own: &[OwnMount]) -> (String, bool) {
+    let best = own
+        .iter()
+        .filter(|m| {
+            path == m.destination
+                || path.starts_with(&format!("{}/", m.destination.trim_end_matches('/')))
+        })
+        .max_by_key(|m| m.destination.len());
+    match best {
+        Some(m) if m.is_volume => {
+            // A volume is passed by name; a sub-path of it cannot be bind-mounted by name.
+            (m.source.clone(), true)
+        }
+        Some(m) => {
+            let rest = &path[m.destination.len()..];
+            (format!("{}{}", m.source.trim_end_matches('/'), rest), false)
+        }
+        None => (path.to_owned(), false),
+    }
+}
+
+/// `source:target[:ro|rw]` from `runner.mounts`.
+pub fn parse(spec: &str) -> Option<(String, String, bool)> {
+    let mut parts = spec.split(':');
+    let source = parts.next()?.to_owned();
+    let target = parts.next()?.to_owned();
+    let read_only = matches!(parts.next(), Some("ro"));
+    Some((source, target, read_only))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_own_container_id_from_mountinfo() {
+        let id = "a".repeat(64);
+        let info = format!(
+            "612 590 0:60 / / rw,relatime - overlay overlay rw\n\
+             700 612 254:1 /var/lib/docker/containers/{id}/hostname /etc/hostname rw,relatime - ext4 /dev/vda rw\n"
+        );
+        assert_eq!(own_container_id(&info), Some(id));
+        assert_eq!(
+            own_container_id("612 590 0:60 / / rw - overlay overlay rw\n"),
+            None
+        );
+    }
+
+    #[test]
+    fn translates_by_the_longest_matching_destination() {
+        let own = vec![
+            OwnMount {
+                destination: "/data".into(),
+                source: "/srv/director".into(),
+                is_volume: false,
+            },
+            OwnMount {
+                destination: "/data/cache".into(),
+                source: "/mnt/fast/cache".into(),
+                is_volume: false,
+            },
+            OwnMount {
+                destination: "/vol".into(),
+                source: "director-vol".into(),
+                is_volume: true,
+            },
+        ];
+        assert_eq!(
+            translate("/data/cache/cargo", &own),
+            ("/mnt/fast/cache/cargo".into(), false)
+        );
+        assert_eq!(
+            translate("/data/x", &own),
+            ("/srv/director/x".into(), false)
+        );
+        assert_eq!(translate("/data", &own), ("/srv/director".into(), false));
+        assert_eq!(translate("/datax", &own), ("/datax".into(), false));
+        assert_eq!(translate("/vol", &own), ("director-vol".into(), true));
+        assert_eq!(translate("/elsewhere", &own), ("/elsewhere".into(), false));
+    }
+
+    #[test]
+    fn parses_mount_specs() {
+        assert_eq!(
+            parse("/cache:/home/agent/.cache:ro"),
+            Some(("/cache".into(), "/home/agent/.cache".into(), true))
+        );
+        assert_eq!(
+            parse("/cache:/c"),
+            Some(("/cache".into(), "/c".into(), false))
+        );
+    }
+}
