@@ -14,14 +14,17 @@ use tokio_util::sync::CancellationToken;
 
 use crate::director::consumer::Consumer;
 use crate::director::decide::LabelNames;
+use crate::director::runs::RunSupervisor;
 use crate::director::scanner::{ScanReport, Scanner};
 use crate::forge::Forge;
+use crate::forge::RunnerAccount;
 use crate::forge::forgejo::ForgejoClient;
 use crate::http::{AppState, observe_latency, routes};
 use crate::intake::Intake;
 use crate::metrics::Metrics;
 use crate::preflight::providers;
 use crate::preflight::worker::PreflightWorker;
+use crate::runtime::docker::DockerRuntime;
 use crate::settings::Settings;
 use crate::store::Store;
 
@@ -124,6 +127,7 @@ impl Application {
             label_names(&settings),
             forge.clone(),
         );
+        let mut gate = None;
         if let Some(forge) = &forge
             && settings.preflight.enabled
         {
@@ -137,7 +141,53 @@ impl Application {
             )?;
             let preflight_wake = Arc::new(Notify::new());
             consumer = consumer.with_preflight_wake(preflight_wake.clone());
-            tokio::spawn(Arc::new(worker).run(preflight_wake, shutdown.clone()));
+            let worker = Arc::new(worker);
+            gate = Some(worker.clone());
+            tokio::spawn(worker.run(preflight_wake, shutdown.clone()));
+        }
+        let runtime_state = Arc::new(RwLock::new("disabled".to_owned()));
+        if let Some(forge) = &forge
+            && settings.runner.enabled
+            && !settings.runner.image.is_empty()
+        {
+            match DockerRuntime::connect(settings.runner.clone()).await {
+                Ok(runtime) => {
+                    let mounts =
+                        RunSupervisor::translated_mounts(&settings.runner, Some(runtime.docker()))
+                            .await;
+                    let supervisor = RunSupervisor::new(
+                        store.clone(),
+                        forge.clone(),
+                        Arc::new(runtime),
+                        RunnerAccount {
+                            login: settings.forge.runner_login.clone(),
+                            password: settings.forge.runner_password.clone(),
+                        },
+                        settings.runner.clone(),
+                        settings.labels.clone(),
+                        settings.forge.url.clone(),
+                        gate.clone(),
+                        wake.clone(),
+                        mounts,
+                    );
+                    let runs_wake = Arc::new(Notify::new());
+                    consumer = consumer.with_runs_wake(runs_wake.clone());
+                    tokio::spawn(Arc::new(supervisor).run(runs_wake, shutdown.clone()));
+                    if let Ok(mut s) = runtime_state.write() {
+                        *s = "ok".into();
+                    }
+                }
+                Err(error) => {
+                    // Intake and pre-flights go on without the engine; readiness says so.
+                    tracing::error!(%error, "the container engine is unavailable: no runs start");
+                    if let Ok(mut s) = runtime_state.write() {
+                        *s = format!("unavailable: {error}");
+                    }
+                }
+            }
+        }
+        if let Some(forge) = &forge {
+            consumer = consumer.with_state_labels(settings.labels.clone(), forge.clone());
         }
         tokio::spawn(consumer.run(shutdown.clone()));
 
@@ -157,6 +207,7 @@ impl Application {
             intake,
             store: store.clone(),
             bot_login,
+            runtime_state,
         });
         let mut server = HttpServer::new(move || {
             App::new()

@@ -32,3 +32,93 @@ mod tests {
         insta::assert_snapshot!(untrusted_trigger("headless", None));
     }
 }
+
+/// Marks the report of one run.
+pub fn run_marker(run_id: &str) -> String {
+    format!("<!-- director:run {run_id} -->")
+}
+
+fn fenced(log: &str) -> String {
+    let log = log.trim();
+    if log.is_empty() {
+        return "(no output)".to_owned();
+    }
+    // A fence longer than any backtick run in the log, so it cannot close early.
+    let longest = log.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest.max(2) + 1);
+    format!("{fence}text\n{log}\n{fence}")
+}
+
+pub fn run_succeeded(run_id: &str, pr: u64) -> String {
+    format!(
+        "{}\n✅ **director:** run `{run_id}` finished and its branch is pull request #{pr}.",
+        run_marker(run_id)
+    )
+}
+
+pub fn run_failed(run_id: &str, why: &str, log: &str) -> String {
+    format!(
+        "{}\n❌ **director:** run `{run_id}` failed: {why}.\n\nNo pull request was opened. A maintainer with write access can comment `/director retry` to start a fresh run.\n\n<details>\n<summary>The end of the run's log (secrets redacted)</summary>\n\n{}\n\n</details>",
+        run_marker(run_id),
+        fenced(log)
+    )
+}
+
+pub fn run_timed_out(run_id: &str, timeout_secs: u64, log: &str) -> String {
+    format!(
+        "{}\n⏱️ **director:** run `{run_id}` was killed after {timeout_secs} s (`runner.timeout_secs`).\n\nNo pull request was opened. A maintainer with write access can comment `/director retry` to start a fresh run.\n\n<details>\n<summary>The end of the run's log (secrets redacted)</summary>\n\n{}\n\n</details>",
+        run_marker(run_id),
+        fenced(log)
+    )
+}
+
+pub fn run_cancelled(run_id: &str) -> String {
+    format!(
+        "{}\n🛑 **director:** run `{run_id}` was stopped because the issue was cancelled; its token was revoked.",
+        run_marker(run_id)
+    )
+}
+
+pub fn run_refused(run_id: &str, why: &str) -> String {
+    format!(
+        "{}\n🚫 **director:** run `{run_id}` was refused before anything started: {why}. Its token was revoked; no container was created.",
+        run_marker(run_id)
+    )
+}
+
+#[cfg(test)]
+mod run_tests {
+    use super::*;
+
+    #[test]
+    fn run_succeeded_comment() {
+        insta::assert_snapshot!(run_succeeded("0123456789ab", 7));
+    }
+
+    #[test]
+    fn run_failed_comment() {
+        insta::assert_snapshot!(run_failed(
+            "0123456789ab",
+            "the run exited with code 0 and branch `director-issue-3-01234567` is not ahead of `main`",
+            "cloning...\ntoken [redacted]\n```not a fence```"
+        ));
+    }
+
+    #[test]
+    fn run_timed_out_comment() {
+        insta::assert_snapshot!(run_timed_out("0123456789ab", 3600, "still thinking"));
+    }
+
+    #[test]
+    fn run_cancelled_comment() {
+        insta::assert_snapshot!(run_cancelled("0123456789ab"));
+    }
+
+    #[test]
+    fn run_refused_comment() {
+        insta::assert_snapshot!(run_refused(
+            "0123456789ab",
+            "the runner account `director-runner` can push to `main`"
+        ));
+    }
+}

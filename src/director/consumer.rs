@@ -10,9 +10,10 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::director::comments;
-use crate::director::decide::{LabelNames, Step, apply_event, judge_trigger};
+use crate::director::decide::{LabelNames, Step, apply_command, apply_event, judge_trigger};
 use crate::domain::{IssueRef, Lifecycle, RepoName};
 use crate::forge::{Forge, ForgeError, Permission};
+use crate::settings::LabelSettings;
 use crate::store::{IssueRecord, Store, StoredDelivery};
 
 const BATCH: u32 = 256;
@@ -28,6 +29,10 @@ pub struct Consumer {
     forge: Option<Arc<dyn Forge>>,
     /// Woken when an issue needs a pre-flight.
     preflight_wake: Option<Arc<Notify>>,
+    /// Woken when an issue is queued for a run or cancelled.
+    runs_wake: Option<Arc<Notify>>,
+    /// Keeps the state labels (queued, running, PR open, failed, no-go) on issues.
+    state_labels: Option<(LabelSettings, Arc<dyn Forge>)>,
 }
 
 impl Consumer {
@@ -47,11 +52,23 @@ impl Consumer {
             trigger,
             forge,
             preflight_wake: None,
+            runs_wake: None,
+            state_labels: None,
         }
     }
 
     pub fn with_preflight_wake(mut self, wake: Arc<Notify>) -> Self {
         self.preflight_wake = Some(wake);
+        self
+    }
+
+    pub fn with_runs_wake(mut self, wake: Arc<Notify>) -> Self {
+        self.runs_wake = Some(wake);
+        self
+    }
+
+    pub fn with_state_labels(mut self, labels: LabelSettings, forge: Arc<dyn Forge>) -> Self {
+        self.state_labels = Some((labels, forge));
         self
     }
 
@@ -99,6 +116,10 @@ impl Consumer {
             .into_iter()
             .map(|r| (r.issue_ref(), r))
             .collect();
+        let before: HashMap<IssueRef, Lifecycle> = known
+            .iter()
+            .map(|(k, r)| (k.clone(), r.lifecycle))
+            .collect();
         let mut changed: HashSet<IssueRef> = HashSet::new();
         let mut permissions = PermissionCache::default();
         for delivery in batch {
@@ -130,6 +151,35 @@ impl Consumer {
                     span.in_scope(|| tracing::info!(state = %decision.record.state, "trigger removed or issue closed: cancelled"));
                     decision.record
                 }
+                Step::Command { actor, verb } => {
+                    let _enter = span.enter();
+                    let allowed = match &self.forge {
+                        Some(forge) => permissions
+                            .get(forge.as_ref(), &event.issue.repo, &actor)
+                            .await
+                            .map(Permission::can_write)
+                            .unwrap_or(false),
+                        None => false,
+                    };
+                    match (allowed, apply_command(decision.record.clone(), &verb, now)) {
+                        (true, Some(record)) => {
+                            tracing::info!(actor, verb, state = %record.lifecycle, "command applied");
+                            record
+                        }
+                        (true, None) => {
+                            tracing::info!(actor, verb, "command does not apply in this state");
+                            decision.record
+                        }
+                        (false, _) => {
+                            tracing::info!(
+                                actor,
+                                verb,
+                                "command from an account without write access ignored"
+                            );
+                            decision.record
+                        }
+                    }
+                }
                 Step::ResolveTrigger { actor_hint } => {
                     let _enter = span.enter();
                     self.judge(decision.record, actor_hint, &mut permissions)
@@ -145,11 +195,32 @@ impl Consumer {
             .filter_map(|i| known.remove(&i))
             .collect();
         let wake_preflight = records.iter().any(|r| r.lifecycle == Lifecycle::Pending);
+        let wake_runs = records
+            .iter()
+            .any(|r| matches!(r.lifecycle, Lifecycle::Queued | Lifecycle::Cancelled));
+        let label_changes: Vec<(IssueRef, Lifecycle)> = records
+            .iter()
+            .filter(|r| before.get(&r.issue_ref()) != Some(&r.lifecycle))
+            .map(|r| (r.issue_ref(), r.lifecycle))
+            .collect();
         self.store
             .commit_processed(&records, &seqs, crate::clock::now_ms())
             .await?;
         if wake_preflight && let Some(wake) = &self.preflight_wake {
             wake.notify_one();
+        }
+        if wake_runs && let Some(wake) = &self.runs_wake {
+            wake.notify_one();
+        }
+        if let Some((labels, forge)) = &self.state_labels {
+            for (issue, lifecycle) in label_changes {
+                tokio::spawn(sync_state_label(
+                    forge.clone(),
+                    labels.clone(),
+                    issue,
+                    lifecycle,
+                ));
+            }
         }
         Ok(())
     }
@@ -231,6 +302,60 @@ impl Consumer {
             .create_comment(issue, &comments::untrusted_trigger(&self.trigger, actor))
             .await
             .map(|_| ())
+    }
+}
+
+/// The state label for a lifecycle state, if it has one.
+pub fn state_label(labels: &LabelSettings, lifecycle: Lifecycle) -> Option<&str> {
+    let name = match lifecycle {
+        Lifecycle::Queued => &labels.queued,
+        Lifecycle::Running => &labels.running,
+        Lifecycle::Succeeded => &labels.pr_open,
+        Lifecycle::Failed | Lifecycle::TimedOut | Lifecycle::PreflightFailed => &labels.failed,
+        Lifecycle::NoGo => &labels.no_go,
+        _ => return None,
+    };
+    (!name.is_empty()).then_some(name.as_str())
+}
+
+/// Puts the issue's state label on and takes the other state labels off (best effort: a
+/// failure is logged and the next change sets it right).
+async fn sync_state_label(
+    forge: Arc<dyn Forge>,
+    labels: LabelSettings,
+    issue: IssueRef,
+    lifecycle: Lifecycle,
+) {
+    let result: Result<(), ForgeError> = async {
+        let current = forge.issue(&issue).await?;
+        let all = [
+            &labels.queued,
+            &labels.running,
+            &labels.pr_open,
+            &labels.failed,
+            &labels.no_go,
+        ];
+        let wanted = state_label(&labels, lifecycle);
+        for l in current
+            .labels
+            .iter()
+            .filter(|l| all.iter().any(|n| **n == l.name) && Some(l.name.as_str()) != wanted)
+        {
+            forge.remove_label(&issue, l.id).await?;
+        }
+        if let Some(name) = wanted
+            && !current.has_label(name)
+        {
+            let label = forge
+                .ensure_label(&issue.repo, name, "#5319e7", "Set by the director")
+                .await?;
+            forge.add_label(&issue, label.id).await?;
+        }
+        Ok(())
+    }
+    .await;
+    if let Err(error) = result {
+        tracing::warn!(%issue, %error, "could not update the state label");
     }
 }
 

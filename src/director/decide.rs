@@ -25,8 +25,13 @@ pub enum Step {
     Nothing,
     /// The issue changed after a verdict: the pre-flight looks again.
     Reread,
-    /// A pre-flight result was applied.
+    /// A pre-flight or run result was applied.
     Preflighted,
+    /// `/director cancel` or `/director retry`: counts only if `actor` may write.
+    Command {
+        actor: String,
+        verb: String,
+    },
     /// The trigger is on an open issue and who applied it is not known yet: find out (the
     /// hint is the webhook sender of the label change itself) and check their permission.
     ResolveTrigger {
@@ -58,6 +63,20 @@ pub fn apply_event(
 ) -> Option<Decision> {
     if event.kind == EventKind::Preflight {
         return apply_preflight(known?, event.preflight.as_ref()?, now_ms);
+    }
+    if event.kind == EventKind::Run {
+        let known = known?;
+        let t = event.run.as_ref()?;
+        if !t.from.contains(&known.lifecycle) {
+            return None;
+        }
+        let mut record = known.clone();
+        record.lifecycle = t.to;
+        record.last_change_ms = now_ms;
+        return Some(Decision {
+            record,
+            step: Step::Preflighted,
+        });
     }
     if event.is_pull {
         return None;
@@ -104,7 +123,24 @@ pub fn apply_event(
     record.forge_updated_at = snap.updated_at.clone();
     record.trigger_present = trigger_present;
 
-    let step = if trigger_present && open {
+    let command = match (&event.kind, &event.comment) {
+        (EventKind::IssueComment, Some(c))
+            if event.action == "created" && !event.sender.is_empty() =>
+        {
+            ["cancel", "retry"]
+                .into_iter()
+                .find(|verb| crate::preflight::worker::is_command(&c.body, verb))
+        }
+        _ => None,
+    };
+    let step = if let Some(verb) =
+        command.filter(|_| trigger_present && open && record.trigger_trusted == Some(true))
+    {
+        Step::Command {
+            actor: event.sender.clone(),
+            verb: verb.to_owned(),
+        }
+    } else if trigger_present && open {
         if was_judged {
             let skip_changed = known.is_some_and(|k| {
                 k.labels.contains(&labels_cfg.skip_preflight)
@@ -179,6 +215,25 @@ pub fn judge_trigger(
     record
 }
 
+/// A writer's `/director cancel` or `/director retry`.
+pub fn apply_command(mut record: IssueRecord, verb: &str, now_ms: i64) -> Option<IssueRecord> {
+    let next = match verb {
+        "cancel" if record.lifecycle.is_active() => Lifecycle::Cancelled,
+        "retry"
+            if matches!(
+                record.lifecycle,
+                Lifecycle::Failed | Lifecycle::TimedOut | Lifecycle::Cancelled
+            ) =>
+        {
+            Lifecycle::Queued
+        }
+        _ => return None,
+    };
+    record.lifecycle = next;
+    record.last_change_ms = now_ms;
+    Some(record)
+}
+
 /// A pre-flight result, applied only to the revision it was computed for.
 fn apply_preflight(
     known: &IssueRecord,
@@ -238,6 +293,7 @@ mod tests {
             },
             comment: None,
             preflight: None,
+            run: None,
         }
     }
 

@@ -5,4 +5,5 @@
 pub mod comments;
 pub mod consumer;
 pub mod decide;
+pub mod runs;
 pub mod scanner;

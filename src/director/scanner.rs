@@ -214,6 +214,7 @@ fn observation(repo: &RepoName, issue: &Issue, retry: Option<i64>, now_ms: i64) 
         },
         comment: None,
         preflight: None,
+        run: None,
     };
     let mut id = format!("scan:{repo}#{}@{}", issue.number, issue.updated_at);
     if let Some(at) = retry {

@@ -19,6 +19,8 @@ pub enum EventKind {
     Scan,
     /// Not a webhook: a pre-flight's result, queued by the pre-flight worker.
     Preflight,
+    /// Not a webhook: a coder run changed the issue's state.
+    Run,
 }
 
 impl EventKind {
@@ -41,6 +43,7 @@ impl EventKind {
             Self::PullRequest => "pull_request",
             Self::Scan => "scan",
             Self::Preflight => "preflight",
+            Self::Run => "run",
         }
     }
 }
@@ -135,6 +138,17 @@ pub struct ForgeEvent {
     /// Only for [`EventKind::Preflight`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preflight: Option<crate::preflight::PreflightResult>,
+    /// Only for [`EventKind::Run`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunTransition>,
+}
+
+/// A run's effect on its issue: applied only while the issue is in one of `from`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunTransition {
+    pub run_id: String,
+    pub from: Vec<crate::domain::Lifecycle>,
+    pub to: crate::domain::Lifecycle,
 }
 
 /// The issue (or pull request) as the event saw it.
@@ -236,6 +250,7 @@ pub fn parse_event(kind: EventKind, body: &[u8]) -> Result<ForgeEvent, PayloadEr
         },
         comment,
         preflight: None,
+        run: None,
     })
 }
 

@@ -25,6 +25,8 @@ pub struct AppState {
     pub store: Store,
     /// The bot account's login, once known; its own events are ignored.
     pub bot_login: Arc<RwLock<Option<String>>>,
+    /// The container runtime: `ok`, `disabled` or `unavailable: ...`.
+    pub runtime_state: Arc<RwLock<String>>,
 }
 
 impl AppState {
@@ -73,13 +75,22 @@ async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(json!({ "status": "ok" }))
 }
 
+/// Fails only when the database is unreachable: intake and pre-flights go on without the
+/// container runtime, whose state is reported in the body.
 async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+    let runtime = state
+        .runtime_state
+        .read()
+        .map(|s| s.clone())
+        .unwrap_or_default();
     match state.store.ping().await {
-        Ok(()) => HttpResponse::Ok().json(json!({ "status": "ready", "database": "ok" })),
+        Ok(()) => HttpResponse::Ok()
+            .json(json!({ "status": "ready", "database": "ok", "runtime": runtime })),
         Err(e) => {
             tracing::warn!(error = %e, "readiness: database unreachable");
-            HttpResponse::ServiceUnavailable()
-                .json(json!({ "status": "not ready", "database": "unreachable" }))
+            HttpResponse::ServiceUnavailable().json(
+                json!({ "status": "not ready", "database": "unreachable", "runtime": runtime }),
+            )
         }
     }
 }

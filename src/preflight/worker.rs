@@ -162,6 +162,7 @@ impl PreflightWorker {
             snapshot: IssueSnapshot::default(),
             comment: None,
             preflight: Some(result),
+            run: None,
         };
         let content_sha256 = hex::encode(Sha256::digest(id.as_bytes()));
         self.store

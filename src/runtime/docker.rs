@@ -303,9 +303,12 @@ impl Runtime for DockerRuntime {
                 .await
                 .map_err(engine)?;
             let state = inspect.state.unwrap_or_default();
+            let never_started =
+                state.status == Some(bollard::models::ContainerStateStatusEnum::CREATED);
             out.push(RunContainer {
                 id,
                 run_id,
+                never_started,
                 running: state.running.unwrap_or(false),
                 exit_code: (!state.running.unwrap_or(false))
                     .then_some(state.exit_code.unwrap_or(-1)),

@@ -31,6 +31,8 @@ pub struct RunContainer {
     pub id: String,
     pub run_id: String,
     pub running: bool,
+    /// Created and never started.
+    pub never_started: bool,
     pub exit_code: Option<i64>,
 }
 

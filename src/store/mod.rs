@@ -47,6 +47,54 @@ pub struct StoredDelivery {
     pub event: ForgeEvent,
 }
 
+const RUN_COLS: &str = "id, repo, number, state, branch, base_branch, container_id, pr_number, detail, created_at_ms, started_at_ms, finished_at_ms";
+
+/// One coder run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RunRecord {
+    pub id: String,
+    pub repo: RepoName,
+    pub number: u64,
+    pub state: String,
+    pub branch: String,
+    pub base_branch: String,
+    pub container_id: Option<String>,
+    pub pr_number: Option<u64>,
+    pub detail: Option<String>,
+    pub created_at_ms: i64,
+    pub started_at_ms: Option<i64>,
+    pub finished_at_ms: Option<i64>,
+}
+
+impl RunRecord {
+    pub fn issue_ref(&self) -> IssueRef {
+        IssueRef::new(self.repo.clone(), self.number)
+    }
+}
+
+fn run_from_row(row: sqlx::sqlite::SqliteRow) -> anyhow::Result<RunRecord> {
+    let repo: String = row.try_get("repo")?;
+    let number: i64 = row.try_get("number")?;
+    let pr: Option<i64> = row.try_get("pr_number")?;
+    Ok(RunRecord {
+        id: row.try_get("id")?,
+        repo: repo.parse().context("stored repository name")?,
+        number: u64::try_from(number).context("stored issue number")?,
+        state: row.try_get("state")?,
+        branch: row.try_get("branch")?,
+        base_branch: row.try_get("base_branch")?,
+        container_id: row.try_get("container_id")?,
+        pr_number: pr
+            .map(u64::try_from)
+            .transpose()
+            .context("stored PR number")?,
+        detail: row.try_get("detail")?,
+        created_at_ms: row.try_get("created_at_ms")?,
+        started_at_ms: row.try_get("started_at_ms")?,
+        finished_at_ms: row.try_get("finished_at_ms")?,
+    })
+}
+
 /// Pre-flight calls within a window.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CallWindow {
@@ -378,6 +426,83 @@ impl Store {
             repo_total: row.try_get("repo_total")?,
             repo_oldest_ms: row.try_get("repo_oldest")?,
         })
+    }
+
+    /// Records a new run unless the issue has an active one; `false` when it has.
+    pub async fn insert_run(&self, run: &RunRecord) -> anyhow::Result<bool> {
+        let _writer = self.write_lock.lock().await;
+        let result = sqlx::query(
+            "INSERT INTO runs (id, repo, number, state, branch, base_branch, created_at_ms) \
+             VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        )
+        .bind(&run.id)
+        .bind(run.repo.to_string())
+        .bind(to_i64(run.number)?)
+        .bind(&run.state)
+        .bind(&run.branch)
+        .bind(&run.base_branch)
+        .bind(run.created_at_ms)
+        .execute(&self.pool)
+        .await?;
+        Ok(result.rows_affected() == 1)
+    }
+
+    pub async fn update_run(&self, run: &RunRecord) -> anyhow::Result<()> {
+        let _writer = self.write_lock.lock().await;
+        sqlx::query(
+            "UPDATE runs SET state = ?, base_branch = ?, container_id = ?, pr_number = ?, detail = ?, \
+             started_at_ms = ?, finished_at_ms = ? WHERE id = ?",
+        )
+        .bind(&run.state)
+        .bind(&run.base_branch)
+        .bind(&run.container_id)
+        .bind(run.pr_number.map(to_i64).transpose()?)
+        .bind(&run.detail)
+        .bind(run.started_at_ms)
+        .bind(run.finished_at_ms)
+        .bind(&run.id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Runs still launching or running.
+    pub async fn active_runs(&self) -> anyhow::Result<Vec<RunRecord>> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT {RUN_COLS} FROM runs WHERE state IN ('launching', 'running') ORDER BY created_at_ms")))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.into_iter().map(run_from_row).collect()
+    }
+
+    pub async fn runs_of(&self, issue: &IssueRef) -> anyhow::Result<Vec<RunRecord>> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {RUN_COLS} FROM runs WHERE repo = ? AND number = ? ORDER BY created_at_ms"
+        )))
+        .bind(issue.repo.to_string())
+        .bind(to_i64(issue.number)?)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(run_from_row).collect()
+    }
+
+    pub async fn run(&self, id: &str) -> anyhow::Result<Option<RunRecord>> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {RUN_COLS} FROM runs WHERE id = ?"
+        )))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(run_from_row).transpose()
+    }
+
+    /// Issues waiting for a run, in queue order.
+    pub async fn queued_issues(&self) -> anyhow::Result<Vec<IssueRecord>> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {COLS} FROM issues WHERE lifecycle = 'queued' ORDER BY last_change_ms, repo, number"
+        )))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(issue_from_row).collect()
     }
 
     pub async fn list_issues(&self) -> anyhow::Result<Vec<IssueRecord>> {
