@@ -18,6 +18,9 @@ struct Row<'a> {
     trigger_present: bool,
     trigger_actor: Option<&'a str>,
     trigger_trusted: Option<bool>,
+    /// For queued issues: 1 runs next.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    queue_position: Option<usize>,
     last_change: String,
 }
 
@@ -29,6 +32,16 @@ fn when(ms: i64) -> String {
 
 /// Issues the director has seen carry the trigger; others are recorded but not shown.
 pub fn render(issues: &[IssueRecord], json: bool) -> anyhow::Result<String> {
+    let mut queued: Vec<&IssueRecord> = issues
+        .iter()
+        .filter(|r| r.lifecycle == Lifecycle::Queued)
+        .collect();
+    queued.sort_by_key(|r| (r.last_change_ms, r.repo.to_string(), r.number));
+    let positions: std::collections::HashMap<(String, u64), usize> = queued
+        .iter()
+        .enumerate()
+        .map(|(i, r)| ((r.repo.to_string(), r.number), i + 1))
+        .collect();
     let rows: Vec<Row<'_>> = issues
         .iter()
         .filter(|r| {
@@ -44,6 +57,7 @@ pub fn render(issues: &[IssueRecord], json: bool) -> anyhow::Result<String> {
             trigger_present: r.trigger_present,
             trigger_actor: r.trigger_actor.as_deref(),
             trigger_trusted: r.trigger_trusted,
+            queue_position: positions.get(&(r.repo.to_string(), r.number)).copied(),
             last_change: when(r.last_change_ms),
         })
         .collect();
@@ -65,10 +79,14 @@ pub fn render(issues: &[IssueRecord], json: bool) -> anyhow::Result<String> {
             (None, _) => "-".to_owned(),
         };
         let title: String = r.title.chars().take(60).collect();
+        let state = match r.queue_position {
+            Some(p) => format!("{} #{p}", r.state),
+            None => r.state.to_owned(),
+        };
         out.push_str(&format!(
             "{:<40} {:<10} {:<20} {:<20} {}\n",
             format!("{}#{}", r.repo, r.number),
-            r.state,
+            state,
             actor,
             r.last_change,
             title

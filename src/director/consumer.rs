@@ -141,10 +141,10 @@ impl Consumer {
                     span.in_scope(|| tracing::info!("changed after the pre-flight: reading again"));
                     decision.record
                 }
-                Step::Preflighted => {
-                    span.in_scope(|| {
-                        tracing::info!(state = %decision.record.lifecycle, "pre-flight result applied")
-                    });
+                Step::Applied => {
+                    span.in_scope(
+                        || tracing::info!(state = %decision.record.lifecycle, "result applied"),
+                    );
                     decision.record
                 }
                 Step::Cancelled => {
@@ -198,11 +198,20 @@ impl Consumer {
         let wake_runs = records
             .iter()
             .any(|r| matches!(r.lifecycle, Lifecycle::Queued | Lifecycle::Cancelled));
-        let label_changes: Vec<(IssueRef, Lifecycle)> = records
-            .iter()
-            .filter(|r| before.get(&r.issue_ref()) != Some(&r.lifecycle))
-            .map(|r| (r.issue_ref(), r.lifecycle))
-            .collect();
+        // Only changes that put a state label on or take one off cost forge calls.
+        let label_changes: Vec<(IssueRef, Lifecycle)> = match &self.state_labels {
+            Some((labels, _)) => records
+                .iter()
+                .filter(|r| {
+                    let was = before.get(&r.issue_ref()).copied();
+                    was != Some(r.lifecycle)
+                        && (state_label(labels, r.lifecycle).is_some()
+                            || was.is_some_and(|w| state_label(labels, w).is_some()))
+                })
+                .map(|r| (r.issue_ref(), r.lifecycle))
+                .collect(),
+            None => Vec::new(),
+        };
         self.store
             .commit_processed(&records, &seqs, crate::clock::now_ms())
             .await?;

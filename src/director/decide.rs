@@ -26,7 +26,7 @@ pub enum Step {
     /// The issue changed after a verdict: the pre-flight looks again.
     Reread,
     /// A pre-flight or run result was applied.
-    Preflighted,
+    Applied,
     /// `/director cancel` or `/director retry`: counts only if `actor` may write.
     Command {
         actor: String,
@@ -75,7 +75,7 @@ pub fn apply_event(
         record.last_change_ms = now_ms;
         return Some(Decision {
             record,
-            step: Step::Preflighted,
+            step: Step::Applied,
         });
     }
     if event.is_pull {
@@ -249,7 +249,7 @@ fn apply_preflight(
     record.last_change_ms = now_ms;
     Some(Decision {
         record,
-        step: Step::Preflighted,
+        step: Step::Applied,
     })
 }
 

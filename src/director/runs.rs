@@ -18,7 +18,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::director::comments;
-use crate::domain::{IssueRef, Lifecycle};
+use crate::domain::Lifecycle;
 use crate::forge::payload::{EventKind, ForgeEvent, IssueSnapshot, RunTransition};
 use crate::forge::{Forge, RunnerAccount};
 use crate::runtime::{Exit, RunSpec, Runtime, RuntimeError, mounts};
@@ -272,6 +272,16 @@ impl RunSupervisor {
             .find(|c| c.run_id == run.id);
         if let Some(c) = existing {
             tracing::info!(running = c.running, "adopting the run's container");
+            if run.base_branch.is_empty() {
+                // Killed before it was recorded: the base is the default branch.
+                run.base_branch = self
+                    .forge
+                    .repository(&run.repo)
+                    .await
+                    .map_err(|e| fail(e.to_string()))?
+                    .default_branch;
+                let _ = self.store.update_run(run).await;
+            }
             if c.never_started {
                 // Created but never started (a crash in between): start it, once.
                 self.runtime
@@ -327,6 +337,12 @@ impl RunSupervisor {
             .await
             .map_err(|e| fail(e.to_string()))?;
         run.base_branch = repository.default_branch.clone();
+        // A previous process may have minted it before dying: a token's value cannot be read
+        // back, so replace it.
+        self.forge
+            .delete_run_token(&self.runner, &token_name(&run.id))
+            .await
+            .map_err(|e| fail(format!("clearing an earlier run token failed: {e}")))?;
         let minted = self
             .forge
             .mint_run_token(&self.runner, &run.repo, &token_name(&run.id))
@@ -354,7 +370,8 @@ impl RunSupervisor {
                 )));
             }
         }
-        let spec = self.spec(run, &issue, &minted.token);
+        let task = self.task(run, &issue).await;
+        let spec = self.spec(run, &minted.token, task);
         let id = match self.runtime.create(&spec).await {
             Ok(id) => id,
             Err(RuntimeError::Exists(_)) => {
@@ -381,7 +398,42 @@ impl RunSupervisor {
         Ok(Some(id))
     }
 
-    fn spec(&self, run: &RunRecord, issue: &IssueRecord, token: &Secret) -> RunSpec {
+    /// The task handed to the agent: the issue as it is now (hidden content stripped) and
+    /// the pre-flight's read.
+    async fn task(&self, run: &RunRecord, issue: &IssueRecord) -> String {
+        let (title, body) = match self.forge.issue(&run.issue_ref()).await {
+            Ok(i) => (i.title, i.body),
+            Err(_) => (issue.title.clone(), String::new()),
+        };
+        let read = match &issue.preflight.hash {
+            Some(hash) => self
+                .store
+                .cached_reading(hash)
+                .await
+                .ok()
+                .flatten()
+                .map(|(r, _)| r),
+            None => None,
+        };
+        format!(
+            "# {}\n\nIssue {}#{}, run `{}`. Work on branch `{}` from `{}` and push it; the director opens the pull request.\n\n## The issue\n\n{}\n\n## The pre-flight's read ({})\n\n{}\n",
+            crate::preflight::prompt::strip_hidden(&title).trim(),
+            run.repo,
+            run.number,
+            run.id,
+            run.branch,
+            run.base_branch,
+            crate::preflight::prompt::strip_hidden(&body).trim(),
+            issue
+                .preflight
+                .verdict
+                .clone()
+                .unwrap_or_else(|| "none".into()),
+            read.unwrap_or_else(|| "(none)".into()).trim(),
+        )
+    }
+
+    fn spec(&self, run: &RunRecord, token: &Secret, task: String) -> RunSpec {
         let repo = run.repo.to_string();
         let mut env = vec![
             ("DIRECTOR_RUN_ID".to_owned(), run.id.clone()),
@@ -406,21 +458,6 @@ impl RunSupervisor {
             ("director.repo".to_owned(), repo),
             ("director.issue".to_owned(), run.number.to_string()),
         ]);
-        let task = format!(
-            "# {}\n\nIssue {}#{} — run {}\nWork on branch `{}` from `{}`; the director opens the pull request.\n\n## Issue\n\n{}\n\n## Pre-flight\n\n{}\n",
-            issue.title,
-            run.repo,
-            run.number,
-            run.id,
-            run.branch,
-            run.base_branch,
-            issue.preflight.reason.clone().unwrap_or_default(),
-            issue
-                .preflight
-                .verdict
-                .clone()
-                .unwrap_or_else(|| "none".into()),
-        );
         RunSpec {
             run_id: run.id.clone(),
             image: self.settings.image.clone(),
@@ -720,13 +757,4 @@ fn new_run(issue: &IssueRecord) -> RunRecord {
         started_at_ms: None,
         finished_at_ms: None,
     }
-}
-
-/// The run ids of an issue's queue position: 1-based positions of queued issues.
-pub fn queue_positions(queued: &[IssueRecord]) -> HashMap<IssueRef, usize> {
-    queued
-        .iter()
-        .enumerate()
-        .map(|(i, r)| (r.issue_ref(), i + 1))
-        .collect()
 }

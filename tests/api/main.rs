@@ -8,5 +8,6 @@ mod config;
 mod contract;
 mod durability;
 mod preflight;
+mod runs;
 mod scenarios;
 mod webhook;

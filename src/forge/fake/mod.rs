@@ -137,6 +137,8 @@ pub(crate) struct State {
     pub orgs: BTreeMap<String, Vec<RepoName>>,
     pub passwords: HashMap<String, String>,
     pub user_tokens: Vec<FToken>,
+    /// Every token ever minted: (login, name, value), for tests that look for leaks.
+    pub minted: Vec<(String, String, String)>,
     pub calls: Vec<Call>,
     pub fail_next: VecDeque<u16>,
     pub violations: Vec<String>,
@@ -543,6 +545,8 @@ impl State {
             repos,
         };
         self.user_tokens.push(token.clone());
+        self.minted
+            .push((token.login.clone(), token.name.clone(), token.sha1.clone()));
         Ok(token)
     }
 
@@ -698,6 +702,11 @@ impl FakeForge {
                 )
             })
             .collect()
+    }
+
+    /// Every token ever minted: (login, name, value).
+    pub fn minted_tokens(&self) -> Vec<(String, String, String)> {
+        self.state().minted.clone()
     }
 
     /// Branch names of a repository.
