@@ -32,6 +32,8 @@ pub struct Call {
     pub status: u16,
     /// The account the call authenticated as.
     pub login: Option<String>,
+    /// When it arrived (wall clock, milliseconds since the epoch).
+    pub at_ms: i64,
 }
 
 #[derive(Clone, Debug)]

@@ -241,6 +241,7 @@ async fn handle(req: HttpRequest, body: web::Bytes, forge: web::Data<FakeForge>)
             body: json_body.clone(),
             status: status.as_u16(),
             login: login.as_ref().map(|c| c.login().to_owned()),
+            at_ms: crate::clock::now_ms(),
         });
         let mut resp = if status == StatusCode::NO_CONTENT {
             HttpResponse::NoContent().finish()

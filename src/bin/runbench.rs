@@ -1,0 +1,276 @@
+//! Run overhead benchmark: what the director adds to launching a run, and to reporting its
+//! end, beside a bare create-and-start of the same image with the same hardening through the
+//! engine. Uses the real Docker engine, the FakeForge over loopback, and the test agent image
+//! (`tests/agent/`, built here from a static busybox).
+//!
+//! `cargo run --release --features fake-forge --bin director-runbench -- --runs 10`
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use director::director::runs::RunSupervisor;
+use director::domain::{IssueRef, Lifecycle};
+use director::forge::fake::FakeForge;
+use director::forge::forgejo::ForgejoClient;
+use director::forge::{Forge, Permission, RunnerAccount};
+use director::runtime::docker::DockerRuntime;
+use director::runtime::{RunSpec, Runtime};
+use director::settings::{ForgeSettings, LabelSettings, RunnerSettings, Secret, StoreSettings};
+use director::store::{IssueRecord, PreflightState, Store};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Parser)]
+struct Args {
+    #[arg(long, default_value_t = 10)]
+    runs: usize,
+}
+
+fn build_image() -> anyhow::Result<String> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/agent");
+    let ctx = std::env::temp_dir().join(format!("director-runbench-{}", std::process::id()));
+    std::fs::create_dir_all(&ctx)?;
+    for f in ["agent.sh", "Dockerfile"] {
+        std::fs::copy(format!("{dir}/{f}"), ctx.join(f))?;
+    }
+    std::fs::copy("/bin/busybox", ctx.join("busybox"))?;
+    let tag = "director-runbench-agent:latest".to_owned();
+    let out = std::process::Command::new("docker")
+        .args(["build", "-q", "-t", &tag])
+        .arg(&ctx)
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "docker build: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&ctx);
+    Ok(tag)
+}
+
+fn stats(label: &str, ms: &mut [f64]) {
+    ms.sort_by(|a, b| a.total_cmp(b));
+    let median = ms[ms.len() / 2];
+    let mean = ms.iter().sum::<f64>() / ms.len() as f64;
+    println!(
+        "{label:<58} median {median:7.1} ms  mean {mean:7.1} ms  (n={})",
+        ms.len()
+    );
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let image = build_image()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let forge = FakeForge::new();
+        forge.add_account("director-bot", "bench-bot-token");
+        let repo = forge.add_repo("bench/widgets");
+        forge.grant(&repo, "director-bot", Permission::Admin);
+        forge.grant(&repo, "director-runner", Permission::Write);
+        forge.set_password("director-runner", "bench-pass");
+        let server = forge.serve()?;
+        let runner = RunnerSettings {
+            image: image.clone(),
+            network: "host".into(),
+            memory_mb: 256,
+            cpus: 1.0,
+            max_concurrent: 1,
+            ..Default::default()
+        };
+        let docker = DockerRuntime::connect(runner.clone()).await?;
+        let runtime: Arc<dyn Runtime> = Arc::new(DockerRuntime::connect(runner.clone()).await?);
+
+        // Bare: the same image and hardening, created, given its task file and started.
+        let mut bare = Vec::new();
+        for i in 0..args.runs {
+            let spec = RunSpec {
+                run_id: format!("bare{i}{}", std::process::id()),
+                image: image.clone(),
+                command: vec!["/bin/sh".into(), "-c".into(), "exit 0".into()],
+                env: vec![],
+                labels: HashMap::new(),
+                task_path: "/task/task.md".into(),
+                task: b"task".to_vec(),
+                mounts: vec![],
+            };
+            // Measured like the director's launch: from the request to the engine's StartedAt.
+            let t_us = chrono::Utc::now().timestamp_micros();
+            let id = docker.create(&spec).await?;
+            docker.start(&id).await?;
+            bare.push((started_at(docker.docker(), &id).await? - t_us) as f64 / 1000.0);
+            docker.wait(&id, Duration::from_secs(30)).await?;
+            docker.remove(&id).await?;
+        }
+
+        let dir = std::env::temp_dir().join(format!("director-runbench-db-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let store = Store::connect(&StoreSettings {
+            url: format!("sqlite://{}/b.db", dir.display()),
+            ..Default::default()
+        })
+        .await?;
+        let client: Arc<dyn Forge> = Arc::new(ForgejoClient::new(
+            &ForgeSettings {
+                url: server.url().to_owned(),
+                token: Secret::new("bench-bot-token"),
+                ..Default::default()
+            },
+            None,
+        )?);
+        let wake = Arc::new(Notify::new());
+        let consumer_wake = Arc::new(Notify::new());
+        let supervisor = Arc::new(RunSupervisor::new(
+            store.clone(),
+            client,
+            runtime,
+            RunnerAccount {
+                login: "director-runner".into(),
+                password: Secret::new("bench-pass"),
+            },
+            runner,
+            LabelSettings::default(),
+            server.url().to_owned(),
+            None,
+            consumer_wake.clone(),
+            vec![],
+        ));
+        let shutdown = CancellationToken::new();
+        tokio::spawn(supervisor.run(wake.clone(), shutdown.clone()));
+        let labels = director::director::decide::LabelNames {
+            trigger: "headless".into(),
+            skip_preflight: String::new(),
+        };
+        tokio::spawn(
+            director::director::consumer::Consumer::new(store.clone(), consumer_wake, labels, None)
+                .run(shutdown.clone()),
+        );
+
+        let mut launch = Vec::new();
+        let mut report = Vec::new();
+        for i in 0..args.runs {
+            let issue = forge
+                .open_issue(&repo, "reporter", &format!("Bench {i}"), "Bench issue.")
+                .await;
+            let record = IssueRecord {
+                repo: repo.clone(),
+                number: issue.number,
+                title: format!("Bench {i}"),
+                state: "open".into(),
+                labels: vec![],
+                forge_updated_at: None,
+                last_change_ms: director::clock::now_ms(),
+                lifecycle: Lifecycle::Queued,
+                trigger_present: true,
+                trigger_actor: Some("alice".into()),
+                trigger_trusted: Some(true),
+                untrusted_notice: false,
+                preflight: PreflightState {
+                    verdict: Some("GO".into()),
+                    ..Default::default()
+                },
+            };
+            // The GO verdict lands: the issue is queued and the supervisor told.
+            let go_us = chrono::Utc::now().timestamp_micros();
+            store
+                .commit_processed(&[record], &[], director::clock::now_ms())
+                .await?;
+            wake.notify_one();
+            let run = wait_for_run(&store, &issue).await?;
+            let container = run.container_id.clone().unwrap_or_default();
+            let started_us = started_at(docker.docker(), &container).await?;
+            launch.push((started_us - go_us) as f64 / 1000.0);
+            // Exit → the issue is told (the run's report comment arrives at the forge).
+            let mut exited_us = None;
+            let told_ms = loop {
+                if exited_us.is_none()
+                    && let Ok(c) = docker.docker().inspect_container(&container, None).await
+                    && let Some(at) = c.state.and_then(|s| s.finished_at)
+                    && let Ok(t) = chrono::DateTime::parse_from_rfc3339(&at)
+                    && t.timestamp() > 0
+                {
+                    exited_us = Some(t.timestamp_micros());
+                }
+                if let Some(c) = forge.calls().into_iter().find(|c| {
+                    c.method == "POST"
+                        && c.path
+                            .ends_with(&format!("/issues/{}/comments", issue.number))
+                }) {
+                    break c.at_ms;
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            };
+            if let Some(exited) = exited_us {
+                report.push((told_ms * 1000 - exited) as f64 / 1000.0);
+            }
+            while !store.active_runs().await?.is_empty() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        shutdown.cancel();
+        stats(
+            "bare: create + copy task + start -> container started",
+            &mut bare,
+        );
+        stats("director: GO verdict -> container started", &mut launch);
+        if !report.is_empty() {
+            stats(
+                "director: container exit -> issue told (PR opened, report)",
+                &mut report,
+            );
+        }
+        let bare_median = bare[bare.len() / 2];
+        let launch_median = launch[launch.len() / 2];
+        println!(
+            "director launch overhead: {:.1} ms over a bare launch of {:.1} ms ({:+.1}%)",
+            launch_median - bare_median,
+            bare_median,
+            (launch_median - bare_median) / bare_median * 100.0
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        drop(server);
+        anyhow::Ok(())
+    })
+}
+
+/// Waits for the run to be recorded as running (the engine has been asked to start it).
+async fn wait_for_run(
+    store: &Store,
+    issue: &IssueRef,
+) -> anyhow::Result<director::store::RunRecord> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(run) = store
+            .runs_of(issue)
+            .await?
+            .into_iter()
+            .find(|r| r.state == "running" && r.container_id.is_some())
+        {
+            return Ok(run);
+        }
+        anyhow::ensure!(Instant::now() < deadline, "the run did not start");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// When the engine started the container (its own clock, microseconds).
+async fn started_at(docker: &bollard::Docker, id: &str) -> anyhow::Result<i64> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let c = docker.inspect_container(id, None).await?;
+        if let Some(at) = c.state.and_then(|s| s.started_at)
+            && let Ok(t) = chrono::DateTime::parse_from_rfc3339(&at)
+            && t.timestamp() > 0
+        {
+            return Ok(t.timestamp_micros());
+        }
+        anyhow::ensure!(Instant::now() < deadline, "the container did not start");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
