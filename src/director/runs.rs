@@ -185,8 +185,8 @@ impl RunSupervisor {
                 .as_ref()
                 .is_none_or(|i| i.lifecycle == Lifecycle::Cancelled);
             if cancelled {
-                self.clone().cancel(run.clone()).await;
-                continue;
+                // Stop the container; the run's own task sees it exit and finishes the run.
+                self.stop_container(run).await;
             }
             let fresh = self
                 .watched
@@ -249,7 +249,12 @@ impl RunSupervisor {
     #[tracing::instrument(skip_all, fields(run_id = %run.id, repo = %run.repo, issue = run.number))]
     async fn drive(&self, mut run: RunRecord) {
         let outcome = match self.launch_or_adopt(&mut run).await {
-            Ok(Some(container)) => self.watch(&mut run, &container).await,
+            Ok(Some(container)) => {
+                if self.is_cancelled(&run).await && !container.is_empty() {
+                    let _ = self.runtime.kill(&container).await;
+                }
+                self.watch(&mut run, &container).await
+            }
             Ok(None) => return, // handed back (stale verdict) or already finished
             Err(outcome) => outcome,
         };
@@ -307,6 +312,9 @@ impl RunSupervisor {
         let Ok(Some(issue)) = self.store.issue(&issue_ref).await else {
             return Err(fail("the issue is no longer known".into()));
         };
+        if issue.lifecycle == Lifecycle::Cancelled {
+            return Err(Outcome::Cancelled);
+        }
         // The verdict is bound to the text it read: check it again just before the launch.
         if let Some(gate) = &self.gate
             && let Some(hash) = issue.preflight.hash.clone()
@@ -509,9 +517,7 @@ impl RunSupervisor {
             return Outcome::TimedOut { log };
         }
         // Still ours? A cancel may have landed while it ran.
-        if let Ok(Some(issue)) = self.store.issue(&run.issue_ref()).await
-            && issue.lifecycle == Lifecycle::Cancelled
-        {
+        if self.is_cancelled(run).await {
             return Outcome::Cancelled;
         }
         let ahead = match self.forge.branch(&run.repo, &run.branch).await {
@@ -573,17 +579,32 @@ impl RunSupervisor {
         Outcome::Succeeded { pr }
     }
 
-    /// Stops a run whose issue was cancelled.
-    async fn cancel(self: Arc<Self>, run: RunRecord) {
-        tracing::info!(run_id = %run.id, "issue cancelled: stopping the run");
-        if let Some(id) = &run.container_id {
-            let _ = self.runtime.kill(id).await;
-        } else if let Ok(list) = self.runtime.list_runs().await
-            && let Some(c) = list.into_iter().find(|c| c.run_id == run.id)
-        {
-            let _ = self.runtime.kill(&c.id).await;
+    /// Kills the container of a run whose issue was cancelled.
+    async fn stop_container(&self, run: &RunRecord) {
+        let id = match &run.container_id {
+            Some(id) => Some(id.clone()),
+            None => self
+                .runtime
+                .list_runs()
+                .await
+                .ok()
+                .and_then(|list| list.into_iter().find(|c| c.run_id == run.id).map(|c| c.id)),
+        };
+        if let Some(id) = id {
+            tracing::info!(run_id = %run.id, "issue cancelled: stopping the run");
+            if let Err(e) = self.runtime.kill(&id).await {
+                tracing::warn!(error = %e, "could not stop the run's container");
+            }
         }
-        self.finish(run, Outcome::Cancelled).await;
+    }
+
+    async fn is_cancelled(&self, run: &RunRecord) -> bool {
+        self.store
+            .issue(&run.issue_ref())
+            .await
+            .ok()
+            .flatten()
+            .is_none_or(|i| i.lifecycle == Lifecycle::Cancelled)
     }
 
     /// Revokes the token, removes the container, records and reports the outcome.

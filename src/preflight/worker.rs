@@ -617,6 +617,10 @@ pub async fn gather_with(
         if permission.can_write() && c.id > handled_command_id && is_command(&c.body, "go") {
             go_command = Some((c.author.clone(), c.id));
         }
+        if is_only_commands(&c.body) {
+            // Instructions to the director, not issue content: they never change the text read.
+            continue;
+        }
         if automation || permission.can_write() {
             trusted.push(prompt_comment(c));
         } else {
@@ -644,6 +648,16 @@ pub fn is_command(body: &str, word: &str) -> bool {
             && parts.next().is_some_and(|w| w.eq_ignore_ascii_case(word))
             && parts.next().is_none()
     })
+}
+
+/// A comment made only of `/director ...` lines.
+fn is_only_commands(body: &str) -> bool {
+    let mut lines = body
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .peekable();
+    lines.peek().is_some() && lines.all(|l| l.starts_with("/director "))
 }
 
 fn prompt_comment(c: &Comment) -> PromptComment {
@@ -686,6 +700,14 @@ fn routed_body(from: &IssueRef, issue: &Issue, what: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn command_only_comments_are_not_content() {
+        assert!(is_only_commands("/director go"));
+        assert!(is_only_commands("\n/director retry\n"));
+        assert!(!is_only_commands("/director go\nalso, use TOML"));
+        assert!(!is_only_commands(""));
+    }
 
     #[test]
     fn commands_are_recognised_only_alone_on_a_line() {

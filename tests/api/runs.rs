@@ -607,3 +607,63 @@ async fn a_director_killed_mid_run_adopts_the_run_after_restart_and_one_containe
         forge.contract_violations()
     );
 }
+
+#[tokio::test]
+async fn director_cancel_and_retry_count_only_from_writers() {
+    let (t, _llm) = spawn_runs(|_| {}).await;
+    let issue = labelled(&t, "Commands", "mode: sleep").await;
+    t.wait_state(&issue, Lifecycle::Running).await;
+    t.forge
+        .comment(crate::forge_helpers::READER, &issue, "/director cancel")
+        .await;
+    t.app.wait_processed().await;
+    assert_eq!(
+        t.record(&issue).await.expect("known").lifecycle,
+        Lifecycle::Running,
+        "a reader cannot cancel"
+    );
+
+    t.forge.comment(WRITER, &issue, "/director cancel").await;
+    let ids = run_ids(&t, &issue).await;
+    wait_until_long("the container is gone", || async {
+        containers_of_runs(&ids).is_empty()
+    })
+    .await;
+    wait_until_long("the token is revoked", || async {
+        t.forge.tokens_of(RUNNER).is_empty()
+    })
+    .await;
+    assert_eq!(
+        t.record(&issue).await.expect("known").lifecycle,
+        Lifecycle::Cancelled
+    );
+    wait_until_long("one report", || async {
+        run_comments(&t, &issue).len() == 1
+    })
+    .await;
+
+    t.forge
+        .comment(crate::forge_helpers::READER, &issue, "/director retry")
+        .await;
+    t.app.wait_processed().await;
+    assert_eq!(
+        t.record(&issue).await.expect("known").lifecycle,
+        Lifecycle::Cancelled,
+        "a reader cannot retry"
+    );
+    t.forge.comment(WRITER, &issue, "/director retry").await;
+    t.wait_state(&issue, Lifecycle::Running).await;
+    let runs = t.app.store.runs_of(&issue).await.expect("runs");
+    assert_eq!(runs.len(), 2, "a fresh run");
+    assert_ne!(runs[0].id, runs[1].id);
+    assert_eq!(runs[0].state, "cancelled");
+    t.forge.unlabel(WRITER, &issue, TRIGGER).await;
+    wait_until_long("the second run stops", || async {
+        t.app.store.active_runs().await.is_ok_and(|a| a.is_empty())
+    })
+    .await;
+    wait_until_long("one report per run", || async {
+        run_comments(&t, &issue).len() == 2
+    })
+    .await;
+}
