@@ -281,6 +281,13 @@ async fn a_go_issue_runs_hardened_and_ends_in_one_pull_request_with_the_token_re
         "the run token is revoked"
     );
     assert!(t.forge.tokens_of(BOT).is_empty());
+    wait_until_long("the state label says a PR is open", || async {
+        let labels = t.forge.labels_on(&issue);
+        labels.contains(&"headless:pr-open".to_owned())
+            && !labels.contains(&"headless:queued".to_owned())
+            && !labels.contains(&"headless:running".to_owned())
+    })
+    .await;
     wait_until_long("the container is removed", || async {
         containers_of(&t, &issue).await.is_empty()
     })
@@ -666,4 +673,52 @@ async fn director_cancel_and_retry_count_only_from_writers() {
         run_comments(&t, &issue).len() == 2
     })
     .await;
+}
+
+#[tokio::test]
+async fn run_tokens_left_behind_are_deleted_at_startup_and_others_kept() {
+    use director::director::runs::RunSupervisor;
+    use director::forge::fake::FakeForge;
+    use director::forge::{Forge, RunnerAccount};
+    let forge = FakeForge::new();
+    forge.add_account(BOT, crate::forge_helpers::BOT_TOKEN);
+    let repo = forge.add_repo("acme/widgets");
+    forge.set_password(RUNNER, RUNNER_PASSWORD);
+    let runner = RunnerAccount {
+        login: RUNNER.into(),
+        password: director::settings::Secret::new(RUNNER_PASSWORD),
+    };
+    forge
+        .mint_run_token(&runner, &repo, "director-run-deadbeef0000")
+        .await
+        .expect("stray token");
+    forge
+        .mint_run_token(&runner, &repo, "laptop")
+        .await
+        .expect("someone's own token");
+    let dir = tempfile::tempdir().expect("dir");
+    let store = director::store::Store::connect(&director::settings::StoreSettings {
+        url: format!("sqlite://{}", dir.path().join("d.db").display()),
+        ..Default::default()
+    })
+    .await
+    .expect("store");
+    let runtime = director::runtime::docker::DockerRuntime::connect(Default::default())
+        .await
+        .expect("engine");
+    let supervisor = RunSupervisor::new(
+        store,
+        std::sync::Arc::new(forge.clone()),
+        std::sync::Arc::new(runtime),
+        runner,
+        Default::default(),
+        Default::default(),
+        "http://127.0.0.1:1".into(),
+        None,
+        std::sync::Arc::new(tokio::sync::Notify::new()),
+        vec![],
+    );
+    supervisor.sweep_tokens().await.expect("sweep");
+    let names: Vec<String> = forge.tokens_of(RUNNER).into_iter().map(|t| t.0).collect();
+    assert_eq!(names, vec!["laptop".to_owned()]);
 }
