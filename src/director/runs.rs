@@ -188,22 +188,7 @@ impl RunSupervisor {
                 // Stop the container; the run's own task sees it exit and finishes the run.
                 self.stop_container(run).await;
             }
-            let fresh = self
-                .watched
-                .lock()
-                .map(|mut w| w.insert(run.id.clone()))
-                .unwrap_or(false);
-            if fresh {
-                let this = self.clone();
-                let run = run.clone();
-                tokio::spawn(async move {
-                    let id = run.id.clone();
-                    this.drive(run).await;
-                    if let Ok(mut w) = this.watched.lock() {
-                        w.remove(&id);
-                    }
-                });
-            }
+            self.clone().watch_once(run.clone());
         }
         // Admit queued issues in order while slots are free.
         let mut running = active.len();
@@ -219,6 +204,20 @@ impl RunSupervisor {
             if *repo_count >= self.settings.max_per_repo {
                 continue;
             }
+            // A run that ended after the issue was queued is this queueing's run: its result
+            // is on its way to the issue. Only a new queueing (retry, re-read) starts another.
+            let last = self
+                .store
+                .runs_of(&issue.issue_ref())
+                .await?
+                .into_iter()
+                .next_back();
+            if last.is_some_and(|r| {
+                r.finished_at_ms.is_some_and(|f| f >= issue.last_change_ms)
+                    || r.created_at_ms >= issue.last_change_ms
+            }) {
+                continue;
+            }
             let run = new_run(&issue);
             if !self.store.insert_run(&run).await? {
                 continue; // the issue already has an active run
@@ -226,23 +225,28 @@ impl RunSupervisor {
             *repo_count += 1;
             running += 1;
             tracing::info!(run_id = %run.id, issue = %issue.issue_ref(), "run admitted");
-            let fresh = self
-                .watched
-                .lock()
-                .map(|mut w| w.insert(run.id.clone()))
-                .unwrap_or(false);
-            if fresh {
-                let this = self.clone();
-                tokio::spawn(async move {
-                    let id = run.id.clone();
-                    this.drive(run).await;
-                    if let Ok(mut w) = this.watched.lock() {
-                        w.remove(&id);
-                    }
-                });
-            }
+            self.clone().watch_once(run);
         }
         Ok(())
+    }
+
+    /// Starts the task that drives `run`, unless one already does.
+    fn watch_once(self: Arc<Self>, run: RunRecord) {
+        let fresh = self
+            .watched
+            .lock()
+            .map(|mut w| w.insert(run.id.clone()))
+            .unwrap_or(false);
+        if !fresh {
+            return;
+        }
+        tokio::spawn(async move {
+            let id = run.id.clone();
+            self.drive(run).await;
+            if let Ok(mut w) = self.watched.lock() {
+                w.remove(&id);
+            }
+        });
     }
 
     /// Takes one run from wherever it is to its end.
