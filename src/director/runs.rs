@@ -146,6 +146,9 @@ impl RunSupervisor {
         if let Err(error) = self.sweep_tokens().await {
             tracing::warn!(error = %format!("{error:#}"), "could not sweep stray run tokens");
         }
+        if let Err(error) = self.sweep_containers().await {
+            tracing::warn!(error = %format!("{error:#}"), "could not sweep finished run containers");
+        }
         loop {
             if let Err(error) = self.clone().tick().await {
                 tracing::error!(error = %format!("{error:#}"), "run supervisor pass failed");
@@ -171,6 +174,26 @@ impl RunSupervisor {
             if name.starts_with(TOKEN_PREFIX) && !live.contains(&name) {
                 tracing::info!(token = %name, "deleting a run token left behind");
                 self.forge.delete_run_token(&self.runner, &name).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes containers of runs that ended (kept failures past `keep_failed_secs`, whose
+    /// removal timer died with the previous process). Containers of runs this database does
+    /// not know are left alone: another director may share the engine.
+    pub async fn sweep_containers(&self) -> anyhow::Result<()> {
+        let keep_ms =
+            i64::try_from(self.settings.keep_failed_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
+        let now = crate::clock::now_ms();
+        for c in self.runtime.list_runs().await? {
+            let remove = match self.store.run(&c.run_id).await? {
+                Some(run) => run.finished_at_ms.is_some_and(|f| now - f >= keep_ms),
+                None => false,
+            };
+            if remove {
+                tracing::info!(run_id = %c.run_id, "removing a finished run's container");
+                self.runtime.remove(&c.id).await?;
             }
         }
         Ok(())
