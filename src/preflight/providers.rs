@@ -85,14 +85,43 @@ async fn post_json(
     serde_json::from_str(&text).map_err(|e| PreflightError::Decode(e.to_string()))
 }
 
-/// Anthropic's Messages API: `POST {base_url}/v1/messages`.
-pub struct Anthropic {
+/// What the two HTTP providers share: a client with their headers, an endpoint, the model,
+/// and one user message per read.
+struct Endpoint {
     client: reqwest::Client,
     url: String,
     model: String,
     max_tokens: u32,
     timeout_secs: u64,
 }
+
+impl Endpoint {
+    fn new(s: &PreflightSettings, headers: HeaderMap, url: String) -> anyhow::Result<Self> {
+        Ok(Self {
+            client: http_client(s, headers)?,
+            url,
+            model: s.model.clone(),
+            max_tokens: s.max_tokens,
+            timeout_secs: s.timeout_secs,
+        })
+    }
+
+    /// Sends the prompt as one user message; returns the answer's JSON and the model named in
+    /// it (or the configured one).
+    async fn ask(&self, prompt: &str) -> Result<(Value, String), PreflightError> {
+        let body = json!({
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "messages": [{ "role": "user", "content": prompt }],
+        });
+        let v = post_json(&self.client, &self.url, &body, self.timeout_secs).await?;
+        let model = v["model"].as_str().unwrap_or(&self.model).to_owned();
+        Ok((v, model))
+    }
+}
+
+/// Anthropic's Messages API: `POST {base_url}/v1/messages`.
+pub struct Anthropic(Endpoint);
 
 impl Anthropic {
     pub fn new(s: &PreflightSettings) -> anyhow::Result<Self> {
@@ -104,28 +133,18 @@ impl Anthropic {
         } else {
             s.base_url.as_str()
         };
-        Ok(Self {
-            client: http_client(s, headers)?,
-            url: format!(
-                "{}/v1/messages",
-                base.trim_end_matches('/').trim_end_matches("/v1")
-            ),
-            model: s.model.clone(),
-            max_tokens: s.max_tokens,
-            timeout_secs: s.timeout_secs,
-        })
+        let url = format!(
+            "{}/v1/messages",
+            base.trim_end_matches('/').trim_end_matches("/v1")
+        );
+        Ok(Self(Endpoint::new(s, headers, url)?))
     }
 }
 
 #[async_trait]
 impl Preflight for Anthropic {
     async fn read(&self, prompt: &str) -> Result<Reading, PreflightError> {
-        let body = json!({
-            "model": self.model,
-            "max_tokens": self.max_tokens,
-            "messages": [{ "role": "user", "content": prompt }],
-        });
-        let v = post_json(&self.client, &self.url, &body, self.timeout_secs).await?;
+        let (v, model) = self.0.ask(prompt).await?;
         let text: String = v["content"]
             .as_array()
             .ok_or_else(|| PreflightError::Decode("no `content` in the answer".into()))?
@@ -134,23 +153,16 @@ impl Preflight for Anthropic {
             .filter_map(|b| b["text"].as_str())
             .collect::<Vec<_>>()
             .join("\n");
-        let model = v["model"].as_str().unwrap_or(&self.model).to_owned();
         Ok(Reading { text, model })
     }
 
     fn model(&self) -> &str {
-        &self.model
+        &self.0.model
     }
 }
 
 /// OpenAI-compatible Chat Completions: `POST {base_url}/chat/completions`.
-pub struct OpenAi {
-    client: reqwest::Client,
-    url: String,
-    model: String,
-    max_tokens: u32,
-    timeout_secs: u64,
-}
+pub struct OpenAi(Endpoint);
 
 impl OpenAi {
     pub fn new(s: &PreflightSettings) -> anyhow::Result<Self> {
@@ -166,25 +178,15 @@ impl OpenAi {
                 "preflight.base_url is required for the openai provider (e.g. http://127.0.0.1:11434/v1)"
             );
         }
-        Ok(Self {
-            client: http_client(s, headers)?,
-            url: format!("{}/chat/completions", s.base_url.trim_end_matches('/')),
-            model: s.model.clone(),
-            max_tokens: s.max_tokens,
-            timeout_secs: s.timeout_secs,
-        })
+        let url = format!("{}/chat/completions", s.base_url.trim_end_matches('/'));
+        Ok(Self(Endpoint::new(s, headers, url)?))
     }
 }
 
 #[async_trait]
 impl Preflight for OpenAi {
     async fn read(&self, prompt: &str) -> Result<Reading, PreflightError> {
-        let body = json!({
-            "model": self.model,
-            "max_tokens": self.max_tokens,
-            "messages": [{ "role": "user", "content": prompt }],
-        });
-        let v = post_json(&self.client, &self.url, &body, self.timeout_secs).await?;
+        let (v, model) = self.0.ask(prompt).await?;
         let text = v
             .pointer("/choices/0/message/content")
             .and_then(Value::as_str)
@@ -192,12 +194,11 @@ impl Preflight for OpenAi {
                 PreflightError::Decode("no `choices[0].message.content` in the answer".into())
             })?
             .to_owned();
-        let model = v["model"].as_str().unwrap_or(&self.model).to_owned();
         Ok(Reading { text, model })
     }
 
     fn model(&self) -> &str {
-        &self.model
+        &self.0.model
     }
 }
 
