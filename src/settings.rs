@@ -4,7 +4,7 @@
 
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use figment::Figment;
 use figment::providers::{Format, Toml};
@@ -748,13 +748,6 @@ impl Settings {
     /// The configuration as TOML, with every secret masked.
     pub fn to_masked_toml(&self) -> String {
         toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
-    }
-
-    pub fn db_path(&self) -> Option<PathBuf> {
-        let rest = self.store.url.strip_prefix("sqlite:")?;
-        let rest = rest.trim_start_matches("//");
-        let rest = rest.split('?').next().unwrap_or(rest);
-        (!rest.is_empty() && rest != ":memory:").then(|| PathBuf::from(rest))
     }
 }
 

@@ -164,7 +164,6 @@ impl Application {
                             password: settings.forge.runner_password.clone(),
                         },
                         settings.runner.clone(),
-                        settings.labels.clone(),
                         settings.forge.url.clone(),
                         gate.clone(),
                         wake.clone(),

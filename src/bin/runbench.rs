@@ -17,7 +17,7 @@ use director::forge::forgejo::ForgejoClient;
 use director::forge::{Forge, Permission, RunnerAccount};
 use director::runtime::docker::DockerRuntime;
 use director::runtime::{RunSpec, Runtime};
-use director::settings::{ForgeSettings, LabelSettings, RunnerSettings, Secret, StoreSettings};
+use director::settings::{ForgeSettings, RunnerSettings, Secret, StoreSettings};
 use director::store::{IssueRecord, PreflightState, Store};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -135,7 +135,6 @@ fn main() -> anyhow::Result<()> {
                 password: Secret::new("bench-pass"),
             },
             runner,
-            LabelSettings::default(),
             server.url().to_owned(),
             None,
             consumer_wake.clone(),

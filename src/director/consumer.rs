@@ -25,7 +25,6 @@ pub struct Consumer {
     store: Store,
     wake: Arc<Notify>,
     labels: LabelNames,
-    trigger: String,
     forge: Option<Arc<dyn Forge>>,
     /// Woken when an issue needs a pre-flight.
     preflight_wake: Option<Arc<Notify>>,
@@ -44,12 +43,10 @@ impl Consumer {
         labels: LabelNames,
         forge: Option<Arc<dyn Forge>>,
     ) -> Self {
-        let trigger = labels.trigger.clone();
         Self {
             store,
             wake,
             labels,
-            trigger,
             forge,
             preflight_wake: None,
             runs_wake: None,
@@ -249,7 +246,7 @@ impl Consumer {
         let issue = record.issue_ref();
         let actor = match actor_hint {
             Some(actor) => Some(actor),
-            None => match latest_label_actor(forge.as_ref(), &issue, &self.trigger).await {
+            None => match latest_label_actor(forge.as_ref(), &issue, &self.labels.trigger).await {
                 Ok(actor) => actor,
                 Err(error) => {
                     tracing::warn!(%error, "could not read the timeline; a later scan retries");
@@ -308,7 +305,10 @@ impl Consumer {
             return Ok(());
         }
         forge
-            .create_comment(issue, &comments::untrusted_trigger(&self.trigger, actor))
+            .create_comment(
+                issue,
+                &comments::untrusted_trigger(&self.labels.trigger, actor),
+            )
             .await
             .map(|_| ())
     }

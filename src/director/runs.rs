@@ -22,7 +22,7 @@ use crate::domain::Lifecycle;
 use crate::forge::payload::{EventKind, ForgeEvent, IssueSnapshot, RunTransition};
 use crate::forge::{Forge, RunnerAccount};
 use crate::runtime::{Exit, RunSpec, Runtime, RuntimeError, mounts};
-use crate::settings::{LabelSettings, RunnerSettings, Secret};
+use crate::settings::{RunnerSettings, Secret};
 use crate::store::{IssueRecord, NewDelivery, RunRecord, Store};
 
 /// Where the task file lands inside the container.
@@ -35,7 +35,6 @@ pub struct RunSupervisor {
     runtime: Arc<dyn Runtime>,
     runner: RunnerAccount,
     settings: RunnerSettings,
-    labels: LabelSettings,
     forge_url: String,
     /// Checks the trusted text still hashes as the verdict's before a launch.
     gate: Option<Arc<crate::preflight::worker::PreflightWorker>>,
@@ -67,7 +66,6 @@ impl RunSupervisor {
         runtime: Arc<dyn Runtime>,
         runner: RunnerAccount,
         settings: RunnerSettings,
-        labels: LabelSettings,
         forge_url: String,
         gate: Option<Arc<crate::preflight::worker::PreflightWorker>>,
         consumer_wake: Arc<Notify>,
@@ -84,7 +82,6 @@ impl RunSupervisor {
             runtime,
             runner,
             settings,
-            labels,
             forge_url,
             gate,
             consumer_wake,
@@ -778,10 +775,6 @@ impl RunSupervisor {
                 tracing::error!(error = %format!("{e:#}"), "could not queue the run's transition")
             }
         }
-    }
-
-    pub fn labels(&self) -> &LabelSettings {
-        &self.labels
     }
 }
 

@@ -148,14 +148,12 @@ pub async fn receive(
         repo = %event.issue.repo,
         issue = event.issue.number,
     );
-    let _enter = span.enter();
     let delivery = NewDelivery {
         delivery_id,
         content_sha256,
         event,
         received_at_ms: crate::clock::now_ms(),
     };
-    drop(_enter);
     match state.intake.store(delivery).await {
         Ok(Stored::New) => {
             count("accepted");

@@ -50,6 +50,8 @@ pub struct Gathered {
     pub go_command: Option<(String, u64)>,
     /// The newest comment id seen.
     pub newest_comment_id: u64,
+    /// The director's pre-flight comment already on the issue: (id, body).
+    pub sticky: Option<(u64, String)>,
 }
 
 impl PreflightWorker {
@@ -552,15 +554,12 @@ impl PreflightWorker {
             model,
             hash: &g.prompt.sha256,
         });
-        let bot = self.bot();
-        let existing = self.forge.comments(issue).await?.into_iter().find(|c| {
-            c.body.starts_with(comment::MARKER) && bot.as_deref().is_none_or(|b| b == c.author)
-        });
-        match existing {
-            Some(c) if c.body == body => Ok(()),
-            Some(c) => self
+        // Found while gathering: one issue is never read twice at once, so it is current.
+        match &g.sticky {
+            Some((_, current)) if *current == body => Ok(()),
+            Some((id, _)) => self
                 .forge
-                .edit_comment(&issue.repo, c.id, &body)
+                .edit_comment(&issue.repo, *id, &body)
                 .await
                 .map(|_| ()),
             None => self.forge.create_comment(issue, &body).await.map(|_| ()),
@@ -598,6 +597,10 @@ pub async fn gather_with(
     let mut left_out = Vec::new();
     let mut go_command = None;
     let mut newest_comment_id = handled_command_id;
+    let sticky = comments
+        .iter()
+        .find(|c| c.body.starts_with(comment::MARKER) && bot.is_none_or(|b| b == c.author))
+        .map(|c| (c.id, c.body.clone()));
     for c in &comments {
         newest_comment_id = newest_comment_id.max(c.id);
         if bot == Some(c.author.as_str()) || c.body.starts_with(comment::MARKER) {
@@ -637,6 +640,7 @@ pub async fn gather_with(
         left_out,
         go_command,
         newest_comment_id,
+        sticky,
     })
 }
 

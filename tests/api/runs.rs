@@ -712,7 +712,6 @@ async fn run_tokens_left_behind_are_deleted_at_startup_and_others_kept() {
         std::sync::Arc::new(runtime),
         runner,
         Default::default(),
-        Default::default(),
         "http://127.0.0.1:1".into(),
         None,
         std::sync::Arc::new(tokio::sync::Notify::new()),

@@ -807,11 +807,6 @@ impl FakeForge {
         statuses
     }
 
-    /// The webhooks queued and not yet delivered.
-    pub fn pending_webhooks(&self) -> Vec<Outgoing> {
-        self.state().outbox.clone()
-    }
-
     /// A new issue by `author`; returns its reference.
     pub async fn open_issue(
         &self,
