@@ -10,7 +10,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bollard::Docker;
 use bollard::errors::Error as DockerError;
-use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
+use bollard::models::{
+    ContainerCreateBody, ContainerSummaryStateEnum, HostConfig, Mount, MountType,
+};
 use bollard::query_parameters::{
     CreateContainerOptions, KillContainerOptions, ListContainersOptions, LogsOptions,
     RemoveContainerOptions, UploadToContainerOptions, WaitContainerOptions,
@@ -284,36 +286,24 @@ impl Runtime for DockerRuntime {
             filters: Some(filters),
             ..Default::default()
         };
+        // The listing's own state, no inspect per container: another director sharing the
+        // engine may remove its containers while this one reads, and that must not fail it.
         let list = self
             .docker
             .list_containers(Some(options))
             .await
             .map_err(engine)?;
-        let mut out = Vec::new();
-        for c in list {
-            let (Some(id), Some(run_id)) = (
-                c.id.clone(),
-                c.labels.as_ref().and_then(|l| l.get(RUN_LABEL)).cloned(),
-            ) else {
-                continue;
-            };
-            let inspect = self
-                .docker
-                .inspect_container(&id, None)
-                .await
-                .map_err(engine)?;
-            let state = inspect.state.unwrap_or_default();
-            let never_started =
-                state.status == Some(bollard::models::ContainerStateStatusEnum::CREATED);
-            out.push(RunContainer {
-                id,
-                run_id,
-                never_started,
-                running: state.running.unwrap_or(false),
-                exit_code: (!state.running.unwrap_or(false))
-                    .then_some(state.exit_code.unwrap_or(-1)),
-            });
-        }
-        Ok(out)
+        Ok(list
+            .into_iter()
+            .filter_map(|c| {
+                let run_id = c.labels.as_ref()?.get(RUN_LABEL)?.clone();
+                Some(RunContainer {
+                    id: c.id?,
+                    run_id,
+                    running: c.state == Some(ContainerSummaryStateEnum::RUNNING),
+                    never_started: c.state == Some(ContainerSummaryStateEnum::CREATED),
+                })
+            })
+            .collect())
     }
 }

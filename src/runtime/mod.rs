@@ -33,7 +33,6 @@ pub struct RunContainer {
     pub running: bool,
     /// Created and never started.
     pub never_started: bool,
-    pub exit_code: Option<i64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
