@@ -4,6 +4,7 @@
 pub mod clock;
 pub mod director;
 pub mod domain;
+pub mod event;
 pub mod forge;
 pub mod http;
 pub mod intake;

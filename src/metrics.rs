@@ -21,6 +21,10 @@ pub struct Metrics {
     pub preflight_errors: IntCounterVec,
     /// Provider answer time.
     pub preflight_latency: prometheus::Histogram,
+    /// Actions performed, by kind and outcome (done, retried, gave_up).
+    pub actions: IntCounterVec,
+    /// Stored events that no longer parse, set aside.
+    pub events_set_aside: prometheus::IntCounter,
 }
 
 impl Metrics {
@@ -81,6 +85,19 @@ impl Metrics {
             ]),
         )
         .expect("static metric definition");
+        let actions = IntCounterVec::new(
+            Opts::new(
+                "director_actions_total",
+                "Outbox actions performed, by kind and outcome",
+            ),
+            &["kind", "outcome"],
+        )
+        .expect("static metric definition");
+        let events_set_aside = prometheus::IntCounter::new(
+            "director_events_set_aside_total",
+            "Stored events that no longer parse, kept aside",
+        )
+        .expect("static metric definition");
         for c in [
             Box::new(deliveries.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(request_duration.clone()),
@@ -89,6 +106,8 @@ impl Metrics {
             Box::new(preflight_verdicts.clone()),
             Box::new(preflight_errors.clone()),
             Box::new(preflight_latency.clone()),
+            Box::new(actions.clone()),
+            Box::new(events_set_aside.clone()),
         ] {
             registry.register(c).expect("metric names are unique");
         }
@@ -101,6 +120,8 @@ impl Metrics {
             preflight_verdicts,
             preflight_errors,
             preflight_latency,
+            actions,
+            events_set_aside,
         }
     }
 

@@ -182,6 +182,9 @@ pub struct StoreSettings {
     #[serde(deserialize_with = "lenient::string")]
     pub url: String,
     pub synchronous: Synchronous,
+    /// Processed deliveries, old pre-flight call records and finished actions are pruned
+    /// after this many days.
+    pub retention_days: u32,
 }
 
 impl Default for StoreSettings {
@@ -189,6 +192,7 @@ impl Default for StoreSettings {
         Self {
             url: "sqlite://director.db".into(),
             synchronous: Synchronous::Full,
+            retention_days: 30,
         }
     }
 }

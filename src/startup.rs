@@ -12,10 +12,14 @@ use tokio::sync::Notify;
 use tokio_cron_scheduler::{Job, JobScheduler};
 use tokio_util::sync::CancellationToken;
 
-use crate::director::consumer::Consumer;
-use crate::director::decide::LabelNames;
-use crate::director::runs::RunSupervisor;
+use crate::clock::SharedClock;
+use crate::director::act::run::Secrets;
+use crate::director::act::{Acts, PreflightAct, RunAct};
+use crate::director::consumer::{Consumer, Limits, Wakes};
+use crate::director::decide::Policy;
+use crate::director::executor::Executor;
 use crate::director::scanner::{ScanReport, Scanner};
+use crate::director::watcher::Watcher;
 use crate::forge::Forge;
 use crate::forge::RunnerAccount;
 use crate::forge::forgejo::ForgejoClient;
@@ -23,7 +27,7 @@ use crate::http::{AppState, observe_latency, routes};
 use crate::intake::Intake;
 use crate::metrics::Metrics;
 use crate::preflight::providers;
-use crate::preflight::worker::PreflightWorker;
+use crate::runtime::Runtime;
 use crate::runtime::docker::DockerRuntime;
 use crate::settings::Settings;
 use crate::store::Store;
@@ -34,13 +38,16 @@ pub struct Application {
     shutdown: CancellationToken,
     store: Store,
     scanner: Option<Arc<Scanner>>,
+    consumer_wake: Arc<Notify>,
 }
 
-pub fn label_names(settings: &Settings) -> LabelNames {
-    LabelNames {
-        trigger: settings.labels.trigger.clone(),
-        skip_preflight: settings.labels.skip_preflight.clone(),
-    }
+/// What tests (and benchmarks) put in place of the real thing.
+#[derive(Clone, Default)]
+pub struct Overrides {
+    /// Used instead of the Docker engine.
+    pub runtime: Option<Arc<dyn Runtime>>,
+    /// Used instead of the system clock.
+    pub clock: Option<SharedClock>,
 }
 
 /// The forge client, when `forge.url` is set.
@@ -53,29 +60,6 @@ pub fn forge_client(
     }
     let client = ForgejoClient::new(&settings.forge, metrics)?;
     Ok(Some(Arc::new(client)))
-}
-
-/// The pre-flight worker over the configured provider.
-pub fn preflight_worker(
-    settings: &Settings,
-    forge: Arc<dyn Forge>,
-    store: &Store,
-    bot: Arc<RwLock<Option<String>>>,
-    metrics: Option<Metrics>,
-    consumer_wake: Arc<Notify>,
-) -> anyhow::Result<PreflightWorker> {
-    let provider: Arc<dyn crate::preflight::Preflight> =
-        Arc::from(providers::from_settings(&settings.preflight)?);
-    PreflightWorker::new(
-        store.clone(),
-        forge,
-        provider,
-        settings.preflight.clone(),
-        settings.labels.clone(),
-        bot,
-        metrics,
-        consumer_wake,
-    )
 }
 
 /// The scanner, when a forge and something to watch are configured.
@@ -99,16 +83,68 @@ pub fn scanner(
     ))
 }
 
+/// The pre-flight over the configured provider, when enabled.
+fn preflight_act(settings: &Settings, metrics: &Metrics) -> anyhow::Result<Option<PreflightAct>> {
+    if !settings.preflight.enabled {
+        return Ok(None);
+    }
+    let provider: Arc<dyn crate::preflight::Preflight> =
+        Arc::from(providers::from_settings(&settings.preflight)?);
+    PreflightAct::new(provider, settings.preflight.clone(), Some(metrics.clone())).map(Some)
+}
+
+/// The container runtime: the override, else the Docker engine when runs are configured.
+/// `Err` carries why the engine is unavailable (intake and pre-flights go on without it).
+async fn runtime(
+    settings: &Settings,
+    overrides: &Overrides,
+) -> Option<Result<(Arc<dyn Runtime>, Vec<(String, String, bool)>), String>> {
+    if !settings.runner.enabled || settings.runner.image.is_empty() {
+        return None;
+    }
+    if let Some(runtime) = &overrides.runtime {
+        let mounts = crate::runtime::mounts::translated(&settings.runner, None).await;
+        return Some(Ok((runtime.clone(), mounts)));
+    }
+    Some(
+        match DockerRuntime::connect(settings.runner.clone()).await {
+            Ok(docker) => {
+                let mounts =
+                    crate::runtime::mounts::translated(&settings.runner, Some(docker.docker()))
+                        .await;
+                Ok((Arc::new(docker), mounts))
+            }
+            Err(e) => Err(e.to_string()),
+        },
+    )
+}
+
 impl Application {
+    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        Self::build_with(settings, Overrides::default()).await
+    }
+
     /// Everything is started except the HTTP server's accept loop, which
     /// [`Application::run_until_stopped`] drives.
-    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+    pub async fn build_with(settings: Settings, overrides: Overrides) -> anyhow::Result<Self> {
         let settings = Arc::new(settings);
+        let clock = overrides.clock.clone().unwrap_or_else(crate::clock::system);
         let store = Store::connect(&settings.store).await?;
+        // One director per SQLite database: claims of a process that died are void now.
+        let released = store.release_leases().await?;
+        if released > 0 {
+            tracing::info!(released, "took over actions a previous process had claimed");
+        }
         let metrics = Metrics::new();
-        let wake = Arc::new(Notify::new());
-        let intake = Intake::spawn(store.clone(), wake.clone());
+        let consumer_wake = Arc::new(Notify::new());
+        let intake = Intake::spawn(store.clone(), consumer_wake.clone());
         let shutdown = CancellationToken::new();
+        tokio::spawn(prune_periodically(
+            store.clone(),
+            settings.store.retention_days,
+            clock.clone(),
+            shutdown.clone(),
+        ));
 
         let forge = forge_client(&settings, Some(metrics.clone()))?;
         let bot_login = Arc::new(RwLock::new(settings.forge.bot_login.clone()));
@@ -123,74 +159,85 @@ impl Application {
         }
         let mut consumer = Consumer::new(
             store.clone(),
-            wake.clone(),
-            label_names(&settings),
-            forge.clone(),
-        );
-        let mut gate = None;
-        if let Some(forge) = &forge
-            && settings.preflight.enabled
-        {
-            let worker = preflight_worker(
-                &settings,
-                forge.clone(),
-                &store,
-                bot_login.clone(),
-                Some(metrics.clone()),
-                wake.clone(),
-            )?;
-            let preflight_wake = Arc::new(Notify::new());
-            consumer = consumer.with_preflight_wake(preflight_wake.clone());
-            let worker = Arc::new(worker);
-            gate = Some(worker.clone());
-            tokio::spawn(worker.run(preflight_wake, shutdown.clone()));
-        }
+            Policy::from_settings(&settings),
+            clock.clone(),
+            consumer_wake.clone(),
+        )
+        .with_metrics(metrics.clone());
         let runtime_state = Arc::new(RwLock::new("disabled".to_owned()));
-        if let Some(forge) = &forge
-            && settings.runner.enabled
-            && !settings.runner.image.is_empty()
-        {
-            match DockerRuntime::connect(settings.runner.clone()).await {
-                Ok(runtime) => {
-                    let mounts =
-                        RunSupervisor::translated_mounts(&settings.runner, Some(runtime.docker()))
-                            .await;
-                    let supervisor = RunSupervisor::new(
+        if let Some(forge) = &forge {
+            let mut wakes = Wakes::default();
+            let secrets = Arc::new(Secrets::new(passthrough(&settings)));
+            let runs = match runtime(&settings, &overrides).await {
+                Some(Ok((runtime, mounts))) => {
+                    set(&runtime_state, "ok");
+                    let watcher_wake = Arc::new(Notify::new());
+                    wakes.watcher = Some(watcher_wake.clone());
+                    let watcher = Watcher::new(
                         store.clone(),
-                        forge.clone(),
-                        Arc::new(runtime),
-                        RunnerAccount {
+                        runtime.clone(),
+                        clock.clone(),
+                        settings.runner.clone(),
+                        secrets.clone(),
+                        watcher_wake,
+                        consumer_wake.clone(),
+                    );
+                    tokio::spawn(Arc::new(watcher).run(shutdown.clone()));
+                    consumer = consumer.with_admission(Limits {
+                        max_concurrent: settings.runner.max_concurrent.max(1),
+                        max_per_repo: settings.runner.max_per_repo.max(1),
+                    });
+                    Some(RunAct {
+                        runtime,
+                        runner: RunnerAccount {
                             login: settings.forge.runner_login.clone(),
                             password: settings.forge.runner_password.clone(),
                         },
-                        settings.runner.clone(),
-                        settings.forge.url.clone(),
-                        gate.clone(),
-                        wake.clone(),
+                        settings: settings.runner.clone(),
+                        forge_url: settings.forge.url.clone(),
                         mounts,
-                    );
-                    let runs_wake = Arc::new(Notify::new());
-                    consumer = consumer.with_runs_wake(runs_wake.clone());
-                    tokio::spawn(Arc::new(supervisor).run(runs_wake, shutdown.clone()));
-                    if let Ok(mut s) = runtime_state.write() {
-                        *s = "ok".into();
-                    }
+                        secrets,
+                    })
                 }
-                Err(error) => {
-                    // Intake and pre-flights go on without the engine; readiness says so.
+                Some(Err(error)) => {
                     tracing::error!(%error, "the container engine is unavailable: no runs start");
-                    if let Ok(mut s) = runtime_state.write() {
-                        *s = format!("unavailable: {error}");
-                    }
+                    set(&runtime_state, &format!("unavailable: {error}"));
+                    None
                 }
-            }
-        }
-        if let Some(forge) = &forge {
-            consumer = consumer.with_state_labels(settings.labels.clone(), forge.clone());
+                None => None,
+            };
+            let acts = Arc::new(Acts {
+                store: store.clone(),
+                forge: forge.clone(),
+                labels: settings.labels.clone(),
+                bot: bot_login.clone(),
+                clock: clock.clone(),
+                preflight: preflight_act(&settings, &metrics)?,
+                runs,
+                permissions: Default::default(),
+            });
+            let executor_wake = Arc::new(Notify::new());
+            wakes.executor = Some(executor_wake.clone());
+            let executor = Executor::new(
+                acts.clone(),
+                clock.clone(),
+                executor_wake,
+                consumer_wake.clone(),
+                settings.preflight.concurrency,
+                settings.preflight.timeout_secs,
+            )
+            .with_metrics(metrics.clone());
+            let stop = shutdown.clone();
+            tokio::spawn(async move {
+                startup_sweeps(&acts).await;
+                Arc::new(executor).run(stop).await;
+            });
+            consumer = consumer.with_wakes(wakes);
         }
         tokio::spawn(consumer.run(shutdown.clone()));
 
-        let scanner = scanner(&settings, forge.as_ref(), &store, wake).map(Arc::new);
+        let scanner =
+            scanner(&settings, forge.as_ref(), &store, consumer_wake.clone()).map(Arc::new);
         if let Some(scanner) = &scanner
             && settings.scan.enabled
         {
@@ -226,7 +273,13 @@ impl Application {
             shutdown,
             store,
             scanner,
+            consumer_wake,
         })
+    }
+
+    /// Wakes the consumer: for tools that write to the store directly (benchmarks).
+    pub fn consumer_wake(&self) -> Arc<Notify> {
+        self.consumer_wake.clone()
     }
 
     pub fn port(&self) -> u16 {
@@ -247,6 +300,66 @@ impl Application {
         let result = self.server.await;
         self.shutdown.cancel();
         result.context("HTTP server failed")
+    }
+}
+
+fn set(state: &RwLock<String>, value: &str) {
+    if let Ok(mut s) = state.write() {
+        *s = value.to_owned();
+    }
+}
+
+/// `runner.env_passthrough`, from the director's own environment.
+fn passthrough(settings: &Settings) -> Vec<(String, String)> {
+    settings
+        .runner
+        .env_passthrough
+        .iter()
+        .filter_map(|name| std::env::var(name).ok().map(|v| (name.clone(), v)))
+        .collect()
+}
+
+/// Tokens and containers a previous process left behind.
+async fn startup_sweeps(acts: &Acts) {
+    let Some(runs) = &acts.runs else {
+        return;
+    };
+    if let Err(error) = runs.sweep_tokens(acts).await {
+        tracing::warn!(error = %format!("{error:#}"), "could not sweep stray run tokens");
+    }
+    if let Err(error) = runs.sweep_containers(acts).await {
+        tracing::warn!(error = %format!("{error:#}"), "could not sweep finished run containers");
+    }
+}
+
+/// Rows pruned per statement: small, so that intake never waits long for the writer.
+const PRUNE_BATCH: u32 = 500;
+
+/// Deletes what `store.retention_days` no longer keeps, at start and then hourly.
+async fn prune_periodically(
+    store: Store,
+    retention_days: u32,
+    clock: SharedClock,
+    shutdown: CancellationToken,
+) {
+    let keep_ms = i64::from(retention_days.max(1)) * 86_400_000;
+    loop {
+        let before = clock.now_ms() - keep_ms;
+        loop {
+            match store.prune(before, PRUNE_BATCH).await {
+                Ok(0) => break,
+                Ok(n) => tracing::debug!(deleted = n, "pruned old rows"),
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), "pruning failed; retried later");
+                    break;
+                }
+            }
+            tokio::task::yield_now().await;
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(3600)) => {}
+        }
     }
 }
 
@@ -314,7 +427,8 @@ async fn schedule_scans(
     Ok(())
 }
 
-/// `director scan --once`: one scan, then everything it queued is processed.
+/// `director scan --once`: one scan, then everything it found is decided. The actions it
+/// calls for (judging triggers, pre-flights) are left in the outbox for `serve` to perform.
 pub async fn scan_once(settings: Settings) -> anyhow::Result<ScanReport> {
     let store = Store::connect(&settings.store).await?;
     let forge = forge_client(&settings, None)?.context("forge.url must be set to scan")?;
@@ -322,9 +436,14 @@ pub async fn scan_once(settings: Settings) -> anyhow::Result<ScanReport> {
     let scanner = scanner(&settings, Some(&forge), &store, wake.clone())
         .context("nothing to scan: set scan.repos or scan.orgs")?;
     let report = scanner.scan_once().await?;
-    Consumer::new(store, wake, label_names(&settings), Some(forge))
-        .drain()
-        .await?;
+    Consumer::new(
+        store,
+        Policy::from_settings(&settings),
+        crate::clock::system(),
+        wake,
+    )
+    .drain()
+    .await?;
     Ok(report)
 }
 
@@ -333,7 +452,7 @@ pub struct DryRun {
     pub prompt: String,
     pub reading: String,
     pub model: String,
-    pub verdict: Option<crate::preflight::verdict::Verdict>,
+    pub verdict: Option<crate::domain::verdict::Verdict>,
     pub left_out: Vec<String>,
 }
 
@@ -350,13 +469,10 @@ pub async fn preflight_dry_run(
     };
     let provider: Arc<dyn crate::preflight::Preflight> =
         Arc::from(providers::from_settings(&settings.preflight)?);
-    let template = match &settings.preflight.template_file {
-        Some(file) => std::fs::read_to_string(file)
-            .with_context(|| format!("preflight.template_file {file}"))?,
-        None => crate::preflight::prompt::DEFAULT_TEMPLATE.to_owned(),
-    };
-    let gathered = crate::preflight::worker::gather_with(
+    let template = crate::director::act::preflight::load_template(&settings.preflight)?;
+    let gathered = crate::director::act::preflight::gather_with(
         forge.as_ref(),
+        None,
         &template,
         &settings.preflight.automation_accounts,
         bot.as_deref(),
@@ -367,7 +483,7 @@ pub async fn preflight_dry_run(
     let reading = provider.read(&gathered.prompt.text).await?;
     Ok(DryRun {
         prompt: gathered.prompt.text,
-        verdict: crate::preflight::verdict::parse(&reading.text),
+        verdict: crate::domain::verdict::parse(&reading.text),
         reading: reading.text,
         model: reading.model,
         left_out: gathered

@@ -6,21 +6,17 @@
 //! `cargo run --release --features fake-forge --bin director-runbench -- --runs 10`
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use director::director::runs::RunSupervisor;
-use director::domain::{IssueRef, Lifecycle};
+use director::domain::{IssueRef, Judgement, Lifecycle, RunState};
+use director::forge::Permission;
 use director::forge::fake::FakeForge;
-use director::forge::forgejo::ForgejoClient;
-use director::forge::{Forge, Permission, RunnerAccount};
 use director::runtime::docker::DockerRuntime;
 use director::runtime::{RunSpec, Runtime};
-use director::settings::{ForgeSettings, RunnerSettings, Secret, StoreSettings};
-use director::store::{IssueRecord, PreflightState, Store};
-use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
+use director::settings::{ForgeSettings, RunnerSettings, Secret, Settings, StoreSettings};
+use director::startup::Application;
+use director::store::{Commit, IssueRecord, PreflightState, Store};
 
 #[derive(Parser)]
 struct Args {
@@ -85,7 +81,6 @@ fn main() -> anyhow::Result<()> {
             ..Default::default()
         };
         let docker = DockerRuntime::connect(runner.clone()).await?;
-        let runtime: Arc<dyn Runtime> = Arc::new(DockerRuntime::connect(runner.clone()).await?);
 
         // Bare: the same image and hardening, created, given its task file and started.
         let mut bare = Vec::new();
@@ -111,45 +106,27 @@ fn main() -> anyhow::Result<()> {
 
         let dir = std::env::temp_dir().join(format!("director-runbench-db-{}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
-        let store = Store::connect(&StoreSettings {
+        let mut settings = Settings::default();
+        settings.server.listen = "127.0.0.1:0".into();
+        settings.store = StoreSettings {
             url: format!("sqlite://{}/b.db", dir.display()),
             ..Default::default()
-        })
-        .await?;
-        let client: Arc<dyn Forge> = Arc::new(ForgejoClient::new(
-            &ForgeSettings {
-                url: server.url().to_owned(),
-                token: Secret::new("bench-bot-token"),
-                ..Default::default()
-            },
-            None,
-        )?);
-        let wake = Arc::new(Notify::new());
-        let consumer_wake = Arc::new(Notify::new());
-        let supervisor = Arc::new(RunSupervisor::new(
-            store.clone(),
-            client,
-            runtime,
-            RunnerAccount {
-                login: "director-runner".into(),
-                password: Secret::new("bench-pass"),
-            },
-            runner,
-            server.url().to_owned(),
-            None,
-            consumer_wake.clone(),
-            vec![],
-        ));
-        let shutdown = CancellationToken::new();
-        tokio::spawn(supervisor.run(wake.clone(), shutdown.clone()));
-        let labels = director::director::decide::LabelNames {
-            trigger: "headless".into(),
-            skip_preflight: String::new(),
         };
-        tokio::spawn(
-            director::director::consumer::Consumer::new(store.clone(), consumer_wake, labels, None)
-                .run(shutdown.clone()),
-        );
+        settings.webhook.secrets = vec![Secret::new("bench-secret")];
+        settings.forge = ForgeSettings {
+            url: server.url().to_owned(),
+            token: Secret::new("bench-bot-token"),
+            runner_login: "director-runner".into(),
+            runner_password: Secret::new("bench-pass"),
+            ..Default::default()
+        };
+        settings.scan.enabled = false;
+        settings.preflight.enabled = false;
+        settings.runner = runner;
+        let app = Application::build(settings).await?;
+        let store = app.store().clone();
+        let wake = app.consumer_wake();
+        tokio::spawn(app.run_until_stopped());
 
         let mut launch = Vec::new();
         let mut report = Vec::new();
@@ -157,28 +134,27 @@ fn main() -> anyhow::Result<()> {
             let issue = forge
                 .open_issue(&repo, "reporter", &format!("Bench {i}"), "Bench issue.")
                 .await;
-            let record = IssueRecord {
-                repo: repo.clone(),
-                number: issue.number,
-                title: format!("Bench {i}"),
-                state: "open".into(),
-                labels: vec![],
-                forge_updated_at: None,
-                last_change_ms: director::clock::now_ms(),
-                lifecycle: Lifecycle::Queued,
-                trigger_present: true,
-                trigger_actor: Some("alice".into()),
-                trigger_trusted: Some(true),
-                untrusted_notice: false,
-                preflight: PreflightState {
-                    verdict: Some("GO".into()),
-                    ..Default::default()
-                },
+            let mut record = IssueRecord::new(&issue, director::clock::now_ms());
+            record.title = format!("Bench {i}");
+            record.state = "open".into();
+            record.lifecycle = Lifecycle::Queued;
+            record.trigger_present = true;
+            record.trigger_actor = Some("alice".into());
+            record.trigger_trusted = Some(true);
+            record.preflight = PreflightState {
+                verdict: Some(Judgement::Go),
+                ..Default::default()
             };
-            // The GO verdict lands: the issue is queued and the supervisor told.
+            // The GO verdict lands: the issue is queued and the consumer woken to admit it.
             let go_us = chrono::Utc::now().timestamp_micros();
             store
-                .commit_processed(&[record], &[], director::clock::now_ms())
+                .commit(
+                    &Commit {
+                        records: vec![record],
+                        ..Default::default()
+                    },
+                    director::clock::now_ms(),
+                )
                 .await?;
             wake.notify_one();
             let run = wait_for_run(&store, &issue).await?;
@@ -212,7 +188,6 @@ fn main() -> anyhow::Result<()> {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         }
-        shutdown.cancel();
         stats(
             "bare: create + copy task + start -> container started",
             &mut bare,
@@ -249,7 +224,7 @@ async fn wait_for_run(
             .runs_of(issue)
             .await?
             .into_iter()
-            .find(|r| r.state == "running" && r.container_id.is_some())
+            .find(|r| r.state == RunState::Running && r.container_id.is_some())
         {
             return Ok(run);
         }

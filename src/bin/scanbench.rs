@@ -11,7 +11,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Parser;
-use director::director::consumer::Consumer;
+use director::director::act::Acts;
+use director::director::consumer::{Consumer, Wakes};
+use director::director::decide::Policy;
+use director::director::executor::Executor;
 use director::director::scanner::Scanner;
 use director::domain::RepoName;
 use director::forge::Permission;
@@ -140,8 +143,27 @@ fn main() -> anyhow::Result<()> {
         let forge: Arc<dyn director::forge::Forge> = Arc::new(ForgejoClient::new(&settings, Some(metrics.clone()))?);
         let wake = Arc::new(Notify::new());
         let scanner = Scanner::new(forge.clone(), store.clone(), "headless".into(), repo_names(args.repos), Vec::new(), wake.clone());
-        let labels = director::director::decide::LabelNames { trigger: "headless".into(), skip_preflight: "headless:skip-preflight".into() };
-        let consumer = Consumer::new(store.clone(), wake, labels, Some(forge));
+        // The consumer decides; the executor judges triggers (timeline and permission calls).
+        let mut policy_settings = director::settings::Settings::default();
+        policy_settings.forge.url = url.clone();
+        policy_settings.preflight.enabled = false;
+        let policy = Policy::from_settings(&policy_settings);
+        let executor_wake = Arc::new(Notify::new());
+        let consumer = Consumer::new(store.clone(), policy, director::clock::system(), wake.clone())
+            .with_wakes(Wakes { executor: Some(executor_wake.clone()), watcher: None });
+        let acts = Arc::new(Acts {
+            store: store.clone(),
+            forge: forge.clone(),
+            labels: policy_settings.labels.clone(),
+            bot: Arc::new(std::sync::RwLock::new(Some("director-bot".into()))),
+            clock: director::clock::system(),
+            preflight: None,
+            runs: None,
+            permissions: Default::default(),
+        });
+        let executor = Arc::new(Executor::new(acts, director::clock::system(), executor_wake, wake.clone(), 4, 60));
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        tokio::spawn(executor.run(shutdown.clone()));
         println!(
             "{} repositories, {} labelled issues (and as many unlabelled), FakeForge over loopback in its own process",
             args.repos, args.issues
@@ -153,7 +175,12 @@ fn main() -> anyhow::Result<()> {
             let started = Instant::now();
             let report = scanner.scan_once().await?;
             let listed = started.elapsed();
-            let processed = consumer.drain().await?;
+            let mut processed = consumer.drain().await?;
+            // Until every trigger is judged and every outcome decided.
+            while store.due_actions().await? > 0 || store.pending_deliveries().await? > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                processed += consumer.drain().await?;
+            }
             let total = started.elapsed();
             println!(
                 "{phase:>6} scan: {:.3} s listing + {:.3} s processing = {:.3} s; {} API calls; {} labelled, {} queued, {} processed; peak RSS {} kB",
@@ -169,6 +196,7 @@ fn main() -> anyhow::Result<()> {
         }
         let pending = store.list_issues().await?.iter().filter(|r| r.lifecycle == director::domain::Lifecycle::Pending).count();
         println!("issues picked up: {pending}");
+        shutdown.cancel();
         let _ = std::fs::remove_dir_all(&dir);
         anyhow::Ok(())
     });

@@ -1,11 +1,890 @@
-//! Pure decisions: given what the director knows of an issue and a new fact about it, what it
-//! now knows and what must happen next. No I/O here, and `now` comes in as an argument.
+//! The one place that chooses a state. `decide` takes what the director knows of an issue (its
+//! record and its latest run), one [`Event`], the [`Policy`] and `now`, and returns the new
+//! record and run with the [`Action`]s the change calls for. No I/O here: the executors perform
+//! the actions and report what happened as further events.
 
 use chrono::DateTime;
 
-use crate::domain::Lifecycle;
-use crate::forge::payload::{EventKind, ForgeEvent};
-use crate::store::IssueRecord;
+use crate::director::action::{Action, Planned};
+use crate::director::comments;
+use crate::domain::issue::CallWindow;
+use crate::domain::verdict::Verdict;
+use crate::domain::{
+    Command, IssueRecord, IssueRef, Judgement, Lifecycle, RepoName, RunRecord, RunState,
+};
+use crate::event::{
+    Event, EventKind, ForgeEvent, PreflightOutcome, ReadContext, RunReport, StickyDraft,
+};
+use crate::preflight::comment::{self, CommentInput, Shown};
+use crate::settings::{LabelSettings, OnError, Settings};
+
+/// What decisions depend on, taken from the settings once.
+#[derive(Clone, Debug)]
+pub struct Policy {
+    pub labels: LabelSettings,
+    /// A forge is configured: triggers can be judged and state labels kept. Without one,
+    /// issues are recorded and nothing is picked up.
+    pub forge: bool,
+    /// Without a pre-flight, picked-up issues wait in `pending`.
+    pub preflight_enabled: bool,
+    pub trusted_owners: Vec<String>,
+    pub on_error: OnError,
+    pub preflight_max_attempts: u32,
+    pub retry_backoff_ms: u64,
+    pub run_timeout_secs: u64,
+    pub keep_failed_secs: u64,
+}
+
+impl Policy {
+    pub fn from_settings(settings: &Settings) -> Self {
+        Self {
+            labels: settings.labels.clone(),
+            forge: !settings.forge.url.is_empty(),
+            preflight_enabled: settings.preflight.enabled,
+            trusted_owners: settings.preflight.trusted_owners.clone(),
+            on_error: settings.preflight.on_error,
+            preflight_max_attempts: settings.preflight.max_attempts.max(1),
+            retry_backoff_ms: settings.preflight.retry_backoff_ms,
+            run_timeout_secs: settings.runner.timeout_secs,
+            keep_failed_secs: settings.runner.keep_failed_secs,
+        }
+    }
+}
+
+/// What the director knows of one issue when an event arrives.
+#[derive(Clone, Copy, Debug)]
+pub struct IssueView<'a> {
+    pub issue: &'a IssueRef,
+    pub record: Option<&'a IssueRecord>,
+    /// The issue's latest run, if it ever had one.
+    pub run: Option<&'a RunRecord>,
+}
+
+/// The outcome of one event: the new record and run, and what must happen next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    pub record: IssueRecord,
+    pub run: Option<RunRecord>,
+    pub actions: Vec<Planned>,
+    /// Keys of actions not yet started that this change makes pointless.
+    pub retract: Vec<String>,
+}
+
+/// The decision for `event`; `None` when it changes nothing (a stale result, an older
+/// delivery, a duplicate, a pull request, an event for a state that has moved on).
+pub fn decide(view: &IssueView<'_>, event: &Event, policy: &Policy, now: i64) -> Option<Decision> {
+    let mut step = Step::new(view, policy, now);
+    let changed = match event {
+        Event::Forge(fact) => step.forge_fact(fact),
+        Event::TriggerJudged { actor, trusted, .. } => step.trigger_judged(actor, *trusted),
+        Event::CommandJudged {
+            command,
+            actor,
+            allowed,
+        } => *allowed && step.command(*command, actor),
+        Event::PreflightRead { rev, outcome } => step.preflight_read(*rev, outcome),
+        Event::RoutedFiled { rev, filed, sticky } => step.routed_filed(*rev, filed, sticky),
+        Event::Admitted { run_id, branch } => step.admitted(run_id, branch),
+        Event::Run { run_id, report } => step.run_report(run_id, report),
+        Event::ActionGaveUp { kind, error, .. } => step.gave_up(kind, error),
+    };
+    changed.then(|| step.finish())
+}
+
+/// One decision being made: the record and run as they become, and the actions planned.
+struct Step<'a> {
+    policy: &'a Policy,
+    now: i64,
+    known: bool,
+    before: Lifecycle,
+    record: IssueRecord,
+    run: Option<RunRecord>,
+    actions: Vec<(String, Action, i64)>,
+    retract: Vec<String>,
+    /// Set by a give-up: the reason stays visible through the change it causes.
+    blocked: Option<String>,
+}
+
+impl<'a> Step<'a> {
+    fn new(view: &IssueView<'_>, policy: &'a Policy, now: i64) -> Self {
+        let record = view
+            .record
+            .cloned()
+            .unwrap_or_else(|| IssueRecord::new(view.issue, now));
+        Self {
+            policy,
+            now,
+            known: view.record.is_some(),
+            before: record.lifecycle,
+            record,
+            run: view.run.cloned(),
+            actions: Vec::new(),
+            retract: Vec::new(),
+            blocked: None,
+        }
+    }
+
+    /// The version the decision's actions are named after.
+    fn version(&self) -> i64 {
+        self.record.version + 1
+    }
+
+    fn act(&mut self, what: String, action: Action) {
+        self.act_at(what, action, self.now);
+    }
+
+    fn act_at(&mut self, what: String, action: Action, not_before_ms: i64) {
+        self.actions.push((what, action, not_before_ms));
+    }
+
+    fn finish(mut self) -> Decision {
+        if self.policy.forge
+            && state_label(&self.policy.labels, self.before)
+                != state_label(&self.policy.labels, self.record.lifecycle)
+        {
+            let v = self.version();
+            self.act(format!("labels:v{v}"), Action::SyncLabels);
+        }
+        if let Some(reason) = self.blocked.take() {
+            self.record.blocked = Some(reason);
+        } else if self.record.lifecycle != self.before {
+            self.record.blocked = None;
+        }
+        self.record.version += 1;
+        self.record.last_change_ms = self.now;
+        let prefix = self.record.issue_ref().to_string();
+        let actions = self
+            .actions
+            .into_iter()
+            .map(|(what, action, not_before_ms)| Planned {
+                key: format!("{prefix}:{what}"),
+                action,
+                not_before_ms,
+            })
+            .collect();
+        let retract = self
+            .retract
+            .into_iter()
+            .map(|what| format!("{prefix}:{what}"))
+            .collect();
+        Decision {
+            record: self.record,
+            run: self.run,
+            actions,
+            retract,
+        }
+    }
+
+    // ---- webhook facts and scan observations ----
+
+    fn forge_fact(&mut self, fact: &ForgeEvent) -> bool {
+        if fact.is_pull {
+            return false;
+        }
+        if self.known
+            && !is_not_older(
+                fact.snapshot.updated_at.as_deref(),
+                self.record.forge_updated_at.as_deref(),
+            )
+        {
+            return false;
+        }
+        let trigger = self.policy.labels.trigger.as_str();
+        let skip = self.policy.labels.skip_preflight.as_str();
+        let snap = &fact.snapshot;
+        let labels = sorted(&snap.labels);
+        let was_judged = self.known
+            && self.record.trigger_present
+            && self.record.is_open()
+            && self.record.trigger_trusted.is_some();
+        let unchanged = self.known
+            && self.record.title == snap.title
+            && self.record.state == snap.state
+            && self.record.labels == labels
+            && self.record.forge_updated_at == snap.updated_at;
+        let skip_changed =
+            self.record.labels.iter().any(|l| l == skip) != labels.iter().any(|l| l == skip);
+        let trigger_was_there = self.known && self.record.trigger_present;
+        self.record.title = snap.title.clone();
+        self.record.state = snap.state.clone();
+        self.record.labels = labels;
+        self.record.forge_updated_at = snap.updated_at.clone();
+        self.record.trigger_present = self.record.labels.iter().any(|l| l == trigger);
+        let live = self.record.trigger_present && self.record.is_open();
+
+        let command = match &fact.comment {
+            Some(c) if fact.kind == EventKind::IssueComment && fact.action == "created" => {
+                Command::find(&c.body, &[Command::Cancel, Command::Retry]).map(|cmd| (cmd, c.id))
+            }
+            _ => None,
+        };
+        let acted = if let Some((command, comment_id)) = command.filter(|_| {
+            live && !fact.sender.is_empty() && self.record.trigger_trusted == Some(true)
+        }) {
+            // Counts only once the author's permission is known.
+            self.act(
+                format!("command:{comment_id}:{}", command.as_str()),
+                Action::AuthorizeCommand {
+                    command,
+                    actor: fact.sender.clone(),
+                },
+            );
+            true
+        } else if live && was_judged {
+            let content_event = !fact.sender.is_empty()
+                && match fact.kind {
+                    EventKind::Issues => fact.action == "edited",
+                    EventKind::IssueComment => true,
+                    EventKind::IssueLabel => skip_changed,
+                    _ => false,
+                };
+            let rereadable = self.record.lifecycle.is_active()
+                && !matches!(
+                    self.record.lifecycle,
+                    Lifecycle::Launching | Lifecycle::Running
+                );
+            if content_event && self.record.trigger_trusted == Some(true) && rereadable {
+                // Read again; a read of the same trusted text keeps its verdict.
+                self.request_read();
+                true
+            } else {
+                false
+            }
+        } else if live
+            && self.policy.forge
+            && (!trigger_was_there || self.record.trigger_trusted.is_none())
+        {
+            // Judged when newly applied (or not judged yet). Reopening an issue whose trigger
+            // stayed on revives nothing: a writer applies it again, or says `/director retry`.
+            self.record.trigger_actor = None;
+            self.record.trigger_trusted = None;
+            let actor_hint = (fact.kind == EventKind::IssueLabel && !fact.sender.is_empty())
+                .then(|| fact.sender.clone());
+            let v = self.version();
+            self.act(
+                format!("resolve:v{v}"),
+                Action::ResolveTrigger { actor_hint },
+            );
+            true
+        } else if self.record.lifecycle.is_active() {
+            self.cancel();
+            true
+        } else {
+            false
+        };
+        acted || !unchanged
+    }
+
+    fn trigger_judged(&mut self, actor: &Option<String>, trusted: bool) -> bool {
+        if self.record.trigger_trusted.is_some()
+            || !self.record.trigger_present
+            || !self.record.is_open()
+        {
+            return false;
+        }
+        self.record.trigger_actor = actor.clone();
+        self.record.trigger_trusted = Some(trusted);
+        if trusted {
+            self.request_read();
+        } else {
+            self.set_lifecycle(Lifecycle::Untracked);
+            if !self.record.untrusted_notice {
+                self.record.untrusted_notice = true;
+                self.act(
+                    "notice:untrusted".into(),
+                    Action::PostNotice {
+                        marker: comments::UNTRUSTED_MARKER.into(),
+                        body: comments::untrusted_trigger(
+                            &self.policy.labels.trigger,
+                            actor.as_deref(),
+                        ),
+                    },
+                );
+            }
+        }
+        true
+    }
+
+    fn command(&mut self, command: Command, _actor: &str) -> bool {
+        match command {
+            Command::Cancel if self.record.lifecycle.is_active() => {
+                self.cancel();
+                true
+            }
+            Command::Retry
+                if matches!(
+                    self.record.lifecycle,
+                    Lifecycle::Failed | Lifecycle::TimedOut | Lifecycle::Cancelled
+                ) && self.record.trigger_present
+                    && self.record.is_open() =>
+            {
+                self.set_lifecycle(Lifecycle::Queued);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Stops whatever is going on: a pending read is retracted, an active run is stopped.
+    fn cancel(&mut self) {
+        self.retract
+            .push(format!("read:rev{}", self.record.preflight.rev));
+        self.set_lifecycle(Lifecycle::Cancelled);
+        if let Some(run) = self.run.as_mut().filter(|r| r.state.is_active())
+            && !run.stop_requested
+        {
+            run.stop_requested = true;
+            let id = run.id.clone();
+            self.act(format!("stop:{id}"), Action::StopRun { run_id: id });
+        }
+    }
+
+    /// Moves the issue to `pending` under a new revision, and asks for a read.
+    fn request_read(&mut self) {
+        self.retract
+            .push(format!("read:rev{}", self.record.preflight.rev));
+        let p = &mut self.record.preflight;
+        p.rev += 1;
+        p.attempts = 0;
+        p.last_error = None;
+        p.not_before_ms = None;
+        self.set_lifecycle(Lifecycle::Pending);
+        self.plan_read(self.now);
+    }
+
+    fn plan_read(&mut self, at: i64) {
+        if !self.policy.preflight_enabled {
+            return;
+        }
+        let rev = self.record.preflight.rev;
+        let handled_command_id = self.record.preflight.handled_command_id;
+        self.act_at(
+            format!("read:rev{rev}"),
+            Action::ReadPreflight {
+                rev,
+                handled_command_id,
+            },
+            at,
+        );
+    }
+
+    fn set_lifecycle(&mut self, to: Lifecycle) {
+        self.record.lifecycle = to;
+    }
+
+    // ---- the pre-flight ----
+
+    fn preflight_read(&mut self, rev: i64, outcome: &PreflightOutcome) -> bool {
+        if self.record.lifecycle != Lifecycle::Pending || self.record.preflight.rev != rev {
+            return false;
+        }
+        match outcome {
+            PreflightOutcome::NotEligible => false,
+            PreflightOutcome::Skipped { by, how, read } => {
+                self.seen_commands(read);
+                let p = &mut self.record.preflight;
+                p.verdict = Some(Judgement::Skipped);
+                p.reason = Some(format!("skipped by @{by}"));
+                p.hash = Some(read.hash.clone());
+                p.attempts = 0;
+                p.not_before_ms = None;
+                let shown = Shown::Skipped {
+                    by: by.clone(),
+                    how: how.clone(),
+                };
+                self.sticky(&shown, None, "", read);
+                self.set_lifecycle(Lifecycle::Queued);
+                true
+            }
+            PreflightOutcome::Read {
+                verdict,
+                reading,
+                model,
+                read,
+            } => {
+                self.seen_commands(read);
+                self.verdict(verdict, reading, model, read);
+                true
+            }
+            PreflightOutcome::Failed {
+                error,
+                reading,
+                model,
+                read,
+            } => {
+                self.failed_read(error, reading.as_deref(), model, read.as_ref());
+                true
+            }
+            PreflightOutcome::Capped {
+                limit,
+                until_ms,
+                read,
+            } => {
+                let until = format_time(*until_ms);
+                let shown = Shown::WaitingOnCap {
+                    limit: limit.clone(),
+                    until,
+                };
+                self.sticky(&shown, None, "", read);
+                self.record.preflight.not_before_ms = Some(*until_ms);
+                self.record.preflight.rev += 1;
+                self.plan_read(*until_ms);
+                true
+            }
+        }
+    }
+
+    fn seen_commands(&mut self, read: &ReadContext) {
+        let p = &mut self.record.preflight;
+        p.handled_command_id = p.handled_command_id.max(read.newest_comment_id);
+    }
+
+    fn verdict(&mut self, verdict: &Verdict, reading: &str, model: &str, read: &ReadContext) {
+        let p = &mut self.record.preflight;
+        p.hash = Some(read.hash.clone());
+        p.model = Some(model.to_owned());
+        p.attempts = 0;
+        p.last_error = None;
+        p.not_before_ms = None;
+        let (shown, lifecycle, judgement) = match verdict {
+            Verdict::Go => (Shown::Go, Lifecycle::Queued, Judgement::Go),
+            Verdict::NoGo { reason } => (
+                Shown::NoGo {
+                    reason: reason.clone(),
+                },
+                Lifecycle::NoGo,
+                Judgement::NoGo,
+            ),
+            Verdict::WrongRepo { repo, what } if self.trusted_owner(repo) => {
+                self.record.preflight.verdict = Some(Judgement::WrongRepo);
+                self.record.preflight.reason = Some(what.clone());
+                self.set_lifecycle(Lifecycle::Routed);
+                let draft = StickyDraft {
+                    reading: Some(reading.to_owned()),
+                    model: model.to_owned(),
+                    read: read.clone(),
+                    what: what.clone(),
+                    target: repo.clone(),
+                };
+                match self.record.preflight.routed_to.clone() {
+                    // Filed there by an earlier read of this issue: say so again.
+                    Some(filed) if filed.starts_with(&format!("{repo}#")) => {
+                        self.routed_sticky(&filed, &draft);
+                    }
+                    _ => {
+                        self.record.preflight.routed_to = None;
+                        let from = self.record.issue_ref();
+                        let rev = self.record.preflight.rev;
+                        self.act(
+                            format!("routed:rev{rev}"),
+                            Action::FileRouted {
+                                rev,
+                                target: repo.clone(),
+                                title: comments::routed_title(&read.title),
+                                body: comments::routed_body(&from, &read.title, &read.body, what),
+                                marker: comments::routed_marker(&from),
+                                sticky: Box::new(draft),
+                            },
+                        );
+                    }
+                }
+                return;
+            }
+            Verdict::WrongRepo { repo, what } => {
+                let reason = format!(
+                    "the read says this belongs in {repo} ({what}), but `{}` is not in preflight.trusted_owners",
+                    repo.owner()
+                );
+                (Shown::NoGo { reason }, Lifecycle::NoGo, Judgement::NoGo)
+            }
+        };
+        self.record.preflight.verdict = Some(if matches!(verdict, Verdict::WrongRepo { .. }) {
+            Judgement::WrongRepo
+        } else {
+            judgement
+        });
+        self.record.preflight.reason = match &shown {
+            Shown::NoGo { reason } => Some(reason.clone()),
+            _ => None,
+        };
+        self.sticky(&shown, Some(reading), model, read);
+        self.set_lifecycle(lifecycle);
+    }
+
+    fn trusted_owner(&self, repo: &RepoName) -> bool {
+        self.policy
+            .trusted_owners
+            .iter()
+            .any(|o| o.eq_ignore_ascii_case(repo.owner()))
+    }
+
+    fn failed_read(
+        &mut self,
+        error: &str,
+        reading: Option<&str>,
+        model: &str,
+        read: Option<&ReadContext>,
+    ) {
+        let p = &mut self.record.preflight;
+        p.attempts += 1;
+        p.last_error = Some(error.to_owned());
+        if p.attempts < self.policy.preflight_max_attempts {
+            let at = self
+                .now
+                .saturating_add(backoff_ms(p.attempts, self.policy.retry_backoff_ms));
+            p.not_before_ms = Some(at);
+            p.rev += 1;
+            self.plan_read(at);
+            return;
+        }
+        let proceeding = self.policy.on_error == OnError::Proceed;
+        let shown = Shown::Failed {
+            error: error.to_owned(),
+            proceeding,
+        };
+        let empty = ReadContext::default();
+        self.sticky(&shown, reading, model, read.unwrap_or(&empty));
+        let p = &mut self.record.preflight;
+        p.verdict = Some(Judgement::Error);
+        p.reason = Some(error.to_owned());
+        p.not_before_ms = None;
+        self.set_lifecycle(if proceeding {
+            Lifecycle::Queued
+        } else {
+            Lifecycle::PreflightFailed
+        });
+    }
+
+    fn routed_filed(&mut self, rev: i64, filed: &IssueRef, draft: &StickyDraft) -> bool {
+        if self.record.lifecycle != Lifecycle::Routed
+            || self.record.preflight.rev != rev
+            || self.record.preflight.routed_to.is_some()
+        {
+            return false;
+        }
+        let filed = filed.to_string();
+        self.record.preflight.routed_to = Some(filed.clone());
+        self.routed_sticky(&filed, draft);
+        true
+    }
+
+    fn routed_sticky(&mut self, filed: &str, draft: &StickyDraft) {
+        let shown = Shown::Routed {
+            repo: draft.target.clone(),
+            filed: filed.to_owned(),
+            what: draft.what.clone(),
+        };
+        self.sticky(&shown, draft.reading.as_deref(), &draft.model, &draft.read);
+    }
+
+    /// Plans the edit of the one pre-flight comment.
+    fn sticky(&mut self, shown: &Shown, reading: Option<&str>, model: &str, read: &ReadContext) {
+        let body = comment::render(&CommentInput {
+            shown,
+            trigger: &self.policy.labels.trigger,
+            skip_label: &self.policy.labels.skip_preflight,
+            reading,
+            left_out: &read.left_out,
+            model,
+            hash: &read.hash,
+        });
+        let v = self.version();
+        self.act(format!("sticky:v{v}"), Action::UpsertSticky { body });
+    }
+
+    // ---- runs ----
+
+    fn admitted(&mut self, run_id: &str, branch: &str) -> bool {
+        if self.record.lifecycle != Lifecycle::Queued
+            || self.run.as_ref().is_some_and(|r| r.state.is_active())
+        {
+            return false;
+        }
+        let run = RunRecord::admitted(&self.record.issue_ref(), run_id, branch, self.now);
+        self.act(
+            format!("start:{run_id}"),
+            Action::StartRun {
+                run_id: run_id.to_owned(),
+            },
+        );
+        self.run = Some(run);
+        self.set_lifecycle(Lifecycle::Launching);
+        true
+    }
+
+    fn run_report(&mut self, run_id: &str, report: &RunReport) -> bool {
+        let Some(run) = self.run.as_mut().filter(|r| r.id == run_id) else {
+            return false;
+        };
+        match report {
+            RunReport::Started {
+                container_id,
+                base_branch,
+            } if run.state == RunState::Launching => {
+                run.state = RunState::Running;
+                run.container_id = Some(container_id.clone());
+                run.base_branch = base_branch.clone();
+                run.started_at_ms = Some(self.now);
+                if self.record.lifecycle == Lifecycle::Launching {
+                    self.set_lifecycle(Lifecycle::Running);
+                }
+                true
+            }
+            RunReport::Stale if run.state == RunState::Launching => {
+                run.state = RunState::Cancelled;
+                run.detail = Some("stale verdict: the issue changed since the pre-flight".into());
+                run.finished_at_ms = Some(self.now);
+                let id = run.id.clone();
+                self.act(format!("revoke:{id}"), Action::RevokeToken { run_id: id });
+                if self.record.lifecycle == Lifecycle::Launching {
+                    self.request_read();
+                }
+                true
+            }
+            RunReport::Refused { why } if run.state == RunState::Launching => {
+                let body = comments::run_refused(run_id, why);
+                self.end_run(RunState::Refused, why.clone(), body);
+                true
+            }
+            RunReport::Exited {
+                code,
+                timed_out,
+                log,
+            } if matches!(run.state, RunState::Launching | RunState::Running) => {
+                run.exit_code = *code;
+                run.log_tail = Some(log.clone());
+                let stopped = run.stop_requested;
+                let id = run.id.clone();
+                if stopped {
+                    self.end_run(
+                        RunState::Cancelled,
+                        "cancelled".into(),
+                        comments::run_cancelled(&id),
+                    );
+                } else if *timed_out {
+                    let secs = self.policy.run_timeout_secs;
+                    self.end_run(
+                        RunState::TimedOut,
+                        format!("killed after {secs} s"),
+                        comments::run_timed_out(&id, secs, log),
+                    );
+                } else {
+                    run.state = RunState::Exited;
+                    self.act(format!("judge:{id}"), Action::JudgeRun { run_id: id });
+                }
+                true
+            }
+            RunReport::Judged { ahead } if run.state == RunState::Exited => {
+                let id = run.id.clone();
+                if run.stop_requested {
+                    self.end_run(
+                        RunState::Cancelled,
+                        "cancelled".into(),
+                        comments::run_cancelled(&id),
+                    );
+                } else if *ahead == 0 {
+                    let code = run.exit_code.map_or("none".to_owned(), |c| c.to_string());
+                    let why = format!(
+                        "the run exited with code {code} and branch `{}` is not ahead of `{}`",
+                        run.branch, run.base_branch
+                    );
+                    let log = run.log_tail.clone().unwrap_or_default();
+                    let body = comments::run_failed(&id, &why, &log);
+                    self.end_run(RunState::Failed, why, body);
+                } else {
+                    let verdict = self
+                        .record
+                        .preflight
+                        .verdict
+                        .map_or("none", Judgement::as_str);
+                    let title = if self.record.title.is_empty() {
+                        format!("Issue #{}", self.record.number)
+                    } else {
+                        self.record.title.clone()
+                    };
+                    let body = comments::pr_body(self.record.number, &id, verdict);
+                    self.act(
+                        format!("pr:{id}"),
+                        Action::OpenPr {
+                            run_id: id.clone(),
+                            title,
+                            body,
+                        },
+                    );
+                }
+                true
+            }
+            RunReport::PrOpened { number } if run.state == RunState::Exited => {
+                run.pr_number = Some(*number);
+                let id = run.id.clone();
+                self.end_run(
+                    RunState::Succeeded,
+                    format!("pull request #{number}"),
+                    comments::run_succeeded(&id, *number),
+                );
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The run ends: its token is revoked, its container removed, the issue told once.
+    fn end_run(&mut self, state: RunState, detail: String, report: String) {
+        let keep_ms = i64::try_from(self.policy.keep_failed_secs.saturating_mul(1000))
+            .unwrap_or(i64::MAX / 4);
+        let Some(run) = self.run.as_mut() else {
+            return;
+        };
+        run.state = state;
+        run.detail = Some(detail);
+        run.finished_at_ms = Some(self.now);
+        let id = run.id.clone();
+        let keep = matches!(state, RunState::Failed | RunState::TimedOut) && keep_ms > 0;
+        self.act(
+            format!("revoke:{id}"),
+            Action::RevokeToken { run_id: id.clone() },
+        );
+        self.act_at(
+            format!("remove:{id}"),
+            Action::RemoveContainer { run_id: id.clone() },
+            if keep {
+                self.now.saturating_add(keep_ms)
+            } else {
+                self.now
+            },
+        );
+        self.act(
+            format!("report:{id}"),
+            Action::ReportRun {
+                run_id: id,
+                body: report,
+            },
+        );
+        if matches!(
+            self.record.lifecycle,
+            Lifecycle::Launching | Lifecycle::Running
+        ) {
+            self.set_lifecycle(match state {
+                RunState::Succeeded => Lifecycle::Succeeded,
+                RunState::TimedOut => Lifecycle::TimedOut,
+                RunState::Cancelled => Lifecycle::Cancelled,
+                _ => Lifecycle::Failed,
+            });
+        }
+    }
+
+    // ---- actions that failed on every attempt ----
+
+    fn gave_up(&mut self, kind: &str, error: &str) -> bool {
+        let run_state = self.run.as_ref().map(|r| r.state);
+        match (kind, run_state) {
+            ("start_run", Some(RunState::Launching)) => {
+                let why = format!("the run could not be started: {error}");
+                let id = self.run.as_ref().map(|r| r.id.clone()).unwrap_or_default();
+                self.end_run(
+                    RunState::Failed,
+                    why.clone(),
+                    comments::run_failed(&id, &why, ""),
+                );
+            }
+            ("judge_run" | "open_pr", Some(RunState::Exited)) => {
+                let why = if kind == "judge_run" {
+                    format!("the run's branch could not be checked: {error}")
+                } else {
+                    format!("opening the pull request failed: {error}")
+                };
+                let run = self.run.as_ref();
+                let id = run.map(|r| r.id.clone()).unwrap_or_default();
+                let log = run.and_then(|r| r.log_tail.clone()).unwrap_or_default();
+                self.end_run(
+                    RunState::Failed,
+                    why.clone(),
+                    comments::run_failed(&id, &why, &log),
+                );
+            }
+            ("file_routed", _) if self.record.lifecycle == Lifecycle::Routed => {
+                let error = format!("filing the issue in the named repository failed: {error}");
+                let shown = Shown::Failed {
+                    error: error.clone(),
+                    proceeding: false,
+                };
+                self.sticky(&shown, None, "", &ReadContext::default());
+                self.record.preflight.verdict = Some(Judgement::Error);
+                self.record.preflight.reason = Some(error);
+                self.set_lifecycle(Lifecycle::PreflightFailed);
+            }
+            _ => {}
+        }
+        self.blocked = Some(format!("{kind} failed on every attempt: {error}"));
+        true
+    }
+}
+
+/// The retry delay after `attempts` failed reads: doubling from `base_ms`, capped.
+pub fn backoff_ms(attempts: u32, base_ms: u64) -> i64 {
+    let ms = base_ms.saturating_mul(1 << attempts.saturating_sub(1).min(10));
+    i64::try_from(ms).unwrap_or(i64::MAX / 4)
+}
+
+pub const HOUR_MS: i64 = 3_600_000;
+
+/// Which hourly cap a new call would break, and when a call is allowed again.
+pub fn cap_reached(
+    window: &CallWindow,
+    repo: &RepoName,
+    max_per_hour: u32,
+    max_per_repo_per_hour: u32,
+    now: i64,
+) -> Option<(String, i64)> {
+    let (limit, oldest) = if window.repo_total >= i64::from(max_per_repo_per_hour) {
+        (
+            format!("{max_per_repo_per_hour} pre-flights per hour for {repo}"),
+            window.repo_oldest_ms,
+        )
+    } else if window.total >= i64::from(max_per_hour) {
+        (
+            format!("{max_per_hour} pre-flights per hour"),
+            window.oldest_ms,
+        )
+    } else {
+        return None;
+    };
+    Some((limit, oldest.unwrap_or(now) + HOUR_MS + 1_000))
+}
+
+fn format_time(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.format("%Y-%m-%d %H:%M UTC").to_string())
+        .unwrap_or_default()
+}
+
+/// The state label for a lifecycle state, if it has one.
+pub fn state_label(labels: &LabelSettings, lifecycle: Lifecycle) -> Option<&str> {
+    let name = match lifecycle {
+        Lifecycle::Queued => &labels.queued,
+        Lifecycle::Launching | Lifecycle::Running => &labels.running,
+        Lifecycle::Succeeded => &labels.pr_open,
+        Lifecycle::Failed | Lifecycle::TimedOut | Lifecycle::PreflightFailed => &labels.failed,
+        Lifecycle::NoGo => &labels.no_go,
+        _ => return None,
+    };
+    (!name.is_empty()).then_some(name.as_str())
+}
+
+/// Every state label the director manages.
+pub fn all_state_labels(labels: &LabelSettings) -> Vec<&str> {
+    [
+        &labels.queued,
+        &labels.running,
+        &labels.pr_open,
+        &labels.failed,
+        &labels.no_go,
+    ]
+    .into_iter()
+    .filter(|l| !l.is_empty())
+    .map(String::as_str)
+    .collect()
+}
 
 /// True when `candidate` is at least as new as `known` (Forgejo's `updated_at`, RFC 3339).
 /// A missing or unreadable timestamp never wins over a readable one.
@@ -19,240 +898,6 @@ pub fn is_not_older(candidate: Option<&str>, known: Option<&str>) -> bool {
     }
 }
 
-/// What the consumer must do after recording a fact.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Step {
-    Nothing,
-    /// The issue changed after a verdict: the pre-flight looks again.
-    Reread,
-    /// A pre-flight or run result was applied.
-    Applied,
-    /// `/director cancel` or `/director retry`: counts only if `actor` may write.
-    Command {
-        actor: String,
-        verb: String,
-    },
-    /// The trigger is on an open issue and who applied it is not known yet: find out (the
-    /// hint is the webhook sender of the label change itself) and check their permission.
-    ResolveTrigger {
-        actor_hint: Option<String>,
-    },
-    /// The trigger was removed or the issue closed while the director was on it.
-    Cancelled,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Decision {
-    pub record: IssueRecord,
-    pub step: Step,
-}
-
-/// The trigger is on an open issue, and that was already judged.
-fn live_and_judged(r: &IssueRecord) -> bool {
-    r.trigger_present && r.state == "open" && r.trigger_trusted.is_some()
-}
-
-/// The record after `event`, and the next step; `None` when the event changes nothing: it
-/// is about a pull request, older than what is known (deliveries arrive out of order), or
-/// says what is already known.
-pub fn apply_event(
-    known: Option<&IssueRecord>,
-    event: &ForgeEvent,
-    labels_cfg: &LabelNames,
-    now_ms: i64,
-) -> Option<Decision> {
-    if event.kind == EventKind::Preflight {
-        return apply_preflight(known?, event.preflight.as_ref()?, now_ms);
-    }
-    if event.kind == EventKind::Run {
-        let known = known?;
-        let t = event.run.as_ref()?;
-        if !t.from.contains(&known.lifecycle) {
-            return None;
-        }
-        let mut record = known.clone();
-        record.lifecycle = t.to;
-        record.last_change_ms = now_ms;
-        return Some(Decision {
-            record,
-            step: Step::Applied,
-        });
-    }
-    if event.is_pull {
-        return None;
-    }
-    let trigger = labels_cfg.trigger.as_str();
-    let snap = &event.snapshot;
-    if let Some(known) = known
-        && !is_not_older(
-            snap.updated_at.as_deref(),
-            known.forge_updated_at.as_deref(),
-        )
-    {
-        return None;
-    }
-    let labels = sorted(&snap.labels);
-    let trigger_present = labels.iter().any(|l| l == trigger);
-    let open = snap.state == "open";
-    let mut record = known.cloned().unwrap_or_else(|| IssueRecord {
-        repo: event.issue.repo.clone(),
-        number: event.issue.number,
-        title: String::new(),
-        state: String::new(),
-        labels: Vec::new(),
-        forge_updated_at: None,
-        last_change_ms: now_ms,
-        lifecycle: Lifecycle::Untracked,
-        trigger_present: false,
-        trigger_actor: None,
-        trigger_trusted: None,
-        untrusted_notice: false,
-        preflight: Default::default(),
-    });
-    let was_judged = known.is_some_and(live_and_judged);
-    let snapshot_unchanged = known.is_some_and(|k| {
-        k.title == snap.title
-            && k.state == snap.state
-            && k.labels == labels
-            && k.forge_updated_at == snap.updated_at
-    });
-
-    record.title = snap.title.clone();
-    record.state = snap.state.clone();
-    record.labels = labels;
-    record.forge_updated_at = snap.updated_at.clone();
-    record.trigger_present = trigger_present;
-
-    let command = match (&event.kind, &event.comment) {
-        (EventKind::IssueComment, Some(c))
-            if event.action == "created" && !event.sender.is_empty() =>
-        {
-            ["cancel", "retry"]
-                .into_iter()
-                .find(|verb| crate::preflight::worker::is_command(&c.body, verb))
-        }
-        _ => None,
-    };
-    let step = if let Some(verb) =
-        command.filter(|_| trigger_present && open && record.trigger_trusted == Some(true))
-    {
-        Step::Command {
-            actor: event.sender.clone(),
-            verb: verb.to_owned(),
-        }
-    } else if trigger_present && open {
-        if was_judged {
-            let skip_changed = known.is_some_and(|k| {
-                k.labels.contains(&labels_cfg.skip_preflight)
-                    != record.labels.contains(&labels_cfg.skip_preflight)
-            });
-            let content_event = !event.sender.is_empty()
-                && match event.kind {
-                    EventKind::Issues => event.action == "edited",
-                    EventKind::IssueComment => true,
-                    EventKind::IssueLabel => skip_changed,
-                    _ => false,
-                };
-            if content_event && record.trigger_trusted == Some(true) && record.lifecycle.is_active()
-            {
-                // Read again; the worker keeps the old verdict if the trusted text is the same.
-                request_read(&mut record);
-                Step::Reread
-            } else {
-                Step::Nothing
-            }
-        } else {
-            record.trigger_actor = None;
-            record.trigger_trusted = None;
-            let actor_hint = (event.kind == EventKind::IssueLabel && !event.sender.is_empty())
-                .then(|| event.sender.clone());
-            Step::ResolveTrigger { actor_hint }
-        }
-    } else if record.lifecycle.is_active() {
-        record.lifecycle = Lifecycle::Cancelled;
-        Step::Cancelled
-    } else {
-        Step::Nothing
-    };
-    if snapshot_unchanged && step == Step::Nothing {
-        return None;
-    }
-    record.last_change_ms = now_ms;
-    Some(Decision { record, step })
-}
-
-/// The label names decisions depend on.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LabelNames {
-    pub trigger: String,
-    pub skip_preflight: String,
-}
-
-/// Moves the issue to `pending` under a new revision: the pre-flight worker reads it.
-fn request_read(record: &mut IssueRecord) {
-    record.lifecycle = Lifecycle::Pending;
-    record.preflight.rev += 1;
-    record.preflight.attempts = 0;
-    record.preflight.last_error = None;
-    record.preflight.not_before_ms = None;
-}
-
-/// The record once the trigger's author and their permission are known.
-pub fn judge_trigger(
-    mut record: IssueRecord,
-    actor: Option<String>,
-    trusted: bool,
-    now_ms: i64,
-) -> IssueRecord {
-    record.trigger_actor = actor;
-    record.trigger_trusted = Some(trusted);
-    if trusted {
-        request_read(&mut record);
-    } else {
-        record.lifecycle = Lifecycle::Untracked;
-    }
-    record.last_change_ms = now_ms;
-    record
-}
-
-/// A writer's `/director cancel` or `/director retry`.
-pub fn apply_command(mut record: IssueRecord, verb: &str, now_ms: i64) -> Option<IssueRecord> {
-    let next = match verb {
-        "cancel" if record.lifecycle.is_active() => Lifecycle::Cancelled,
-        "retry"
-            if matches!(
-                record.lifecycle,
-                Lifecycle::Failed | Lifecycle::TimedOut | Lifecycle::Cancelled
-            ) =>
-        {
-            Lifecycle::Queued
-        }
-        _ => return None,
-    };
-    record.lifecycle = next;
-    record.last_change_ms = now_ms;
-    Some(record)
-}
-
-/// A pre-flight result, applied only to the revision it was computed for.
-fn apply_preflight(
-    known: &IssueRecord,
-    result: &crate::preflight::PreflightResult,
-    now_ms: i64,
-) -> Option<Decision> {
-    if known.lifecycle != Lifecycle::Pending || known.preflight.rev != result.rev {
-        return None;
-    }
-    let mut record = known.clone();
-    record.lifecycle = result.lifecycle;
-    record.preflight = result.state.clone();
-    record.last_change_ms = now_ms;
-    Some(Decision {
-        record,
-        step: Step::Applied,
-    })
-}
-
 /// Labels in a canonical order, so the same set always compares equal.
 pub fn sorted(labels: &[String]) -> Vec<String> {
     let mut out = labels.to_vec();
@@ -262,205 +907,5 @@ pub fn sorted(labels: &[String]) -> Vec<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::forge::payload::IssueSnapshot;
-
-    const T: &str = "headless";
-
-    fn names() -> LabelNames {
-        LabelNames {
-            trigger: T.into(),
-            skip_preflight: "headless:skip-preflight".into(),
-        }
-    }
-
-    fn event(kind: EventKind, updated_at: &str, labels: &[&str], state: &str) -> ForgeEvent {
-        ForgeEvent {
-            kind,
-            action: "label_updated".into(),
-            issue: "acme/widgets#7".parse().expect("valid"),
-            sender: "alice".into(),
-            is_pull: false,
-            snapshot: IssueSnapshot {
-                title: "Fix it".into(),
-                body: String::new(),
-                state: state.into(),
-                labels: labels.iter().map(|s| s.to_string()).collect(),
-                author: "bob".into(),
-                updated_at: Some(updated_at.into()),
-                merged: false,
-            },
-            comment: None,
-            preflight: None,
-            run: None,
-        }
-    }
-
-    fn label(updated_at: &str, labels: &[&str]) -> ForgeEvent {
-        event(EventKind::IssueLabel, updated_at, labels, "open")
-    }
-
-    fn trusted(d: Decision) -> IssueRecord {
-        judge_trigger(d.record, Some("alice".into()), true, 9)
-    }
-
-    #[test]
-    fn newer_events_replace_older_ones_in_either_order() {
-        let early = label("2026-01-01T10:00:00Z", &["bug"]);
-        let late = label("2026-01-01T10:00:05+00:00", &["bug", "headless"]);
-        let first = apply_event(None, &early, &names(), 1)
-            .expect("applies")
-            .record;
-        let in_order = apply_event(Some(&first), &late, &names(), 2)
-            .expect("newer applies")
-            .record;
-        let reversed = apply_event(None, &late, &names(), 1)
-            .expect("applies")
-            .record;
-        assert!(
-            apply_event(Some(&reversed), &early, &names(), 2).is_none(),
-            "an older event must not win"
-        );
-        assert_eq!(in_order.labels, reversed.labels);
-        assert_eq!(
-            in_order.labels,
-            vec!["bug".to_owned(), "headless".to_owned()]
-        );
-    }
-
-    #[test]
-    fn a_label_event_that_adds_the_trigger_names_its_sender() {
-        let d = apply_event(
-            None,
-            &label("2026-01-01T10:00:00Z", &["headless"]),
-            &names(),
-            1,
-        )
-        .expect("applies");
-        assert_eq!(
-            d.step,
-            Step::ResolveTrigger {
-                actor_hint: Some("alice".into())
-            }
-        );
-    }
-
-    #[test]
-    fn other_events_that_reveal_the_trigger_ask_the_timeline() {
-        let e = event(
-            EventKind::Scan,
-            "2026-01-01T10:00:00Z",
-            &["headless"],
-            "open",
-        );
-        let d = apply_event(None, &e, &names(), 1).expect("applies");
-        assert_eq!(d.step, Step::ResolveTrigger { actor_hint: None });
-    }
-
-    #[test]
-    fn the_same_event_twice_changes_nothing() {
-        let e = label("2026-01-01T10:00:00Z", &["headless"]);
-        let once = trusted(apply_event(None, &e, &names(), 1).expect("applies"));
-        assert!(apply_event(Some(&once), &e, &names(), 2).is_none());
-    }
-
-    #[test]
-    fn an_unresolved_trigger_is_resolved_again_on_the_next_observation() {
-        let e = label("2026-01-01T10:00:00Z", &["headless"]);
-        let unresolved = apply_event(None, &e, &names(), 1).expect("applies").record;
-        let again = apply_event(Some(&unresolved), &e, &names(), 2).expect("retries");
-        assert!(matches!(again.step, Step::ResolveTrigger { .. }));
-    }
-
-    #[test]
-    fn removing_the_trigger_or_closing_cancels_a_picked_up_issue() {
-        let on = trusted(
-            apply_event(
-                None,
-                &label("2026-01-01T10:00:00Z", &["headless"]),
-                &names(),
-                1,
-            )
-            .expect("applies"),
-        );
-        assert_eq!(on.lifecycle, Lifecycle::Pending);
-        let off = apply_event(Some(&on), &label("2026-01-01T10:00:01Z", &[]), &names(), 2)
-            .expect("applies");
-        assert_eq!(off.step, Step::Cancelled);
-        assert_eq!(off.record.lifecycle, Lifecycle::Cancelled);
-        let closed = event(
-            EventKind::Issues,
-            "2026-01-01T10:00:01Z",
-            &["headless"],
-            "closed",
-        );
-        let d = apply_event(Some(&on), &closed, &names(), 2).expect("applies");
-        assert_eq!(d.record.lifecycle, Lifecycle::Cancelled);
-    }
-
-    #[test]
-    fn removing_an_untrusted_trigger_cancels_nothing() {
-        let d = apply_event(
-            None,
-            &label("2026-01-01T10:00:00Z", &["headless"]),
-            &names(),
-            1,
-        )
-        .expect("applies");
-        let untrusted = judge_trigger(d.record, Some("mallory".into()), false, 2);
-        let off = apply_event(
-            Some(&untrusted),
-            &label("2026-01-01T10:00:01Z", &[]),
-            &names(),
-            3,
-        )
-        .expect("applies");
-        assert_eq!(off.step, Step::Nothing);
-        assert_eq!(off.record.lifecycle, Lifecycle::Untracked);
-    }
-
-    #[test]
-    fn reapplying_after_cancel_is_judged_afresh() {
-        let on = trusted(
-            apply_event(
-                None,
-                &label("2026-01-01T10:00:00Z", &["headless"]),
-                &names(),
-                1,
-            )
-            .expect("applies"),
-        );
-        let off = apply_event(Some(&on), &label("2026-01-01T10:00:01Z", &[]), &names(), 2)
-            .expect("applies")
-            .record;
-        let again = apply_event(
-            Some(&off),
-            &label("2026-01-01T10:00:02Z", &["headless"]),
-            &names(),
-            3,
-        )
-        .expect("applies");
-        assert!(matches!(again.step, Step::ResolveTrigger { .. }));
-    }
-
-    #[test]
-    fn pull_requests_are_not_issues() {
-        let mut e = label("2026-01-01T10:00:00Z", &["headless"]);
-        e.is_pull = true;
-        assert!(apply_event(None, &e, &names(), 1).is_none());
-    }
-
-    #[test]
-    fn timestamps_compare_as_instants_not_strings() {
-        assert!(is_not_older(
-            Some("2026-01-01T12:00:00+02:00"),
-            Some("2026-01-01T09:59:59Z")
-        ));
-        assert!(!is_not_older(
-            Some("2026-01-01T11:00:00+02:00"),
-            Some("2026-01-01T09:59:59Z")
-        ));
-        assert!(!is_not_older(None, Some("2026-01-01T09:59:59Z")));
-    }
-}
+#[path = "decide_tests.rs"]
+mod tests;

@@ -1,9 +1,14 @@
-//! The director's loop: one consumer turns stored deliveries and scan observations into
-//! decisions. `decide` is pure; `consumer` performs the side effects; `scanner` finds what
-//! webhooks missed; `comments` holds every text the director posts.
+//! The director's loop. Events (webhooks, scan observations, executor outcomes) are stored;
+//! the `consumer` feeds each to `decide` (pure: the one place that chooses a state) and commits
+//! the new state with the `action`s it calls for; the `executor` performs those actions
+//! through `act` and reports their outcomes as events; the `watcher` reports when a run's
+//! container ends; the `scanner` finds what webhooks missed; `comments` holds the texts.
 
+pub mod act;
+pub mod action;
 pub mod comments;
 pub mod consumer;
 pub mod decide;
-pub mod runs;
+pub mod executor;
 pub mod scanner;
+pub mod watcher;

@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 
 use crate::domain::{IssueRef, RepoName};
-use crate::forge::payload::{EventKind, ForgeEvent, IssueSnapshot};
+use crate::event::{Event, EventKind, ForgeEvent, IssueSnapshot};
 use crate::forge::{Forge, Issue};
 use crate::store::{NewDelivery, Store};
 
@@ -213,8 +213,6 @@ fn observation(repo: &RepoName, issue: &Issue, retry: Option<i64>, now_ms: i64) 
             merged: false,
         },
         comment: None,
-        preflight: None,
-        run: None,
     };
     let mut id = format!("scan:{repo}#{}@{}", issue.number, issue.updated_at);
     if let Some(at) = retry {
@@ -224,7 +222,8 @@ fn observation(repo: &RepoName, issue: &Issue, retry: Option<i64>, now_ms: i64) 
     NewDelivery {
         delivery_id: id,
         content_sha256,
-        event,
+        issue: event.issue.clone(),
+        event: Event::Forge(event),
         received_at_ms: now_ms,
     }
 }

@@ -1,4 +1,15 @@
-//! Small types that can only exist when valid: a repository name, an issue reference.
+//! The bottom of the house: small types that can only exist when valid (a repository name, an
+//! issue reference), the records the director keeps of issues and runs, commands, and the
+//! verdict. Nothing here does I/O, and nothing here imports another module of the crate.
+
+pub mod command;
+pub mod issue;
+pub mod run;
+pub mod verdict;
+
+pub use command::Command;
+pub use issue::{IssueRecord, Judgement, LeftOut, PreflightState};
+pub use run::{RunRecord, RunState};
 
 use std::fmt;
 use std::str::FromStr;
@@ -132,7 +143,9 @@ pub enum Lifecycle {
     Routed,
     /// The pre-flight could not run after every attempt; the issue waits.
     PreflightFailed,
-    /// A coder run is launching or running.
+    /// Admitted: the run's token is minted and its container created and started.
+    Launching,
+    /// A coder run's container is running (or has exited and is being judged).
     Running,
     /// The run's branch became a pull request.
     Succeeded,
@@ -153,6 +166,7 @@ impl Lifecycle {
             Self::NoGo => "no_go",
             Self::Routed => "routed",
             Self::PreflightFailed => "preflight_failed",
+            Self::Launching => "launching",
             Self::Running => "running",
             Self::Succeeded => "succeeded",
             Self::Failed => "failed",
@@ -169,6 +183,7 @@ impl Lifecycle {
             "no_go" => Some(Self::NoGo),
             "routed" => Some(Self::Routed),
             "preflight_failed" => Some(Self::PreflightFailed),
+            "launching" => Some(Self::Launching),
             "running" => Some(Self::Running),
             "succeeded" => Some(Self::Succeeded),
             "failed" => Some(Self::Failed),
@@ -187,6 +202,7 @@ impl Lifecycle {
                 | Self::NoGo
                 | Self::Routed
                 | Self::PreflightFailed
+                | Self::Launching
                 | Self::Running
         )
     }

@@ -506,6 +506,23 @@ impl Forge for ForgejoClient {
         Ok(wire.into_iter().map(Issue::from).collect())
     }
 
+    async fn issues_created_by(
+        &self,
+        repo: &RepoName,
+        login: &str,
+    ) -> Result<Vec<Issue>, ForgeError> {
+        let path = format!("{}/issues", repo_path(repo));
+        let query = [
+            ("state", "all".to_owned()),
+            ("type", "issues".to_owned()),
+            ("created_by", login.to_owned()),
+        ];
+        let wire: Vec<WireIssue> = self
+            .all_pages("/repos/{owner}/{repo}/issues", &path, &query, true)
+            .await?;
+        Ok(wire.into_iter().map(Issue::from).collect())
+    }
+
     async fn issue(&self, issue: &IssueRef) -> Result<Issue, ForgeError> {
         let path = format!("{}/issues/{}", repo_path(&issue.repo), issue.number);
         let wire: WireIssue = self

@@ -200,6 +200,12 @@ pub trait Forge: Send + Sync {
         comment_id: u64,
         body: &str,
     ) -> Result<Comment, ForgeError>;
+    /// Issues (open or closed, not pulls) of `repo` opened by `login`, every page.
+    async fn issues_created_by(
+        &self,
+        repo: &RepoName,
+        login: &str,
+    ) -> Result<Vec<Issue>, ForgeError>;
     /// Files a new issue; returns its number.
     async fn create_issue(
         &self,

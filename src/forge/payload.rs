@@ -1,52 +1,12 @@
-//! Webhook bodies as Forgejo sends them, and the compact [`ForgeEvent`] the director keeps.
+//! Webhook bodies as Forgejo sends them, parsed into the compact [`ForgeEvent`] the director keeps.
 //!
 //! Only the fields the director reads are declared; everything else is ignored, and every
 //! field that Forgejo may omit has a default, so a body from an older or newer Forgejo parses.
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::domain::{IssueRef, RepoName};
-
-/// The event types the director stores (from `X-Forgejo-Event-Type`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EventKind {
-    Issues,
-    IssueLabel,
-    IssueComment,
-    PullRequest,
-    /// Not a webhook: what the director's own scan observed.
-    Scan,
-    /// Not a webhook: a pre-flight's result, queued by the pre-flight worker.
-    Preflight,
-    /// Not a webhook: a coder run changed the issue's state.
-    Run,
-}
-
-impl EventKind {
-    /// `None` for event types the director does not use (push, release, ...).
-    pub fn from_header(value: &str) -> Option<Self> {
-        match value {
-            "issues" => Some(Self::Issues),
-            "issue_label" => Some(Self::IssueLabel),
-            "issue_comment" => Some(Self::IssueComment),
-            "pull_request" => Some(Self::PullRequest),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Issues => "issues",
-            Self::IssueLabel => "issue_label",
-            Self::IssueComment => "issue_comment",
-            Self::PullRequest => "pull_request",
-            Self::Scan => "scan",
-            Self::Preflight => "preflight",
-            Self::Run => "run",
-        }
-    }
-}
+pub use crate::event::{CommentSnapshot, EventKind, ForgeEvent, IssueSnapshot};
 
 #[derive(Debug, Deserialize)]
 struct RawUser {
@@ -121,62 +81,6 @@ struct RawPayload {
     is_pull: bool,
 }
 
-/// What the director keeps of a delivery: small, typed, and enough to act on.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ForgeEvent {
-    pub kind: EventKind,
-    pub action: String,
-    pub issue: IssueRef,
-    /// Who caused the event.
-    pub sender: String,
-    pub snapshot: IssueSnapshot,
-    /// The item is a pull request (a `pull_request` event, or a comment on a pull).
-    #[serde(default)]
-    pub is_pull: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub comment: Option<CommentSnapshot>,
-    /// Only for [`EventKind::Preflight`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub preflight: Option<crate::preflight::PreflightResult>,
-    /// Only for [`EventKind::Run`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run: Option<RunTransition>,
-}
-
-/// A run's effect on its issue: applied only while the issue is in one of `from`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunTransition {
-    pub run_id: String,
-    pub from: Vec<crate::domain::Lifecycle>,
-    pub to: crate::domain::Lifecycle,
-}
-
-/// The issue (or pull request) as the event saw it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct IssueSnapshot {
-    pub title: String,
-    #[serde(default)]
-    pub body: String,
-    pub state: String,
-    pub labels: Vec<String>,
-    #[serde(default)]
-    pub author: String,
-    /// Forgejo's `updated_at`, RFC 3339.
-    #[serde(default)]
-    pub updated_at: Option<String>,
-    #[serde(default)]
-    pub merged: bool,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CommentSnapshot {
-    pub id: u64,
-    pub author: String,
-    pub body: String,
-    #[serde(default)]
-    pub updated_at: Option<String>,
-}
-
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum PayloadError {
     #[error("body is not valid JSON: {0}")]
@@ -249,8 +153,6 @@ pub fn parse_event(kind: EventKind, body: &[u8]) -> Result<ForgeEvent, PayloadEr
             merged: item.merged,
         },
         comment,
-        preflight: None,
-        run: None,
     })
 }
 

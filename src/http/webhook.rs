@@ -151,7 +151,8 @@ pub async fn receive(
     let delivery = NewDelivery {
         delivery_id,
         content_sha256,
-        event,
+        issue: event.issue.clone(),
+        event: crate::event::Event::Forge(event),
         received_at_ms: crate::clock::now_ms(),
     };
     match state.intake.store(delivery).await {

@@ -51,12 +51,7 @@ impl Shown {
     }
 }
 
-/// An author whose comment was left out of the prompt.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LeftOut {
-    pub author: String,
-    pub comment_id: u64,
-}
+pub use crate::domain::LeftOut;
 
 pub struct CommentInput<'a> {
     pub shown: &'a Shown,

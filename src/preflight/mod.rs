@@ -6,24 +6,9 @@
 pub mod comment;
 pub mod prompt;
 pub mod providers;
-pub mod verdict;
-pub mod worker;
+pub use crate::domain::verdict;
 
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
-
-use crate::domain::Lifecycle;
-use crate::store::PreflightState;
-
-/// What a pre-flight run concluded, sent back through the queue so that the consumer stays
-/// the one place that changes an issue's state. Applied only if the issue is still `pending`
-/// at revision `rev`: anything that happened meanwhile makes it stale.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PreflightResult {
-    pub rev: i64,
-    pub lifecycle: Lifecycle,
-    pub state: PreflightState,
-}
 
 /// What the model said.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -22,8 +22,7 @@ use futures_util::StreamExt;
 use super::{Exit, RunContainer, RunSpec, Runtime, RuntimeError};
 use crate::settings::RunnerSettings;
 
-/// The label every run container carries.
-pub const RUN_LABEL: &str = "director.run-id";
+pub use super::RUN_LABEL;
 
 /// The container name of a run: the engine refuses a second container with the same name,
 /// so one run id can never get two containers.
@@ -37,7 +36,13 @@ pub struct DockerRuntime {
 }
 
 fn engine(e: DockerError) -> RuntimeError {
-    RuntimeError::Engine(e.to_string())
+    match e {
+        DockerError::DockerResponseServerError {
+            status_code: 404,
+            message,
+        } => RuntimeError::NotFound(message),
+        e => RuntimeError::Engine(e.to_string()),
+    }
 }
 
 impl DockerRuntime {
@@ -303,6 +308,23 @@ impl Runtime for DockerRuntime {
                     running: c.state == Some(ContainerSummaryStateEnum::RUNNING),
                     never_started: c.state == Some(ContainerSummaryStateEnum::CREATED),
                 })
+            })
+            .collect())
+    }
+
+    async fn env(&self, id: &str) -> Result<Vec<(String, String)>, RuntimeError> {
+        let c = self
+            .docker
+            .inspect_container(id, None)
+            .await
+            .map_err(engine)?;
+        Ok(c.config
+            .and_then(|c| c.env)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|kv| {
+                kv.split_once('=')
+                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
             })
             .collect())
     }

@@ -1,13 +1,19 @@
 //! Where coder runs execute. [`Runtime`] covers what the director does with a run's
-//! container; [`docker::DockerRuntime`] implements it over the Docker Engine API (bollard).
+//! container; [`docker::DockerRuntime`] implements it over the Docker Engine API (bollard),
+//! and `fake::FakeRuntime` in memory for tests.
 
 pub mod docker;
+#[cfg(any(test, feature = "fake-forge"))]
+pub mod fake;
 pub mod mounts;
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
+
+/// The label every run container carries.
+pub const RUN_LABEL: &str = "director.run-id";
 
 /// Everything needed to create one run's container.
 #[derive(Clone, Debug)]
@@ -47,6 +53,8 @@ pub enum RuntimeError {
     Unavailable(String),
     #[error("a container for run {0} already exists")]
     Exists(String),
+    #[error("no container {0}")]
+    NotFound(String),
     #[error("container engine: {0}")]
     Engine(String),
 }
@@ -66,4 +74,7 @@ pub trait Runtime: Send + Sync {
     async fn remove(&self, id: &str) -> Result<(), RuntimeError>;
     /// Every container labelled as a director run.
     async fn list_runs(&self) -> Result<Vec<RunContainer>, RuntimeError>;
+    /// The container's environment, so that values given to a run before a restart can still
+    /// be redacted from its log.
+    async fn env(&self, id: &str) -> Result<Vec<(String, String)>, RuntimeError>;
 }

@@ -55,6 +55,47 @@ pub fn parse(spec: &str) -> Option<(String, String, bool)> {
     Some((source, target, read_only))
 }
 
+/// `runner.mounts` with sources translated to host paths when the director itself runs in a
+/// container (found through `/proc/self/mountinfo` and an inspect of itself).
+pub async fn translated(
+    settings: &crate::settings::RunnerSettings,
+    docker: Option<&bollard::Docker>,
+) -> Vec<(String, String, bool)> {
+    let parsed: Vec<_> = settings.mounts.iter().filter_map(|m| parse(m)).collect();
+    let own_id = std::fs::read_to_string("/proc/self/mountinfo")
+        .ok()
+        .and_then(|i| own_container_id(&i));
+    let (Some(id), Some(docker)) = (own_id, docker) else {
+        return parsed;
+    };
+    let own: Vec<OwnMount> = match docker.inspect_container(&id, None).await {
+        Ok(c) => c
+            .mounts
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|m| {
+                let is_volume = m.name.is_some()
+                    && m.typ
+                        .as_ref()
+                        .is_some_and(|t| format!("{t:?}").to_lowercase().contains("volume"));
+                Some(OwnMount {
+                    destination: m.destination?,
+                    source: if is_volume { m.name? } else { m.source? },
+                    is_volume,
+                })
+            })
+            .collect(),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot inspect the director's own container; mounts passed as given");
+            return parsed;
+        }
+    };
+    parsed
+        .into_iter()
+        .map(|(source, target, ro)| (translate(&source, &own).0, target, ro))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

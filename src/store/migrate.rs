@@ -11,6 +11,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (2, include_str!("../../migrations/0002_issue_tracking.sql")),
     (3, include_str!("../../migrations/0003_preflight.sql")),
     (4, include_str!("../../migrations/0004_runs.sql")),
+    (5, include_str!("../../migrations/0005_outbox.sql")),
 ];
 
 pub async fn run(pool: &SqlitePool) -> anyhow::Result<()> {

@@ -122,10 +122,18 @@ impl TestApp {
         self.store.delivery_counts().await.expect("count").0
     }
 
-    /// Polls until every stored delivery is processed.
+    /// Polls until every stored event is consumed and no action is ready or running: the
+    /// director has done all it can do now.
     pub async fn wait_processed(&self) {
-        wait_until("deliveries processed", || async {
+        wait_until("events consumed and ready actions done", || async {
             self.store.delivery_counts().await.expect("count").1 == 0
+                && self
+                    .store
+                    .ready_actions(director::clock::now_ms())
+                    .await
+                    .expect("count")
+                    == 0
+                && self.store.delivery_counts().await.expect("count").1 == 0
         })
         .await;
     }

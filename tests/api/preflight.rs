@@ -21,7 +21,10 @@ async fn go_posts_one_comment_and_queues_the_issue() {
         .await;
     t.forge.label(WRITER, &issue, TRIGGER).await;
     let record = t.wait_state(&issue, Lifecycle::Queued).await;
-    assert_eq!(record.preflight.verdict.as_deref(), Some("GO"));
+    assert_eq!(
+        record.preflight.verdict,
+        Some(director::domain::Judgement::Go)
+    );
     let comments = t.preflight_comments(&issue);
     assert_eq!(comments.len(), 1);
     let body = &comments[0].body;
@@ -320,7 +323,10 @@ async fn director_go_is_ignored_from_a_reader_and_honoured_from_a_writer() {
 
     t.forge.comment(WRITER, &issue, "/director go").await;
     let record = t.wait_state(&issue, Lifecycle::Queued).await;
-    assert_eq!(record.preflight.verdict.as_deref(), Some("SKIPPED"));
+    assert_eq!(
+        record.preflight.verdict,
+        Some(director::domain::Judgement::Skipped)
+    );
     let comments = t.preflight_comments(&issue);
     assert_eq!(comments.len(), 1);
     assert!(

@@ -394,7 +394,7 @@ async fn a_pushable_default_branch_is_refused_before_any_container() {
     assert!(t.forge.tokens_of(RUNNER).is_empty(), "the token is revoked");
     let runs = t.app.store.runs_of(&issue).await.expect("runs");
     assert_eq!(runs.len(), 1);
-    assert_eq!(runs[0].state, "refused");
+    assert_eq!(runs[0].state, director::domain::RunState::Refused);
     assert_eq!(creations(&runs[0].id, since), 0, "no container was created");
 }
 
@@ -603,7 +603,7 @@ async fn a_director_killed_mid_run_adopts_the_run_after_restart_and_one_containe
         store
             .runs_of(&issue)
             .await
-            .is_ok_and(|r| r[0].state == "succeeded")
+            .is_ok_and(|r| r[0].state == director::domain::RunState::Succeeded)
     })
     .await;
     child.kill().expect("stop");
@@ -663,7 +663,7 @@ async fn director_cancel_and_retry_count_only_from_writers() {
     let runs = t.app.store.runs_of(&issue).await.expect("runs");
     assert_eq!(runs.len(), 2, "a fresh run");
     assert_ne!(runs[0].id, runs[1].id);
-    assert_eq!(runs[0].state, "cancelled");
+    assert_eq!(runs[0].state, director::domain::RunState::Cancelled);
     t.forge.unlabel(WRITER, &issue, TRIGGER).await;
     wait_until_long("the second run stops", || async {
         t.app.store.active_runs().await.is_ok_and(|a| a.is_empty())
@@ -677,7 +677,6 @@ async fn director_cancel_and_retry_count_only_from_writers() {
 
 #[tokio::test]
 async fn run_tokens_left_behind_are_deleted_at_startup_and_others_kept() {
-    use director::director::runs::RunSupervisor;
     use director::forge::fake::FakeForge;
     use director::forge::{Forge, RunnerAccount};
     let forge = FakeForge::new();
@@ -703,21 +702,9 @@ async fn run_tokens_left_behind_are_deleted_at_startup_and_others_kept() {
     })
     .await
     .expect("store");
-    let runtime = director::runtime::docker::DockerRuntime::connect(Default::default())
+    director::director::act::run::sweep_tokens(&forge, &store, &runner)
         .await
-        .expect("engine");
-    let supervisor = RunSupervisor::new(
-        store,
-        std::sync::Arc::new(forge.clone()),
-        std::sync::Arc::new(runtime),
-        runner,
-        Default::default(),
-        "http://127.0.0.1:1".into(),
-        None,
-        std::sync::Arc::new(tokio::sync::Notify::new()),
-        vec![],
-    );
-    supervisor.sweep_tokens().await.expect("sweep");
+        .expect("sweep");
     let names: Vec<String> = forge.tokens_of(RUNNER).into_iter().map(|t| t.0).collect();
     assert_eq!(names, vec!["laptop".to_owned()]);
 }

@@ -239,6 +239,7 @@ impl State {
         state: &str,
         kind: &str,
         labels: &str,
+        created_by: &str,
     ) -> Result<Vec<&FIssue>, Refusal> {
         let r = self.repo(repo)?;
         let wanted: Vec<u64> = labels
@@ -257,6 +258,7 @@ impl State {
                 _ => true,
             })
             .filter(|i| wanted.iter().all(|id| i.labels.contains(id)))
+            .filter(|i| created_by.is_empty() || i.author == created_by)
             .collect())
     }
 
@@ -1065,7 +1067,22 @@ impl Forge for FakeForge {
     ) -> Result<Vec<Issue>, ForgeError> {
         let s = self.state();
         let list = s
-            .list_issues(repo, "open", "issues", label)
+            .list_issues(repo, "open", "issues", label, "")
+            .map_err(|e| refused("GET", repo.to_string(), e))?;
+        Ok(list
+            .into_iter()
+            .map(|i| Self::native_issue(&s, repo, i))
+            .collect())
+    }
+
+    async fn issues_created_by(
+        &self,
+        repo: &RepoName,
+        login: &str,
+    ) -> Result<Vec<Issue>, ForgeError> {
+        let s = self.state();
+        let list = s
+            .list_issues(repo, "all", "issues", "", login)
             .map_err(|e| refused("GET", repo.to_string(), e))?;
         Ok(list
             .into_iter()

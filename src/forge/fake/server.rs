@@ -369,6 +369,7 @@ fn route(
                 param(query, "state").unwrap_or("open"),
                 param(query, "type").unwrap_or(""),
                 param(query, "labels").unwrap_or(""),
+                param(query, "created_by").unwrap_or(""),
             )?;
             let items = list.into_iter().map(|i| issue_json(s, &repo, i)).collect();
             Ok(paginate(items, query, false))

@@ -1,0 +1,1085 @@
+//! `decide` is where every state is chosen, so most of the director's tests live here: one per
+//! transition, and properties over any interleaving of duplicate, replayed and out-of-order
+//! events.
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::domain::LeftOut;
+use crate::event::{CommentSnapshot, IssueSnapshot};
+
+const NOW: i64 = 1_800_000_000_000;
+
+fn policy() -> Policy {
+    Policy {
+        labels: LabelSettings::default(),
+        forge: true,
+        preflight_enabled: true,
+        trusted_owners: vec!["acme".into()],
+        on_error: OnError::Wait,
+        preflight_max_attempts: 3,
+        retry_backoff_ms: 1_000,
+        run_timeout_secs: 3_600,
+        keep_failed_secs: 0,
+    }
+}
+
+fn issue() -> IssueRef {
+    "acme/widgets#7".parse().expect("valid")
+}
+
+/// One issue as `decide` sees it, with every action it was asked for.
+struct Sim {
+    policy: Policy,
+    issue: IssueRef,
+    record: Option<IssueRecord>,
+    run: Option<RunRecord>,
+    now: i64,
+    last: Vec<Planned>,
+    all: Vec<Planned>,
+}
+
+impl Sim {
+    fn new() -> Self {
+        Self::with(policy())
+    }
+
+    fn with(policy: Policy) -> Self {
+        Self {
+            policy,
+            issue: issue(),
+            record: None,
+            run: None,
+            now: NOW,
+            last: Vec::new(),
+            all: Vec::new(),
+        }
+    }
+
+    /// Applies `event`; returns whether it changed anything.
+    fn apply(&mut self, event: &Event) -> bool {
+        self.now += 1;
+        let view = IssueView {
+            issue: &self.issue,
+            record: self.record.as_ref(),
+            run: self.run.as_ref(),
+        };
+        match decide(&view, event, &self.policy, self.now) {
+            Some(d) => {
+                self.record = Some(d.record);
+                if d.run.is_some() {
+                    self.run = d.run;
+                }
+                self.all.extend(d.actions.iter().cloned());
+                self.last = d.actions;
+                true
+            }
+            None => {
+                self.last.clear();
+                false
+            }
+        }
+    }
+
+    fn state(&self) -> Lifecycle {
+        self.record
+            .as_ref()
+            .map_or(Lifecycle::Untracked, |r| r.lifecycle)
+    }
+
+    fn rec(&self) -> &IssueRecord {
+        self.record.as_ref().expect("a record")
+    }
+
+    fn run(&self) -> &RunRecord {
+        self.run.as_ref().expect("a run")
+    }
+
+    fn rev(&self) -> i64 {
+        self.rec().preflight.rev
+    }
+
+    fn kinds(&self) -> Vec<&'static str> {
+        self.last.iter().map(|p| p.action.kind()).collect()
+    }
+
+    fn find(&self, kind: &str) -> Option<&Planned> {
+        self.last.iter().find(|p| p.action.kind() == kind)
+    }
+
+    fn sticky(&self) -> String {
+        match self.find("upsert_sticky").map(|p| &p.action) {
+            Some(Action::UpsertSticky { body }) => body.clone(),
+            other => panic!("no sticky comment planned: {other:?} in {:?}", self.kinds()),
+        }
+    }
+
+    fn report(&self) -> String {
+        match self.find("report_run").map(|p| &p.action) {
+            Some(Action::ReportRun { body, .. }) => body.clone(),
+            other => panic!("no report planned: {other:?} in {:?}", self.kinds()),
+        }
+    }
+
+    /// Labelled by a writer, judged trusted: pending with a read asked for.
+    fn picked_up() -> Self {
+        let mut s = Self::new();
+        s.apply(&label("alice", &["headless"], T1));
+        s.apply(&judged(true));
+        s
+    }
+
+    fn read(&mut self, outcome: PreflightOutcome) -> bool {
+        let rev = self.rev();
+        self.apply(&Event::PreflightRead { rev, outcome })
+    }
+
+    fn queued() -> Self {
+        let mut s = Self::picked_up();
+        s.read(go());
+        assert_eq!(s.state(), Lifecycle::Queued);
+        s
+    }
+
+    fn running() -> Self {
+        let mut s = Self::queued();
+        s.apply(&admitted("r1"));
+        s.apply(&report("r1", started()));
+        assert_eq!(s.state(), Lifecycle::Running);
+        s
+    }
+}
+
+const T1: &str = "2026-11-30T10:00:00Z";
+const T2: &str = "2026-11-30T10:00:05Z";
+const T3: &str = "2026-11-30T10:00:09Z";
+
+fn fact(
+    kind: EventKind,
+    action: &str,
+    sender: &str,
+    labels: &[&str],
+    state: &str,
+    at: &str,
+) -> ForgeEvent {
+    ForgeEvent {
+        kind,
+        action: action.into(),
+        issue: issue(),
+        sender: sender.into(),
+        is_pull: false,
+        snapshot: IssueSnapshot {
+            title: "Add --verbose".into(),
+            body: "Print each step.".into(),
+            state: state.into(),
+            labels: labels.iter().map(|s| s.to_string()).collect(),
+            author: "reporter".into(),
+            updated_at: Some(at.into()),
+            merged: false,
+        },
+        comment: None,
+    }
+}
+
+fn label(sender: &str, labels: &[&str], at: &str) -> Event {
+    Event::Forge(fact(
+        EventKind::IssueLabel,
+        "label_updated",
+        sender,
+        labels,
+        "open",
+        at,
+    ))
+}
+
+fn observed(labels: &[&str], state: &str, at: &str) -> Event {
+    Event::Forge(fact(EventKind::Scan, "observed", "", labels, state, at))
+}
+
+fn closed(state: &str, at: &str) -> Event {
+    let action = if state == "open" {
+        "reopened"
+    } else {
+        "closed"
+    };
+    Event::Forge(fact(
+        EventKind::Issues,
+        action,
+        "reporter",
+        &["headless"],
+        state,
+        at,
+    ))
+}
+
+fn edited(sender: &str, at: &str) -> Event {
+    Event::Forge(fact(
+        EventKind::Issues,
+        "edited",
+        sender,
+        &["headless"],
+        "open",
+        at,
+    ))
+}
+
+fn comment(sender: &str, id: u64, body: &str, at: &str) -> Event {
+    let mut f = fact(
+        EventKind::IssueComment,
+        "created",
+        sender,
+        &["headless"],
+        "open",
+        at,
+    );
+    f.comment = Some(CommentSnapshot {
+        id,
+        author: sender.into(),
+        body: body.into(),
+        updated_at: Some(at.into()),
+    });
+    Event::Forge(f)
+}
+
+fn judged(trusted: bool) -> Event {
+    Event::TriggerJudged {
+        actor: Some(if trusted { "alice" } else { "mallory" }.into()),
+        trusted,
+        permission: if trusted { "write" } else { "read" }.into(),
+    }
+}
+
+fn ctx() -> ReadContext {
+    ReadContext {
+        hash: "h1".into(),
+        left_out: vec![LeftOut {
+            author: "mallory".into(),
+            comment_id: 3,
+        }],
+        newest_comment_id: 9,
+        title: "Add --verbose".into(),
+        body: "Print each step.".into(),
+    }
+}
+
+fn read_of(verdict: Verdict) -> PreflightOutcome {
+    PreflightOutcome::Read {
+        verdict,
+        reading: "Fine.\n\nVERDICT".into(),
+        model: "m1".into(),
+        read: ctx(),
+    }
+}
+
+fn go() -> PreflightOutcome {
+    read_of(Verdict::Go)
+}
+
+fn failed() -> PreflightOutcome {
+    PreflightOutcome::Failed {
+        error: "the provider did not answer within 5 s".into(),
+        reading: None,
+        model: "m1".into(),
+        read: Some(ctx()),
+    }
+}
+
+fn admitted(run_id: &str) -> Event {
+    Event::Admitted {
+        run_id: run_id.into(),
+        branch: format!("director-issue-7-{run_id}"),
+    }
+}
+
+fn report(run_id: &str, report: RunReport) -> Event {
+    Event::Run {
+        run_id: run_id.into(),
+        report,
+    }
+}
+
+fn started() -> RunReport {
+    RunReport::Started {
+        container_id: "c1".into(),
+        base_branch: "main".into(),
+    }
+}
+
+fn exited(code: i64) -> RunReport {
+    RunReport::Exited {
+        code: Some(code),
+        timed_out: false,
+        log: "did things".into(),
+    }
+}
+
+fn command(command: Command, allowed: bool) -> Event {
+    Event::CommandJudged {
+        command,
+        actor: "alice".into(),
+        allowed,
+    }
+}
+
+// ---- triggers ----
+
+#[test]
+fn a_label_event_that_adds_the_trigger_asks_who_did_naming_its_sender() {
+    let mut s = Sim::new();
+    assert!(s.apply(&label("alice", &["headless"], T1)));
+    assert_eq!(s.kinds(), vec!["resolve_trigger"]);
+    assert_eq!(
+        s.last[0].action,
+        Action::ResolveTrigger {
+            actor_hint: Some("alice".into())
+        }
+    );
+    assert_eq!(
+        s.state(),
+        Lifecycle::Untracked,
+        "nothing is picked up before the judgement"
+    );
+}
+
+#[test]
+fn a_scan_observation_of_the_trigger_asks_the_timeline() {
+    let mut s = Sim::new();
+    s.apply(&observed(&["headless"], "open", T1));
+    assert_eq!(
+        s.last[0].action,
+        Action::ResolveTrigger { actor_hint: None }
+    );
+}
+
+#[test]
+fn a_trusted_trigger_is_picked_up_and_read() {
+    let s = Sim::picked_up();
+    assert_eq!(s.state(), Lifecycle::Pending);
+    assert_eq!(s.rev(), 1);
+    assert_eq!(
+        s.find("read_preflight").map(|p| &p.action),
+        Some(&Action::ReadPreflight {
+            rev: 1,
+            handled_command_id: 0
+        })
+    );
+    assert_eq!(s.rec().trigger_actor.as_deref(), Some("alice"));
+}
+
+#[test]
+fn an_untrusted_trigger_is_explained_once_and_picks_nothing_up() {
+    let mut s = Sim::new();
+    s.apply(&label("mallory", &["headless"], T1));
+    s.apply(&judged(false));
+    assert_eq!(s.state(), Lifecycle::Untracked);
+    assert_eq!(s.kinds(), vec!["post_notice"]);
+    // Removed and applied again by the same reader: judged again, explained no more.
+    s.apply(&label("mallory", &[], T2));
+    s.apply(&label("mallory", &["headless"], T3));
+    s.apply(&judged(false));
+    assert!(s.kinds().is_empty(), "{:?}", s.kinds());
+}
+
+#[test]
+fn a_judgement_for_a_trigger_already_judged_changes_nothing() {
+    let mut s = Sim::picked_up();
+    assert!(!s.apply(&judged(true)));
+    assert!(!s.apply(&judged(false)));
+    assert_eq!(s.state(), Lifecycle::Pending);
+}
+
+#[test]
+fn without_a_forge_triggers_are_recorded_but_never_judged() {
+    let mut s = Sim::with(Policy {
+        forge: false,
+        ..policy()
+    });
+    assert!(s.apply(&label("alice", &["headless"], T1)));
+    assert!(s.last.is_empty());
+    assert!(s.rec().trigger_present);
+}
+
+#[test]
+fn older_and_repeated_facts_change_nothing() {
+    let mut s = Sim::picked_up();
+    assert!(
+        !s.apply(&label("alice", &["headless"], T1)),
+        "the same fact"
+    );
+    assert!(
+        !s.apply(&label("alice", &[], "2026-11-30T09:00:00Z")),
+        "an older fact"
+    );
+    assert_eq!(s.state(), Lifecycle::Pending);
+}
+
+#[test]
+fn pull_requests_are_not_issues() {
+    let mut s = Sim::new();
+    let mut f = fact(
+        EventKind::PullRequest,
+        "opened",
+        "alice",
+        &["headless"],
+        "open",
+        T1,
+    );
+    f.is_pull = true;
+    assert!(!s.apply(&Event::Forge(f)));
+}
+
+#[test]
+fn timestamps_compare_as_instants_not_strings() {
+    assert!(is_not_older(
+        Some("2026-01-01T12:00:00+02:00"),
+        Some("2026-01-01T09:59:59Z")
+    ));
+    assert!(!is_not_older(
+        Some("2026-01-01T11:00:00+02:00"),
+        Some("2026-01-01T09:59:59Z")
+    ));
+    assert!(!is_not_older(None, Some("2026-01-01T09:59:59Z")));
+}
+
+// ---- the pre-flight ----
+
+#[test]
+fn go_queues_the_issue_with_one_comment_and_the_queued_label() {
+    let mut s = Sim::picked_up();
+    s.read(go());
+    assert_eq!(s.state(), Lifecycle::Queued);
+    assert_eq!(s.kinds(), vec!["upsert_sticky", "sync_labels"]);
+    let body = s.sticky();
+    assert!(
+        body.contains("pre-flight: GO") && body.contains("@mallory"),
+        "{body}"
+    );
+    let p = &s.rec().preflight;
+    assert_eq!(p.verdict, Some(Judgement::Go));
+    assert_eq!(p.hash.as_deref(), Some("h1"));
+    assert_eq!(
+        p.handled_command_id, 9,
+        "commands seen by the read are handled"
+    );
+}
+
+#[test]
+fn no_go_says_why() {
+    let mut s = Sim::picked_up();
+    s.read(read_of(Verdict::NoGo {
+        reason: "too big".into(),
+    }));
+    assert_eq!(s.state(), Lifecycle::NoGo);
+    assert!(s.sticky().contains("too big"));
+    assert_eq!(s.rec().preflight.reason.as_deref(), Some("too big"));
+}
+
+#[test]
+fn wrong_repo_to_a_trusted_owner_files_there_then_says_where() {
+    let mut s = Sim::picked_up();
+    s.read(read_of(Verdict::WrongRepo {
+        repo: "acme/api".parse().expect("repo"),
+        what: "fix the API".into(),
+    }));
+    assert_eq!(s.state(), Lifecycle::Routed);
+    let (rev, sticky) = match &s.last[0].action {
+        Action::FileRouted {
+            rev,
+            target,
+            marker,
+            body,
+            sticky,
+            ..
+        } => {
+            assert_eq!(target.to_string(), "acme/api");
+            assert_eq!(marker, "<!-- director:routed-from acme/widgets#7 -->");
+            assert!(body.starts_with(marker.as_str()));
+            (*rev, sticky.clone())
+        }
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        s.find("upsert_sticky").is_none(),
+        "the comment waits for the filing"
+    );
+    let filed: IssueRef = "acme/api#12".parse().expect("ref");
+    assert!(s.apply(&Event::RoutedFiled {
+        rev,
+        filed: filed.clone(),
+        sticky: sticky.clone()
+    }));
+    assert_eq!(s.rec().preflight.routed_to.as_deref(), Some("acme/api#12"));
+    assert!(s.sticky().contains("acme/api#12"));
+    // The same outcome again (a replay) files and posts nothing more.
+    assert!(!s.apply(&Event::RoutedFiled { rev, filed, sticky }));
+}
+
+#[test]
+fn a_reread_of_a_routed_issue_does_not_file_it_again() {
+    let mut s = Sim::picked_up();
+    let wrong = read_of(Verdict::WrongRepo {
+        repo: "acme/api".parse().expect("repo"),
+        what: "fix the API".into(),
+    });
+    s.read(wrong.clone());
+    let sticky = match &s.last[0].action {
+        Action::FileRouted { sticky, .. } => sticky.clone(),
+        other => panic!("{other:?}"),
+    };
+    let rev = s.rev();
+    s.apply(&Event::RoutedFiled {
+        rev,
+        filed: "acme/api#12".parse().expect("ref"),
+        sticky,
+    });
+    s.apply(&edited("alice", T2));
+    assert_eq!(s.state(), Lifecycle::Pending);
+    s.read(wrong);
+    assert_eq!(s.state(), Lifecycle::Routed);
+    assert!(s.find("file_routed").is_none(), "{:?}", s.kinds());
+    assert!(s.sticky().contains("acme/api#12"));
+}
+
+#[test]
+fn wrong_repo_to_an_untrusted_owner_is_a_no_go() {
+    let mut s = Sim::picked_up();
+    s.read(read_of(Verdict::WrongRepo {
+        repo: "evil/api".parse().expect("repo"),
+        what: "x".into(),
+    }));
+    assert_eq!(s.state(), Lifecycle::NoGo);
+    assert!(s.find("file_routed").is_none());
+    assert!(s.sticky().contains("preflight.trusted_owners"));
+}
+
+#[test]
+fn a_failed_read_is_retried_with_doubling_backoff_then_reported() {
+    let mut s = Sim::picked_up();
+    s.read(failed());
+    assert_eq!(s.state(), Lifecycle::Pending);
+    assert_eq!(s.rev(), 2, "a retry is a new revision");
+    let first = s.find("read_preflight").expect("retry").not_before_ms;
+    assert_eq!(first, s.now + 1_000);
+    assert!(
+        s.find("upsert_sticky").is_none(),
+        "no comment while retrying"
+    );
+    s.read(failed());
+    let second = s.find("read_preflight").expect("retry").not_before_ms;
+    assert_eq!(second, s.now + 2_000);
+    s.read(failed());
+    assert_eq!(s.state(), Lifecycle::PreflightFailed);
+    assert!(s.find("read_preflight").is_none());
+    assert!(s.sticky().contains("did not answer"));
+    assert_eq!(s.rec().preflight.verdict, Some(Judgement::Error));
+}
+
+#[test]
+fn with_on_error_proceed_a_failed_pre_flight_queues_the_issue() {
+    let mut s = Sim::with(Policy {
+        on_error: OnError::Proceed,
+        preflight_max_attempts: 1,
+        ..policy()
+    });
+    s.apply(&label("alice", &["headless"], T1));
+    s.apply(&judged(true));
+    s.read(failed());
+    assert_eq!(s.state(), Lifecycle::Queued);
+}
+
+#[test]
+fn a_cap_defers_the_read_until_the_window_frees_and_says_so() {
+    let mut s = Sim::picked_up();
+    let until = NOW + 3_600_000;
+    s.read(PreflightOutcome::Capped {
+        limit: "20 pre-flights per hour".into(),
+        until_ms: until,
+        read: ctx(),
+    });
+    assert_eq!(s.state(), Lifecycle::Pending);
+    assert_eq!(
+        s.find("read_preflight").expect("later").not_before_ms,
+        until
+    );
+    assert!(s.sticky().contains("20 pre-flights per hour"));
+}
+
+#[test]
+fn the_cap_arithmetic_names_the_limit_reached_first() {
+    let repo: RepoName = "acme/widgets".parse().expect("repo");
+    let w = CallWindow {
+        total: 5,
+        oldest_ms: Some(100),
+        repo_total: 2,
+        repo_oldest_ms: Some(200),
+    };
+    assert_eq!(cap_reached(&w, &repo, 10, 5, 1_000), None);
+    let (limit, until) = cap_reached(&w, &repo, 10, 2, 1_000).expect("per repo");
+    assert!(limit.contains("acme/widgets"));
+    assert_eq!(until, 200 + HOUR_MS + 1_000);
+    let (limit, until) = cap_reached(&w, &repo, 5, 9, 1_000).expect("overall");
+    assert_eq!(limit, "5 pre-flights per hour");
+    assert_eq!(until, 100 + HOUR_MS + 1_000);
+}
+
+#[test]
+fn a_writer_skipping_the_gate_queues_the_issue() {
+    let mut s = Sim::picked_up();
+    s.read(PreflightOutcome::Skipped {
+        by: "alice".into(),
+        how: "`/director go`".into(),
+        read: ctx(),
+    });
+    assert_eq!(s.state(), Lifecycle::Queued);
+    assert_eq!(s.rec().preflight.verdict, Some(Judgement::Skipped));
+    assert!(s.sticky().contains("@alice"));
+}
+
+#[test]
+fn a_result_for_an_older_revision_is_stale_and_dropped() {
+    let mut s = Sim::picked_up();
+    s.apply(&edited("alice", T2));
+    assert_eq!(s.rev(), 2, "the edit asks for a read of its own");
+    let stale = Event::PreflightRead {
+        rev: 1,
+        outcome: go(),
+    };
+    assert!(!s.apply(&stale));
+    assert_eq!(s.state(), Lifecycle::Pending);
+}
+
+#[test]
+fn a_trusted_edit_after_no_go_reads_again() {
+    let mut s = Sim::picked_up();
+    s.read(read_of(Verdict::NoGo {
+        reason: "vague".into(),
+    }));
+    s.apply(&edited("alice", T2));
+    assert_eq!(s.state(), Lifecycle::Pending);
+    assert_eq!(s.rev(), 2);
+    assert!(s.find("read_preflight").is_some());
+}
+
+#[test]
+fn a_comment_while_running_starts_nothing() {
+    let mut s = Sim::running();
+    assert!(s.apply(&comment("alice", 20, "looks good", T2)));
+    assert_eq!(s.state(), Lifecycle::Running);
+    assert!(s.last.is_empty(), "{:?}", s.kinds());
+}
+
+// ---- commands ----
+
+#[test]
+fn a_cancel_command_is_checked_before_it_counts() {
+    let mut s = Sim::running();
+    s.apply(&comment("alice", 21, "/director cancel", T2));
+    assert_eq!(
+        s.last[0].action,
+        Action::AuthorizeCommand {
+            command: Command::Cancel,
+            actor: "alice".into()
+        }
+    );
+    assert_eq!(s.state(), Lifecycle::Running);
+    assert!(
+        !s.apply(&command(Command::Cancel, false)),
+        "a reader's cancel"
+    );
+    assert!(s.apply(&command(Command::Cancel, true)));
+    assert_eq!(s.state(), Lifecycle::Cancelled);
+    assert_eq!(s.kinds(), vec!["stop_run", "sync_labels"]);
+    assert!(s.run().stop_requested);
+}
+
+#[test]
+fn retry_queues_a_failed_issue_again_and_nothing_else() {
+    let mut s = Sim::running();
+    s.apply(&report("r1", exited(1)));
+    s.apply(&report("r1", RunReport::Judged { ahead: 0 }));
+    assert_eq!(s.state(), Lifecycle::Failed);
+    assert!(s.apply(&command(Command::Retry, true)));
+    assert_eq!(s.state(), Lifecycle::Queued);
+    assert!(!s.apply(&command(Command::Retry, true)), "queued already");
+    let mut fresh = Sim::picked_up();
+    assert!(
+        !fresh.apply(&command(Command::Retry, true)),
+        "nothing to retry"
+    );
+}
+
+// ---- runs ----
+
+#[test]
+fn admission_starts_exactly_one_run() {
+    let mut s = Sim::queued();
+    assert!(s.apply(&admitted("r1")));
+    assert_eq!(s.state(), Lifecycle::Launching);
+    assert_eq!(s.run().state, RunState::Launching);
+    assert_eq!(
+        s.find("start_run").expect("start").key,
+        "acme/widgets#7:start:r1"
+    );
+    assert!(
+        !s.apply(&admitted("r2")),
+        "a second admission while one is active"
+    );
+    assert_eq!(s.run().id, "r1");
+}
+
+#[test]
+fn a_run_that_pushed_ends_in_a_pull_request_a_report_and_a_revoked_token() {
+    let mut s = Sim::running();
+    assert_eq!(s.run().container_id.as_deref(), Some("c1"));
+    assert_eq!(s.run().base_branch, "main");
+    s.apply(&report("r1", exited(0)));
+    assert_eq!(s.run().state, RunState::Exited);
+    assert_eq!(s.kinds(), vec!["judge_run"]);
+    s.apply(&report("r1", RunReport::Judged { ahead: 2 }));
+    match &s.last[0].action {
+        Action::OpenPr { title, body, .. } => {
+            assert_eq!(title, "Add --verbose");
+            assert!(body.starts_with("Closes #7"));
+        }
+        other => panic!("{other:?}"),
+    }
+    s.apply(&report("r1", RunReport::PrOpened { number: 5 }));
+    assert_eq!(s.state(), Lifecycle::Succeeded);
+    assert_eq!(s.run().state, RunState::Succeeded);
+    assert_eq!(s.run().pr_number, Some(5));
+    assert_eq!(
+        s.kinds(),
+        vec![
+            "revoke_token",
+            "remove_container",
+            "report_run",
+            "sync_labels"
+        ]
+    );
+    assert!(s.report().contains("pull request #5"));
+    assert!(
+        !s.apply(&report("r1", RunReport::PrOpened { number: 5 })),
+        "once"
+    );
+}
+
+#[test]
+fn a_run_whose_branch_is_not_ahead_failed_and_its_log_is_reported() {
+    let mut s = Sim::running();
+    s.apply(&report("r1", exited(0)));
+    s.apply(&report("r1", RunReport::Judged { ahead: 0 }));
+    assert_eq!(s.state(), Lifecycle::Failed);
+    let body = s.report();
+    assert!(
+        body.contains("exited with code 0") && body.contains("did things"),
+        "{body}"
+    );
+}
+
+#[test]
+fn a_timed_out_run_is_reported_and_kept_when_asked() {
+    let mut s = Sim::with(Policy {
+        keep_failed_secs: 60,
+        ..policy()
+    });
+    s.apply(&label("alice", &["headless"], T1));
+    s.apply(&judged(true));
+    s.read(go());
+    s.apply(&admitted("r1"));
+    s.apply(&report("r1", started()));
+    s.apply(&report(
+        "r1",
+        RunReport::Exited {
+            code: None,
+            timed_out: true,
+            log: "thinking".into(),
+        },
+    ));
+    assert_eq!(s.state(), Lifecycle::TimedOut);
+    assert!(s.report().contains("3600 s"));
+    let remove = s.find("remove_container").expect("removal");
+    assert_eq!(remove.not_before_ms, s.now + 60_000, "kept for inspection");
+}
+
+#[test]
+fn a_refused_run_fails_the_issue_and_revokes_the_token() {
+    let mut s = Sim::queued();
+    s.apply(&admitted("r1"));
+    s.apply(&report(
+        "r1",
+        RunReport::Refused {
+            why: "the runner can push to main".into(),
+        },
+    ));
+    assert_eq!(s.state(), Lifecycle::Failed);
+    assert_eq!(s.run().state, RunState::Refused);
+    assert!(s.find("revoke_token").is_some());
+    assert!(s.report().contains("refused"));
+}
+
+#[test]
+fn a_stale_verdict_reads_the_issue_again_instead_of_running() {
+    let mut s = Sim::queued();
+    s.apply(&admitted("r1"));
+    s.apply(&report("r1", RunReport::Stale));
+    assert_eq!(s.state(), Lifecycle::Pending);
+    assert_eq!(s.run().state, RunState::Cancelled);
+    assert!(s.find("read_preflight").is_some());
+    assert!(s.find("revoke_token").is_some());
+    assert!(
+        s.find("report_run").is_none(),
+        "not a run people need to hear of"
+    );
+}
+
+#[test]
+fn removing_the_trigger_mid_run_stops_it_and_it_ends_cancelled() {
+    let mut s = Sim::running();
+    s.apply(&label("alice", &[], T2));
+    assert_eq!(s.state(), Lifecycle::Cancelled);
+    assert_eq!(
+        s.find("stop_run").expect("stop").key,
+        "acme/widgets#7:stop:r1"
+    );
+    s.apply(&report("r1", exited(137)));
+    assert_eq!(s.run().state, RunState::Cancelled);
+    assert!(s.report().contains("stopped"));
+    assert_eq!(s.state(), Lifecycle::Cancelled);
+}
+
+#[test]
+fn a_cancel_while_launching_stops_the_run_once_it_starts() {
+    let mut s = Sim::queued();
+    s.apply(&admitted("r1"));
+    s.apply(&closed("closed", T2));
+    assert_eq!(s.state(), Lifecycle::Cancelled);
+    assert!(s.find("stop_run").is_some());
+    s.apply(&report("r1", started()));
+    assert_eq!(
+        s.state(),
+        Lifecycle::Cancelled,
+        "a late start does not revive it"
+    );
+    s.apply(&report("r1", exited(137)));
+    assert_eq!(s.run().state, RunState::Cancelled);
+}
+
+#[test]
+fn closing_and_reopening_never_revives_a_cancelled_issue() {
+    let mut s = Sim::queued();
+    s.apply(&closed("closed", T2));
+    assert_eq!(s.state(), Lifecycle::Cancelled);
+    s.apply(&closed("open", T3));
+    assert_eq!(s.state(), Lifecycle::Cancelled);
+    assert!(s.find("resolve_trigger").is_none(), "{:?}", s.kinds());
+    // A writer applying the trigger again hands it over afresh.
+    s.apply(&label("alice", &[], "2026-11-30T10:01:00Z"));
+    s.apply(&label("alice", &["headless"], "2026-11-30T10:02:00Z"));
+    assert!(s.find("resolve_trigger").is_some());
+}
+
+#[test]
+fn reports_for_another_run_or_out_of_order_are_ignored() {
+    let mut s = Sim::running();
+    assert!(!s.apply(&report("r9", exited(0))), "another run");
+    assert!(
+        !s.apply(&report("r1", RunReport::Judged { ahead: 3 })),
+        "before the exit"
+    );
+    assert!(!s.apply(&report("r1", RunReport::PrOpened { number: 1 })));
+    assert!(!s.apply(&report("r1", started())), "started twice");
+    assert_eq!(s.run().state, RunState::Running);
+}
+
+// ---- actions that failed on every attempt ----
+
+#[test]
+fn a_run_that_cannot_be_started_fails_visibly() {
+    let mut s = Sim::queued();
+    s.apply(&admitted("r1"));
+    s.apply(&Event::ActionGaveUp {
+        key: "acme/widgets#7:start:r1".into(),
+        kind: "start_run".into(),
+        error: "minting the run token: HTTP 500".into(),
+    });
+    assert_eq!(s.state(), Lifecycle::Failed);
+    assert_eq!(s.run().state, RunState::Failed);
+    assert!(s.report().contains("HTTP 500"));
+    assert!(s.rec().blocked.is_some());
+}
+
+#[test]
+fn a_routed_issue_that_cannot_be_filed_says_so_on_the_issue() {
+    let mut s = Sim::picked_up();
+    s.read(read_of(Verdict::WrongRepo {
+        repo: "acme/api".parse().expect("repo"),
+        what: "x".into(),
+    }));
+    s.apply(&Event::ActionGaveUp {
+        key: "k".into(),
+        kind: "file_routed".into(),
+        error: "HTTP 403".into(),
+    });
+    assert_eq!(s.state(), Lifecycle::PreflightFailed);
+    assert!(s.sticky().contains("HTTP 403"));
+    assert!(
+        s.rec()
+            .blocked
+            .as_deref()
+            .is_some_and(|b| b.contains("file_routed"))
+    );
+}
+
+#[test]
+fn a_failed_comment_leaves_the_state_and_names_the_reason() {
+    let mut s = Sim::queued();
+    s.apply(&Event::ActionGaveUp {
+        key: "k".into(),
+        kind: "upsert_sticky".into(),
+        error: "HTTP 502".into(),
+    });
+    assert_eq!(s.state(), Lifecycle::Queued);
+    assert!(
+        s.rec()
+            .blocked
+            .as_deref()
+            .is_some_and(|b| b.contains("HTTP 502"))
+    );
+}
+
+#[test]
+fn every_decision_bumps_the_version_its_action_keys_name() {
+    let mut s = Sim::new();
+    s.apply(&label("alice", &["headless"], T1));
+    assert_eq!(s.rec().version, 1);
+    assert_eq!(s.last[0].key, "acme/widgets#7:resolve:v1");
+    s.apply(&judged(true));
+    assert_eq!(s.rec().version, 2);
+}
+
+// ---- properties ----
+
+/// Every kind of event, for a handful of revisions and run ids.
+fn pool() -> Vec<Event> {
+    let mut out = vec![
+        label("alice", &["headless"], T1),
+        label("alice", &[], T2),
+        label("alice", &["headless"], T3),
+        observed(&["headless"], "open", T1),
+        observed(&["headless"], "closed", T2),
+        closed("closed", T2),
+        closed("open", T3),
+        edited("alice", T3),
+        comment("alice", 30, "/director cancel", T3),
+        judged(true),
+        judged(false),
+        command(Command::Cancel, true),
+        command(Command::Retry, true),
+    ];
+    for rev in 1..=4 {
+        for outcome in [
+            go(),
+            failed(),
+            read_of(Verdict::NoGo {
+                reason: "no".into(),
+            }),
+        ] {
+            out.push(Event::PreflightRead { rev, outcome });
+        }
+    }
+    for id in ["r1", "r2", "r3"] {
+        out.push(admitted(id));
+        for r in [
+            started(),
+            exited(0),
+            RunReport::Judged { ahead: 1 },
+            RunReport::Judged { ahead: 0 },
+            RunReport::PrOpened { number: 4 },
+            RunReport::Stale,
+            RunReport::Refused { why: "no".into() },
+        ] {
+            out.push(report(id, r));
+        }
+        out.push(Event::ActionGaveUp {
+            key: format!("start:{id}"),
+            kind: "start_run".into(),
+            error: "boom".into(),
+        });
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Any order, any repeats: never two active runs, never two starts for one run id, one
+    /// report per run, and decisions never go back in version.
+    #[test]
+    fn any_interleaving_keeps_one_active_run_and_one_start_per_run_id(
+        picks in proptest::collection::vec(0usize..1000, 1..80)
+    ) {
+        let pool = pool();
+        let mut s = Sim::new();
+        let mut version = 0;
+        for pick in picks {
+            let before = s.run.clone();
+            s.apply(&pool[pick % pool.len()]);
+            if let (Some(b), Some(a)) = (&before, &s.run)
+                && b.id != a.id
+            {
+                prop_assert!(!b.state.is_active(), "{} replaced while {}", b.id, b.state);
+            }
+            if let Some(r) = &s.record {
+                prop_assert!(r.version >= version);
+                version = r.version;
+                let run_active = s.run.as_ref().is_some_and(|r| r.state.is_active());
+                if matches!(r.lifecycle, Lifecycle::Launching | Lifecycle::Running) {
+                    prop_assert!(run_active, "{} without an active run", r.lifecycle);
+                }
+            }
+        }
+        let mut starts = std::collections::HashMap::<String, usize>::new();
+        let mut reports = std::collections::HashMap::<String, usize>::new();
+        for p in &s.all {
+            match &p.action {
+                Action::StartRun { run_id } => *starts.entry(run_id.clone()).or_default() += 1,
+                Action::ReportRun { run_id, .. } => *reports.entry(run_id.clone()).or_default() += 1,
+                _ => {}
+            }
+        }
+        prop_assert!(starts.values().all(|n| *n == 1), "{starts:?}");
+        prop_assert!(reports.values().all(|n| *n == 1), "{reports:?}");
+    }
+
+    /// Applying the same event twice in a row changes nothing the second time.
+    #[test]
+    fn an_event_delivered_twice_in_a_row_is_decided_once(
+        picks in proptest::collection::vec(0usize..1000, 1..40),
+        dup in 0usize..1000,
+    ) {
+        let pool = pool();
+        let mut s = Sim::new();
+        for pick in picks {
+            s.apply(&pool[pick % pool.len()]);
+        }
+        let event = &pool[dup % pool.len()];
+        s.apply(event);
+        let (record, run) = (s.record.clone(), s.run.clone());
+        let again = s.apply(event);
+        if again {
+            // Only facts that carry no news may be re-recorded; state and run stay put.
+            prop_assert_eq!(s.record.as_ref().map(|r| r.lifecycle), record.as_ref().map(|r| r.lifecycle));
+            prop_assert_eq!(&s.run, &run);
+            let effects = s.last.iter().filter(|p| {
+                matches!(
+                    p.action,
+                    Action::StartRun { .. }
+                        | Action::OpenPr { .. }
+                        | Action::FileRouted { .. }
+                        | Action::ReportRun { .. }
+                )
+            });
+            prop_assert_eq!(effects.count(), 0);
+        }
+    }
+}

@@ -1,0 +1,229 @@
+//! The executor: claims due actions from the outbox (a lease each, an issue's actions one at a
+//! time), performs them, and records each outcome as an event in the same transaction that
+//! marks the action done. A failed attempt is retried with backoff; one that fails on every
+//! attempt becomes an event too, so the state machine can leave the issue visibly waiting.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::SharedClock;
+use crate::director::act::Acts;
+use crate::director::action::Action;
+use crate::event::Event;
+use crate::metrics::Metrics;
+use crate::store::{ClaimedAction, Lane, NewDelivery};
+
+const READ: &str = "read_preflight";
+/// A backstop for wake-ups that never come (another process added work).
+const IDLE_POLL: Duration = Duration::from_secs(30);
+/// The first retry of a failed action; doubling after that.
+const RETRY_BASE_MS: u64 = 500;
+
+pub struct Executor {
+    acts: Arc<Acts>,
+    clock: SharedClock,
+    /// Woken when actions are added or one finishes.
+    wake: Arc<Notify>,
+    /// The consumer, woken when an outcome is stored.
+    consumer: Arc<Notify>,
+    owner: String,
+    read_slots: usize,
+    other_slots: usize,
+    reads: Arc<AtomicUsize>,
+    others: Arc<AtomicUsize>,
+    read_lease_ms: i64,
+    metrics: Option<Metrics>,
+}
+
+impl Executor {
+    pub fn new(
+        acts: Arc<Acts>,
+        clock: SharedClock,
+        wake: Arc<Notify>,
+        consumer: Arc<Notify>,
+        read_slots: usize,
+        preflight_timeout_secs: u64,
+    ) -> Self {
+        let read_lease_ms = Action::ReadPreflight {
+            rev: 0,
+            handled_command_id: 0,
+        }
+        .lease_ms(preflight_timeout_secs);
+        Self {
+            acts,
+            clock,
+            wake,
+            consumer,
+            owner: format!("director-{:08x}", rand::random::<u32>()),
+            read_slots: read_slots.max(1),
+            other_slots: 16,
+            reads: Arc::default(),
+            others: Arc::default(),
+            read_lease_ms,
+            metrics: None,
+        }
+    }
+
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Performs actions until `shutdown`.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let clock_changed = self.clock.changed();
+        loop {
+            let wait = match self.clone().claim_and_spawn().await {
+                Ok(wait) => wait,
+                Err(error) => {
+                    tracing::error!(error = %format!("{error:#}"), "cannot claim actions; retrying");
+                    Duration::from_secs(1)
+                }
+            };
+            let clock = async {
+                match &clock_changed {
+                    Some(n) => n.notified().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = self.wake.notified() => {}
+                _ = clock => {}
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    /// Claims what fits in the free slots and starts it; returns how long to sleep at most.
+    async fn claim_and_spawn(self: Arc<Self>) -> anyhow::Result<Duration> {
+        let now = self.clock.now_ms();
+        let store = &self.acts.store;
+        let free_reads = self
+            .read_slots
+            .saturating_sub(self.reads.load(Ordering::SeqCst));
+        let reads = store
+            .claim_actions(
+                &self.owner,
+                Lane::Only(READ),
+                free_reads,
+                self.read_lease_ms,
+                now,
+            )
+            .await?;
+        let free_others = self
+            .other_slots
+            .saturating_sub(self.others.load(Ordering::SeqCst));
+        let others = store
+            .claim_actions(&self.owner, Lane::Except(READ), free_others, 300_000, now)
+            .await?;
+        for (claimed, counter) in reads
+            .into_iter()
+            .map(|c| (c, self.reads.clone()))
+            .chain(others.into_iter().map(|c| (c, self.others.clone())))
+        {
+            counter.fetch_add(1, Ordering::SeqCst);
+            let this = self.clone();
+            tokio::spawn(async move {
+                this.perform(claimed).await;
+                counter.fetch_sub(1, Ordering::SeqCst);
+                this.wake.notify_one();
+            });
+        }
+        let next = store.next_action_due_ms().await?;
+        Ok(match next {
+            Some(at) if at > now => {
+                Duration::from_millis(u64::try_from(at - now).unwrap_or(0)).min(IDLE_POLL)
+            }
+            _ => IDLE_POLL,
+        })
+    }
+
+    async fn perform(&self, claimed: ClaimedAction) {
+        let span = tracing::info_span!(
+            "act",
+            action = %claimed.kind,
+            key = %claimed.key,
+            repo = %claimed.issue.repo,
+            issue = claimed.issue.number,
+        );
+        let result = match serde_json::from_str::<Action>(&claimed.payload) {
+            Ok(action) => {
+                tracing::Instrument::instrument(
+                    self.acts.perform(&claimed.issue, &action),
+                    span.clone(),
+                )
+                .await
+            }
+            Err(e) => Err(anyhow::anyhow!("the stored action does not parse: {e}")),
+        };
+        let now = self.clock.now_ms();
+        let store = &self.acts.store;
+        let recorded = match result {
+            Ok(outcome) => {
+                self.count(&claimed.kind, "done");
+                let event = outcome.map(|e| {
+                    NewDelivery::internal(
+                        format!("outcome:{}", claimed.key),
+                        claimed.issue.clone(),
+                        e,
+                        now,
+                    )
+                });
+                store.complete_action(claimed.id, event.as_ref(), now).await
+            }
+            Err(error) => {
+                let error = format!("{error:#}");
+                let attempt = claimed.attempts + 1;
+                if attempt >= claimed.max_attempts {
+                    self.count(&claimed.kind, "gave_up");
+                    span.in_scope(|| {
+                        tracing::error!(
+                            attempt,
+                            error,
+                            "action failed on every attempt; the issue waits"
+                        )
+                    });
+                    let event = NewDelivery::internal(
+                        format!("gave-up:{}", claimed.key),
+                        claimed.issue.clone(),
+                        Event::ActionGaveUp {
+                            key: claimed.key.clone(),
+                            kind: claimed.kind.clone(),
+                            error: error.clone(),
+                        },
+                        now,
+                    );
+                    store.give_up_action(claimed.id, &error, &event, now).await
+                } else {
+                    self.count(&claimed.kind, "retried");
+                    span.in_scope(|| {
+                        tracing::warn!(attempt, error, "action failed; retried later")
+                    });
+                    let at = now.saturating_add(crate::director::decide::backoff_ms(
+                        attempt,
+                        RETRY_BASE_MS,
+                    ));
+                    store.retry_action(claimed.id, &error, at).await
+                }
+            }
+        };
+        match recorded {
+            Ok(()) => self.consumer.notify_one(),
+            // The lease runs out and the action is performed again: safe by construction.
+            Err(e) => span.in_scope(|| {
+                tracing::error!(error = %format!("{e:#}"), "could not record the action's outcome")
+            }),
+        }
+    }
+
+    fn count(&self, kind: &str, outcome: &str) {
+        if let Some(m) = &self.metrics {
+            m.actions.with_label_values(&[kind, outcome]).inc();
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! The run watcher: one task per running run waits for its container to end (or kills it at
+//! `runner.timeout_secs`), reads the end of its log, redacts it, and reports the exit as an
+//! event. At startup it picks up every run a previous process left running: adoption.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::SharedClock;
+use crate::director::act::run::Secrets;
+use crate::domain::{RunRecord, RunState};
+use crate::event::{Event, RunReport};
+use crate::runtime::{Exit, Runtime, RuntimeError};
+use crate::settings::RunnerSettings;
+use crate::store::{NewDelivery, Store};
+
+const IDLE_POLL: Duration = Duration::from_secs(30);
+
+pub struct Watcher {
+    store: Store,
+    runtime: Arc<dyn Runtime>,
+    clock: SharedClock,
+    settings: RunnerSettings,
+    secrets: Arc<Secrets>,
+    wake: Arc<Notify>,
+    consumer: Arc<Notify>,
+    watched: Mutex<HashSet<String>>,
+}
+
+impl Watcher {
+    pub fn new(
+        store: Store,
+        runtime: Arc<dyn Runtime>,
+        clock: SharedClock,
+        settings: RunnerSettings,
+        secrets: Arc<Secrets>,
+        wake: Arc<Notify>,
+        consumer: Arc<Notify>,
+    ) -> Self {
+        Self {
+            store,
+            runtime,
+            clock,
+            settings,
+            secrets,
+            wake,
+            consumer,
+            watched: Mutex::default(),
+        }
+    }
+
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        loop {
+            match self.store.active_runs().await {
+                Ok(runs) => {
+                    for run in runs.into_iter().filter(|r| r.state == RunState::Running) {
+                        self.clone().watch_once(run, shutdown.clone());
+                    }
+                }
+                Err(e) => tracing::error!(error = %format!("{e:#}"), "cannot list running runs"),
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(IDLE_POLL) => {}
+            }
+        }
+    }
+
+    fn watch_once(self: Arc<Self>, run: RunRecord, shutdown: CancellationToken) {
+        let fresh = self
+            .watched
+            .lock()
+            .map(|mut w| w.insert(run.id.clone()))
+            .unwrap_or(false);
+        if !fresh {
+            return;
+        }
+        tokio::spawn(async move {
+            let span = tracing::info_span!("watch", run_id = %run.id, repo = %run.repo, issue = run.number);
+            let id = run.id.clone();
+            tokio::select! {
+                _ = shutdown.cancelled() => {}
+                _ = tracing::Instrument::instrument(self.watch(&run), span) => {}
+            }
+            if let Ok(mut w) = self.watched.lock() {
+                w.remove(&id);
+            }
+        });
+    }
+
+    /// Waits for the run's end and reports it, retrying while the engine is unreachable.
+    async fn watch(&self, run: &RunRecord) {
+        loop {
+            match self.wait_for_exit(run).await {
+                Ok(report) => {
+                    let event = NewDelivery::internal(
+                        format!("exited:{}", run.id),
+                        run.issue_ref(),
+                        Event::Run {
+                            run_id: run.id.clone(),
+                            report,
+                        },
+                        self.clock.now_ms(),
+                    );
+                    match self.store.insert_deliveries(&[event]).await {
+                        Ok(_) => {
+                            self.consumer.notify_one();
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::error!(error = %format!("{e:#}"), "cannot record the run's exit")
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot watch the run's container; retrying"),
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    }
+
+    async fn wait_for_exit(&self, run: &RunRecord) -> Result<RunReport, RuntimeError> {
+        let container = match &run.container_id {
+            Some(id) => Some(id.clone()),
+            None => self
+                .runtime
+                .list_runs()
+                .await?
+                .into_iter()
+                .find(|c| c.run_id == run.id)
+                .map(|c| c.id),
+        };
+        let Some(container) = container else {
+            // Gone while the director was down: judge it by its branch.
+            return Ok(RunReport::Exited {
+                code: None,
+                timed_out: false,
+                log: String::new(),
+            });
+        };
+        if !self.secrets.knows(&run.id)
+            && let Ok(env) = self.runtime.env(&container).await
+        {
+            // Adopted after a restart: what the run was given is in its environment.
+            for (k, v) in env {
+                if k == "DIRECTOR_TOKEN" {
+                    self.secrets.remember(&run.id, &v);
+                }
+            }
+        }
+        let limit = Duration::from_secs(self.settings.timeout_secs);
+        let elapsed_ms = run
+            .started_at_ms
+            .map_or(0, |s| (self.clock.now_ms() - s).max(0));
+        let elapsed = Duration::from_millis(u64::try_from(elapsed_ms).unwrap_or(0));
+        let exit = match self
+            .runtime
+            .wait(
+                &container,
+                limit.saturating_sub(elapsed).max(Duration::from_millis(1)),
+            )
+            .await
+        {
+            Ok(exit) => exit,
+            Err(RuntimeError::NotFound(_)) => {
+                return Ok(RunReport::Exited {
+                    code: None,
+                    timed_out: false,
+                    log: String::new(),
+                });
+            }
+            Err(e) => return Err(e),
+        };
+        let log = self
+            .runtime
+            .logs_tail(&container, self.settings.log_tail_lines)
+            .await
+            .unwrap_or_default();
+        let log = self.secrets.redact(&run.id, &log);
+        Ok(match exit {
+            Exit::Code(code) => RunReport::Exited {
+                code: Some(code),
+                timed_out: false,
+                log,
+            },
+            Exit::TimedOut => RunReport::Exited {
+                code: None,
+                timed_out: true,
+                log,
+            },
+        })
+    }
+}

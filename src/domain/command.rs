@@ -1,0 +1,100 @@
+//! `/director <word>` commands, parsed once into a typed [`Command`].
+
+use serde::{Deserialize, Serialize};
+
+/// What a writer can tell the director in a comment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Command {
+    /// Skip the pre-flight gate: queue the issue as if the verdict were GO.
+    Go,
+    /// Start a fresh run after a failed, timed-out or cancelled one.
+    Retry,
+    /// Stop whatever the director is doing with the issue.
+    Cancel,
+}
+
+impl Command {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Go => "go",
+            Self::Retry => "retry",
+            Self::Cancel => "cancel",
+        }
+    }
+
+    fn from_word(word: &str) -> Option<Self> {
+        [Self::Go, Self::Retry, Self::Cancel]
+            .into_iter()
+            .find(|c| c.as_str().eq_ignore_ascii_case(word))
+    }
+
+    /// Every command in a comment body: `/director <word>` alone on a line, in order, each once.
+    pub fn parse_all(body: &str) -> Vec<Self> {
+        let mut out = Vec::new();
+        for line in body.lines() {
+            let mut parts = line.split_whitespace();
+            if parts.next() != Some("/director") {
+                continue;
+            }
+            let (Some(word), None) = (parts.next(), parts.next()) else {
+                continue;
+            };
+            if let Some(c) = Self::from_word(word)
+                && !out.contains(&c)
+            {
+                out.push(c);
+            }
+        }
+        out
+    }
+
+    /// The first of `wanted` that the comment states.
+    pub fn find(body: &str, wanted: &[Self]) -> Option<Self> {
+        Self::parse_all(body)
+            .into_iter()
+            .find(|c| wanted.contains(c))
+    }
+}
+
+/// A comment made only of `/director ...` lines: instructions to the director, not issue
+/// content, so it never changes the text the pre-flight reads.
+pub fn is_only_commands(body: &str) -> bool {
+    let mut lines = body
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .peekable();
+    lines.peek().is_some() && lines.all(|l| l.starts_with("/director "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_are_recognised_only_alone_on_a_line() {
+        assert_eq!(Command::parse_all("/director go"), vec![Command::Go]);
+        assert_eq!(
+            Command::parse_all("Looks fine.\n/director GO\n/director cancel\n/director go"),
+            vec![Command::Go, Command::Cancel]
+        );
+        for not in [
+            "please /director go now",
+            "/director going",
+            "/director go now",
+            "/director",
+            "/directorgo",
+        ] {
+            assert!(Command::parse_all(not).is_empty(), "{not:?}");
+        }
+    }
+
+    #[test]
+    fn command_only_comments_are_not_content() {
+        assert!(is_only_commands("/director go"));
+        assert!(is_only_commands("\n/director retry\n"));
+        assert!(!is_only_commands("/director go\nalso, use TOML"));
+        assert!(!is_only_commands(""));
+    }
+}

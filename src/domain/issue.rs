@@ -1,0 +1,131 @@
+//! What the director knows of one issue: [`IssueRecord`], and the pre-flight's memory of it.
+
+use serde::{Deserialize, Serialize};
+
+use super::{IssueRef, Lifecycle, RepoName};
+
+/// What the director knows of one issue.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IssueRecord {
+    pub repo: RepoName,
+    pub number: u64,
+    pub title: String,
+    /// The issue's own state on the forge: `open` or `closed`.
+    pub state: String,
+    pub labels: Vec<String>,
+    pub forge_updated_at: Option<String>,
+    pub last_change_ms: i64,
+    pub lifecycle: Lifecycle,
+    pub trigger_present: bool,
+    pub trigger_actor: Option<String>,
+    /// `None` while who applied the trigger is not resolved.
+    pub trigger_trusted: Option<bool>,
+    pub untrusted_notice: bool,
+    pub preflight: PreflightState,
+    /// Bumped by every decision that changes the record: names the actions it caused.
+    #[serde(default)]
+    pub version: i64,
+    /// Why the issue waits on something that failed past its attempts (shown in `status`).
+    #[serde(default)]
+    pub blocked: Option<String>,
+}
+
+impl IssueRecord {
+    /// A record for an issue the director has not seen before.
+    pub fn new(issue: &IssueRef, now_ms: i64) -> Self {
+        Self {
+            repo: issue.repo.clone(),
+            number: issue.number,
+            title: String::new(),
+            state: String::new(),
+            labels: Vec::new(),
+            forge_updated_at: None,
+            last_change_ms: now_ms,
+            lifecycle: Lifecycle::Untracked,
+            trigger_present: false,
+            trigger_actor: None,
+            trigger_trusted: None,
+            untrusted_notice: false,
+            preflight: PreflightState::default(),
+            version: 0,
+            blocked: None,
+        }
+    }
+
+    pub fn issue_ref(&self) -> IssueRef {
+        IssueRef::new(self.repo.clone(), self.number)
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.state == "open"
+    }
+}
+
+/// What the last pre-flight concluded. Stored with the words people see.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Judgement {
+    #[serde(rename = "GO")]
+    Go,
+    #[serde(rename = "NO-GO")]
+    NoGo,
+    #[serde(rename = "WRONG-REPO")]
+    WrongRepo,
+    /// A writer skipped the gate (`/director go` or the skip label).
+    #[serde(rename = "SKIPPED")]
+    Skipped,
+    /// The pre-flight could not run after every attempt.
+    #[serde(rename = "ERROR")]
+    Error,
+}
+
+impl Judgement {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Go => "GO",
+            Self::NoGo => "NO-GO",
+            Self::WrongRepo => "WRONG-REPO",
+            Self::Skipped => "SKIPPED",
+            Self::Error => "ERROR",
+        }
+    }
+}
+
+/// The pre-flight's memory of one issue.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PreflightState {
+    /// Bumped whenever the issue must be read (again); a result for an older revision is
+    /// stale and dropped.
+    pub rev: i64,
+    /// The last verdict, if any.
+    pub verdict: Option<Judgement>,
+    pub reason: Option<String>,
+    /// SHA-256 of the exact text the verdict was given for.
+    pub hash: Option<String>,
+    pub model: Option<String>,
+    /// Failed reads since the last verdict.
+    pub attempts: u32,
+    pub last_error: Option<String>,
+    /// Not before this time (retry backoff, hourly caps).
+    pub not_before_ms: Option<i64>,
+    /// Where a WRONG-REPO issue was filed (`owner/repo#N`).
+    pub routed_to: Option<String>,
+    /// The newest comment id whose `/director` command was already acted on.
+    pub handled_command_id: u64,
+}
+
+/// An author whose comment was left out of the prompt.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeftOut {
+    pub author: String,
+    pub comment_id: u64,
+}
+
+/// Pre-flight calls made within a window, overall and for one repository.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallWindow {
+    pub total: i64,
+    pub oldest_ms: Option<i64>,
+    pub repo_total: i64,
+    pub repo_oldest_ms: Option<i64>,
+}

@@ -1,0 +1,234 @@
+//! Everything that can happen to an issue, as one typed [`Event`]: webhook facts and scan
+//! observations, and the outcomes the executors report back. Events are stored (with
+//! [`SCHEMA_VERSION`]) before they are decided on, so a crash loses none; one that no longer
+//! parses is moved aside, never blocks the queue.
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::verdict::Verdict;
+use crate::domain::{Command, IssueRef, LeftOut, RepoName};
+
+/// The version of the stored event format. Version 1 rows held a bare [`ForgeEvent`].
+pub const SCHEMA_VERSION: i64 = 2;
+
+/// Where a fact about an issue came from (`X-Forgejo-Event-Type`, or the director's own scan).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    Issues,
+    IssueLabel,
+    IssueComment,
+    PullRequest,
+    /// Not a webhook: what the director's own scan observed.
+    Scan,
+}
+
+impl EventKind {
+    /// `None` for event types the director does not use (push, release, ...).
+    pub fn from_header(value: &str) -> Option<Self> {
+        match value {
+            "issues" => Some(Self::Issues),
+            "issue_label" => Some(Self::IssueLabel),
+            "issue_comment" => Some(Self::IssueComment),
+            "pull_request" => Some(Self::PullRequest),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Issues => "issues",
+            Self::IssueLabel => "issue_label",
+            Self::IssueComment => "issue_comment",
+            Self::PullRequest => "pull_request",
+            Self::Scan => "scan",
+        }
+    }
+}
+
+/// What the forge told (a webhook) or the scan saw: the issue as it is now, and who did it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForgeEvent {
+    pub kind: EventKind,
+    pub action: String,
+    pub issue: IssueRef,
+    /// Who caused the event (empty for scan observations).
+    pub sender: String,
+    pub snapshot: IssueSnapshot,
+    /// The item is a pull request (a `pull_request` event, or a comment on a pull).
+    #[serde(default)]
+    pub is_pull: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<CommentSnapshot>,
+}
+
+/// The issue (or pull request) as the event saw it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IssueSnapshot {
+    pub title: String,
+    #[serde(default)]
+    pub body: String,
+    pub state: String,
+    pub labels: Vec<String>,
+    #[serde(default)]
+    pub author: String,
+    /// Forgejo's `updated_at`, RFC 3339.
+    #[serde(default)]
+    pub updated_at: Option<String>,
+    #[serde(default)]
+    pub merged: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommentSnapshot {
+    pub id: u64,
+    pub author: String,
+    pub body: String,
+    #[serde(default)]
+    pub updated_at: Option<String>,
+}
+
+/// What happened. `decide` turns each into a new state and the actions it calls for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    /// A webhook delivery or a scan observation.
+    Forge(ForgeEvent),
+    /// Who applied the trigger label, and whether they may write.
+    TriggerJudged {
+        actor: Option<String>,
+        trusted: bool,
+        permission: String,
+    },
+    /// A `/director` command, with whether its author may write.
+    CommandJudged {
+        command: Command,
+        actor: String,
+        allowed: bool,
+    },
+    /// A pre-flight read of revision `rev` came back.
+    PreflightRead { rev: i64, outcome: PreflightOutcome },
+    /// The WRONG-REPO issue for revision `rev` exists (filed now, or found from before).
+    RoutedFiled {
+        rev: i64,
+        filed: IssueRef,
+        sticky: Box<StickyDraft>,
+    },
+    /// A run slot is free for this queued issue: the run id and branch it gets.
+    Admitted { run_id: String, branch: String },
+    /// Something happened to one run.
+    Run { run_id: String, report: RunReport },
+    /// An action failed on every attempt; the issue waits for a person.
+    ActionGaveUp {
+        key: String,
+        kind: String,
+        error: String,
+    },
+}
+
+impl Event {
+    /// The `event_type` column: what kind of row this is, for people reading the database.
+    pub fn kind_str(&self) -> &'static str {
+        match self {
+            Self::Forge(f) => f.kind.as_str(),
+            Self::TriggerJudged { .. } => "trigger_judged",
+            Self::CommandJudged { .. } => "command_judged",
+            Self::PreflightRead { .. } => "preflight_read",
+            Self::RoutedFiled { .. } => "routed_filed",
+            Self::Admitted { .. } => "admitted",
+            Self::Run { .. } => "run",
+            Self::ActionGaveUp { .. } => "action_gave_up",
+        }
+    }
+
+    /// Parses a stored row of the given schema version.
+    pub fn from_stored(schema: i64, json: &str) -> Result<Self, String> {
+        match schema {
+            1 => serde_json::from_str::<ForgeEvent>(json)
+                .map(Self::Forge)
+                .map_err(|e| format!("schema 1: {e}")),
+            SCHEMA_VERSION => serde_json::from_str(json).map_err(|e| format!("schema 2: {e}")),
+            other => Err(format!("unknown schema version {other}")),
+        }
+    }
+}
+
+/// What one pre-flight read found.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum PreflightOutcome {
+    /// The model (or the cache of the same text) gave a verdict.
+    Read {
+        verdict: Verdict,
+        reading: String,
+        model: String,
+        read: ReadContext,
+    },
+    /// A writer skipped the gate.
+    Skipped {
+        by: String,
+        how: String,
+        read: ReadContext,
+    },
+    /// This attempt failed (provider error, unclear answer, forge error while gathering).
+    Failed {
+        error: String,
+        reading: Option<String>,
+        model: String,
+        read: Option<ReadContext>,
+    },
+    /// An hourly cap is reached: read again at `until_ms`.
+    Capped {
+        limit: String,
+        until_ms: i64,
+        read: ReadContext,
+    },
+    /// The issue is closed or lost its trigger meanwhile: the forge fact will say so.
+    NotEligible,
+}
+
+/// What the read was given: the text's hash, what was left out, the issue as read.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadContext {
+    pub hash: String,
+    pub left_out: Vec<LeftOut>,
+    /// The newest comment id seen (commands up to it are handled).
+    pub newest_comment_id: u64,
+    pub title: String,
+    pub body: String,
+}
+
+/// What happened to one run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "report", rename_all = "snake_case")]
+pub enum RunReport {
+    /// The container runs (started now, or found running after a restart).
+    Started {
+        container_id: String,
+        base_branch: String,
+    },
+    /// The issue's trusted text changed since the verdict: nothing was started.
+    Stale,
+    /// Refused before anything started (the run token could push to the default branch).
+    Refused { why: String },
+    /// The container ended (or was killed at the timeout); `log` is already redacted.
+    Exited {
+        code: Option<i64>,
+        timed_out: bool,
+        log: String,
+    },
+    /// Commits the run's branch has that the base has not.
+    Judged { ahead: u64 },
+    /// The pull request exists (opened now, or found from before).
+    PrOpened { number: u64 },
+}
+
+/// What the pre-flight comment of a WRONG-REPO verdict shows once the issue is filed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StickyDraft {
+    pub reading: Option<String>,
+    pub model: String,
+    pub read: ReadContext,
+    pub what: String,
+    pub target: RepoName,
+}

@@ -1,0 +1,348 @@
+//! The outbox: actions written with the decisions that caused them, claimed by executors with
+//! leases, finished in the same transaction as the outcome event they report. And retention.
+
+use anyhow::Context;
+use sqlx::Row;
+
+use super::events::{NewDelivery, insert};
+use super::{CHUNK, Store, to_i64};
+use crate::domain::IssueRef;
+use crate::event::SCHEMA_VERSION;
+
+/// An action about to be written.
+#[derive(Clone, Debug)]
+pub struct NewAction {
+    pub key: String,
+    pub issue: IssueRef,
+    pub kind: String,
+    /// The action, as JSON.
+    pub payload: String,
+    pub max_attempts: u32,
+    pub not_before_ms: i64,
+}
+
+/// An action claimed by one executor until `lease_until_ms`.
+#[derive(Clone, Debug)]
+pub struct ClaimedAction {
+    pub id: i64,
+    pub key: String,
+    pub issue: IssueRef,
+    pub kind: String,
+    pub payload: String,
+    pub schema: i64,
+    /// Attempts made before this one.
+    pub attempts: u32,
+    pub max_attempts: u32,
+}
+
+/// One action as `status` and tests see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ActionRow {
+    pub key: String,
+    pub issue: IssueRef,
+    pub kind: String,
+    pub state: String,
+    pub attempts: u32,
+    pub last_error: Option<String>,
+    pub not_before_ms: i64,
+}
+
+/// Which kinds one claim takes: the pre-flight reads have their own concurrency.
+#[derive(Clone, Copy, Debug)]
+pub enum Lane<'a> {
+    Only(&'a str),
+    Except(&'a str),
+}
+
+type Tx<'a> = sqlx::Transaction<'a, sqlx::Sqlite>;
+
+pub(super) async fn insert_actions(
+    tx: &mut Tx<'_>,
+    actions: &[NewAction],
+    now_ms: i64,
+) -> anyhow::Result<()> {
+    for chunk in actions.chunks(CHUNK / 2) {
+        let rows = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
+        let sql = format!(
+            "INSERT INTO actions (key, repo, number, kind, action, schema, max_attempts, not_before_ms, created_at_ms) \
+             VALUES {rows} ON CONFLICT (key) DO NOTHING"
+        );
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for a in chunk {
+            query = query
+                .bind(&a.key)
+                .bind(a.issue.repo.to_string())
+                .bind(to_i64(a.issue.number)?)
+                .bind(&a.kind)
+                .bind(&a.payload)
+                .bind(SCHEMA_VERSION)
+                .bind(i64::from(a.max_attempts))
+                .bind(a.not_before_ms)
+                .bind(now_ms);
+        }
+        query.execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+pub(super) async fn retract(tx: &mut Tx<'_>, keys: &[String], now_ms: i64) -> anyhow::Result<()> {
+    for chunk in keys.chunks(CHUNK) {
+        let marks = vec!["?"; chunk.len()].join(", ");
+        let sql = format!(
+            "UPDATE actions SET state = 'retracted', done_at_ms = ? \
+             WHERE key IN ({marks}) AND state = 'due' AND lease_owner IS NULL"
+        );
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now_ms);
+        for k in chunk {
+            query = query.bind(k);
+        }
+        query.execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+fn row_issue(row: &sqlx::sqlite::SqliteRow) -> anyhow::Result<IssueRef> {
+    let repo: String = row.try_get("repo")?;
+    let number: i64 = row.try_get("number")?;
+    Ok(IssueRef::new(
+        repo.parse().context("stored repository name")?,
+        u64::try_from(number).context("stored issue number")?,
+    ))
+}
+
+fn count(n: i64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+impl Store {
+    /// Claims up to `limit` due actions for `owner` until `now + lease_ms`. An issue's actions
+    /// are taken one at a time, oldest first: a later one waits while an earlier one is due.
+    pub async fn claim_actions(
+        &self,
+        owner: &str,
+        lane: Lane<'_>,
+        limit: usize,
+        lease_ms: i64,
+        now_ms: i64,
+    ) -> anyhow::Result<Vec<ClaimedAction>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let (op, kind) = match lane {
+            Lane::Only(k) => ("=", k),
+            Lane::Except(k) => ("<>", k),
+        };
+        let _writer = self.write_lock.lock().await;
+        let mut tx = self.pool.begin().await?;
+        let sql = format!(
+            "SELECT id, key, repo, number, kind, action, schema, attempts, max_attempts FROM actions a \
+             WHERE state = 'due' AND not_before_ms <= ? AND kind {op} ? \
+             AND (lease_until_ms IS NULL OR lease_until_ms < ?) \
+             AND NOT EXISTS (SELECT 1 FROM actions b WHERE b.repo = a.repo AND b.number = a.number \
+                             AND b.state = 'due' AND b.id < a.id) \
+             ORDER BY id LIMIT ?"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(now_ms)
+            .bind(kind)
+            .bind(now_ms)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&mut *tx)
+            .await?;
+        let mut claimed = Vec::with_capacity(rows.len());
+        for row in rows {
+            let attempts: i64 = row.try_get("attempts")?;
+            let max_attempts: i64 = row.try_get("max_attempts")?;
+            claimed.push(ClaimedAction {
+                id: row.try_get("id")?,
+                key: row.try_get("key")?,
+                issue: row_issue(&row)?,
+                kind: row.try_get("kind")?,
+                payload: row.try_get("action")?,
+                schema: row.try_get("schema")?,
+                attempts: count(attempts),
+                max_attempts: count(max_attempts),
+            });
+        }
+        for c in &claimed {
+            sqlx::query("UPDATE actions SET lease_owner = ?, lease_until_ms = ? WHERE id = ?")
+                .bind(owner)
+                .bind(now_ms.saturating_add(lease_ms))
+                .bind(c.id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(claimed)
+    }
+
+    /// The action is done; its outcome (if it reports one) is stored in the same transaction.
+    pub async fn complete_action(
+        &self,
+        id: i64,
+        outcome: Option<&NewDelivery>,
+        now_ms: i64,
+    ) -> anyhow::Result<()> {
+        let _writer = self.write_lock.lock().await;
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "UPDATE actions SET state = 'done', done_at_ms = ?, lease_owner = NULL, \
+             lease_until_ms = NULL WHERE id = ? AND state = 'due'",
+        )
+        .bind(now_ms)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+        if let Some(event) = outcome {
+            insert(&mut tx, std::slice::from_ref(event)).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// One attempt failed: try again from `not_before_ms`.
+    pub async fn retry_action(
+        &self,
+        id: i64,
+        error: &str,
+        not_before_ms: i64,
+    ) -> anyhow::Result<()> {
+        let _writer = self.write_lock.lock().await;
+        sqlx::query(
+            "UPDATE actions SET attempts = attempts + 1, last_error = ?, not_before_ms = ?, \
+             lease_owner = NULL, lease_until_ms = NULL WHERE id = ? AND state = 'due'",
+        )
+        .bind(error)
+        .bind(not_before_ms)
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Every attempt failed: the action ends, and `outcome` tells the state machine.
+    pub async fn give_up_action(
+        &self,
+        id: i64,
+        error: &str,
+        outcome: &NewDelivery,
+        now_ms: i64,
+    ) -> anyhow::Result<()> {
+        let _writer = self.write_lock.lock().await;
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "UPDATE actions SET state = 'failed', attempts = attempts + 1, last_error = ?, \
+             done_at_ms = ?, lease_owner = NULL, lease_until_ms = NULL WHERE id = ? AND state = 'due'",
+        )
+        .bind(error)
+        .bind(now_ms)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+        insert(&mut tx, std::slice::from_ref(outcome)).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Frees every claim: with SQLite there is one director, and at its start nobody else
+    /// holds one (the process that did is gone).
+    pub async fn release_leases(&self) -> anyhow::Result<u64> {
+        let _writer = self.write_lock.lock().await;
+        let done = sqlx::query(
+            "UPDATE actions SET lease_owner = NULL, lease_until_ms = NULL \
+             WHERE state = 'due' AND lease_owner IS NOT NULL",
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// When the next unclaimed action becomes due.
+    pub async fn next_action_due_ms(&self) -> anyhow::Result<Option<i64>> {
+        Ok(sqlx::query_scalar(
+            "SELECT MIN(not_before_ms) FROM actions WHERE state = 'due' AND lease_owner IS NULL",
+        )
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    /// Every action of one issue, oldest first.
+    pub async fn actions_of(&self, issue: &IssueRef) -> anyhow::Result<Vec<ActionRow>> {
+        let rows = sqlx::query(
+            "SELECT key, repo, number, kind, state, attempts, last_error, not_before_ms FROM actions \
+             WHERE repo = ? AND number = ? ORDER BY id",
+        )
+        .bind(issue.repo.to_string())
+        .bind(to_i64(issue.number)?)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(action_row).collect()
+    }
+
+    /// Actions still due after a failed attempt, or given up: what `status` shows as waiting.
+    pub async fn troubled_actions(&self) -> anyhow::Result<Vec<ActionRow>> {
+        let rows = sqlx::query(
+            "SELECT key, repo, number, kind, state, attempts, last_error, not_before_ms FROM actions \
+             WHERE (state = 'due' AND attempts > 0) OR state = 'failed' ORDER BY id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(action_row).collect()
+    }
+
+    /// Actions that may run now or are running: what a quiet director has none of.
+    pub async fn ready_actions(&self, now_ms: i64) -> anyhow::Result<i64> {
+        Ok(sqlx::query_scalar(
+            "SELECT COUNT(*) FROM actions WHERE state = 'due' AND (not_before_ms <= ? OR lease_owner IS NOT NULL)",
+        )
+        .bind(now_ms)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    /// Due actions, for `/readyz` and the metrics.
+    pub async fn due_actions(&self) -> anyhow::Result<i64> {
+        Ok(
+            sqlx::query_scalar("SELECT COUNT(*) FROM actions WHERE state = 'due'")
+                .fetch_one(&self.pool)
+                .await?,
+        )
+    }
+
+    /// Deletes up to `batch` rows of each kind older than `before_ms`: consumed deliveries
+    /// (set-aside ones are kept), finished actions, pre-flight call records. Returns how many.
+    pub async fn prune(&self, before_ms: i64, batch: u32) -> anyhow::Result<u64> {
+        let mut deleted = 0;
+        for sql in [
+            "DELETE FROM deliveries WHERE seq IN (SELECT seq FROM deliveries \
+             WHERE processed_at_ms IS NOT NULL AND processed_at_ms < ? AND dead_reason IS NULL LIMIT ?)",
+            "DELETE FROM actions WHERE id IN (SELECT id FROM actions \
+             WHERE state <> 'due' AND done_at_ms < ? LIMIT ?)",
+            "DELETE FROM preflight_calls WHERE id IN (SELECT id FROM preflight_calls \
+             WHERE at_ms < ? LIMIT ?)",
+        ] {
+            // One short transaction per statement: intake waits for at most one batch.
+            let _writer = self.write_lock.lock().await;
+            deleted += sqlx::query(sql)
+                .bind(before_ms)
+                .bind(i64::from(batch))
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+        }
+        Ok(deleted)
+    }
+}
+
+fn action_row(row: &sqlx::sqlite::SqliteRow) -> anyhow::Result<ActionRow> {
+    let attempts: i64 = row.try_get("attempts")?;
+    Ok(ActionRow {
+        key: row.try_get("key")?,
+        issue: row_issue(row)?,
+        kind: row.try_get("kind")?,
+        state: row.try_get("state")?,
+        attempts: count(attempts),
+        last_error: row.try_get("last_error")?,
+        not_before_ms: row.try_get("not_before_ms")?,
+    })
+}
