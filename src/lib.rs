@@ -5,6 +5,7 @@ pub mod clock;
 pub mod director;
 pub mod domain;
 pub mod event;
+pub mod failpoint;
 pub mod forge;
 pub mod http;
 pub mod intake;

@@ -133,7 +133,8 @@ fn main() -> ExitCode {
             run_async(async move {
                 let store = director::store::Store::connect(&settings.store).await?;
                 let issues = store.list_issues().await?;
-                print!("{}", director::status::render(&issues, json)?);
+                let troubled = store.troubled_actions().await?;
+                print!("{}", director::status::render(&issues, &troubled, json)?);
                 Ok(())
             })
         }

@@ -2,8 +2,8 @@
 
 use serde::Serialize;
 
-use crate::domain::Lifecycle;
-use crate::store::IssueRecord;
+use crate::domain::{IssueRef, Lifecycle};
+use crate::store::{ActionRow, IssueRecord};
 
 #[derive(Serialize)]
 struct Row<'a> {
@@ -22,6 +22,23 @@ struct Row<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     queue_position: Option<usize>,
     last_change: String,
+    /// Why the issue waits, when it waits on something other than its turn.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    waiting: Option<String>,
+    /// Actions of the issue that failed (being retried, or given up).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    failing: Vec<Failing<'a>>,
+}
+
+#[derive(Serialize)]
+struct Failing<'a> {
+    action: &'a str,
+    attempts: u32,
+    /// `due` (retried at `retry_at`) or `failed` (given up).
+    state: &'a str,
+    error: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_at: Option<String>,
 }
 
 fn when(ms: i64) -> String {
@@ -30,8 +47,42 @@ fn when(ms: i64) -> String {
         .unwrap_or_default()
 }
 
+/// Why a waiting issue waits: a give-up, a pre-flight retry or an hourly cap.
+fn waiting(r: &IssueRecord) -> Option<String> {
+    if let Some(b) = &r.blocked {
+        return Some(b.clone());
+    }
+    match (r.lifecycle, r.preflight.not_before_ms) {
+        (Lifecycle::Pending, Some(at)) => Some(match &r.preflight.last_error {
+            Some(e) => format!(
+                "pre-flight retry {} at {}: {e}",
+                r.preflight.attempts + 1,
+                when(at)
+            ),
+            None => format!("pre-flight deferred by an hourly cap until {}", when(at)),
+        }),
+        _ => None,
+    }
+}
+
 /// Issues the director has seen carry the trigger; others are recorded but not shown.
-pub fn render(issues: &[IssueRecord], json: bool) -> anyhow::Result<String> {
+/// `troubled` are the actions that failed (from [`crate::store::Store::troubled_actions`]).
+pub fn render(
+    issues: &[IssueRecord],
+    troubled: &[ActionRow],
+    json: bool,
+) -> anyhow::Result<String> {
+    let mut failing: std::collections::HashMap<&IssueRef, Vec<Failing<'_>>> =
+        std::collections::HashMap::new();
+    for a in troubled {
+        failing.entry(&a.issue).or_default().push(Failing {
+            action: &a.kind,
+            attempts: a.attempts,
+            state: &a.state,
+            error: a.last_error.as_deref(),
+            retry_at: (a.state == "due").then(|| when(a.not_before_ms)),
+        });
+    }
     let mut queued: Vec<&IssueRecord> = issues
         .iter()
         .filter(|r| r.lifecycle == Lifecycle::Queued)
@@ -59,6 +110,8 @@ pub fn render(issues: &[IssueRecord], json: bool) -> anyhow::Result<String> {
             trigger_trusted: r.trigger_trusted,
             queue_position: positions.get(&(r.repo.to_string(), r.number)).copied(),
             last_change: when(r.last_change_ms),
+            waiting: waiting(r),
+            failing: failing.remove(&r.issue_ref()).unwrap_or_default(),
         })
         .collect();
     if json {
@@ -91,6 +144,22 @@ pub fn render(issues: &[IssueRecord], json: bool) -> anyhow::Result<String> {
             r.last_change,
             title
         ));
+        if let Some(w) = &r.waiting {
+            out.push_str(&format!("    waiting: {w}\n"));
+        }
+        for f in &r.failing {
+            out.push_str(&format!(
+                "    {} {} after {} attempt(s): {}\n",
+                f.action,
+                if f.state == "failed" {
+                    "gave up"
+                } else {
+                    "failing"
+                },
+                f.attempts,
+                f.error.unwrap_or("")
+            ));
+        }
     }
     Ok(out)
 }

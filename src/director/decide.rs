@@ -595,8 +595,12 @@ impl<'a> Step<'a> {
     // ---- runs ----
 
     fn admitted(&mut self, run_id: &str, branch: &str) -> bool {
+        // A run id names one container and one token, ever: never admitted twice.
         if self.record.lifecycle != Lifecycle::Queued
-            || self.run.as_ref().is_some_and(|r| r.state.is_active())
+            || self
+                .run
+                .as_ref()
+                .is_some_and(|r| r.state.is_active() || r.id == run_id)
         {
             return false;
         }
@@ -740,24 +744,26 @@ impl<'a> Step<'a> {
         run.finished_at_ms = Some(self.now);
         let id = run.id.clone();
         let keep = matches!(state, RunState::Failed | RunState::TimedOut) && keep_ms > 0;
+        // The token first, then the people; the container last (an engine that is down must
+        // not hold up the report).
         self.act(
             format!("revoke:{id}"),
             Action::RevokeToken { run_id: id.clone() },
         );
+        self.act(
+            format!("report:{id}"),
+            Action::ReportRun {
+                run_id: id.clone(),
+                body: report,
+            },
+        );
         self.act_at(
             format!("remove:{id}"),
-            Action::RemoveContainer { run_id: id.clone() },
+            Action::RemoveContainer { run_id: id },
             if keep {
                 self.now.saturating_add(keep_ms)
             } else {
                 self.now
-            },
-        );
-        self.act(
-            format!("report:{id}"),
-            Action::ReportRun {
-                run_id: id,
-                body: report,
             },
         );
         if matches!(

@@ -751,8 +751,8 @@ fn a_run_that_pushed_ends_in_a_pull_request_a_report_and_a_revoked_token() {
         s.kinds(),
         vec![
             "revoke_token",
-            "remove_container",
             "report_run",
+            "remove_container",
             "sync_labels"
         ]
     );

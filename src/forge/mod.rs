@@ -5,6 +5,7 @@
 pub mod fake;
 pub mod forgejo;
 pub mod payload;
+pub mod signature;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};

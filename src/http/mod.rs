@@ -1,6 +1,6 @@
 //! The HTTP surface: the webhook receiver, health and readiness probes, and metrics.
 
-pub mod signature;
+pub use crate::forge::signature;
 pub mod webhook;
 
 use std::sync::{Arc, RwLock};

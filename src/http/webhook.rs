@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 
 use super::AppState;
 use crate::forge::payload::{EventKind, parse_event};
-use crate::http::signature::{SignatureHeaders, verify};
+use crate::forge::signature::{SignatureHeaders, verify};
 use crate::intake::Stored;
 use crate::store::NewDelivery;
 

@@ -197,6 +197,9 @@ impl Runtime for FakeRuntime {
         loop {
             self.check()?;
             let changed = self.changed.notified();
+            tokio::pin!(changed);
+            // Registered before the status is read, so an exit in between is not missed.
+            changed.as_mut().enable();
             match self.status(id) {
                 None => return Err(RuntimeError::NotFound(id.to_owned())),
                 Some(Status::Exited(code)) => return Ok(Exit::Code(code)),

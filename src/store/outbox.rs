@@ -257,10 +257,13 @@ impl Store {
         Ok(done.rows_affected())
     }
 
-    /// When the next unclaimed action becomes due.
+    /// When the next action that can be claimed becomes due: the earliest of each issue's
+    /// oldest due action (a later one waits for it, whatever its own time).
     pub async fn next_action_due_ms(&self) -> anyhow::Result<Option<i64>> {
         Ok(sqlx::query_scalar(
-            "SELECT MIN(not_before_ms) FROM actions WHERE state = 'due' AND lease_owner IS NULL",
+            "SELECT MIN(not_before_ms) FROM actions a WHERE state = 'due' AND lease_owner IS NULL \
+             AND NOT EXISTS (SELECT 1 FROM actions b WHERE b.repo = a.repo AND b.number = a.number \
+                             AND b.state = 'due' AND b.id < a.id)",
         )
         .fetch_one(&self.pool)
         .await?)

@@ -33,6 +33,14 @@ impl ForgeApp {
     }
 
     pub async fn spawn_with(configure: impl FnOnce(&mut director::settings::Settings)) -> Self {
+        Self::spawn_overridden(configure, Default::default()).await
+    }
+
+    /// With a fake runtime or clock in place of the real one.
+    pub async fn spawn_overridden(
+        configure: impl FnOnce(&mut director::settings::Settings),
+        overrides: director::startup::Overrides,
+    ) -> Self {
         let forge = FakeForge::new();
         forge.add_account(BOT, BOT_TOKEN);
         let repo = forge.add_repo("acme/widgets");
@@ -43,18 +51,21 @@ impl ForgeApp {
         forge.define_label(&repo, "bug");
         let server = forge.serve().expect("fake forge serves");
         let url = server.url().to_owned();
-        let (app, scanner) = TestApp::spawn_full(|s| {
-            s.forge.url = url;
-            s.forge.token = Secret::new(BOT_TOKEN);
-            // Learned from GET /user, as in production.
-            s.forge.bot_login = None;
-            s.forge.max_attempts = 4;
-            s.scan.repos = vec![repo.clone()];
-            s.scan.enabled = false;
-            // Picked-up issues wait in `pending` unless a test gives them a model.
-            s.preflight.enabled = false;
-            configure(s);
-        })
+        let (app, scanner) = TestApp::spawn_overridden(
+            |s| {
+                s.forge.url = url;
+                s.forge.token = Secret::new(BOT_TOKEN);
+                // Learned from GET /user, as in production.
+                s.forge.bot_login = None;
+                s.forge.max_attempts = 4;
+                s.scan.repos = vec![repo.clone()];
+                s.scan.enabled = false;
+                // Picked-up issues wait in `pending` unless a test gives them a model.
+                s.preflight.enabled = false;
+                configure(s);
+            },
+            overrides,
+        )
         .await;
         forge.set_webhook(&format!("{}/webhooks/forgejo", app.address), SECRET);
         let this = Self {
@@ -73,18 +84,28 @@ impl ForgeApp {
     pub async fn spawn_with_llm(
         configure: impl FnOnce(&mut director::settings::Settings),
     ) -> (Self, FakeLlm) {
+        Self::spawn_with_llm_overridden(configure, Default::default()).await
+    }
+
+    pub async fn spawn_with_llm_overridden(
+        configure: impl FnOnce(&mut director::settings::Settings),
+        overrides: director::startup::Overrides,
+    ) -> (Self, FakeLlm) {
         let llm = FakeLlm::start();
         let url = format!("{}/v1", llm.url);
-        let this = Self::spawn_with(|s| {
-            s.preflight.enabled = true;
-            s.preflight.provider = "openai".into();
-            s.preflight.base_url = url;
-            s.preflight.model = "fake-model".into();
-            s.preflight.api_key = Secret::new("llm-key-7c1d");
-            s.preflight.retry_backoff_ms = 20;
-            s.preflight.timeout_secs = 5;
-            configure(s);
-        })
+        let this = Self::spawn_overridden(
+            |s| {
+                s.preflight.enabled = true;
+                s.preflight.provider = "openai".into();
+                s.preflight.base_url = url;
+                s.preflight.model = "fake-model".into();
+                s.preflight.api_key = Secret::new("llm-key-7c1d");
+                s.preflight.retry_backoff_ms = 20;
+                s.preflight.timeout_secs = 5;
+                configure(s);
+            },
+            overrides,
+        )
         .await;
         (this, llm)
     }

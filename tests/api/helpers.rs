@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use director::http::signature::sign;
 use director::settings::{Secret, Settings};
-use director::startup::Application;
+use director::startup::{Application, Overrides};
 use director::store::Store;
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -53,11 +53,24 @@ impl TestApp {
         Self,
         Option<std::sync::Arc<director::director::scanner::Scanner>>,
     ) {
+        Self::spawn_overridden(configure, Overrides::default()).await
+    }
+
+    /// The same, with a fake runtime or clock in place of the real one.
+    pub async fn spawn_overridden(
+        configure: impl FnOnce(&mut Settings),
+        overrides: Overrides,
+    ) -> (
+        Self,
+        Option<std::sync::Arc<director::director::scanner::Scanner>>,
+    ) {
         let client = http_client();
         let dir = tempfile::tempdir().expect("temp dir");
         let mut settings = test_settings(&dir);
         configure(&mut settings);
-        let app = Application::build(settings).await.expect("app builds");
+        let app = Application::build_with(settings, overrides)
+            .await
+            .expect("app builds");
         let address = format!("http://127.0.0.1:{}", app.port());
         let store = app.store().clone();
         let scanner = app.scanner();

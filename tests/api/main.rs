@@ -6,7 +6,9 @@ mod helpers;
 
 mod config;
 mod contract;
+mod crash;
 mod durability;
+mod fake_runs;
 mod preflight;
 mod runs;
 mod scenarios;

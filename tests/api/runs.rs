@@ -11,7 +11,7 @@ use director::forge::Permission;
 use crate::forge_helpers::{BOT, ForgeApp, TRIGGER, WRITER};
 
 pub const RUNNER: &str = "director-runner";
-const RUNNER_PASSWORD: &str = "runner-pass-9d2f";
+pub const RUNNER_PASSWORD: &str = "runner-pass-9d2f";
 const GO: &str = "Context to front-load: none.\n\nFine.\n\nGO";
 
 /// Builds the agent image once per content (tagged by its hash) and returns the tag.
@@ -101,7 +101,7 @@ async fn containers_of(t: &ForgeApp, issue: &IssueRef) -> Vec<String> {
 }
 
 /// How many containers the engine created for a run since `since` (a unix timestamp).
-fn creations(run_id: &str, since: i64) -> usize {
+pub fn creations(run_id: &str, since: i64) -> usize {
     docker(&[
         "events",
         "--since",

@@ -132,11 +132,15 @@ pub(super) async fn file_routed(
             tracing::info!(%target, number = n, "the routed issue was filed before");
             n
         }
-        None => acts
-            .forge
-            .create_issue(target, title, body)
-            .await
-            .with_context(|| format!("filing the issue in {target}"))?,
+        None => {
+            let n = acts
+                .forge
+                .create_issue(target, title, body)
+                .await
+                .with_context(|| format!("filing the issue in {target}"))?;
+            crate::failpoint::hit("after_routed_issue_created").await;
+            n
+        }
     };
     Ok(Some(Event::RoutedFiled {
         rev,

@@ -174,6 +174,7 @@ impl PreflightAct {
         acts.store.record_preflight_call(&issue.repo, now).await?;
         let started = Instant::now();
         let answer = self.provider.read(&g.prompt.text).await;
+        crate::failpoint::hit("during_model_call").await;
         if let Some(m) = &self.metrics {
             m.preflight_latency.observe(started.elapsed().as_secs_f64());
         }

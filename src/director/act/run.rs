@@ -203,6 +203,7 @@ impl RunAct {
             Err(e) => return Err(e.into()),
         };
         self.runtime.start(&id).await?;
+        crate::failpoint::hit("after_container_started").await;
         tracing::info!(container = %id, "run started");
         Ok(report(RunReport::Started {
             container_id: id,
@@ -269,9 +270,12 @@ impl RunAct {
         {
             Some(n) => n,
             None => {
-                acts.forge
+                let n = acts
+                    .forge
                     .create_pull(&run.repo, &run.branch, &run.base_branch, title, body)
-                    .await?
+                    .await?;
+                crate::failpoint::hit("after_pr_opened").await;
+                n
             }
         };
         Ok(Some(Event::Run {

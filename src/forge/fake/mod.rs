@@ -967,7 +967,7 @@ impl FakeForge {
 }
 
 async fn send_webhook(client: &reqwest::Client, url: &str, secret: &str, out: &Outgoing) -> u16 {
-    let sig = crate::http::signature::sign(secret, out.body.as_bytes());
+    let sig = crate::forge::signature::sign(secret, out.body.as_bytes());
     let delivery = format!("{:032x}", rand::random::<u128>());
     let (family, _) = out
         .event_type

@@ -1,0 +1,327 @@
+//! Crash tests: the real binary is stopped at a named point (the `failpoints` feature of test
+//! builds), SIGKILLed there, and started again on the same database. Every effect must then
+//! exist exactly once: one comment, one routed issue, one pull request, one container start,
+//! no token left alive, no issue stuck in a state that is not its end.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use director::domain::{IssueRef, Lifecycle, RunState};
+use director::forge::Permission;
+use director::forge::fake::{FakeForge, FakeServer};
+use director::store::Store;
+
+use crate::fake_llm::FakeLlm;
+use crate::forge_helpers::{BOT, BOT_TOKEN, TRIGGER, WRITER};
+use crate::helpers::{SECRET, http_client};
+use crate::runs::{RUNNER, RUNNER_PASSWORD, agent_image, creations};
+
+/// A forge, a model and a database that outlive the director processes started on them.
+struct World {
+    forge: FakeForge,
+    server: FakeServer,
+    llm: FakeLlm,
+    dir: tempfile::TempDir,
+    /// `DIRECTOR_*` settings on top of the common ones.
+    env: Vec<(String, String)>,
+}
+
+impl World {
+    fn new(answer: &str) -> Self {
+        let forge = FakeForge::new();
+        forge.add_account(BOT, BOT_TOKEN);
+        let repo = forge.add_repo("acme/widgets");
+        forge.grant(&repo, BOT, Permission::Admin);
+        forge.grant(&repo, WRITER, Permission::Write);
+        forge.define_label(&repo, TRIGGER);
+        let server = forge.serve().expect("serves");
+        let llm = FakeLlm::start();
+        llm.always(answer);
+        Self {
+            forge,
+            server,
+            llm,
+            dir: tempfile::tempdir().expect("dir"),
+            env: Vec::new(),
+        }
+    }
+
+    fn with_runs(mut self) -> Self {
+        let repo = "acme/widgets".parse().expect("repo");
+        self.forge.grant(&repo, RUNNER, Permission::Write);
+        self.forge.set_password(RUNNER, RUNNER_PASSWORD);
+        for (k, v) in [
+            ("DIRECTOR_FORGE__RUNNER_LOGIN", RUNNER.to_owned()),
+            (
+                "DIRECTOR_FORGE__RUNNER_PASSWORD",
+                RUNNER_PASSWORD.to_owned(),
+            ),
+            ("DIRECTOR_RUNNER__IMAGE", agent_image()),
+            ("DIRECTOR_RUNNER__NETWORK", "host".to_owned()),
+            ("DIRECTOR_RUNNER__MEMORY_MB", "256".to_owned()),
+            ("DIRECTOR_RUNNER__TIMEOUT_SECS", "60".to_owned()),
+        ] {
+            self.env.push((k.into(), v));
+        }
+        self
+    }
+
+    fn db(&self) -> String {
+        format!("sqlite://{}", self.dir.path().join("director.db").display())
+    }
+
+    fn log(&self) -> PathBuf {
+        self.dir.path().join("director.log")
+    }
+
+    async fn store(&self) -> Store {
+        Store::connect(&director::settings::StoreSettings {
+            url: self.db(),
+            ..Default::default()
+        })
+        .await
+        .expect("db")
+    }
+
+    /// Starts `director serve`, stopping at `failpoint` if named, and waits until it answers.
+    async fn start(&self, failpoint: Option<&str>) -> Child {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("port");
+        self.forge
+            .set_webhook(&format!("http://127.0.0.1:{port}/webhooks/forgejo"), SECRET);
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_director"));
+        cmd.arg("serve")
+            .env("DIRECTOR_SERVER__LISTEN", format!("127.0.0.1:{port}"))
+            .env("DIRECTOR_STORE__URL", self.db())
+            .env("DIRECTOR_WEBHOOK__SECRETS", SECRET)
+            .env("DIRECTOR_FORGE__URL", self.server.url())
+            .env("DIRECTOR_FORGE__TOKEN", BOT_TOKEN)
+            .env("DIRECTOR_SCAN__REPOS", "acme/widgets")
+            .env("DIRECTOR_SCAN__ENABLED", "false")
+            .env(
+                "DIRECTOR_PREFLIGHT__BASE_URL",
+                format!("{}/v1", self.llm.url),
+            )
+            .env("DIRECTOR_PREFLIGHT__MODEL", "fake-model")
+            .env("DIRECTOR_PREFLIGHT__TRUSTED_OWNERS", "acme")
+            .env("RUST_LOG", "info")
+            .env_remove("DIRECTOR_FAILPOINT")
+            .stdout(std::process::Stdio::null())
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(self.log())
+                    .expect("log file"),
+            );
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        if let Some(point) = failpoint {
+            cmd.env("DIRECTOR_FAILPOINT", point);
+        }
+        let child = cmd.spawn().expect("director starts");
+        let client = http_client();
+        self.wait("the director answers /healthz", || async {
+            client
+                .get(format!("http://127.0.0.1:{port}/healthz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+        })
+        .await;
+        child
+    }
+
+    /// Waits until the director stops at `point`, then SIGKILLs it there.
+    async fn kill_at(&self, mut child: Child, point: &str) {
+        let line = format!("failpoint reached: {point}");
+        let log = self.log();
+        self.wait(&format!("the director reaches {point}"), || async {
+            read(&log).contains(&line)
+        })
+        .await;
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reaped");
+    }
+
+    async fn wait<F, Fut>(&self, what: &str, mut check: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while !check().await {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for: {what}; the director said:\n{}",
+                read(&self.log())
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until the issue is in `state` and nothing is left to do.
+    async fn settle(&self, store: &Store, issue: &IssueRef, state: Lifecycle) {
+        self.wait(
+            &format!("{issue} is {state} and the outbox is empty"),
+            || async {
+                let record = store.issue(issue).await.expect("query");
+                let pending = store.delivery_counts().await.expect("count").1;
+                let ready = store
+                    .ready_actions(director::clock::now_ms())
+                    .await
+                    .expect("count");
+                record.is_some_and(|r| r.lifecycle == state) && pending == 0 && ready == 0
+            },
+        )
+        .await;
+    }
+
+    fn preflight_comments(&self, issue: &IssueRef) -> usize {
+        self.forge
+            .comments_on(issue)
+            .iter()
+            .filter(|c| c.body.starts_with("<!-- director:preflight"))
+            .count()
+    }
+
+    fn assert_contract(&self) {
+        let v = self.forge.contract_violations();
+        assert!(v.is_empty(), "{v:?}");
+    }
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+fn stop(mut child: Child) {
+    child.kill().expect("stop");
+    child.wait().expect("reaped");
+}
+
+#[tokio::test]
+async fn killed_right_after_filing_the_routed_issue_files_it_once() {
+    let w = World::new("It belongs to the API.\n\nWRONG-REPO: acme/api - fix the session check");
+    let api = w.forge.add_repo("acme/api");
+    w.forge.grant(&api, BOT, Permission::Admin);
+    let store = w.store().await;
+    let child = w.start(Some("after_routed_issue_created")).await;
+    let repo = "acme/widgets".parse().expect("repo");
+    let issue = w
+        .forge
+        .open_issue(&repo, "reporter", "Login fails", "The API 500s.")
+        .await;
+    w.forge.label(WRITER, &issue, TRIGGER).await;
+    w.kill_at(child, "after_routed_issue_created").await;
+    assert_eq!(w.forge.issues_in(&api).len(), 1, "filed before the kill");
+
+    let child = w.start(None).await;
+    w.settle(&store, &issue, Lifecycle::Routed).await;
+    let record = store.issue(&issue).await.expect("query").expect("known");
+    assert_eq!(record.preflight.routed_to.as_deref(), Some("acme/api#1"));
+    assert_eq!(w.forge.issues_in(&api).len(), 1, "one routed issue, ever");
+    assert_eq!(w.preflight_comments(&issue), 1);
+    stop(child);
+    w.assert_contract();
+}
+
+#[tokio::test]
+async fn killed_while_the_model_answers_posts_one_comment_after_restart() {
+    let w = World::new("Fine.\n\nGO");
+    let store = w.store().await;
+    let child = w.start(Some("during_model_call")).await;
+    let repo = "acme/widgets".parse().expect("repo");
+    let issue = w
+        .forge
+        .open_issue(&repo, "reporter", "Add --verbose", "Print each step.")
+        .await;
+    w.forge.label(WRITER, &issue, TRIGGER).await;
+    w.kill_at(child, "during_model_call").await;
+    assert_eq!(
+        w.preflight_comments(&issue),
+        0,
+        "nothing posted before the kill"
+    );
+
+    let child = w.start(None).await;
+    w.settle(&store, &issue, Lifecycle::Queued).await;
+    assert_eq!(w.preflight_comments(&issue), 1);
+    assert_eq!(
+        w.llm.prompts().len(),
+        2,
+        "the lost answer is asked for again"
+    );
+    stop(child);
+    w.assert_contract();
+}
+
+#[tokio::test]
+async fn killed_right_after_the_container_started_adopts_it_and_starts_no_second() {
+    let w = World::new("Fine.\n\nGO").with_runs();
+    let store = w.store().await;
+    let since = chrono::Utc::now().timestamp() - 1;
+    let child = w.start(Some("after_container_started")).await;
+    let repo = "acme/widgets".parse().expect("repo");
+    let issue = w
+        .forge
+        .open_issue(&repo, "reporter", "Survive", "mode: slow")
+        .await;
+    w.forge.label(WRITER, &issue, TRIGGER).await;
+    w.kill_at(child, "after_container_started").await;
+
+    let child = w.start(None).await;
+    w.settle(&store, &issue, Lifecycle::Succeeded).await;
+    let runs = store.runs_of(&issue).await.expect("runs");
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].state, RunState::Succeeded);
+    assert_eq!(
+        creations(&runs[0].id, since),
+        1,
+        "one container for the run, ever"
+    );
+    assert_eq!(w.forge.pulls_of(&repo).len(), 1);
+    assert!(w.forge.tokens_of(RUNNER).is_empty(), "no token left alive");
+    assert_eq!(
+        w.forge.minted_tokens().len(),
+        1,
+        "one token for the one run"
+    );
+    stop(child);
+    w.assert_contract();
+}
+
+#[tokio::test]
+async fn killed_right_after_opening_the_pull_request_opens_one_and_reports_once() {
+    let w = World::new("Fine.\n\nGO").with_runs();
+    let store = w.store().await;
+    let child = w.start(Some("after_pr_opened")).await;
+    let repo = "acme/widgets".parse().expect("repo");
+    let issue = w
+        .forge
+        .open_issue(&repo, "reporter", "Add --verbose", "Print each step.")
+        .await;
+    w.forge.label(WRITER, &issue, TRIGGER).await;
+    w.kill_at(child, "after_pr_opened").await;
+    assert_eq!(w.forge.pulls_of(&repo).len(), 1, "opened before the kill");
+
+    let child = w.start(None).await;
+    w.settle(&store, &issue, Lifecycle::Succeeded).await;
+    assert_eq!(w.forge.pulls_of(&repo).len(), 1, "one pull request, ever");
+    let reports = w
+        .forge
+        .comments_on(&issue)
+        .into_iter()
+        .filter(|c| c.body.contains("<!-- director:run "))
+        .count();
+    assert_eq!(reports, 1);
+    assert!(w.forge.tokens_of(RUNNER).is_empty(), "no token left alive");
+    let runs = store.runs_of(&issue).await.expect("runs");
+    assert_eq!(runs[0].pr_number, Some(w.forge.pulls_of(&repo)[0].0));
+    stop(child);
+    w.assert_contract();
+}

@@ -1,0 +1,346 @@
+//! The run lifecycle on the in-memory FakeRuntime: admission, success, timeout, cancel,
+//! retry, an engine that is down, and the outbox's failure handling. No Docker here: a fake
+//! container's "agent" pushes its branch through the fake forge's API with the run token, as
+//! the real test agent does.
+
+use std::sync::Arc;
+
+use director::domain::{IssueRef, Lifecycle, RunState};
+use director::forge::Permission;
+use director::runtime::RunSpec;
+use director::runtime::fake::FakeRuntime;
+use director::startup::Overrides;
+use futures_util::FutureExt;
+
+use crate::fake_llm::FakeLlm;
+use crate::forge_helpers::{ForgeApp, TRIGGER, WRITER};
+use crate::helpers::wait_until;
+use crate::runs::{RUNNER, RUNNER_PASSWORD};
+
+const GO: &str = "Fine.\n\nGO";
+
+fn env<'a>(spec: &'a RunSpec, name: &str) -> &'a str {
+    spec.env
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+        .unwrap_or_default()
+}
+
+/// What the fake agent does, picked by `mode: <name>` in the issue body: push a branch
+/// (default), `nobranch`, `leak` (print the token and fail), `hang` (until killed).
+fn agent() -> director::runtime::fake::Behaviour {
+    Arc::new(|spec: RunSpec| {
+        async move {
+            let task = String::from_utf8_lossy(&spec.task).into_owned();
+            let mode = task
+                .split("mode: ")
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .unwrap_or("push")
+                .to_owned();
+            match mode.as_str() {
+                "nobranch" => return (0, "nothing to do".to_owned()),
+                "leak" => return (3, format!("my token is {}", env(&spec, "DIRECTOR_TOKEN"))),
+                "hang" => std::future::pending::<()>().await,
+                _ => {}
+            }
+            let body = serde_json::json!({
+                "content": "aGVsbG8K",
+                "message": "agent work",
+                "branch": env(&spec, "DIRECTOR_BASE_BRANCH"),
+                "new_branch": env(&spec, "DIRECTOR_BRANCH"),
+            });
+            let url = format!(
+                "{}/repos/{}/contents/agent.txt",
+                env(&spec, "DIRECTOR_API_URL"),
+                env(&spec, "DIRECTOR_REPO")
+            );
+            let pushed = crate::helpers::http_client()
+                .post(url)
+                .header(
+                    "Authorization",
+                    format!("token {}", env(&spec, "DIRECTOR_TOKEN")),
+                )
+                .json(&body)
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success());
+            if pushed {
+                (0, "pushed".to_owned())
+            } else {
+                (1, "push failed".to_owned())
+            }
+        }
+        .boxed()
+    })
+}
+
+async fn spawn(
+    configure: impl FnOnce(&mut director::settings::Settings),
+) -> (ForgeApp, FakeLlm, FakeRuntime) {
+    let fake = FakeRuntime::new();
+    fake.set_behaviour(agent());
+    let overrides = Overrides {
+        runtime: Some(Arc::new(fake.clone())),
+        ..Default::default()
+    };
+    let (t, llm) = ForgeApp::spawn_with_llm_overridden(
+        |s| {
+            s.forge.runner_login = RUNNER.into();
+            s.forge.runner_password = director::settings::Secret::new(RUNNER_PASSWORD);
+            s.runner.image = "fake/agent:1".into();
+            s.runner.timeout_secs = 60;
+            configure(s);
+        },
+        overrides,
+    )
+    .await;
+    t.forge.set_password(RUNNER, RUNNER_PASSWORD);
+    t.forge.grant(&t.repo, RUNNER, Permission::Write);
+    llm.always(GO);
+    (t, llm, fake)
+}
+
+async fn labelled(t: &ForgeApp, title: &str, body: &str) -> IssueRef {
+    let issue = t.forge.open_issue(&t.repo, "reporter", title, body).await;
+    t.forge.label(WRITER, &issue, TRIGGER).await;
+    issue
+}
+
+async fn run_ids(t: &ForgeApp, issue: &IssueRef) -> Vec<String> {
+    t.app
+        .store
+        .runs_of(issue)
+        .await
+        .expect("runs")
+        .into_iter()
+        .map(|r| r.id)
+        .collect()
+}
+
+fn reports(t: &ForgeApp, issue: &IssueRef) -> Vec<String> {
+    t.forge
+        .comments_on(issue)
+        .into_iter()
+        .filter(|c| c.body.contains("<!-- director:run "))
+        .map(|c| c.body)
+        .collect()
+}
+
+async fn status_json(t: &ForgeApp) -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_director"))
+        .args(["status", "--json"])
+        .env("DIRECTOR_STORE__URL", t.app.db_url())
+        .output()
+        .expect("status runs");
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+#[tokio::test]
+async fn a_go_issue_runs_once_and_ends_in_one_pull_request_with_its_token_revoked() {
+    let (t, _llm, fake) = spawn(|_| {}).await;
+    let issue = labelled(&t, "Add --verbose", "Print each step.").await;
+    let record = t.wait_state(&issue, Lifecycle::Succeeded).await;
+    t.app.wait_processed().await;
+    let runs = t.app.store.runs_of(&issue).await.expect("runs");
+    assert_eq!(runs.len(), 1);
+    let run = &runs[0];
+    assert_eq!(run.state, RunState::Succeeded);
+    assert_eq!((fake.creations(&run.id), fake.starts(&run.id)), (1, 1));
+    assert!(fake.present().is_empty(), "the container is removed");
+    let pulls = t.forge.pulls_of(&t.repo);
+    assert_eq!(pulls.len(), 1);
+    assert_eq!(run.pr_number, Some(pulls[0].0));
+    assert!(t.forge.tokens_of(RUNNER).is_empty(), "the token is revoked");
+    assert_eq!(reports(&t, &issue).len(), 1);
+    assert!(
+        t.forge
+            .labels_on(&issue)
+            .contains(&"headless:pr-open".to_owned()),
+        "{:?}",
+        t.forge.labels_on(&issue)
+    );
+    assert_eq!(
+        record.preflight.verdict,
+        Some(director::domain::Judgement::Go)
+    );
+    t.assert_contract();
+}
+
+#[tokio::test]
+async fn with_a_limit_of_one_queued_issues_run_one_at_a_time_in_order() {
+    let (t, _llm, fake) = spawn(|s| s.runner.max_concurrent = 1).await;
+    let mut issues = Vec::new();
+    for n in 0..3 {
+        issues.push(labelled(&t, &format!("Queue {n}"), "mode: hang").await);
+    }
+    for (n, issue) in issues.iter().enumerate() {
+        t.wait_state(issue, Lifecycle::Running).await;
+        assert_eq!(fake.running().len(), 1, "one at a time");
+        for later in &issues[n + 1..] {
+            assert_eq!(
+                t.record(later).await.expect("known").lifecycle,
+                Lifecycle::Queued
+            );
+        }
+        let id = run_ids(&t, issue).await.pop().expect("a run");
+        fake.exit(&id, 0, "done");
+        t.wait_state(issue, Lifecycle::Failed).await;
+    }
+    assert!(fake.running().is_empty());
+}
+
+#[tokio::test]
+async fn a_run_past_its_timeout_is_killed_reported_and_its_token_revoked() {
+    let (t, _llm, fake) = spawn(|s| s.runner.timeout_secs = 1).await;
+    let issue = labelled(&t, "Think forever", "mode: hang").await;
+    t.wait_state(&issue, Lifecycle::TimedOut).await;
+    t.app.wait_processed().await;
+    let id = run_ids(&t, &issue).await.pop().expect("a run");
+    assert_eq!(fake.starts(&id), 1);
+    assert!(fake.running().is_empty());
+    assert!(t.forge.tokens_of(RUNNER).is_empty());
+    let r = reports(&t, &issue);
+    assert_eq!(r.len(), 1);
+    assert!(r[0].contains("killed after 1 s"), "{}", r[0]);
+}
+
+#[tokio::test]
+async fn removing_the_trigger_mid_run_stops_it_and_reports_once() {
+    let (t, _llm, fake) = spawn(|_| {}).await;
+    let issue = labelled(&t, "Stop me", "mode: hang").await;
+    t.wait_state(&issue, Lifecycle::Running).await;
+    t.forge.unlabel(WRITER, &issue, TRIGGER).await;
+    let id = run_ids(&t, &issue).await.pop().expect("a run");
+    wait_until("the run ends cancelled", || async {
+        t.app
+            .store
+            .run(&id)
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|r| r.state == RunState::Cancelled)
+    })
+    .await;
+    t.app.wait_processed().await;
+    assert!(fake.present().is_empty(), "stopped and removed");
+    assert!(t.forge.tokens_of(RUNNER).is_empty());
+    let r = reports(&t, &issue);
+    assert_eq!(r.len(), 1);
+    assert!(r[0].contains("stopped"), "{}", r[0]);
+    assert_eq!(
+        t.record(&issue).await.expect("known").lifecycle,
+        Lifecycle::Cancelled
+    );
+}
+
+#[tokio::test]
+async fn a_failed_run_retried_by_a_writer_gets_a_fresh_run_id_and_one_start_each() {
+    let (t, _llm, fake) = spawn(|_| {}).await;
+    let issue = labelled(&t, "Try twice", "mode: nobranch").await;
+    t.wait_state(&issue, Lifecycle::Failed).await;
+    t.forge.comment(WRITER, &issue, "/director retry").await;
+    wait_until("a second run", || async {
+        run_ids(&t, &issue).await.len() == 2
+    })
+    .await;
+    t.wait_state(&issue, Lifecycle::Failed).await;
+    t.app.wait_processed().await;
+    let ids = run_ids(&t, &issue).await;
+    assert_ne!(ids[0], ids[1]);
+    for id in &ids {
+        assert_eq!(fake.starts(id), 1, "{id}");
+    }
+    assert_eq!(reports(&t, &issue).len(), 2, "one report per run");
+}
+
+#[tokio::test]
+async fn a_token_the_run_prints_is_redacted_in_its_report() {
+    let (t, _llm, _fake) = spawn(|_| {}).await;
+    let issue = labelled(&t, "Leak", "mode: leak").await;
+    t.wait_state(&issue, Lifecycle::Failed).await;
+    t.app.wait_processed().await;
+    let minted = t.forge.minted_tokens();
+    assert_eq!(minted.len(), 1);
+    let r = reports(&t, &issue);
+    assert_eq!(r.len(), 1);
+    assert!(r[0].contains("my token is [redacted]"), "{}", r[0]);
+    for (_, _, value) in minted {
+        assert!(!r[0].contains(&value));
+    }
+    let run = &t.app.store.runs_of(&issue).await.expect("runs")[0];
+    assert!(
+        run.log_tail
+            .as_deref()
+            .is_some_and(|l| l.contains("[redacted]"))
+    );
+}
+
+#[tokio::test]
+async fn an_engine_that_stays_down_fails_the_run_visibly_after_its_attempts() {
+    let (t, _llm, fake) = spawn(|_| {}).await;
+    fake.set_unavailable(true);
+    let issue = labelled(&t, "No engine", "").await;
+    // Not `wait_state`: the container removal keeps failing, so the outbox is never quiet.
+    wait_until("the run fails", || async {
+        t.record(&issue)
+            .await
+            .is_some_and(|r| r.lifecycle == Lifecycle::Failed)
+    })
+    .await;
+    wait_until("the report", || async { reports(&t, &issue).len() == 1 }).await;
+    let record = t.record(&issue).await.expect("known");
+    assert!(
+        record
+            .blocked
+            .as_deref()
+            .is_some_and(|b| b.contains("start_run")),
+        "{record:?}"
+    );
+    let r = reports(&t, &issue);
+    assert_eq!(r.len(), 1);
+    assert!(r[0].contains("could not be started"), "{}", r[0]);
+    assert!(t.forge.tokens_of(RUNNER).is_empty(), "no token left alive");
+    t.wait_for_metric(r#"director_actions_total{kind="start_run",outcome="gave_up"} 1"#)
+        .await;
+    let rows = status_json(&t).await;
+    let row = &rows.as_array().expect("array")[0];
+    assert!(
+        row["waiting"]
+            .as_str()
+            .is_some_and(|w| w.contains("start_run")),
+        "{row}"
+    );
+    assert_eq!(row["failing"][0]["action"], "start_run");
+    assert_eq!(row["failing"][0]["state"], "failed");
+    // The container removal fails too, and is retried rather than given up at once.
+    wait_until("the removal is being retried", || async {
+        t.app
+            .store
+            .troubled_actions()
+            .await
+            .expect("query")
+            .iter()
+            .any(|a| a.kind == "remove_container" && a.state == "due" && a.attempts >= 1)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_forge_that_fails_for_a_while_fails_one_action_which_is_retried() {
+    let (t, llm, _fake) = spawn(|s| s.runner.enabled = false).await;
+    llm.always(GO);
+    let issue = t
+        .forge
+        .open_issue(&t.repo, "reporter", "Flaky forge", "")
+        .await;
+    // Enough failures in a row that the client's own retries give up once.
+    t.forge.fail_next(&[502, 502, 502, 502]);
+    t.forge.label(WRITER, &issue, TRIGGER).await;
+    t.wait_state(&issue, Lifecycle::Queued).await;
+    t.app.wait_processed().await;
+    assert_eq!(t.preflight_comments(&issue).len(), 1);
+    let metrics = t.app.get("/metrics").await.text().await.expect("text");
+    assert!(metrics.contains(r#"outcome="retried"} 1"#), "{metrics}");
+}
