@@ -8,6 +8,9 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+#[path = "common/mod.rs"]
+mod common;
+
 use clap::Parser;
 use director::domain::{IssueRef, Judgement, Lifecycle, RunState};
 use director::forge::Permission;
@@ -24,42 +27,10 @@ struct Args {
     runs: usize,
 }
 
-fn build_image() -> anyhow::Result<String> {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/agent");
-    let ctx = std::env::temp_dir().join(format!("director-runbench-{}", std::process::id()));
-    std::fs::create_dir_all(&ctx)?;
-    for f in ["agent.sh", "Dockerfile"] {
-        std::fs::copy(format!("{dir}/{f}"), ctx.join(f))?;
-    }
-    std::fs::copy("/bin/busybox", ctx.join("busybox"))?;
-    let tag = "director-runbench-agent:latest".to_owned();
-    let out = std::process::Command::new("docker")
-        .args(["build", "-q", "-t", &tag])
-        .arg(&ctx)
-        .output()?;
-    anyhow::ensure!(
-        out.status.success(),
-        "docker build: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let _ = std::fs::remove_dir_all(&ctx);
-    Ok(tag)
-}
-
-fn stats(label: &str, ms: &mut [f64]) {
-    ms.sort_by(|a, b| a.total_cmp(b));
-    let median = ms[ms.len() / 2];
-    let mean = ms.iter().sum::<f64>() / ms.len() as f64;
-    println!(
-        "{label:<58} median {median:7.1} ms  mean {mean:7.1} ms  (n={})",
-        ms.len()
-    );
-}
-
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let image = build_image()?;
+    let image = common::build_image("director-runbench-agent:latest")?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -188,13 +159,13 @@ fn main() -> anyhow::Result<()> {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         }
-        stats(
+        common::stats(
             "bare: create + copy task + start -> container started",
             &mut bare,
         );
-        stats("director: GO verdict -> container started", &mut launch);
+        common::stats("director: GO verdict -> container started", &mut launch);
         if !report.is_empty() {
-            stats(
+            common::stats(
                 "director: container exit -> issue told (PR opened, report)",
                 &mut report,
             );

@@ -143,7 +143,8 @@ impl Consumer {
         }
         pass.commit.records = views.changed_records();
         pass.commit.runs = views.changed_runs();
-        self.commit(pass).await
+        // Decided from stored events only: replayed the same way after a power cut.
+        self.commit(pass, false).await
     }
 
     fn set_aside(&self, stored: &StoredEvent, reason: &str, pass: &mut Pass) {
@@ -158,10 +159,13 @@ impl Consumer {
         pass.commit.dead.push((stored.seq, reason.to_owned()));
     }
 
-    async fn commit(&self, pass: Pass) -> anyhow::Result<()> {
+    /// `durable`: fsynced before anything acts on it (see [`Store::commit_with`]).
+    async fn commit(&self, pass: Pass, durable: bool) -> anyhow::Result<()> {
         let wake_executor = !pass.commit.actions.is_empty();
         let wake_watcher = !pass.commit.runs.is_empty();
-        self.store.commit(&pass.commit, self.clock.now_ms()).await?;
+        self.store
+            .commit_with(&pass.commit, self.clock.now_ms(), durable)
+            .await?;
         if wake_executor && let Some(w) = &self.wakes.executor {
             w.notify_one();
         }
@@ -211,7 +215,8 @@ impl Consumer {
         }
         pass.commit.records = views.changed_records();
         pass.commit.runs = views.changed_runs();
-        self.commit(pass).await
+        // New run ids: durable before a container can be started for one.
+        self.commit(pass, true).await
     }
 }
 

@@ -27,7 +27,13 @@ use crate::settings::{StoreSettings, Synchronous};
 
 #[derive(Clone, Debug)]
 pub struct Store {
+    /// Commits are fsynced (`store.synchronous`): intake and decisions.
     pool: SqlitePool,
+    /// The same database without an fsync per commit, for writes whose loss in a power cut is
+    /// harmless: claims, attempts and completions of actions (an action lost that way is
+    /// performed again, and every action is safe to repeat), the read cache, the call log.
+    /// In WAL mode a later fsynced commit makes every earlier one durable too.
+    relaxed: SqlitePool,
     /// SQLite allows one writer at a time and makes a blocked writer sleep and poll. Taking
     /// this lock around every write transaction queues writers fairly instead.
     write_lock: Arc<tokio::sync::Mutex<()>>,
@@ -57,25 +63,37 @@ pub struct Commit {
 impl Store {
     /// Opens (creating if missing) the database and applies pending migrations.
     pub async fn connect(settings: &StoreSettings) -> anyhow::Result<Self> {
-        let options = SqliteConnectOptions::from_str(&settings.url)
-            .with_context(|| format!("store.url `{}` is not a SQLite URL", settings.url))?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(match settings.synchronous {
-                Synchronous::Full => SqliteSynchronous::Full,
-                Synchronous::Normal => SqliteSynchronous::Normal,
-            })
-            .busy_timeout(Duration::from_secs(10))
-            .foreign_keys(true);
+        let options = |sync: SqliteSynchronous| {
+            SqliteConnectOptions::from_str(&settings.url)
+                .with_context(|| format!("store.url `{}` is not a SQLite URL", settings.url))
+                .map(|o| {
+                    o.create_if_missing(true)
+                        .journal_mode(SqliteJournalMode::Wal)
+                        .synchronous(sync)
+                        .busy_timeout(Duration::from_secs(10))
+                        .foreign_keys(true)
+                })
+        };
+        let durable = match settings.synchronous {
+            Synchronous::Full => SqliteSynchronous::Full,
+            Synchronous::Normal => SqliteSynchronous::Normal,
+        };
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
             .min_connections(1)
-            .connect_with(options)
+            .connect_with(options(durable)?)
             .await
             .with_context(|| format!("cannot open the database at {}", settings.url))?;
         migrate::run(&pool).await.context("applying migrations")?;
+        let relaxed = SqlitePoolOptions::new()
+            .max_connections(2)
+            .min_connections(1)
+            .connect_with(options(SqliteSynchronous::Normal)?)
+            .await
+            .with_context(|| format!("cannot open the database at {}", settings.url))?;
         Ok(Self {
             pool,
+            relaxed,
             write_lock: Arc::default(),
         })
     }
@@ -90,8 +108,25 @@ impl Store {
     /// actions they call for, the retractions, and the events consumed or set aside. A crash
     /// before the commit replays the events, which decide the same way again.
     pub async fn commit(&self, commit: &Commit, now_ms: i64) -> anyhow::Result<()> {
+        self.commit_with(commit, now_ms, true).await
+    }
+
+    /// [`Store::commit`], fsynced only when `durable`. A pass decided from stored events alone
+    /// need not be: lost in a power cut, the same events replay into the same decisions and
+    /// the same action keys, and every action is safe to repeat. A pass that draws something
+    /// new (a run id at admission) must be, before anything acts on it.
+    pub async fn commit_with(
+        &self,
+        commit: &Commit,
+        now_ms: i64,
+        durable: bool,
+    ) -> anyhow::Result<()> {
         let _writer = self.write_lock.lock().await;
-        let mut tx = self.pool.begin().await?;
+        let mut tx = if durable {
+            self.pool.begin().await?
+        } else {
+            self.relaxed.begin().await?
+        };
         for record in &commit.records {
             records::upsert_issue(&mut tx, record).await?;
         }

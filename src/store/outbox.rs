@@ -133,7 +133,7 @@ impl Store {
             Lane::Except(k) => ("<>", k),
         };
         let _writer = self.write_lock.lock().await;
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.relaxed.begin().await?;
         let sql = format!(
             "SELECT id, key, repo, number, kind, action, schema, attempts, max_attempts FROM actions a \
              WHERE state = 'due' AND not_before_ms <= ? AND kind {op} ? \
@@ -184,7 +184,7 @@ impl Store {
         now_ms: i64,
     ) -> anyhow::Result<()> {
         let _writer = self.write_lock.lock().await;
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.relaxed.begin().await?;
         sqlx::query(
             "UPDATE actions SET state = 'done', done_at_ms = ?, lease_owner = NULL, \
              lease_until_ms = NULL WHERE id = ? AND state = 'due'",
@@ -215,7 +215,7 @@ impl Store {
         .bind(error)
         .bind(not_before_ms)
         .bind(id)
-        .execute(&self.pool)
+        .execute(&self.relaxed)
         .await?;
         Ok(())
     }
@@ -229,7 +229,7 @@ impl Store {
         now_ms: i64,
     ) -> anyhow::Result<()> {
         let _writer = self.write_lock.lock().await;
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.relaxed.begin().await?;
         sqlx::query(
             "UPDATE actions SET state = 'failed', attempts = attempts + 1, last_error = ?, \
              done_at_ms = ?, lease_owner = NULL, lease_until_ms = NULL WHERE id = ? AND state = 'due'",
@@ -252,7 +252,7 @@ impl Store {
             "UPDATE actions SET lease_owner = NULL, lease_until_ms = NULL \
              WHERE state = 'due' AND lease_owner IS NOT NULL",
         )
-        .execute(&self.pool)
+        .execute(&self.relaxed)
         .await?;
         Ok(done.rows_affected())
     }
@@ -329,7 +329,7 @@ impl Store {
             deleted += sqlx::query(sql)
                 .bind(before_ms)
                 .bind(i64::from(batch))
-                .execute(&self.pool)
+                .execute(&self.relaxed)
                 .await?
                 .rows_affected();
         }

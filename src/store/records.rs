@@ -289,7 +289,7 @@ impl Store {
         .bind(reading)
         .bind(model)
         .bind(now_ms)
-        .execute(&self.pool)
+        .execute(&self.relaxed)
         .await?;
         Ok(())
     }
@@ -300,7 +300,7 @@ impl Store {
         sqlx::query("INSERT INTO preflight_calls (repo, at_ms) VALUES (?, ?)")
             .bind(repo.to_string())
             .bind(now_ms)
-            .execute(&self.pool)
+            .execute(&self.relaxed)
             .await?;
         Ok(())
     }

@@ -1,0 +1,210 @@
+//! The outbox and the event store around the state machine: time as an input, stored events
+//! that no longer parse, and retention.
+
+use std::sync::Arc;
+
+use director::clock::ManualClock;
+use director::domain::{IssueRef, Lifecycle};
+use director::event::{Event, RunReport};
+use director::startup::Overrides;
+use director::store::{Commit, Lane, NewAction, NewDelivery, Store};
+
+use crate::fake_llm::Reply;
+use crate::forge_helpers::{ForgeApp, TRIGGER, WRITER};
+
+#[tokio::test]
+async fn a_failed_read_waits_for_its_backoff_on_the_clock_and_runs_when_the_clock_moves() {
+    let clock = ManualClock::new(director::clock::now_ms());
+    let overrides = Overrides {
+        clock: Some(clock.clone()),
+        ..Default::default()
+    };
+    let (t, llm) = ForgeApp::spawn_with_llm_overridden(
+        |s| {
+            s.preflight.retry_backoff_ms = 600_000;
+            s.preflight.max_attempts = 3;
+        },
+        overrides,
+    )
+    .await;
+    llm.script(vec![Reply::Status(500)]);
+    llm.always("Fine.\n\nGO");
+    let issue = t.forge.open_issue(&t.repo, "reporter", "Later", "").await;
+    t.forge.label(WRITER, &issue, TRIGGER).await;
+    crate::helpers::wait_until("the first read failed", || async {
+        t.record(&issue)
+            .await
+            .is_some_and(|r| r.preflight.attempts == 1)
+    })
+    .await;
+    t.app.wait_processed().await;
+    let record = t.record(&issue).await.expect("known");
+    assert_eq!(record.lifecycle, Lifecycle::Pending);
+    assert_eq!(
+        record.preflight.not_before_ms,
+        Some(clock_now(&clock) + 600_000),
+        "the retry waits ten minutes of the director's clock"
+    );
+    assert_eq!(llm.prompts().len(), 1, "no second read before its time");
+
+    clock.advance(600_000);
+    t.wait_state(&issue, Lifecycle::Queued).await;
+    assert_eq!(llm.prompts().len(), 2);
+    assert_eq!(t.preflight_comments(&issue).len(), 1);
+}
+
+fn clock_now(clock: &Arc<ManualClock>) -> i64 {
+    use director::clock::Clock;
+    clock.now_ms()
+}
+
+#[tokio::test]
+async fn a_stored_event_that_no_longer_parses_is_set_aside_and_the_queue_goes_on() {
+    let t = ForgeApp::spawn().await;
+    let issue = t.forge.open_issue(&t.repo, "reporter", "After", "").await;
+    let now = director::clock::now_ms();
+    let store = &t.app.store;
+    store
+        .insert_raw_event("old-1", &issue, 2, r#"{"type":"no_such_event"}"#, now)
+        .await
+        .expect("insert");
+    store
+        .insert_raw_event("old-2", &issue, 99, "{}", now)
+        .await
+        .expect("insert");
+    t.forge.label(WRITER, &issue, TRIGGER).await;
+    t.wait_state(&issue, Lifecycle::Pending).await;
+    let dead = store.dead_events().await.expect("query");
+    assert_eq!(dead.len(), 2, "{dead:?}");
+    assert_eq!(dead[0].0, "old-1");
+    assert!(dead[0].1.contains("no_such_event"), "{}", dead[0].1);
+    assert!(
+        dead[1].1.contains("unknown schema version 99"),
+        "{}",
+        dead[1].1
+    );
+    t.wait_for_metric("director_events_set_aside_total 2").await;
+}
+
+async fn temp_store(dir: &tempfile::TempDir) -> Store {
+    Store::connect(&director::settings::StoreSettings {
+        url: format!("sqlite://{}", dir.path().join("r.db").display()),
+        ..Default::default()
+    })
+    .await
+    .expect("store")
+}
+
+fn exited(issue: &IssueRef, n: u32, at: i64) -> NewDelivery {
+    NewDelivery::internal(
+        format!("exited:r{n}"),
+        issue.clone(),
+        Event::Run {
+            run_id: format!("r{n}"),
+            report: RunReport::Exited {
+                code: Some(0),
+                timed_out: false,
+                log: String::new(),
+            },
+        },
+        at,
+    )
+}
+
+#[tokio::test]
+async fn retention_prunes_what_is_old_and_done_in_batches_and_keeps_the_rest() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = temp_store(&dir).await;
+    let issue: IssueRef = "acme/widgets#1".parse().expect("ref");
+    let (old, recent) = (1_000, 9_000_000);
+    store
+        .insert_deliveries(&(0..5).map(|n| exited(&issue, n, old)).collect::<Vec<_>>())
+        .await
+        .expect("insert");
+    store
+        .insert_raw_event("broken", &issue, 2, "{", old)
+        .await
+        .expect("insert");
+    let events = store.next_events(100).await.expect("read");
+    let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+    let (consumed, kept) = seqs.split_at(3);
+    let broken = events
+        .iter()
+        .find(|e| e.delivery_id == "broken")
+        .expect("stored")
+        .seq;
+    let action = |key: &str| NewAction {
+        key: key.into(),
+        issue: issue.clone(),
+        kind: "sync_labels".into(),
+        payload: r#"{"kind":"sync_labels"}"#.into(),
+        max_attempts: 3,
+        not_before_ms: old,
+    };
+    store
+        .commit(
+            &Commit {
+                consumed: consumed.to_vec(),
+                dead: vec![(broken, "does not parse".into())],
+                actions: vec![action("done-old"), action("still-due")],
+                ..Default::default()
+            },
+            old,
+        )
+        .await
+        .expect("commit");
+    let claimed = store
+        .claim_actions("me", Lane::Except("read_preflight"), 1, 60_000, old)
+        .await
+        .expect("claim");
+    assert_eq!(claimed.len(), 1);
+    store
+        .complete_action(claimed[0].id, None, old)
+        .await
+        .expect("done");
+    store
+        .record_preflight_call(&issue.repo, old)
+        .await
+        .expect("call");
+    store
+        .record_preflight_call(&issue.repo, recent)
+        .await
+        .expect("call");
+
+    // Small batches until nothing is left to prune.
+    let mut rounds = 0;
+    let mut deleted = 0;
+    loop {
+        let n = store.prune(recent - 1, 1).await.expect("prune");
+        if n == 0 {
+            break;
+        }
+        deleted += n;
+        rounds += 1;
+    }
+    assert_eq!(
+        deleted,
+        3 + 1 + 1,
+        "3 consumed events, 1 finished action, 1 old call"
+    );
+    assert!(rounds >= 3, "one row per statement per round: {rounds}");
+    let left = store.next_events(100).await.expect("read");
+    let unconsumed = kept.iter().filter(|s| **s != broken).count();
+    assert_eq!(left.len(), unconsumed, "unconsumed events stay");
+    assert_eq!(
+        store.dead_events().await.expect("dead").len(),
+        1,
+        "set-aside events stay"
+    );
+    let actions = store.actions_of(&issue).await.expect("actions");
+    assert_eq!(actions.len(), 1);
+    assert_eq!(actions[0].key, "still-due", "due actions stay");
+    let window = store
+        .preflight_calls_since(&issue.repo, 0)
+        .await
+        .expect("calls");
+    assert_eq!(
+        window.total, 1,
+        "recent calls stay: the hourly caps count them"
+    );
+}
