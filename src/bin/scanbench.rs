@@ -149,6 +149,7 @@ fn main() -> anyhow::Result<()> {
         policy_settings.preflight.enabled = false;
         let policy = Policy::from_settings(&policy_settings);
         let executor_wake = Arc::new(Notify::new());
+        // As in `serve`: the consumer and the executor run as tasks woken by each other.
         let consumer = Consumer::new(store.clone(), policy, director::clock::system(), wake.clone())
             .with_wakes(Wakes { executor: Some(executor_wake.clone()), watcher: None });
         let acts = Arc::new(Acts {
@@ -164,6 +165,7 @@ fn main() -> anyhow::Result<()> {
         let executor = Arc::new(Executor::new(acts, director::clock::system(), executor_wake, wake.clone(), 4, 60));
         let shutdown = tokio_util::sync::CancellationToken::new();
         tokio::spawn(executor.run(shutdown.clone()));
+        tokio::spawn(consumer.run(shutdown.clone()));
         println!(
             "{} repositories, {} labelled issues (and as many unlabelled), FakeForge over loopback in its own process",
             args.repos, args.issues
@@ -175,12 +177,12 @@ fn main() -> anyhow::Result<()> {
             let started = Instant::now();
             let report = scanner.scan_once().await?;
             let listed = started.elapsed();
-            let mut processed = consumer.drain().await?;
-            // Until every trigger is judged and every outcome decided.
+            // Until every observation is decided, every trigger judged and every outcome
+            // decided (checked every 2 ms; the work itself is driven by wake-ups).
             while store.due_actions().await? > 0 || store.pending_deliveries().await? > 0 {
-                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-                processed += consumer.drain().await?;
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
             }
+            let processed = store.delivery_counts().await?.0;
             let total = started.elapsed();
             println!(
                 "{phase:>6} scan: {:.3} s listing + {:.3} s processing = {:.3} s; {} API calls; {} labelled, {} queued, {} processed; peak RSS {} kB",

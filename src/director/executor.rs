@@ -2,12 +2,13 @@
 //! time), performs them, and records each outcome as an event in the same transaction that
 //! marks the action done. A failed attempt is retried with backoff; one that fails on every
 //! attempt becomes an event too, so the state machine can leave the issue visibly waiting.
+//! What finished meanwhile is recorded together, in one transaction (a group commit).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::SharedClock;
@@ -15,9 +16,12 @@ use crate::director::act::Acts;
 use crate::director::action::Action;
 use crate::event::Event;
 use crate::metrics::Metrics;
-use crate::store::{ClaimedAction, Lane, NewDelivery};
+use crate::store::{ClaimedAction, Finished, Lane, NewDelivery, Store};
 
 const READ: &str = "read_preflight";
+/// What became of one performed action, and the slot it frees once recorded.
+type Record = (Finished, Arc<AtomicUsize>);
+
 /// A backstop for wake-ups that never come (another process added work).
 const IDLE_POLL: Duration = Duration::from_secs(30);
 /// The first retry of a failed action; doubling after that.
@@ -37,6 +41,10 @@ pub struct Executor {
     others: Arc<AtomicUsize>,
     read_lease_ms: i64,
     metrics: Option<Metrics>,
+    /// To the recorder: what became of each performed action, and the slot it frees.
+    recorder: mpsc::UnboundedSender<Record>,
+    /// The recorder's end, taken when [`Executor::run`] starts it.
+    recorded: std::sync::Mutex<Option<mpsc::UnboundedReceiver<Record>>>,
 }
 
 impl Executor {
@@ -53,6 +61,7 @@ impl Executor {
             handled_command_id: 0,
         }
         .lease_ms(preflight_timeout_secs);
+        let (recorder, recorded) = mpsc::unbounded_channel();
         Self {
             acts,
             clock,
@@ -60,11 +69,13 @@ impl Executor {
             consumer,
             owner: format!("director-{:08x}", rand::random::<u32>()),
             read_slots: read_slots.max(1),
-            other_slots: 16,
+            other_slots: 32,
             reads: Arc::default(),
             others: Arc::default(),
             read_lease_ms,
             metrics: None,
+            recorder,
+            recorded: std::sync::Mutex::new(Some(recorded)),
         }
     }
 
@@ -75,6 +86,16 @@ impl Executor {
 
     /// Performs actions until `shutdown`.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let recorded = self.recorded.lock().ok().and_then(|mut r| r.take());
+        if let Some(rx) = recorded {
+            tokio::spawn(record(
+                self.acts.store.clone(),
+                self.clock.clone(),
+                rx,
+                self.consumer.clone(),
+                self.wake.clone(),
+            ));
+        }
         let clock_changed = self.clock.changed();
         loop {
             let wait = match self.clone().claim_and_spawn().await {
@@ -129,9 +150,11 @@ impl Executor {
             counter.fetch_add(1, Ordering::SeqCst);
             let this = self.clone();
             tokio::spawn(async move {
-                this.perform(claimed).await;
-                counter.fetch_sub(1, Ordering::SeqCst);
-                this.wake.notify_one();
+                let finished = this.perform(claimed).await;
+                // The slot frees once the outcome is recorded, not before.
+                if this.recorder.send((finished, counter.clone())).is_err() {
+                    counter.fetch_sub(1, Ordering::SeqCst);
+                }
             });
         }
         let next = store.next_action_due_ms().await?;
@@ -143,7 +166,8 @@ impl Executor {
         })
     }
 
-    async fn perform(&self, claimed: ClaimedAction) {
+    /// Performs one action and says what became of it.
+    async fn perform(&self, claimed: ClaimedAction) -> Finished {
         let span = tracing::info_span!(
             "act",
             action = %claimed.kind,
@@ -162,19 +186,20 @@ impl Executor {
             Err(e) => Err(anyhow::anyhow!("the stored action does not parse: {e}")),
         };
         let now = self.clock.now_ms();
-        let store = &self.acts.store;
-        let recorded = match result {
+        match result {
             Ok(outcome) => {
                 self.count(&claimed.kind, "done");
-                let event = outcome.map(|e| {
-                    NewDelivery::internal(
-                        format!("outcome:{}", claimed.key),
-                        claimed.issue.clone(),
-                        e,
-                        now,
-                    )
-                });
-                store.complete_action(claimed.id, event.as_ref(), now).await
+                Finished::Done {
+                    id: claimed.id,
+                    event: outcome.map(|e| {
+                        NewDelivery::internal(
+                            format!("outcome:{}", claimed.key),
+                            claimed.issue.clone(),
+                            e,
+                            now,
+                        )
+                    }),
+                }
             }
             Err(error) => {
                 let error = format!("{error:#}");
@@ -188,36 +213,35 @@ impl Executor {
                             "action failed on every attempt; the issue waits"
                         )
                     });
-                    let event = NewDelivery::internal(
-                        format!("gave-up:{}", claimed.key),
-                        claimed.issue.clone(),
-                        Event::ActionGaveUp {
-                            key: claimed.key.clone(),
-                            kind: claimed.kind.clone(),
-                            error: error.clone(),
-                        },
-                        now,
-                    );
-                    store.give_up_action(claimed.id, &error, &event, now).await
+                    Finished::GaveUp {
+                        id: claimed.id,
+                        event: NewDelivery::internal(
+                            format!("gave-up:{}", claimed.key),
+                            claimed.issue.clone(),
+                            Event::ActionGaveUp {
+                                key: claimed.key.clone(),
+                                kind: claimed.kind.clone(),
+                                error: error.clone(),
+                            },
+                            now,
+                        ),
+                        error,
+                    }
                 } else {
                     self.count(&claimed.kind, "retried");
                     span.in_scope(|| {
                         tracing::warn!(attempt, error, "action failed; retried later")
                     });
-                    let at = now.saturating_add(crate::director::decide::backoff_ms(
-                        attempt,
-                        RETRY_BASE_MS,
-                    ));
-                    store.retry_action(claimed.id, &error, at).await
+                    Finished::Retry {
+                        id: claimed.id,
+                        not_before_ms: now.saturating_add(crate::director::decide::backoff_ms(
+                            attempt,
+                            RETRY_BASE_MS,
+                        )),
+                        error,
+                    }
                 }
             }
-        };
-        match recorded {
-            Ok(()) => self.consumer.notify_one(),
-            // The lease runs out and the action is performed again: safe by construction.
-            Err(e) => span.in_scope(|| {
-                tracing::error!(error = %format!("{e:#}"), "could not record the action's outcome")
-            }),
         }
     }
 
@@ -225,5 +249,29 @@ impl Executor {
         if let Some(m) = &self.metrics {
             m.actions.with_label_values(&[kind, outcome]).inc();
         }
+    }
+}
+
+/// The recorder: stores what finished meanwhile in one transaction, then frees the slots and
+/// wakes the consumer (new outcome events) and the executor (free slots, next actions).
+async fn record(
+    store: Store,
+    clock: SharedClock,
+    mut rx: mpsc::UnboundedReceiver<Record>,
+    consumer: Arc<Notify>,
+    executor: Arc<Notify>,
+) {
+    let mut batch = Vec::new();
+    while rx.recv_many(&mut batch, 256).await > 0 {
+        let (finished, slots): (Vec<_>, Vec<_>) = batch.drain(..).unzip();
+        if let Err(e) = store.record_outcomes(&finished, clock.now_ms()).await {
+            // The leases run out and the actions are performed again: safe by construction.
+            tracing::error!(error = %format!("{e:#}"), actions = finished.len(), "could not record what the actions did");
+        }
+        for slot in slots {
+            slot.fetch_sub(1, Ordering::SeqCst);
+        }
+        consumer.notify_one();
+        executor.notify_one();
     }
 }

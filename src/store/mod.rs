@@ -20,7 +20,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 
 pub use crate::domain::{IssueRecord, PreflightState, RunRecord};
 pub use events::{NewDelivery, StoredEvent};
-pub use outbox::{ActionRow, ClaimedAction, Lane, NewAction};
+pub use outbox::{ActionRow, ClaimedAction, Finished, Lane, NewAction};
 pub use records::CallWindow;
 
 use crate::settings::{StoreSettings, Synchronous};
@@ -85,8 +85,9 @@ impl Store {
             .await
             .with_context(|| format!("cannot open the database at {}", settings.url))?;
         migrate::run(&pool).await.context("applying migrations")?;
+        // Its writes are serialised by `write_lock` anyway: one connection, one page cache.
         let relaxed = SqlitePoolOptions::new()
-            .max_connections(2)
+            .max_connections(1)
             .min_connections(1)
             .connect_with(options(SqliteSynchronous::Normal)?)
             .await

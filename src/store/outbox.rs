@@ -47,6 +47,25 @@ pub struct ActionRow {
     pub not_before_ms: i64,
 }
 
+/// What became of one performed action.
+#[derive(Clone, Debug)]
+pub enum Finished {
+    /// Done; `event` is its outcome, if it reports one.
+    Done { id: i64, event: Option<NewDelivery> },
+    /// This attempt failed: try again from `not_before_ms`.
+    Retry {
+        id: i64,
+        error: String,
+        not_before_ms: i64,
+    },
+    /// Every attempt failed: `event` tells the state machine.
+    GaveUp {
+        id: i64,
+        error: String,
+        event: NewDelivery,
+    },
+}
+
 /// Which kinds one claim takes: the pre-flight reads have their own concurrency.
 #[derive(Clone, Copy, Debug)]
 pub enum Lane<'a> {
@@ -55,6 +74,10 @@ pub enum Lane<'a> {
 }
 
 type Tx<'a> = sqlx::Transaction<'a, sqlx::Sqlite>;
+
+/// Each issue's oldest due action: the only one of the issue that may run (a grouped scan of
+/// the partial index `actions_due_by_issue`).
+const HEADS: &str = "SELECT MIN(id) AS id FROM actions WHERE state = 'due' GROUP BY repo, number";
 
 pub(super) async fn insert_actions(
     tx: &mut Tx<'_>,
@@ -135,12 +158,11 @@ impl Store {
         let _writer = self.write_lock.lock().await;
         let mut tx = self.relaxed.begin().await?;
         let sql = format!(
-            "SELECT id, key, repo, number, kind, action, schema, attempts, max_attempts FROM actions a \
-             WHERE state = 'due' AND not_before_ms <= ? AND kind {op} ? \
-             AND (lease_until_ms IS NULL OR lease_until_ms < ?) \
-             AND NOT EXISTS (SELECT 1 FROM actions b WHERE b.repo = a.repo AND b.number = a.number \
-                             AND b.state = 'due' AND b.id < a.id) \
-             ORDER BY id LIMIT ?"
+            "SELECT a.id, a.key, a.repo, a.number, a.kind, a.action, a.schema, a.attempts, a.max_attempts \
+             FROM actions a JOIN ({HEADS}) h ON a.id = h.id \
+             WHERE a.not_before_ms <= ? AND a.kind {op} ? \
+             AND (a.lease_until_ms IS NULL OR a.lease_until_ms < ?) \
+             ORDER BY a.id LIMIT ?"
         );
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(now_ms)
@@ -174,6 +196,59 @@ impl Store {
         }
         tx.commit().await?;
         Ok(claimed)
+    }
+
+    /// Records what became of several performed actions in one transaction (one write for the
+    /// lot): each outcome event is stored with its action's end.
+    pub async fn record_outcomes(&self, outcomes: &[Finished], now_ms: i64) -> anyhow::Result<()> {
+        let _writer = self.write_lock.lock().await;
+        let mut tx = self.relaxed.begin().await?;
+        let mut events = Vec::new();
+        for f in outcomes {
+            match f {
+                Finished::Done { id, event } => {
+                    sqlx::query(
+                        "UPDATE actions SET state = 'done', done_at_ms = ?, lease_owner = NULL, \
+                         lease_until_ms = NULL WHERE id = ? AND state = 'due'",
+                    )
+                    .bind(now_ms)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                    events.extend(event.iter().cloned());
+                }
+                Finished::Retry {
+                    id,
+                    error,
+                    not_before_ms,
+                } => {
+                    sqlx::query(
+                        "UPDATE actions SET attempts = attempts + 1, last_error = ?, not_before_ms = ?, \
+                         lease_owner = NULL, lease_until_ms = NULL WHERE id = ? AND state = 'due'",
+                    )
+                    .bind(error)
+                    .bind(not_before_ms)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                Finished::GaveUp { id, error, event } => {
+                    sqlx::query(
+                        "UPDATE actions SET state = 'failed', attempts = attempts + 1, last_error = ?, \
+                         done_at_ms = ?, lease_owner = NULL, lease_until_ms = NULL WHERE id = ? AND state = 'due'",
+                    )
+                    .bind(error)
+                    .bind(now_ms)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                    events.push(event.clone());
+                }
+            }
+        }
+        insert(&mut tx, &events).await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     /// The action is done; its outcome (if it reports one) is stored in the same transaction.
@@ -260,11 +335,10 @@ impl Store {
     /// When the next action that can be claimed becomes due: the earliest of each issue's
     /// oldest due action (a later one waits for it, whatever its own time).
     pub async fn next_action_due_ms(&self) -> anyhow::Result<Option<i64>> {
-        Ok(sqlx::query_scalar(
-            "SELECT MIN(not_before_ms) FROM actions a WHERE state = 'due' AND lease_owner IS NULL \
-             AND NOT EXISTS (SELECT 1 FROM actions b WHERE b.repo = a.repo AND b.number = a.number \
-                             AND b.state = 'due' AND b.id < a.id)",
-        )
+        Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT MIN(a.not_before_ms) FROM actions a JOIN ({HEADS}) h ON a.id = h.id \
+             WHERE a.lease_owner IS NULL"
+        )))
         .fetch_one(&self.pool)
         .await?)
     }
