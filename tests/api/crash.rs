@@ -189,6 +189,14 @@ impl World {
             .count()
     }
 
+    /// A new issue in acme/widgets, labelled by a writer.
+    async fn labelled(&self, title: &str, body: &str) -> IssueRef {
+        let repo = "acme/widgets".parse().expect("repo");
+        let issue = self.forge.open_issue(&repo, "reporter", title, body).await;
+        self.forge.label(WRITER, &issue, TRIGGER).await;
+        issue
+    }
+
     fn assert_contract(&self) {
         let v = self.forge.contract_violations();
         assert!(v.is_empty(), "{v:?}");
@@ -211,12 +219,7 @@ async fn killed_right_after_filing_the_routed_issue_files_it_once() {
     w.forge.grant(&api, BOT, Permission::Admin);
     let store = w.store().await;
     let child = w.start(Some("after_routed_issue_created")).await;
-    let repo = "acme/widgets".parse().expect("repo");
-    let issue = w
-        .forge
-        .open_issue(&repo, "reporter", "Login fails", "The API 500s.")
-        .await;
-    w.forge.label(WRITER, &issue, TRIGGER).await;
+    let issue = w.labelled("Login fails", "The API 500s.").await;
     w.kill_at(child, "after_routed_issue_created").await;
     assert_eq!(w.forge.issues_in(&api).len(), 1, "filed before the kill");
 
@@ -235,12 +238,7 @@ async fn killed_while_the_model_answers_posts_one_comment_after_restart() {
     let w = World::new("Fine.\n\nGO");
     let store = w.store().await;
     let child = w.start(Some("during_model_call")).await;
-    let repo = "acme/widgets".parse().expect("repo");
-    let issue = w
-        .forge
-        .open_issue(&repo, "reporter", "Add --verbose", "Print each step.")
-        .await;
-    w.forge.label(WRITER, &issue, TRIGGER).await;
+    let issue = w.labelled("Add --verbose", "Print each step.").await;
     w.kill_at(child, "during_model_call").await;
     assert_eq!(
         w.preflight_comments(&issue),
@@ -266,12 +264,7 @@ async fn killed_right_after_the_container_started_adopts_it_and_starts_no_second
     let store = w.store().await;
     let since = chrono::Utc::now().timestamp() - 1;
     let child = w.start(Some("after_container_started")).await;
-    let repo = "acme/widgets".parse().expect("repo");
-    let issue = w
-        .forge
-        .open_issue(&repo, "reporter", "Survive", "mode: slow")
-        .await;
-    w.forge.label(WRITER, &issue, TRIGGER).await;
+    let issue = w.labelled("Survive", "mode: slow").await;
     w.kill_at(child, "after_container_started").await;
 
     let child = w.start(None).await;
@@ -284,7 +277,7 @@ async fn killed_right_after_the_container_started_adopts_it_and_starts_no_second
         1,
         "one container for the run, ever"
     );
-    assert_eq!(w.forge.pulls_of(&repo).len(), 1);
+    assert_eq!(w.forge.pulls_of(&issue.repo).len(), 1);
     assert!(w.forge.tokens_of(RUNNER).is_empty(), "no token left alive");
     assert_eq!(
         w.forge.minted_tokens().len(),
@@ -300,18 +293,21 @@ async fn killed_right_after_opening_the_pull_request_opens_one_and_reports_once(
     let w = World::new("Fine.\n\nGO").with_runs();
     let store = w.store().await;
     let child = w.start(Some("after_pr_opened")).await;
-    let repo = "acme/widgets".parse().expect("repo");
-    let issue = w
-        .forge
-        .open_issue(&repo, "reporter", "Add --verbose", "Print each step.")
-        .await;
-    w.forge.label(WRITER, &issue, TRIGGER).await;
+    let issue = w.labelled("Add --verbose", "Print each step.").await;
     w.kill_at(child, "after_pr_opened").await;
-    assert_eq!(w.forge.pulls_of(&repo).len(), 1, "opened before the kill");
+    assert_eq!(
+        w.forge.pulls_of(&issue.repo).len(),
+        1,
+        "opened before the kill"
+    );
 
     let child = w.start(None).await;
     w.settle(&store, &issue, Lifecycle::Succeeded).await;
-    assert_eq!(w.forge.pulls_of(&repo).len(), 1, "one pull request, ever");
+    assert_eq!(
+        w.forge.pulls_of(&issue.repo).len(),
+        1,
+        "one pull request, ever"
+    );
     let reports = w
         .forge
         .comments_on(&issue)
@@ -321,7 +317,7 @@ async fn killed_right_after_opening_the_pull_request_opens_one_and_reports_once(
     assert_eq!(reports, 1);
     assert!(w.forge.tokens_of(RUNNER).is_empty(), "no token left alive");
     let runs = store.runs_of(&issue).await.expect("runs");
-    assert_eq!(runs[0].pr_number, Some(w.forge.pulls_of(&repo)[0].0));
+    assert_eq!(runs[0].pr_number, Some(w.forge.pulls_of(&issue.repo)[0].0));
     stop(child);
     w.assert_contract();
 }

@@ -7,7 +7,7 @@ use director::clock::ManualClock;
 use director::domain::{IssueRef, Lifecycle};
 use director::event::{Event, RunReport};
 use director::startup::Overrides;
-use director::store::{Commit, Lane, NewAction, NewDelivery, Store};
+use director::store::{Commit, Finished, Lane, NewAction, NewDelivery, Store};
 
 use crate::fake_llm::Reply;
 use crate::forge_helpers::{ForgeApp, TRIGGER, WRITER};
@@ -159,7 +159,13 @@ async fn retention_prunes_what_is_old_and_done_in_batches_and_keeps_the_rest() {
         .expect("claim");
     assert_eq!(claimed.len(), 1);
     store
-        .complete_action(claimed[0].id, None, old)
+        .record_outcomes(
+            &[Finished::Done {
+                id: claimed[0].id,
+                event: None,
+            }],
+            old,
+        )
         .await
         .expect("done");
     store
