@@ -15,8 +15,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::{
-    Branch, Comment, Forge, ForgeError, Issue, Label, MintedToken, Permission, Repository,
-    RunnerAccount, TimelineEntry,
+    Branch, Comment, Forge, ForgeError, Issue, Label, MintedToken, Permission, RUN_TOKEN_SCOPE,
+    Repository, RunnerAccount, TimelineEntry,
 };
 use crate::domain::{IssueRef, RepoName};
 use crate::metrics::Metrics;
@@ -307,7 +307,8 @@ fn basic(runner: &RunnerAccount) -> Result<HeaderValue, ForgeError> {
 #[serde(default)]
 struct WireBranch {
     name: String,
-    user_can_push: bool,
+    user_can_push: Option<bool>,
+    user_can_merge: Option<bool>,
 }
 
 #[derive(Deserialize, Default)]
@@ -323,6 +324,25 @@ struct WireToken {
     id: u64,
     name: String,
     sha1: String,
+    scopes: Vec<String>,
+    repositories: Option<Vec<WireRepoMeta>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WireRepoMeta {
+    name: String,
+    owner: String,
+    full_name: String,
+}
+
+impl WireRepoMeta {
+    fn repo(&self) -> Option<RepoName> {
+        self.full_name
+            .parse()
+            .ok()
+            .or_else(|| RepoName::new(&self.owner, &self.name).ok())
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -813,7 +833,7 @@ impl Forge for ForgejoClient {
         let path = format!("/users/{}/tokens", seg(&runner.login));
         let body = json!({
             "name": name,
-            "scopes": ["write:repository"],
+            "scopes": [RUN_TOKEN_SCOPE],
             "repositories": [{ "owner": repo.owner(), "name": repo.name() }],
         });
         let resp = self
@@ -838,6 +858,10 @@ impl Forge for ForgejoClient {
             id: wire.id,
             name: wire.name,
             token: Secret::new(wire.sha1),
+            repositories: wire
+                .repositories
+                .map(|list| list.iter().filter_map(WireRepoMeta::repo).collect()),
+            scopes: wire.scopes,
         })
     }
 
@@ -929,7 +953,8 @@ impl ForgejoClient {
                 let w: WireBranch = decode(&Method::GET, &path, resp).await?;
                 Ok(Some(Branch {
                     name: w.name,
-                    user_can_push: w.user_can_push,
+                    user_can_push: w.user_can_push.unwrap_or(true),
+                    user_can_merge: w.user_can_merge.unwrap_or(true),
                 }))
             }
             Err(e) if e.is_not_found() => Ok(None),

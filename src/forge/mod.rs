@@ -75,8 +75,13 @@ pub struct Repository {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Branch {
     pub name: String,
+    /// A field the forge left out counts as "can": the check fails closed.
     pub user_can_push: bool,
+    pub user_can_merge: bool,
 }
+
+/// The one scope a run token carries.
+pub const RUN_TOKEN_SCOPE: &str = "write:repository";
 
 /// A per-run token of the runner account.
 #[derive(Clone, Debug)]
@@ -84,6 +89,10 @@ pub struct MintedToken {
     pub id: u64,
     pub name: String,
     pub token: crate::settings::Secret,
+    /// The repositories the forge says the token is restricted to (`None`: unrestricted,
+    /// as an older Forgejo answers when it ignores the restriction).
+    pub repositories: Option<Vec<RepoName>>,
+    pub scopes: Vec<String>,
 }
 
 /// The runner account's Basic-auth credentials (tokens are minted and deleted with them).

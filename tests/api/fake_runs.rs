@@ -344,3 +344,47 @@ async fn a_forge_that_fails_for_a_while_fails_one_action_which_is_retried() {
     let metrics = t.app.get("/metrics").await.text().await.expect("text");
     assert!(metrics.contains(r#"outcome="retried"} 1"#), "{metrics}");
 }
+
+/// The run was refused: no container, its token (if one was minted) revoked, the issue told.
+async fn assert_refused(t: &ForgeApp, fake: &FakeRuntime, issue: &IssueRef, why: &str) {
+    wait_until("the run is refused", || async {
+        t.record(issue)
+            .await
+            .is_some_and(|r| r.lifecycle == Lifecycle::Failed)
+    })
+    .await;
+    t.app.wait_processed().await;
+    let run = &t.app.store.runs_of(issue).await.expect("runs")[0];
+    assert_eq!(run.state, RunState::Refused);
+    assert_eq!(fake.creations(&run.id), 0, "no container was created");
+    assert!(t.forge.tokens_of(RUNNER).is_empty(), "no token left alive");
+    let r = reports(t, issue);
+    assert_eq!(r.len(), 1);
+    assert!(r[0].contains(why), "{}", r[0]);
+}
+
+#[tokio::test]
+async fn a_default_branch_protected_against_push_but_mergeable_is_refused() {
+    let (t, _llm, fake) = spawn(|_| {}).await;
+    t.forge.allow_merge_into_default_branch(&t.repo);
+    let issue = labelled(&t, "Merge me in", "").await;
+    assert_refused(&t, &fake, &issue, "can merge into `main`").await;
+}
+
+#[tokio::test]
+async fn an_admin_runner_account_is_refused_before_any_token_is_minted() {
+    let (t, _llm, fake) = spawn(|_| {}).await;
+    t.forge.grant(&t.repo, RUNNER, Permission::Admin);
+    let issue = labelled(&t, "Admin runner", "").await;
+    assert_refused(&t, &fake, &issue, "has `admin` permission").await;
+    assert!(t.forge.minted_tokens().is_empty(), "nothing was minted");
+}
+
+#[tokio::test]
+async fn a_forgejo_that_ignores_the_token_restriction_is_refused_and_the_token_revoked() {
+    let (t, _llm, fake) = spawn(|_| {}).await;
+    t.forge.ignore_token_restrictions();
+    let issue = labelled(&t, "Old Forgejo", "").await;
+    assert_refused(&t, &fake, &issue, "did not restrict the run token").await;
+    assert_eq!(t.forge.minted_tokens().len(), 1, "minted, then revoked");
+}

@@ -387,7 +387,7 @@ async fn a_pushable_default_branch_is_refused_before_any_container() {
     assert_eq!(record.lifecycle, Lifecycle::Failed);
     let reports = run_comments(&t, &issue);
     assert!(
-        reports[0].contains("refused") && reports[0].contains("can push to `main`"),
+        reports[0].contains("refused") && reports[0].contains("can push to and merge into `main`"),
         "{}",
         reports[0]
     );

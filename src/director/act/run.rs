@@ -11,7 +11,7 @@ use base64::Engine as _;
 use super::Acts;
 use crate::domain::{IssueRecord, IssueRef, RunRecord, RunState};
 use crate::event::{Event, RunReport};
-use crate::forge::RunnerAccount;
+use crate::forge::{Branch, Permission, RUN_TOKEN_SCOPE, RunnerAccount};
 use crate::preflight::prompt::strip_hidden;
 use crate::runtime::{RUN_LABEL, RunSpec, Runtime, RuntimeError};
 use crate::settings::{RunnerSettings, Secret};
@@ -165,6 +165,9 @@ impl RunAct {
             return Ok(report(RunReport::Stale));
         }
         run.base_branch = self.base_branch(acts, &run).await?;
+        if let Some(why) = self.runner_role_refusal(acts, &run).await? {
+            return Ok(report(RunReport::Refused { why }));
+        }
         // A token's value cannot be read back: one an earlier attempt minted is replaced.
         let name = token_name(run_id);
         acts.forge
@@ -177,21 +180,34 @@ impl RunAct {
             .await
             .context("minting the run token")?;
         self.secrets.remember(run_id, minted.token.expose());
-        // PR-only: the run's own token must not be able to push to the default branch.
+        // Forgejo's answer must show the restriction asked for: an older one ignores it.
+        let restricted = minted.repositories.as_deref() == Some(std::slice::from_ref(&run.repo));
+        if !restricted || minted.scopes != [RUN_TOKEN_SCOPE] {
+            let repositories = minted
+                .repositories
+                .as_ref()
+                .map_or("none".to_owned(), |list| {
+                    list.iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                });
+            return Ok(report(RunReport::Refused {
+                why: format!(
+                    "Forgejo did not restrict the run token to {} with the scope `{RUN_TOKEN_SCOPE}` alone (it answered repositories: {repositories}; scopes: {}); repository-restricted tokens need Forgejo 15 or later",
+                    run.repo,
+                    minted.scopes.join(", ")
+                ),
+            }));
+        }
+        // PR-only: the run's own token can neither push to nor merge into the default branch.
         let branch = acts
             .forge
             .branch_as(&minted.token, &run.repo, &run.base_branch)
             .await
             .context("checking the default branch with the run token")?;
-        if branch.is_some_and(|b| b.user_can_push)
-            && !self.settings.allow_unprotected_default_branch
-        {
-            return Ok(report(RunReport::Refused {
-                why: format!(
-                    "the runner account `{}` can push to `{}`: protect the default branch against it (or set runner.allow_unprotected_default_branch)",
-                    self.runner.login, run.base_branch
-                ),
-            }));
+        if let Some(why) = self.pr_only_refusal(&run, branch.as_ref()) {
+            return Ok(report(RunReport::Refused { why }));
         }
         let task = self.task(acts, &run, &issue).await?;
         let spec = self.spec(&run, &minted.token, task);
@@ -209,6 +225,53 @@ impl RunAct {
             container_id: id,
             base_branch: run.base_branch,
         }))
+    }
+
+    /// Why the runner account may not hold a run token here: its role must be exactly write
+    /// (an admin's token, however restricted, could lift the branch protection).
+    async fn runner_role_refusal(
+        &self,
+        acts: &Acts,
+        run: &RunRecord,
+    ) -> anyhow::Result<Option<String>> {
+        let role = acts
+            .permission(&run.repo, &self.runner.login)
+            .await
+            .context("checking the runner account's permission")?;
+        Ok((role != Permission::Write).then(|| {
+            format!(
+                "the runner account `{}` has `{}` permission on {}; it must have exactly write (an admin's token could lift the branch protection)",
+                self.runner.login,
+                role.as_str(),
+                run.repo
+            )
+        }))
+    }
+
+    /// Why the run token is not PR-only, if it is not. A branch the token cannot see, or a
+    /// field the forge left out, fails closed.
+    fn pr_only_refusal(&self, run: &RunRecord, branch: Option<&Branch>) -> Option<String> {
+        if self.settings.allow_unprotected_default_branch {
+            return None;
+        }
+        let base = &run.base_branch;
+        let can = match branch {
+            None => {
+                return Some(format!(
+                    "the default branch `{base}` cannot be seen with the run token, so it cannot be shown to be protected against it"
+                ));
+            }
+            Some(b) => match (b.user_can_push, b.user_can_merge) {
+                (false, false) => return None,
+                (true, true) => "push to and merge into",
+                (true, false) => "push to",
+                (false, true) => "merge into",
+            },
+        };
+        Some(format!(
+            "the runner account `{}` can {can} `{base}`: protect the default branch against it, for pushes and merges (or set runner.allow_unprotected_default_branch)",
+            self.runner.login
+        ))
     }
 
     async fn base_branch(&self, acts: &Acts, run: &RunRecord) -> anyhow::Result<String> {

@@ -108,6 +108,8 @@ pub(crate) struct FRepo {
     pub branches: BTreeMap<String, Vec<u64>>,
     /// The default branch accepts pushes from admins only.
     pub protect_default: bool,
+    /// ... but writers may merge into it (a protection that forgot merges).
+    pub merge_default: bool,
     pub pulls: Vec<FPull>,
     pub labels: Vec<FLabel>,
     pub issues: BTreeMap<u64, FIssue>,
@@ -144,6 +146,8 @@ pub(crate) struct State {
     pub calls: Vec<Call>,
     pub fail_next: VecDeque<u16>,
     pub violations: Vec<String>,
+    /// Tokens are minted unrestricted, whatever was asked (a Forgejo older than 15).
+    pub ignore_token_restrictions: bool,
     webhook: Option<Webhook>,
     outbox: Vec<Outgoing>,
 }
@@ -386,6 +390,15 @@ impl State {
     }
 
     /// What `login` (through a token restricted or not) may do on `repo`'s branch `name`.
+    pub(crate) fn can_merge(&self, repo: &RepoName, login: &str, name: &str) -> bool {
+        let Ok(r) = self.repo(repo) else { return false };
+        if name == r.default_branch && r.protect_default && r.merge_default {
+            self.permission_of(repo, login) >= Permission::Write
+        } else {
+            self.can_push(repo, login, name)
+        }
+    }
+
     pub(crate) fn can_push(&self, repo: &RepoName, login: &str, name: &str) -> bool {
         let Ok(r) = self.repo(repo) else { return false };
         let perm = self.permission_of(repo, login);
@@ -538,6 +551,11 @@ impl State {
                 "access token name `{name}` is empty or taken"
             )));
         }
+        let repos = if self.ignore_token_restrictions {
+            None
+        } else {
+            repos
+        };
         let id = self.id();
         let sha1 = format!("{:040x}", rand::random::<u128>());
         let token = FToken {
@@ -637,6 +655,7 @@ impl FakeForge {
             default_branch: "main".into(),
             branches: BTreeMap::from([("main".to_owned(), vec![commit])]),
             protect_default: true,
+            merge_default: false,
             pulls: Vec::new(),
             labels: Vec::new(),
             issues: BTreeMap::new(),
@@ -684,6 +703,19 @@ impl FakeForge {
     }
 
     /// Lets writers push to the default branch (an unprotected repository).
+    /// The default branch stays protected against pushes but lets writers merge into it.
+    pub fn allow_merge_into_default_branch(&self, repo: &RepoName) {
+        if let Ok(r) = self.state().repo_mut(repo) {
+            r.merge_default = true;
+        }
+    }
+
+    /// Behave like a Forgejo older than 15: accept a repository restriction when minting a
+    /// token, ignore it, and answer without it.
+    pub fn ignore_token_restrictions(&self) {
+        self.state().ignore_token_restrictions = true;
+    }
+
     pub fn unprotect_default_branch(&self, repo: &RepoName) {
         if let Ok(r) = self.state().repo_mut(repo) {
             r.protect_default = false;
@@ -1225,6 +1257,7 @@ impl Forge for FakeForge {
         Ok(r.branches.contains_key(name).then(|| super::Branch {
             name: name.to_owned(),
             user_can_push: s.can_push(repo, &bot, name),
+            user_can_merge: s.can_merge(repo, &bot, name),
         }))
     }
 
@@ -1252,6 +1285,7 @@ impl Forge for FakeForge {
         Ok(r.branches.contains_key(name).then(|| super::Branch {
             name: name.to_owned(),
             user_can_push: s.can_push(repo, &t.login, name),
+            user_can_merge: s.can_merge(repo, &t.login, name),
         }))
     }
 
@@ -1311,7 +1345,7 @@ impl Forge for FakeForge {
                 &runner.login,
                 runner.password.expose(),
                 name,
-                vec!["write:repository".into()],
+                vec![super::RUN_TOKEN_SCOPE.into()],
                 Some(vec![repo.clone()]),
             )
             .map_err(|e| refused("POST", format!("/users/{}/tokens", runner.login), e))?;
@@ -1319,6 +1353,8 @@ impl Forge for FakeForge {
             id: t.id,
             name: t.name,
             token: crate::settings::Secret::new(t.sha1),
+            repositories: t.repos,
+            scopes: t.scopes,
         })
     }
 

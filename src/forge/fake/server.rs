@@ -537,7 +537,7 @@ fn route(
                 "enable_status_check": false,
                 "status_check_contexts": [],
                 "user_can_push": s.can_push(&repo, login, branch),
-                "user_can_merge": s.can_push(&repo, login, branch),
+                "user_can_merge": s.can_merge(&repo, login, branch),
                 "effective_branch_protection_name": if protected { branch.to_string() } else { String::new() },
             })))
         }
@@ -632,6 +632,12 @@ fn route(
                     "id": t.id, "name": t.name, "sha1": t.sha1,
                     "token_last_eight": t.sha1.chars().rev().take(8).collect::<String>().chars().rev().collect::<String>(),
                     "scopes": t.scopes,
+                    "repositories": t.repos.as_ref().map(|list| list.iter().map(|r| json!({
+                        "id": s.repo(r).map(|x| x.id).unwrap_or(0),
+                        "name": r.name(),
+                        "owner": r.owner(),
+                        "full_name": r.to_string(),
+                    })).collect::<Vec<_>>()),
                 }),
                 Vec::new(),
             ))
