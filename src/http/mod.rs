@@ -30,6 +30,19 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// The configuration watches `repo` (`scan.repos`, or its owner in `scan.orgs`): only
+    /// those are acted on.
+    pub fn watches(&self, repo: &crate::domain::RepoName) -> bool {
+        let scan = &self.settings.scan;
+        scan.repos.iter().any(|r| {
+            r.owner().eq_ignore_ascii_case(repo.owner())
+                && r.name().eq_ignore_ascii_case(repo.name())
+        }) || scan
+            .orgs
+            .iter()
+            .any(|o| o.eq_ignore_ascii_case(repo.owner()))
+    }
+
     pub fn is_bot(&self, login: &str) -> bool {
         self.bot_login
             .read()

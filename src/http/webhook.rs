@@ -128,6 +128,16 @@ pub async fn receive(
             "event caused by the director itself",
         );
     }
+    if !state.watches(&event.issue.repo) {
+        // Signed, so the sender holds a webhook secret, but not for a repository watched here.
+        count("unwatched");
+        tracing::info!(repo = %event.issue.repo, "delivery for a repository not watched; ignored");
+        return answer(
+            StatusCode::OK,
+            "ignored",
+            "the repository is not watched (scan.repos, scan.orgs)",
+        );
+    }
 
     let content_sha256 = hex::encode(Sha256::digest(&body));
     let delivery_id = first_header(

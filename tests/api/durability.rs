@@ -21,6 +21,7 @@ fn start(db: &str, port: u16) -> Child {
         .env("DIRECTOR_STORE__URL", format!("sqlite://{db}"))
         .env("DIRECTOR_WEBHOOK__SECRETS", SECRET)
         .env("DIRECTOR_SCAN__ENABLED", "false")
+        .env("DIRECTOR_SCAN__REPOS", "acme/widgets")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::null())

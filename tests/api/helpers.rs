@@ -28,6 +28,8 @@ pub fn test_settings(dir: &TempDir) -> Settings {
     settings.webhook.secrets = vec![Secret::new(SECRET)];
     settings.forge.bot_login = Some(BOT.into());
     settings.scan.enabled = false;
+    // Only watched repositories are acted on.
+    settings.scan.repos = vec!["acme/widgets".parse().expect("repo")];
     settings
 }
 

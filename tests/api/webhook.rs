@@ -212,7 +212,12 @@ async fn unused_event_types_get_200_and_store_nothing() {
 
 #[tokio::test]
 async fn a_real_pull_request_payload_is_stored_but_tracks_no_issue() {
-    let app = TestApp::spawn().await;
+    let app = TestApp::spawn_with(|s| {
+        s.scan
+            .repos
+            .push("anbraten/test-repo".parse().expect("repo"))
+    })
+    .await;
     let res = app
         .deliver(
             "pull_request",
@@ -390,4 +395,53 @@ async fn probes_and_metrics_answer() {
             && text.contains(r#"director_http_request_duration_seconds_bucket{method="POST",route="/webhooks/forgejo""#)
     })
     .await;
+}
+
+#[tokio::test]
+async fn a_signed_delivery_for_a_repository_nobody_watches_is_ignored_and_counted() {
+    let app = TestApp::spawn_with(|s| s.scan.orgs = vec!["Watched-Org".into()]).await;
+    // Signed with the secret, for a repository the configuration does not name.
+    let stranger = issue_payload(
+        "label_updated",
+        "mallory",
+        &Issue {
+            repo: "evil/elsewhere",
+            labels: &["headless"],
+            ..Default::default()
+        },
+    );
+    let res = app.deliver("issue_label", "w-1", &stranger).await;
+    assert_eq!(res.status(), 200);
+    let body: serde_json::Value = res.json().await.expect("json");
+    assert_eq!(body["status"], "ignored", "{body}");
+    // Watched: by name, and through its organisation (in any case).
+    for (n, repo) in ["acme/widgets", "watched-org/tools"]
+        .into_iter()
+        .enumerate()
+    {
+        let ok = issue_payload(
+            "label_updated",
+            "alice",
+            &Issue {
+                repo,
+                ..Default::default()
+            },
+        );
+        let res = app.deliver("issue_label", &format!("w-ok-{n}"), &ok).await;
+        assert_eq!(res.status(), 202, "{repo}");
+    }
+    app.wait_processed().await;
+    assert_eq!(app.stored_deliveries().await, 2);
+    let issues = app.store.list_issues().await.expect("list");
+    assert!(
+        issues.iter().all(|r| r.repo.owner() != "evil"),
+        "{issues:?}"
+    );
+    let metrics = app.get("/metrics").await.text().await.expect("text");
+    assert!(
+        metrics.contains(
+            r#"director_webhook_deliveries_total{event="issue_label",outcome="unwatched"} 1"#
+        ),
+        "{metrics}"
+    );
 }
