@@ -11,8 +11,9 @@ use crate::event::StickyDraft;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Action {
-    /// Find who applied the trigger (the hint, else the timeline) and their permission.
-    ResolveTrigger { actor_hint: Option<String> },
+    /// Find who added the trigger label (the timeline: a webhook's sender only changed *some*
+    /// label) and their permission.
+    ResolveTrigger,
     /// Check that the author of a `/director` command may write.
     AuthorizeCommand { command: Command, actor: String },
     /// Post a one-time notice (found again by its marker before posting).

@@ -258,13 +258,8 @@ impl<'a> Step<'a> {
             // stayed on revives nothing: a writer applies it again, or says `/director retry`.
             self.record.trigger_actor = None;
             self.record.trigger_trusted = None;
-            let actor_hint = (fact.kind == EventKind::IssueLabel && !fact.sender.is_empty())
-                .then(|| fact.sender.clone());
             let v = self.version();
-            self.act(
-                format!("resolve:v{v}"),
-                Action::ResolveTrigger { actor_hint },
-            );
+            self.act(format!("resolve:v{v}"), Action::ResolveTrigger);
             true
         } else if self.record.lifecycle.is_active() {
             self.cancel();

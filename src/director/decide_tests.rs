@@ -324,16 +324,11 @@ fn command(command: Command, allowed: bool) -> Event {
 // ---- triggers ----
 
 #[test]
-fn a_label_event_that_adds_the_trigger_asks_who_did_naming_its_sender() {
+fn a_label_event_that_adds_the_trigger_asks_who_did() {
     let mut s = Sim::new();
     assert!(s.apply(&label("alice", &["headless"], T1)));
     assert_eq!(s.kinds(), vec!["resolve_trigger"]);
-    assert_eq!(
-        s.last[0].action,
-        Action::ResolveTrigger {
-            actor_hint: Some("alice".into())
-        }
-    );
+    assert_eq!(s.last[0].action, Action::ResolveTrigger);
     assert_eq!(
         s.state(),
         Lifecycle::Untracked,
@@ -345,10 +340,7 @@ fn a_label_event_that_adds_the_trigger_asks_who_did_naming_its_sender() {
 fn a_scan_observation_of_the_trigger_asks_the_timeline() {
     let mut s = Sim::new();
     s.apply(&observed(&["headless"], "open", T1));
-    assert_eq!(
-        s.last[0].action,
-        Action::ResolveTrigger { actor_hint: None }
-    );
+    assert_eq!(s.last[0].action, Action::ResolveTrigger);
 }
 
 #[test]

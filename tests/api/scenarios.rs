@@ -316,3 +316,26 @@ async fn status_prints_the_tracked_issues_as_json() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn a_readers_trigger_is_not_credited_to_a_writers_later_unrelated_label() {
+    let t = ForgeApp::spawn().await;
+    let issue = t.forge.open_issue(&t.repo, READER, "Sneaky", "").await;
+    // The reader's label change is delivered late (or lost); the writer's arrives first and
+    // its snapshot already carries the trigger.
+    t.forge.hold_webhooks(true);
+    t.forge.label(READER, &issue, TRIGGER).await;
+    let readers = t.forge.take_webhooks();
+    t.forge.label(WRITER, &issue, "bug").await;
+    let writers = t.forge.take_webhooks();
+    t.forge.hold_webhooks(false);
+    for out in writers.iter().chain(readers.iter()) {
+        t.forge.send_webhook(out).await;
+    }
+    t.app.wait_processed().await;
+    let record = t.record(&issue).await.expect("known");
+    assert_eq!(record.lifecycle, Lifecycle::Untracked, "{record:?}");
+    assert_eq!(record.trigger_actor.as_deref(), Some(READER));
+    assert_eq!(record.trigger_trusted, Some(false));
+    t.assert_contract();
+}

@@ -10,20 +10,17 @@ use crate::event::{Event, StickyDraft};
 use crate::forge::{Forge, ForgeError, Permission};
 use crate::preflight::comment;
 
-/// Finds who applied the trigger (the webhook's sender when it is the label change itself,
-/// else the timeline) and whether they may write.
+/// Finds who added the trigger label and whether they may write. Always from the timeline:
+/// a webhook's sender changed *some* label, and a lost or late delivery can make a writer's
+/// unrelated change look like the one that added a reader's trigger.
 pub(super) async fn resolve_trigger(
     acts: &Acts,
     issue: &IssueRef,
-    actor_hint: Option<&str>,
 ) -> anyhow::Result<Option<Event>> {
     let forge = acts.forge.as_ref();
-    let actor = match actor_hint {
-        Some(a) => Some(a.to_owned()),
-        None => latest_label_actor(forge, issue, &acts.labels.trigger)
-            .await
-            .context("reading the timeline")?,
-    };
+    let actor = latest_label_actor(forge, issue, &acts.labels.trigger)
+        .await
+        .context("reading the timeline")?;
     let permission = match &actor {
         Some(a) => acts
             .permission(&issue.repo, a)

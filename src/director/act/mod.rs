@@ -82,9 +82,7 @@ impl Acts {
         action: &Action,
     ) -> anyhow::Result<Option<Event>> {
         match action {
-            Action::ResolveTrigger { actor_hint } => {
-                forge::resolve_trigger(self, issue, actor_hint.as_deref()).await
-            }
+            Action::ResolveTrigger => forge::resolve_trigger(self, issue).await,
             Action::AuthorizeCommand { command, actor } => {
                 forge::authorize_command(self, issue, *command, actor).await
             }
