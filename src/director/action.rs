@@ -81,8 +81,9 @@ impl Action {
             // The pre-flight keeps its own attempts and backoff (`preflight.max_attempts`).
             Self::ReadPreflight { .. } => 3,
             Self::StartRun { .. } => 3,
-            // Leaving a token alive is worse than a slow retry.
-            Self::RevokeToken { .. } => 12,
+            // A live token is never given up on: retried (backoff capped near 9 minutes) until
+            // it is gone, and the run's report waits behind it.
+            Self::RevokeToken { .. } => u32::MAX,
             _ => 6,
         }
     }

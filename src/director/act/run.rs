@@ -75,7 +75,8 @@ impl Secrets {
             .is_ok_and(|s| s.get(run_id).is_some_and(|v| !v.is_empty()))
     }
 
-    /// Replaces every secret value given to the run, and its base64 forms.
+    /// Replaces every secret value given to the run, and the forms an agent may print it in:
+    /// base64 at any alignment (as inside a Basic-auth header, `user:token`) and URL-encoded.
     pub fn redact(&self, run_id: &str, text: &str) -> String {
         let mut values: Vec<String> = self
             .by_run
@@ -88,20 +89,57 @@ impl Secrets {
                 .filter(|(_, v)| v.len() >= 4)
                 .map(|(_, v)| v.clone()),
         );
+        let mut forms: Vec<String> = values.iter().flat_map(|v| encodings(v)).collect();
+        // Longest first, so a form that contains another is replaced whole.
+        forms.sort_by_key(|f| std::cmp::Reverse(f.len()));
+        forms.dedup();
         let mut out = text.to_owned();
-        for v in values {
-            for form in [
-                v.clone(),
-                base64::engine::general_purpose::STANDARD.encode(&v),
-                base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&v),
-            ] {
-                if form.len() >= 4 {
-                    out = out.replace(&form, "[redacted]");
-                }
+        for form in forms {
+            if form.len() >= 4 {
+                out = out.replace(&form, "[redacted]");
             }
         }
         out
     }
+}
+
+/// `value` as an agent may print it: as is, URL-encoded, and the part of its base64 that is
+/// the same wherever it stands in the encoded text (three alignments, two alphabets).
+fn encodings(value: &str) -> Vec<String> {
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE};
+    let mut out = vec![value.to_owned(), url_encode(value)];
+    let bytes = value.as_bytes();
+    for k in 0..3usize {
+        let mut shifted = vec![0u8; k];
+        shifted.extend_from_slice(bytes);
+        for engine in [&STANDARD, &URL_SAFE] {
+            let encoded = engine.encode(&shifted);
+            // Drop the characters the prefix bytes or the padding take part in.
+            let start = if k > 0 { 4 } else { 0 };
+            let end = if shifted.len() % 3 == 0 {
+                encoded.len()
+            } else {
+                encoded.len().saturating_sub(4)
+            };
+            if end > start + 8 {
+                out.push(encoded[start..end].to_owned());
+            }
+        }
+    }
+    out
+}
+
+/// Percent-encoding of everything but the unreserved characters (RFC 3986).
+fn url_encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 impl RunAct {
@@ -496,6 +534,33 @@ pub async fn sweep_tokens(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn redaction_covers_basic_auth_any_base64_alignment_and_url_encoding() {
+        use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+        let token = "0123456789abcdef0123456789abcdef01234567";
+        let s = Secrets::new(vec![("AGENT_KEY".into(), "sk/agent+key=1".into())]);
+        s.remember("r1", token);
+        for prefix in ["", "x", "xy", "runner:", "git:", "director-runner:"] {
+            let basic = STANDARD.encode(format!("{prefix}{token}"));
+            let out = s.redact("r1", &format!("Authorization: Basic {basic}"));
+            assert!(out.contains("[redacted]"), "{prefix:?}: {out}");
+            // Left: the prefix's own encoding, and at most a character or two of the token at
+            // either end (where its bits share a base64 character with the prefix or padding).
+            let left: String = out
+                .replace("Authorization: Basic ", "")
+                .replace("[redacted]", "");
+            let prefix_len = STANDARD.encode(prefix).trim_end_matches('=').len();
+            assert!(left.len() <= prefix_len + 8, "{prefix:?}: {out}");
+            let url_safe = URL_SAFE_NO_PAD.encode(format!("{prefix}{token}"));
+            assert!(
+                s.redact("r1", &url_safe).contains("[redacted]"),
+                "{prefix:?}"
+            );
+        }
+        let out = s.redact("r1", "key=sk%2Fagent%2Bkey%3D1 raw=sk/agent+key=1");
+        assert_eq!(out, "key=[redacted] raw=[redacted]");
+    }
 
     #[test]
     fn redaction_covers_the_value_and_its_base64_forms() {
