@@ -197,6 +197,7 @@ impl Application {
                         forge_url: settings.forge.url.clone(),
                         mounts,
                         secrets,
+                        director_id: store.director_id().await?,
                     })
                 }
                 Some(Err(error)) => {

@@ -12,6 +12,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (3, include_str!("../../migrations/0003_preflight.sql")),
     (4, include_str!("../../migrations/0004_runs.sql")),
     (5, include_str!("../../migrations/0005_outbox.sql")),
+    (6, include_str!("../../migrations/0006_director_id.sql")),
 ];
 
 pub async fn run(pool: &SqlitePool) -> anyhow::Result<()> {

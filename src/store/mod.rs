@@ -99,6 +99,25 @@ impl Store {
         })
     }
 
+    /// This director's id: made once, at random, and kept in the database.
+    pub async fn director_id(&self) -> anyhow::Result<String> {
+        let fresh = format!("{:08x}", rand::random::<u32>());
+        {
+            let _writer = self.write_lock.lock().await;
+            sqlx::query(
+                "INSERT INTO meta (key, value) VALUES ('director_id', ?) ON CONFLICT DO NOTHING",
+            )
+            .bind(&fresh)
+            .execute(&self.pool)
+            .await?;
+        }
+        Ok(
+            sqlx::query_scalar("SELECT value FROM meta WHERE key = 'director_id'")
+                .fetch_one(&self.pool)
+                .await?,
+        )
+    }
+
     /// Succeeds when the database answers a query.
     pub async fn ping(&self) -> anyhow::Result<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;

@@ -676,7 +676,7 @@ async fn director_cancel_and_retry_count_only_from_writers() {
 }
 
 #[tokio::test]
-async fn run_tokens_left_behind_are_deleted_at_startup_and_others_kept() {
+async fn run_tokens_left_behind_are_deleted_and_another_directors_live_tokens_kept() {
     use director::forge::fake::FakeForge;
     use director::forge::{Forge, RunnerAccount};
     let forge = FakeForge::new();
@@ -687,14 +687,6 @@ async fn run_tokens_left_behind_are_deleted_at_startup_and_others_kept() {
         login: RUNNER.into(),
         password: director::settings::Secret::new(RUNNER_PASSWORD),
     };
-    forge
-        .mint_run_token(&runner, &repo, "director-run-deadbeef0000")
-        .await
-        .expect("stray token");
-    forge
-        .mint_run_token(&runner, &repo, "laptop")
-        .await
-        .expect("someone's own token");
     let dir = tempfile::tempdir().expect("dir");
     let store = director::store::Store::connect(&director::settings::StoreSettings {
         url: format!("sqlite://{}", dir.path().join("d.db").display()),
@@ -702,9 +694,51 @@ async fn run_tokens_left_behind_are_deleted_at_startup_and_others_kept() {
     })
     .await
     .expect("store");
-    director::director::act::run::sweep_tokens(&forge, &store, &runner)
+    let me = store.director_id().await.expect("id");
+    assert_eq!(store.director_id().await.expect("id"), me, "stable");
+    // A run of ours still active, and one that ended before its token was revoked.
+    let issue: IssueRef = "acme/widgets#1".parse().expect("ref");
+    let mut ended = director::domain::RunRecord::admitted(&issue, "0ld0000000aa", "b1", 1);
+    ended.state = director::domain::RunState::Failed;
+    let live = director::domain::RunRecord::admitted(&issue, "11ve000000bb", "b2", 2);
+    store
+        .commit(
+            &director::store::Commit {
+                runs: vec![ended, live],
+                ..Default::default()
+            },
+            3,
+        )
+        .await
+        .expect("runs");
+    for name in [
+        format!("director-run-0ld0000000aa-{me}"),
+        format!("director-run-11ve000000bb-{me}"),
+        format!("director-run-deadbeef0000-{me}"),
+        // Another director sharing the runner account: its live run's token.
+        "director-run-0ther000000cc-0badf00d".to_owned(),
+        // Named before directors named themselves: ours only if our database knows the run.
+        "director-run-0ld0000000aa".to_owned(),
+        "director-run-5ome000000dd".to_owned(),
+        "laptop".to_owned(),
+    ] {
+        forge
+            .mint_run_token(&runner, &repo, &name)
+            .await
+            .expect("mint");
+    }
+    director::director::act::run::sweep_tokens(&forge, &store, &runner, &me)
         .await
         .expect("sweep");
-    let names: Vec<String> = forge.tokens_of(RUNNER).into_iter().map(|t| t.0).collect();
-    assert_eq!(names, vec!["laptop".to_owned()]);
+    let mut names: Vec<String> = forge.tokens_of(RUNNER).into_iter().map(|t| t.0).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        vec![
+            "director-run-0ther000000cc-0badf00d".to_owned(),
+            format!("director-run-11ve000000bb-{me}"),
+            "director-run-5ome000000dd".to_owned(),
+            "laptop".to_owned(),
+        ]
+    );
 }

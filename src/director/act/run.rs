@@ -21,8 +21,20 @@ use crate::store::Store;
 pub const TASK_PATH: &str = "/task/task.md";
 const TOKEN_PREFIX: &str = "director-run-";
 
-pub fn token_name(run_id: &str) -> String {
-    format!("{TOKEN_PREFIX}{run_id}")
+/// The name of a run's token: `director-run-<run id>-<director id>`. The director id tells
+/// which director minted it, so two sharing one runner account leave each other's alone.
+pub fn token_name(director_id: &str, run_id: &str) -> String {
+    format!("{TOKEN_PREFIX}{run_id}-{director_id}")
+}
+
+/// (run id, director id) of a run token's name; the director id is `None` in names from
+/// before directors named themselves (`director-run-<run id>`).
+fn parse_token_name(name: &str) -> Option<(&str, Option<&str>)> {
+    let rest = name.strip_prefix(TOKEN_PREFIX)?;
+    Some(match rest.split_once('-') {
+        Some((run, director)) => (run, Some(director)),
+        None => (rest, None),
+    })
 }
 
 pub struct RunAct {
@@ -33,6 +45,8 @@ pub struct RunAct {
     /// Host paths for `runner.mounts` (translated once at start).
     pub mounts: Vec<(String, String, bool)>,
     pub secrets: Arc<Secrets>,
+    /// Names this director in the tokens it mints.
+    pub director_id: String,
 }
 
 /// Every secret value given to a run, to redact from what it printed.
@@ -207,7 +221,7 @@ impl RunAct {
             return Ok(report(RunReport::Refused { why }));
         }
         // A token's value cannot be read back: one an earlier attempt minted is replaced.
-        let name = token_name(run_id);
+        let name = token_name(&self.director_id, run_id);
         acts.forge
             .delete_run_token(&self.runner, &name)
             .await
@@ -396,15 +410,21 @@ impl RunAct {
 
     pub async fn revoke(&self, acts: &Acts, run_id: &str) -> anyhow::Result<()> {
         acts.forge
-            .delete_run_token(&self.runner, &token_name(run_id))
+            .delete_run_token(&self.runner, &token_name(&self.director_id, run_id))
             .await?;
         self.secrets.forget(run_id);
         Ok(())
     }
 
-    /// Deletes `director-run-*` tokens that belong to no active run.
+    /// Deletes this director's run tokens that belong to no active run.
     pub async fn sweep_tokens(&self, acts: &Acts) -> anyhow::Result<()> {
-        sweep_tokens(acts.forge.as_ref(), &acts.store, &self.runner).await
+        sweep_tokens(
+            acts.forge.as_ref(),
+            &acts.store,
+            &self.runner,
+            &self.director_id,
+        )
+        .await
     }
 
     /// Removes containers of ended runs whose removal never happened (kept failures past
@@ -510,20 +530,30 @@ pub fn task_text(
     )
 }
 
-/// Deletes the runner's `director-run-*` tokens that belong to no active run.
+/// Deletes the runner's run tokens that this director minted and that belong to no active
+/// run: those named with `director_id`, and old-style names of runs this database knows.
+/// Another director's tokens are never touched.
 pub async fn sweep_tokens(
     forge: &dyn crate::forge::Forge,
     store: &Store,
     runner: &RunnerAccount,
+    director_id: &str,
 ) -> anyhow::Result<()> {
-    let live: HashSet<String> = store
+    let active: HashSet<String> = store
         .active_runs()
         .await?
         .into_iter()
-        .map(|r| token_name(&r.id))
+        .map(|r| r.id)
         .collect();
     for (_, name) in forge.runner_tokens(runner).await? {
-        if name.starts_with(TOKEN_PREFIX) && !live.contains(&name) {
+        let Some((run_id, minted_by)) = parse_token_name(&name) else {
+            continue;
+        };
+        let ours = match minted_by {
+            Some(id) => id == director_id,
+            None => store.run(run_id).await?.is_some(),
+        };
+        if ours && !active.contains(run_id) {
             tracing::info!(token = %name, "deleting a run token left behind");
             forge.delete_run_token(runner, &name).await?;
         }
