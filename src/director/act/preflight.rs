@@ -55,6 +55,11 @@ impl PreflightAct {
         metrics: Option<Metrics>,
     ) -> anyhow::Result<Self> {
         let template = load_template(&settings)?;
+        if !prompt::uses_fence(&template) {
+            tracing::warn!(
+                "preflight.template_file has no {{{{fence}}}}: issue text can close its data block"
+            );
+        }
         Ok(Self {
             provider,
             settings,
