@@ -194,8 +194,13 @@ pub struct ReadContext {
     pub left_out: Vec<LeftOut>,
     /// The newest comment id seen (commands up to it are handled).
     pub newest_comment_id: u64,
+    /// The trusted title and body that were read.
     pub title: String,
     pub body: String,
+    /// The text this read vouched for anew (its author, or the writer who proposed exactly
+    /// it, may write; or a writer said `/director go`).
+    #[serde(default)]
+    pub vouched: Option<crate::domain::Vouched>,
 }
 
 /// What happened to one run.

@@ -471,16 +471,14 @@ pub async fn preflight_dry_run(
     let provider: Arc<dyn crate::preflight::Preflight> =
         Arc::from(providers::from_settings(&settings.preflight)?);
     let template = crate::director::act::preflight::load_template(&settings.preflight)?;
-    let gathered = crate::director::act::preflight::gather_with(
-        forge.as_ref(),
-        None,
-        &template,
-        &settings.preflight.automation_accounts,
-        bot.as_deref(),
-        &issue,
-        0,
-    )
-    .await?;
+    let with = crate::director::act::preflight::Gatherer {
+        forge: forge.as_ref(),
+        acts: None,
+        template: &template,
+        automation_accounts: &settings.preflight.automation_accounts,
+        bot: bot.as_deref(),
+    };
+    let gathered = crate::director::act::preflight::gather_with(&with, &issue, 0, None).await?;
     let reading = provider.read(&gathered.prompt.text).await?;
     Ok(DryRun {
         prompt: gathered.prompt.text,

@@ -7,6 +7,7 @@ use chrono::DateTime;
 
 use crate::director::action::{Action, Planned};
 use crate::director::comments;
+use crate::domain::Vouched;
 use crate::domain::issue::CallWindow;
 use crate::domain::verdict::Verdict;
 use crate::domain::{
@@ -244,6 +245,14 @@ impl<'a> Step<'a> {
                     Lifecycle::Launching | Lifecycle::Running
                 );
             if content_event && self.record.trigger_trusted == Some(true) && rereadable {
+                if fact.kind == EventKind::Issues {
+                    // Read as the new text only if the editor may write (the read checks).
+                    self.record.preflight.proposed = Some(Vouched {
+                        title: snap.title.clone(),
+                        body: snap.body.clone(),
+                        by: fact.sender.clone(),
+                    });
+                }
                 // Read again; a read of the same trusted text keeps its verdict.
                 self.request_read();
                 true
@@ -256,6 +265,12 @@ impl<'a> Step<'a> {
         {
             // Judged when newly applied (or not judged yet). Reopening an issue whose trigger
             // stayed on revives nothing: a writer applies it again, or says `/director retry`.
+            // The text as it is now is what whoever applied it vouches for, if they may.
+            self.record.preflight.proposed = Some(Vouched {
+                title: snap.title.clone(),
+                body: snap.body.clone(),
+                by: String::new(),
+            });
             self.record.trigger_actor = None;
             self.record.trigger_trusted = None;
             let v = self.version();
@@ -279,7 +294,13 @@ impl<'a> Step<'a> {
         }
         self.record.trigger_actor = actor.clone();
         self.record.trigger_trusted = Some(trusted);
+        // The text seen when the trigger was applied is what its (trusted) author vouched for.
+        let proposed = self.record.preflight.proposed.take();
         if trusted {
+            self.record.preflight.vouched = proposed.map(|p| Vouched {
+                by: actor.clone().unwrap_or_default(),
+                ..p
+            });
             self.request_read();
         } else {
             self.set_lifecycle(Lifecycle::Untracked);
@@ -415,6 +436,7 @@ impl<'a> Step<'a> {
                 until_ms,
                 read,
             } => {
+                self.vouch(read);
                 let until = format_time(*until_ms);
                 let shown = Shown::WaitingOnCap {
                     limit: limit.clone(),
@@ -432,6 +454,16 @@ impl<'a> Step<'a> {
     fn seen_commands(&mut self, read: &ReadContext) {
         let p = &mut self.record.preflight;
         p.handled_command_id = p.handled_command_id.max(read.newest_comment_id);
+        self.vouch(read);
+    }
+
+    /// The read found a writer vouching for the text as it is: that is the text from now on.
+    fn vouch(&mut self, read: &ReadContext) {
+        if let Some(v) = &read.vouched {
+            let p = &mut self.record.preflight;
+            p.vouched = Some(v.clone());
+            p.proposed = None;
+        }
     }
 
     fn verdict(&mut self, verdict: &Verdict, reading: &str, model: &str, read: &ReadContext) {

@@ -255,10 +255,12 @@ fn ctx() -> ReadContext {
         left_out: vec![LeftOut {
             author: "mallory".into(),
             comment_id: 3,
+            issue_text: false,
         }],
         newest_comment_id: 9,
         title: "Add --verbose".into(),
         body: "Print each step.".into(),
+        vouched: None,
     }
 }
 

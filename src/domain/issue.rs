@@ -112,13 +112,33 @@ pub struct PreflightState {
     pub routed_to: Option<String>,
     /// The newest comment id whose `/director` command was already acted on.
     pub handled_command_id: u64,
+    /// The title and body a writer vouched for (by applying the trigger, editing, or saying
+    /// `/director go`). Text by someone without write access counts only as it was then.
+    pub vouched: Option<Vouched>,
+    /// Text seen with the trigger being applied or an edit, waiting for its proposer's
+    /// permission to be known before it can be vouched for.
+    pub proposed: Option<Vouched>,
 }
 
-/// An author whose comment was left out of the prompt.
+/// An issue's title and body, and who vouched for (or proposed) them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Vouched {
+    pub title: String,
+    pub body: String,
+    /// The account; empty while not known yet (the trigger's author is read from the timeline).
+    pub by: String,
+}
+
+/// What was left out of the prompt: a comment, or the issue's own text as edited since a
+/// writer vouched for it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeftOut {
     pub author: String,
+    /// The comment's id; 0 for the issue text.
     pub comment_id: u64,
+    /// The issue's title and body as they are now (the vouched text was read instead).
+    #[serde(default)]
+    pub issue_text: bool,
 }
 
 /// Pre-flight calls made within a window, overall and for one repository.

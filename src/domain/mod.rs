@@ -8,7 +8,7 @@ pub mod run;
 pub mod verdict;
 
 pub use command::Command;
-pub use issue::{IssueRecord, Judgement, LeftOut, PreflightState};
+pub use issue::{IssueRecord, Judgement, LeftOut, PreflightState, Vouched};
 pub use run::{RunRecord, RunState};
 
 use std::fmt;

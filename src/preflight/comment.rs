@@ -148,12 +148,27 @@ pub fn render(input: &CommentInput<'_>) -> String {
         let list: Vec<String> = input
             .left_out
             .iter()
+            .filter(|l| !l.issue_text)
             .map(|l| format!("[comment by @{}](#issuecomment-{})", l.author, l.comment_id))
             .collect();
+        let edited = input.left_out.iter().find(|l| l.issue_text);
+        let mut lines = Vec::new();
+        if let Some(e) = edited {
+            lines.push(format!(
+                "The issue's title and body as edited since a writer vouched for them (the issue is by @{}, who has no write access) are not read; the text as it was then is. A writer vouches for the new text by applying `{}` again or commenting `/director go`.",
+                e.author, input.trigger
+            ));
+        }
+        if !list.is_empty() {
+            lines.push(format!(
+                "Comments by accounts without write access are not read: {}.",
+                list.join(", ")
+            ));
+        }
         out.push_str(&format!(
-            "<details>\n<summary>Left out as untrusted ({})</summary>\n\nComments by accounts without write access are not read: {}.\n\n</details>\n\n",
-            list.len(),
-            list.join(", ")
+            "<details>\n<summary>Left out as untrusted ({})</summary>\n\n{}\n\n</details>\n\n",
+            list.len() + usize::from(edited.is_some()),
+            lines.join("\n\n")
         ));
     }
     let model = if input.model.is_empty() {
@@ -213,10 +228,12 @@ mod tests {
             LeftOut {
                 author: "mallory".into(),
                 comment_id: 41,
+                issue_text: false,
             },
             LeftOut {
                 author: "eve".into(),
                 comment_id: 42,
+                issue_text: false,
             },
         ];
         insta::assert_snapshot!(render_with(
@@ -228,6 +245,23 @@ mod tests {
             ),
             &left
         ));
+    }
+
+    #[test]
+    fn go_with_the_issue_text_edited_by_a_reader_left_out() {
+        let left = [
+            LeftOut {
+                author: "rita".into(),
+                comment_id: 0,
+                issue_text: true,
+            },
+            LeftOut {
+                author: "rita".into(),
+                comment_id: 12,
+                issue_text: false,
+            },
+        ];
+        insta::assert_snapshot!(render_with(Shown::Go, Some(READ), &left));
     }
 
     #[test]

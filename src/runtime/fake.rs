@@ -35,6 +35,8 @@ struct State {
     containers: BTreeMap<String, Container>,
     creations: HashMap<String, u32>,
     starts: HashMap<String, u32>,
+    /// Every run's spec, kept after its container is removed.
+    specs: HashMap<String, RunSpec>,
     unavailable: bool,
     behaviour: Option<Behaviour>,
 }
@@ -107,14 +109,9 @@ impl FakeRuntime {
         self.with(|s| s.containers.values().map(|c| c.run_id.clone()).collect())
     }
 
-    /// The spec a run's container was created with.
+    /// The spec a run's container was created with (also after it was removed).
     pub fn spec_of(&self, run_id: &str) -> Option<RunSpec> {
-        self.with(|s| {
-            s.containers
-                .values()
-                .find(|c| c.run_id == run_id)
-                .map(|c| c.spec.clone())
-        })
+        self.with(|s| s.specs.get(run_id).cloned())
     }
 
     fn check(&self) -> Result<(), RuntimeError> {
@@ -141,6 +138,7 @@ impl Runtime for FakeRuntime {
             s.next_id += 1;
             let id = format!("fake-{:06}", s.next_id);
             *s.creations.entry(spec.run_id.clone()).or_default() += 1;
+            s.specs.insert(spec.run_id.clone(), spec.clone());
             let mut spec = spec.clone();
             spec.labels
                 .insert(RUN_LABEL.to_owned(), spec.run_id.clone());

@@ -9,7 +9,7 @@ use super::Acts;
 use super::forge::latest_label_actor;
 use crate::director::decide::{HOUR_MS, cap_reached};
 use crate::domain::verdict;
-use crate::domain::{Command, IssueRef, LeftOut, command::is_only_commands};
+use crate::domain::{Command, IssueRef, LeftOut, Vouched, command::is_only_commands};
 use crate::event::{Event, PreflightOutcome, ReadContext};
 use crate::forge::{Comment, Forge, ForgeError, Issue};
 use crate::metrics::Metrics;
@@ -33,6 +33,11 @@ pub struct Gathered {
     pub go_command: Option<(String, u64)>,
     /// The newest comment id seen.
     pub newest_comment_id: u64,
+    /// The trusted title and body: what the prompt and the run's task hold.
+    pub title: String,
+    pub body: String,
+    /// The text vouched for anew by this reading, if it was.
+    pub vouched: Option<Vouched>,
 }
 
 impl Gathered {
@@ -41,8 +46,9 @@ impl Gathered {
             hash: self.prompt.sha256.clone(),
             left_out: self.left_out.clone(),
             newest_comment_id: self.newest_comment_id,
-            title: self.issue.title.clone(),
-            body: self.issue.body.clone(),
+            title: self.title.clone(),
+            body: self.body.clone(),
+            vouched: self.vouched.clone(),
         }
     }
 }
@@ -68,22 +74,23 @@ impl PreflightAct {
         })
     }
 
+    /// Gathers with what the director knows of the issue (the vouched text).
     pub async fn gather(
         &self,
         acts: &Acts,
         issue: &IssueRef,
         handled_command_id: u64,
-    ) -> Result<Gathered, ForgeError> {
-        gather_with(
-            acts.forge.as_ref(),
-            Some(acts),
-            &self.template,
-            &self.settings.automation_accounts,
-            acts.bot().as_deref(),
-            issue,
-            handled_command_id,
-        )
-        .await
+    ) -> anyhow::Result<Gathered> {
+        let state = acts.store.issue(issue).await?.map(|r| r.preflight);
+        let bot = acts.bot();
+        let with = Gatherer {
+            forge: acts.forge.as_ref(),
+            acts: Some(acts),
+            template: &self.template,
+            automation_accounts: &self.settings.automation_accounts,
+            bot: bot.as_deref(),
+        };
+        Ok(gather_with(&with, issue, handled_command_id, state.as_ref()).await?)
     }
 
     /// Reads revision `rev` of the issue.
@@ -278,22 +285,74 @@ async fn skip_label_by(
     }
 }
 
+/// What gathering reads with: the forge (through `acts` when there, for its role cache), the
+/// template, the automation accounts, and the bot's login (its own comments are left out).
+#[derive(Clone, Copy)]
+pub struct Gatherer<'a> {
+    pub forge: &'a dyn Forge,
+    pub acts: Option<&'a Acts>,
+    pub template: &'a str,
+    pub automation_accounts: &'a [String],
+    pub bot: Option<&'a str>,
+}
+
+/// Roles asked while gathering: each account once.
+struct Roles<'a> {
+    forge: &'a dyn Forge,
+    acts: Option<&'a Acts>,
+    repo: &'a crate::domain::RepoName,
+    automation: &'a [String],
+    known: std::collections::HashMap<String, crate::forge::Permission>,
+}
+
+impl Roles<'_> {
+    async fn of(&mut self, user: &str) -> Result<crate::forge::Permission, ForgeError> {
+        if let Some(p) = self.known.get(user) {
+            return Ok(*p);
+        }
+        let p = match self.acts {
+            Some(acts) => acts.permission(self.repo, user).await?,
+            None => self.forge.permission(self.repo, user).await?,
+        };
+        self.known.insert(user.to_owned(), p);
+        Ok(p)
+    }
+
+    /// A writer or a configured automation account: their text is read.
+    async fn trusted(&mut self, user: &str) -> Result<bool, ForgeError> {
+        let automation = self.automation.iter().any(|a| a.eq_ignore_ascii_case(user));
+        Ok(automation || (!user.is_empty() && self.of(user).await?.can_write()))
+    }
+}
+
 /// Reads the issue and its comments and builds the prompt from trusted text: comments by
 /// writers and automation accounts, oldest first; the director's own left out silently;
-/// everyone else's left out and listed.
+/// everyone else's left out and listed. The issue's own title and body are read as they are
+/// when their author may write, or when a writer vouches for exactly this text (the edit was
+/// theirs, or they said `/director go`); otherwise as they were when a writer last vouched
+/// (`state.vouched`), and a later edit is listed as left out.
 pub async fn gather_with(
-    forge: &dyn Forge,
-    acts: Option<&Acts>,
-    template: &str,
-    automation_accounts: &[String],
-    bot: Option<&str>,
+    with: &Gatherer<'_>,
     issue_ref: &IssueRef,
     handled_command_id: u64,
+    state: Option<&crate::domain::PreflightState>,
 ) -> Result<Gathered, ForgeError> {
+    let Gatherer {
+        forge,
+        acts,
+        template,
+        automation_accounts,
+        bot,
+    } = *with;
     let issue = forge.issue(issue_ref).await?;
     let comments = forge.comments(issue_ref).await?;
-    let mut permissions: std::collections::HashMap<String, crate::forge::Permission> =
-        std::collections::HashMap::new();
+    let mut roles = Roles {
+        forge,
+        acts,
+        repo: &issue_ref.repo,
+        automation: automation_accounts,
+        known: std::collections::HashMap::new(),
+    };
     let mut trusted = Vec::new();
     let mut left_out = Vec::new();
     let mut go_command = None;
@@ -303,40 +362,70 @@ pub async fn gather_with(
         if bot == Some(c.author.as_str()) || c.body.starts_with(comment::MARKER) {
             continue;
         }
-        let automation = automation_accounts
-            .iter()
-            .any(|a| a.eq_ignore_ascii_case(&c.author));
-        let permission = match (permissions.get(&c.author), acts) {
-            (Some(p), _) => *p,
-            (None, Some(acts)) => acts.permission(&issue_ref.repo, &c.author).await?,
-            (None, None) => forge.permission(&issue_ref.repo, &c.author).await?,
-        };
-        permissions.insert(c.author.clone(), permission);
-        if permission.can_write()
-            && c.id > handled_command_id
-            && Command::find(&c.body, &[Command::Go]).is_some()
-        {
+        let writer = roles.of(&c.author).await?.can_write();
+        if writer && c.id > handled_command_id && Command::find(&c.body, &[Command::Go]).is_some() {
             go_command = Some((c.author.clone(), c.id));
         }
         if is_only_commands(&c.body) {
             continue;
         }
-        if automation || permission.can_write() {
+        if roles.trusted(&c.author).await? {
             trusted.push(prompt_comment(c));
         } else {
             left_out.push(LeftOut {
                 author: c.author.clone(),
                 comment_id: c.id,
+                issue_text: false,
             });
         }
     }
-    let prompt = prompt::build(template, issue_ref, &issue.title, &issue.body, &trusted);
+    let current = Vouched {
+        title: issue.title.clone(),
+        body: issue.body.clone(),
+        by: String::new(),
+    };
+    let same_text = |v: &Vouched| v.title == current.title && v.body == current.body;
+    let by = |who: &str| Vouched {
+        by: who.to_owned(),
+        ..current.clone()
+    };
+    let proposed = state
+        .and_then(|s| s.proposed.as_ref())
+        .filter(|p| same_text(p));
+    let (text, vouched) = if roles.trusted(&issue.author).await? {
+        (current.clone(), Some(by(&issue.author)))
+    } else if let Some(p) = proposed
+        && roles.trusted(&p.by).await?
+    {
+        (current.clone(), Some(by(&p.by)))
+    } else if let Some((writer, _)) = &go_command {
+        (current.clone(), Some(by(writer)))
+    } else if let Some(v) = state.and_then(|s| s.vouched.as_ref()) {
+        if !same_text(v) {
+            left_out.insert(
+                0,
+                LeftOut {
+                    author: issue.author.clone(),
+                    comment_id: 0,
+                    issue_text: true,
+                },
+            );
+        }
+        (v.clone(), None)
+    } else {
+        // Nothing vouched for yet (an issue picked up before this rule): the text as it is.
+        (current.clone(), None)
+    };
+    let prompt = prompt::build(template, issue_ref, &text.title, &text.body, &trusted);
     Ok(Gathered {
         issue,
         prompt,
         left_out,
         go_command,
         newest_comment_id,
+        title: text.title,
+        body: text.body,
+        vouched,
     })
 }
 

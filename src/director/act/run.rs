@@ -17,6 +17,13 @@ use crate::runtime::{RUN_LABEL, RunSpec, Runtime, RuntimeError};
 use crate::settings::{RunnerSettings, Secret};
 use crate::store::Store;
 
+/// The text a run is given, and whether it still matches the verdict.
+struct TrustedText {
+    stale: bool,
+    title: String,
+    body: String,
+}
+
 /// Where the task file lands inside the container.
 pub const TASK_PATH: &str = "/task/task.md";
 const TOKEN_PREFIX: &str = "director-run-";
@@ -212,7 +219,8 @@ impl RunAct {
             .issue(issue_ref)
             .await?
             .context("the issue is no longer known")?;
-        if self.is_stale(acts, &issue).await? {
+        let trusted = self.trusted_text(acts, &issue).await?;
+        if trusted.stale {
             tracing::info!("the issue changed since the pre-flight; not starting");
             return Ok(report(RunReport::Stale));
         }
@@ -261,7 +269,9 @@ impl RunAct {
         if let Some(why) = self.pr_only_refusal(&run, branch.as_ref()) {
             return Ok(report(RunReport::Refused { why }));
         }
-        let task = self.task(acts, &run, &issue).await?;
+        let task = self
+            .task(acts, &run, &issue, &trusted.title, &trusted.body)
+            .await?;
         let spec = self.spec(&run, &minted.token, task);
         let id = match self.runtime.create(&spec).await {
             Ok(id) => id,
@@ -333,16 +343,37 @@ impl RunAct {
         Ok(acts.forge.repository(&run.repo).await?.default_branch)
     }
 
-    /// The verdict is bound to the text it read: checked again just before the launch.
-    async fn is_stale(&self, acts: &Acts, issue: &IssueRecord) -> anyhow::Result<bool> {
-        let (Some(p), Some(hash)) = (&acts.preflight, &issue.preflight.hash) else {
-            return Ok(false);
+    /// The trusted text as the pre-flight would read it now, and whether it still hashes as
+    /// the verdict's: the verdict is bound to the text it read, checked again just before the
+    /// launch. Without a pre-flight, the vouched text (else the current one).
+    async fn trusted_text(&self, acts: &Acts, issue: &IssueRecord) -> anyhow::Result<TrustedText> {
+        if let Some(p) = &acts.preflight {
+            let g = p
+                .gather(acts, &issue.issue_ref(), u64::MAX)
+                .await
+                .context("re-reading the issue before the launch")?;
+            return Ok(TrustedText {
+                stale: issue
+                    .preflight
+                    .hash
+                    .as_ref()
+                    .is_some_and(|h| *h != g.prompt.sha256),
+                title: g.title,
+                body: g.body,
+            });
+        }
+        let (title, body) = match &issue.preflight.vouched {
+            Some(v) => (v.title.clone(), v.body.clone()),
+            None => {
+                let current = acts.forge.issue(&issue.issue_ref()).await?;
+                (current.title, current.body)
+            }
         };
-        let g = p
-            .gather(acts, &issue.issue_ref(), u64::MAX)
-            .await
-            .context("re-reading the issue before the launch")?;
-        Ok(g.prompt.sha256 != *hash)
+        Ok(TrustedText {
+            stale: false,
+            title,
+            body,
+        })
     }
 
     pub async fn stop(&self, run_id: &str) -> anyhow::Result<()> {
@@ -447,15 +478,16 @@ impl RunAct {
         Ok(())
     }
 
-    /// The task handed to the agent: the issue as it is now (hidden content stripped) and
-    /// the pre-flight's read.
+    /// The task handed to the agent: the trusted title and body (hidden content stripped)
+    /// and the pre-flight's read.
     async fn task(
         &self,
         acts: &Acts,
         run: &RunRecord,
         issue: &IssueRecord,
+        title: &str,
+        body: &str,
     ) -> anyhow::Result<String> {
-        let current = acts.forge.issue(&run.issue_ref()).await?;
         let read = match &issue.preflight.hash {
             Some(hash) => acts.store.cached_reading(hash).await?.map(|(r, _)| r),
             None => None,
@@ -464,13 +496,7 @@ impl RunAct {
             .preflight
             .verdict
             .map_or("none", crate::domain::Judgement::as_str);
-        Ok(task_text(
-            run,
-            &current.title,
-            &current.body,
-            verdict,
-            read.as_deref(),
-        ))
+        Ok(task_text(run, title, body, verdict, read.as_deref()))
     }
 
     fn spec(&self, run: &RunRecord, token: &Secret, task: String) -> RunSpec {

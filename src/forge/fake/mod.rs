@@ -924,6 +924,19 @@ impl FakeForge {
         self.deliver_webhooks().await;
     }
 
+    /// `actor` edits the issue's body (Forgejo lets its author and writers do so).
+    pub async fn edit_body(&self, actor: &str, issue: &IssueRef, body: &str) {
+        {
+            let mut s = self.state();
+            let now = s.tick();
+            let i = s.issue_mut(issue).unwrap_or_else(|e| panic!("{e:?}"));
+            i.body = body.to_owned();
+            i.updated = now;
+            s.emit("issues", "edited", actor, issue, None);
+        }
+        self.deliver_webhooks().await;
+    }
+
     /// The issue's comments, oldest first.
     pub fn comments_on(&self, issue: &IssueRef) -> Vec<Comment> {
         let s = self.state();
