@@ -537,9 +537,11 @@ impl Settings {
             }
             figment = figment.merge(Toml::file_exact(path));
         }
+        let env: Vec<(String, String)> = env.into_iter().collect();
         // Only `SECTION__KEY` names: `DIRECTOR_CONFIG` and friends belong to the CLI.
         let vars: Vec<(String, String)> = env
-            .into_iter()
+            .iter()
+            .cloned()
             .filter_map(|(k, v)| {
                 let rest = k.strip_prefix("DIRECTOR_")?;
                 rest.contains("__").then(|| (rest.to_owned(), v))
@@ -550,7 +552,7 @@ impl Settings {
             .extract()
             .map_err(|e| SettingsError::Parse(one_line(&e)))?;
         settings.read_secret_files()?;
-        settings.validate()?;
+        settings.validate(&env)?;
         Ok(settings)
     }
 
@@ -607,7 +609,20 @@ impl Settings {
         Ok(())
     }
 
-    fn validate(&self) -> Result<(), SettingsError> {
+    /// Every secret the director holds.
+    fn secrets(&self) -> impl Iterator<Item = &Secret> {
+        [
+            &self.forge.token,
+            &self.forge.runner_password,
+            &self.preflight.api_key,
+        ]
+        .into_iter()
+        .chain(self.webhook.secrets.iter())
+        .filter(|s| !s.is_empty())
+    }
+
+    /// `env`: the environment the director runs with (what `runner.env_passthrough` reads).
+    fn validate(&self, env: &[(String, String)]) -> Result<(), SettingsError> {
         self.server
             .listen
             .parse::<SocketAddr>()
@@ -706,11 +721,35 @@ impl Settings {
                 "limits must be at least 1",
             ));
         }
-        if r.user.is_empty() || r.user == "0" || r.user.starts_with("0:") || r.user == "root" {
+        if r.user.trim().is_empty() || is_root(&r.user) {
             return Err(invalid(
                 "runner.user",
-                "runs never run as root; use a numeric uid:gid such as 1000:1000",
+                format!(
+                    "`{}` means root; runs never run as root: use a numeric uid:gid such as 1000:1000",
+                    r.user
+                ),
             ));
+        }
+        for name in &r.env_passthrough {
+            if name.to_ascii_uppercase().starts_with("DIRECTOR_") {
+                return Err(invalid(
+                    "runner.env_passthrough",
+                    format!(
+                        "`{name}` is the director's own configuration; it never goes into a run"
+                    ),
+                ));
+            }
+            if let Some((_, value)) = env.iter().find(|(k, _)| k == name)
+                && !value.is_empty()
+                && self.secrets().any(|s| s.expose() == value)
+            {
+                return Err(invalid(
+                    "runner.env_passthrough",
+                    format!(
+                        "`{name}` holds one of the director's secrets; it never goes into a run"
+                    ),
+                ));
+            }
         }
         for m in &r.mounts {
             let parts: Vec<&str> = m.split(':').collect();
@@ -722,6 +761,14 @@ impl Settings {
                 return Err(invalid(
                     "runner.mounts",
                     format!("`{m}` is not source:/target[:ro|rw]"),
+                ));
+            }
+            if binds_docker_socket(parts[0])
+                || parts[1].trim_end_matches('/').ends_with("docker.sock")
+            {
+                return Err(invalid(
+                    "runner.mounts",
+                    format!("`{m}` would hand the run the Docker socket (root on the host)"),
                 ));
             }
         }
@@ -769,6 +816,42 @@ fn croner_check(expr: &str) -> Result<(), String> {
 /// Environment pairs already filtered to `SECTION__KEY`, turned into nested figment values.
 struct EnvPairs(Vec<(String, String)>);
 
+/// The configuration keys that hold secrets.
+const SECRET_KEYS: &[(&str, &str)] = &[
+    ("forge", "token"),
+    ("forge", "runner_password"),
+    ("preflight", "api_key"),
+    ("webhook", "secrets"),
+];
+
+fn is_secret_key(section: &str, key: &str) -> bool {
+    SECRET_KEYS.contains(&(section, key))
+}
+
+fn section_of(name: &str) -> String {
+    name.split_once("__")
+        .map_or(String::new(), |(s, _)| s.to_ascii_lowercase())
+}
+
+/// `runner.user` names root: uid 0 (any number of zeros) or `root`, as user or group.
+fn is_root(user: &str) -> bool {
+    user.split(':').any(|part| {
+        let p = part.trim();
+        p.eq_ignore_ascii_case("root") || (!p.is_empty() && p.bytes().all(|b| b == b'0'))
+    })
+}
+
+/// A bind-mount source that is the Docker socket or a directory holding it.
+fn binds_docker_socket(source: &str) -> bool {
+    let s = source.trim_end_matches('/');
+    let s = if s.is_empty() { "/" } else { s };
+    s == "/"
+        || s.ends_with("docker.sock")
+        || ["/var/run/docker.sock", "/run/docker.sock"]
+            .iter()
+            .any(|sock| sock.starts_with(&format!("{s}/")))
+}
+
 impl figment::Provider for EnvPairs {
     fn metadata(&self) -> figment::Metadata {
         figment::Metadata::named("DIRECTOR_* environment variable(s)")
@@ -788,7 +871,13 @@ impl figment::Provider for EnvPairs {
                 .entry(section)
                 .or_insert_with(|| figment::value::Value::from(figment::value::Dict::new()));
             if let figment::value::Value::Dict(_, inner) = entry {
-                inner.insert(key, value.parse().unwrap_or_else(|_| value.clone().into()));
+                // A secret is kept exactly as given: `00123` is not the number 123.
+                let parsed = if is_secret_key(&section_of(name), &key) {
+                    value.clone().into()
+                } else {
+                    value.parse().unwrap_or_else(|_| value.clone().into())
+                };
+                inner.insert(key, parsed);
             }
         }
         Ok(figment::Profile::Default.collect(dict))

@@ -103,16 +103,18 @@ async fn runtime(
         return None;
     }
     if let Some(runtime) = &overrides.runtime {
-        let mounts = crate::runtime::mounts::translated(&settings.runner, None).await;
-        return Some(Ok((runtime.clone(), mounts)));
+        return Some(
+            crate::runtime::mounts::translated(&settings.runner, None)
+                .await
+                .map(|mounts| (runtime.clone(), mounts)),
+        );
     }
     Some(
         match DockerRuntime::connect(settings.runner.clone()).await {
             Ok(docker) => {
-                let mounts =
-                    crate::runtime::mounts::translated(&settings.runner, Some(docker.docker()))
-                        .await;
-                Ok((Arc::new(docker), mounts))
+                crate::runtime::mounts::translated(&settings.runner, Some(docker.docker()))
+                    .await
+                    .map(|mounts| (Arc::new(docker) as Arc<dyn Runtime>, mounts))
             }
             Err(e) => Err(e.to_string()),
         },

@@ -24,8 +24,10 @@ pub fn own_container_id(mountinfo: &str) -> Option<String> {
 }
 
 /// The source the engine needs for `path` (a path inside the director's container):
-/// `(source, is_volume)`. Paths no mount covers are returned unchanged.
-pub fn translate(path: &str, own: &[OwnMount]) -> (String, bool) {
+/// `(source, is_volume)`, exactly, or why it cannot be had: a path no mount covers has no
+/// known host path, and a sub-path of a named volume cannot be mounted by name (the whole
+/// volume would be).
+pub fn translate(path: &str, own: &[OwnMount]) -> Result<(String, bool), String> {
     let best = own
         .iter()
         .filter(|m| {
@@ -34,15 +36,22 @@ pub fn translate(path: &str, own: &[OwnMount]) -> (String, bool) {
         })
         .max_by_key(|m| m.destination.len());
     match best {
-        Some(m) if m.is_volume => {
-            // A volume is passed by name; a sub-path of it cannot be bind-mounted by name.
-            (m.source.clone(), true)
+        Some(m)
+            if m.is_volume && path.trim_end_matches('/') == m.destination.trim_end_matches('/') =>
+        {
+            Ok((m.source.clone(), true))
         }
+        Some(m) if m.is_volume => Err(format!(
+            "`{path}` is inside the named volume `{}` (at {}); a volume is mounted whole, by name, so name {} instead",
+            m.source, m.destination, m.destination
+        )),
         Some(m) => {
             let rest = &path[m.destination.len()..];
-            (format!("{}{}", m.source.trim_end_matches('/'), rest), false)
+            Ok((format!("{}{}", m.source.trim_end_matches('/'), rest), false))
         }
-        None => (path.to_owned(), false),
+        None => Err(format!(
+            "`{path}` is on no mount of the director's own container, so its host path is unknown"
+        )),
     }
 }
 
@@ -57,16 +66,29 @@ pub fn parse(spec: &str) -> Option<(String, String, bool)> {
 
 /// `runner.mounts` with sources translated to host paths when the director itself runs in a
 /// container (found through `/proc/self/mountinfo` and an inspect of itself).
+///
+/// A source that cannot be translated exactly is an error: no run starts with a mount that
+/// would silently name another path on the host.
 pub async fn translated(
     settings: &crate::settings::RunnerSettings,
     docker: Option<&bollard::Docker>,
-) -> Vec<(String, String, bool)> {
+) -> Result<Vec<(String, String, bool)>, String> {
     let parsed: Vec<_> = settings.mounts.iter().filter_map(|m| parse(m)).collect();
     let own_id = std::fs::read_to_string("/proc/self/mountinfo")
         .ok()
         .and_then(|i| own_container_id(&i));
-    let (Some(id), Some(docker)) = (own_id, docker) else {
-        return parsed;
+    let Some(id) = own_id else {
+        // Not in a container: the sources are host paths already.
+        return Ok(parsed);
+    };
+    if parsed.is_empty() {
+        return Ok(parsed);
+    }
+    let Some(docker) = docker else {
+        return Err(
+            "the director runs in a container and cannot inspect it to translate runner.mounts"
+                .into(),
+        );
     };
     let own: Vec<OwnMount> = match docker.inspect_container(&id, None).await {
         Ok(c) => c
@@ -86,13 +108,18 @@ pub async fn translated(
             })
             .collect(),
         Err(e) => {
-            tracing::warn!(error = %e, "cannot inspect the director's own container; mounts passed as given");
-            return parsed;
+            return Err(format!(
+                "cannot inspect the director's own container to translate runner.mounts: {e}"
+            ));
         }
     };
     parsed
         .into_iter()
-        .map(|(source, target, ro)| (translate(&source, &own).0, target, ro))
+        .map(|(source, target, ro)| {
+            translate(&source, &own)
+                .map(|(host, _)| (host, target, ro))
+                .map_err(|e| format!("runner.mounts: {e}"))
+        })
         .collect()
 }
 
@@ -135,16 +162,21 @@ mod tests {
         ];
         assert_eq!(
             translate("/data/cache/cargo", &own),
-            ("/mnt/fast/cache/cargo".into(), false)
+            Ok(("/mnt/fast/cache/cargo".into(), false))
         );
         assert_eq!(
             translate("/data/x", &own),
-            ("/srv/director/x".into(), false)
+            Ok(("/srv/director/x".into(), false))
         );
-        assert_eq!(translate("/data", &own), ("/srv/director".into(), false));
-        assert_eq!(translate("/datax", &own), ("/datax".into(), false));
-        assert_eq!(translate("/vol", &own), ("director-vol".into(), true));
-        assert_eq!(translate("/elsewhere", &own), ("/elsewhere".into(), false));
+        assert_eq!(
+            translate("/data", &own),
+            Ok(("/srv/director".into(), false))
+        );
+        assert_eq!(translate("/vol", &own), Ok(("director-vol".into(), true)));
+        // No silent pass-through, no widening a sub-path to the whole volume.
+        assert!(translate("/datax", &own).is_err_and(|e| e.contains("no mount")));
+        assert!(translate("/elsewhere", &own).is_err());
+        assert!(translate("/vol/sub", &own).is_err_and(|e| e.contains("mounted whole")));
     }
 
     #[test]

@@ -118,3 +118,105 @@ fn a_missing_config_file_is_an_error() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/director.toml"));
 }
+
+#[test]
+fn configurations_that_would_open_the_box_are_refused_naming_the_key() {
+    let cases: &[(&[(&str, &str)], &str)] = &[
+        (&[("DIRECTOR_RUNNER__USER", "0")], "runner.user"),
+        (&[("DIRECTOR_RUNNER__USER", "0:0")], "runner.user"),
+        (&[("DIRECTOR_RUNNER__USER", "root")], "runner.user"),
+        (&[("DIRECTOR_RUNNER__USER", "root:0")], "runner.user"),
+        (&[("DIRECTOR_RUNNER__USER", "000:1000")], "runner.user"),
+        (&[("DIRECTOR_RUNNER__USER", "ROOT")], "runner.user"),
+        (
+            &[(
+                "DIRECTOR_RUNNER__MOUNTS",
+                "/var/run/docker.sock:/var/run/docker.sock",
+            )],
+            "runner.mounts",
+        ),
+        (
+            &[("DIRECTOR_RUNNER__MOUNTS", "/var/run:/host-run:ro")],
+            "runner.mounts",
+        ),
+        (
+            &[("DIRECTOR_RUNNER__MOUNTS", "/:/host:ro")],
+            "runner.mounts",
+        ),
+        (
+            &[("DIRECTOR_RUNNER__MOUNTS", "/srv/cache:/run/docker.sock")],
+            "runner.mounts",
+        ),
+        (
+            &[("DIRECTOR_RUNNER__ENV_PASSTHROUGH", "DIRECTOR_FORGE__TOKEN")],
+            "runner.env_passthrough",
+        ),
+        (
+            // Another name for the bot's token is still the bot's token.
+            &[
+                ("DIRECTOR_FORGE__TOKEN", "bot-token-abc123"),
+                ("FORGEJO_TOKEN", "bot-token-abc123"),
+                (
+                    "DIRECTOR_RUNNER__ENV_PASSTHROUGH",
+                    "AGENT_KEY,FORGEJO_TOKEN",
+                ),
+            ],
+            "runner.env_passthrough",
+        ),
+    ];
+    for (vars, key) in cases {
+        let mut cmd = director();
+        cmd.args(["check-config", "--config", &example()]);
+        for (k, v) in vars.iter() {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().expect("runs");
+        assert_eq!(out.status.code(), Some(2), "{vars:?} was accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(key), "{vars:?}: does not name {key}: {err}");
+    }
+    // Not root, not the socket: fine.
+    let out = director()
+        .args(["check-config", "--config", &example()])
+        .env("DIRECTOR_RUNNER__USER", "1000:1000")
+        .env("DIRECTOR_RUNNER__MOUNTS", "/srv/cache:/cache:ro")
+        .env("DIRECTOR_RUNNER__ENV_PASSTHROUGH", "AGENT_KEY")
+        .env("AGENT_KEY", "sk-agent")
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn numeric_looking_secrets_from_the_environment_are_kept_exactly() {
+    let settings = director::settings::Settings::load_from(
+        None,
+        [
+            ("DIRECTOR_FORGE__TOKEN".to_owned(), "00123".to_owned()),
+            (
+                "DIRECTOR_FORGE__RUNNER_PASSWORD".to_owned(),
+                "1e5".to_owned(),
+            ),
+            ("DIRECTOR_PREFLIGHT__API_KEY".to_owned(), "0x10".to_owned()),
+            (
+                "DIRECTOR_WEBHOOK__SECRETS".to_owned(),
+                "007,0.50".to_owned(),
+            ),
+        ],
+    )
+    .expect("loads");
+    assert_eq!(settings.forge.token.expose(), "00123");
+    assert_eq!(settings.forge.runner_password.expose(), "1e5");
+    assert_eq!(settings.preflight.api_key.expose(), "0x10");
+    let secrets: Vec<&str> = settings
+        .webhook
+        .secrets
+        .iter()
+        .map(|s| s.expose())
+        .collect();
+    assert_eq!(secrets, vec!["007", "0.50"]);
+}
