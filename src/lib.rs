@@ -9,6 +9,7 @@ pub mod failpoint;
 pub mod forge;
 pub mod http;
 pub mod intake;
+pub mod limits;
 pub mod metrics;
 pub mod preflight;
 pub mod runtime;

@@ -357,6 +357,10 @@ pub struct PreflightSettings {
     /// For `command`: the program and its arguments; the prompt arrives on stdin.
     #[serde(deserialize_with = "lenient::list")]
     pub command: Vec<String>,
+    /// For `command`: the environment variables (besides `PATH` and `HOME`) the program
+    /// gets; everything else, the director's own secrets included, is cleared.
+    #[serde(deserialize_with = "lenient::list")]
+    pub command_env: Vec<String>,
     /// Per read, in seconds.
     pub timeout_secs: u64,
     /// Cap on the model's answer, in tokens.
@@ -394,6 +398,7 @@ impl Default for PreflightSettings {
             api_key: Secret::default(),
             api_key_file: None,
             command: Vec::new(),
+            command_env: Vec::new(),
             timeout_secs: 180,
             max_tokens: 1024,
             max_attempts: 3,

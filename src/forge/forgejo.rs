@@ -196,11 +196,15 @@ impl ForgejoClient {
             StatusCode::UNAUTHORIZED => ForgeError::Unauthorized { method, path },
             StatusCode::FORBIDDEN => ForgeError::Forbidden { method, path },
             _ => {
-                let text = resp.text().await.unwrap_or_default();
+                let bytes = crate::limits::read_capped(resp, 64 * 1024)
+                    .await
+                    .unwrap_or_default();
+                let text = String::from_utf8_lossy(&bytes);
                 let message = serde_json::from_str::<Value>(&text)
                     .ok()
                     .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_owned))
                     .unwrap_or_else(|| text.chars().take(200).collect());
+                let message = crate::limits::shorten(&message, 200);
                 ForgeError::Status {
                     method,
                     path,
@@ -272,11 +276,13 @@ async fn decode<T: DeserializeOwned>(
     path: &str,
     resp: reqwest::Response,
 ) -> Result<T, ForgeError> {
-    let bytes = resp.bytes().await.map_err(|_| ForgeError::Transport {
-        method: method.to_string(),
-        path: path.to_owned(),
-        reason: "the response body could not be read".into(),
-    })?;
+    let bytes = crate::limits::read_capped(resp, crate::limits::FORGE_BODY_BYTES)
+        .await
+        .map_err(|e| ForgeError::Transport {
+            method: method.to_string(),
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })?;
     serde_json::from_slice(&bytes).map_err(|e| ForgeError::Decode {
         method: method.to_string(),
         path: path.to_owned(),

@@ -42,11 +42,19 @@ fn secret_header(value: String) -> anyhow::Result<HeaderValue> {
     Ok(v)
 }
 
+/// `text` with every one of `keys` replaced.
+fn redact_keys(text: &str, keys: &[String]) -> String {
+    keys.iter()
+        .filter(|k| k.len() >= 4)
+        .fold(text.to_owned(), |t, k| t.replace(k.as_str(), "[redacted]"))
+}
+
 async fn post_json(
     client: &reqwest::Client,
     url: &str,
     body: &Value,
     timeout_secs: u64,
+    keys: &[String],
 ) -> Result<Value, PreflightError> {
     let resp = client.post(url).json(body).send().await.map_err(|e| {
         if e.is_timeout() {
@@ -60,13 +68,15 @@ async fn post_json(
         }
     })?;
     let status = resp.status();
-    let text = resp.text().await.map_err(|e| {
-        if e.is_timeout() {
-            PreflightError::Timeout(timeout_secs)
-        } else {
-            PreflightError::Decode("body unreadable".into())
-        }
-    })?;
+    let bytes = crate::limits::read_capped(resp, crate::limits::PROVIDER_BODY_BYTES)
+        .await
+        .map_err(|e| match e {
+            crate::limits::ReadError::Read(why) if why == "timed out" => {
+                PreflightError::Timeout(timeout_secs)
+            }
+            e => PreflightError::Decode(e.to_string()),
+        })?;
+    let text = String::from_utf8_lossy(&bytes).into_owned();
     if !status.is_success() {
         let message = serde_json::from_str::<Value>(&text)
             .ok()
@@ -76,10 +86,14 @@ async fn post_json(
                     .and_then(Value::as_str)
                     .map(str::to_owned)
             })
-            .unwrap_or_else(|| text.chars().take(200).collect());
+            .unwrap_or_else(|| text.clone());
         return Err(PreflightError::Status {
             status: status.as_u16(),
-            message,
+            // Shown on the issue: short, and never a key a proxy echoed back.
+            message: crate::limits::shorten(
+                &redact_keys(&message, keys),
+                crate::limits::ERROR_TEXT_CHARS,
+            ),
         });
     }
     serde_json::from_str(&text).map_err(|e| PreflightError::Decode(e.to_string()))
@@ -93,6 +107,8 @@ struct Endpoint {
     model: String,
     max_tokens: u32,
     timeout_secs: u64,
+    /// Redacted from anything the provider says back.
+    keys: Vec<String>,
 }
 
 impl Endpoint {
@@ -103,6 +119,7 @@ impl Endpoint {
             model: s.model.clone(),
             max_tokens: s.max_tokens,
             timeout_secs: s.timeout_secs,
+            keys: vec![s.api_key.expose().to_owned()],
         })
     }
 
@@ -114,7 +131,14 @@ impl Endpoint {
             "max_tokens": self.max_tokens,
             "messages": [{ "role": "user", "content": prompt }],
         });
-        let v = post_json(&self.client, &self.url, &body, self.timeout_secs).await?;
+        let v = post_json(
+            &self.client,
+            &self.url,
+            &body,
+            self.timeout_secs,
+            &self.keys,
+        )
+        .await?;
         let model = v["model"].as_str().unwrap_or(&self.model).to_owned();
         Ok((v, model))
     }
@@ -210,6 +234,9 @@ pub struct CommandProvider {
     model: String,
     timeout: Duration,
     api_key: Secret,
+    /// The environment the program gets: `PATH`, `HOME` and `preflight.command_env`, read from
+    /// the director's own; nothing else (the director's secrets stay out).
+    env: Vec<(String, String)>,
 }
 
 impl CommandProvider {
@@ -227,6 +254,12 @@ impl CommandProvider {
             },
             timeout: Duration::from_secs(s.timeout_secs),
             api_key: s.api_key.clone(),
+            env: ["PATH", "HOME"]
+                .iter()
+                .map(|n| (*n).to_owned())
+                .chain(s.command_env.iter().cloned())
+                .filter_map(|name| std::env::var(&name).ok().map(|v| (name, v)))
+                .collect(),
         })
     }
 }
@@ -236,6 +269,8 @@ impl Preflight for CommandProvider {
     async fn read(&self, prompt: &str) -> Result<Reading, PreflightError> {
         let mut cmd = tokio::process::Command::new(&self.program);
         cmd.args(&self.args)
+            .env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -259,48 +294,68 @@ impl Preflight for CommandProvider {
             .take()
             .ok_or_else(|| PreflightError::Command("no stderr".into()))?;
         let prompt = prompt.to_owned();
-        let work = async move {
-            // Write and read at once: a program that answers before reading all of a large
-            // prompt must not deadlock against a full pipe.
-            let write = async move {
-                let _ = stdin.write_all(prompt.as_bytes()).await;
-                drop(stdin);
-            };
-            let mut out = Vec::new();
+        let cap = crate::limits::COMMAND_OUTPUT_BYTES;
+        // Write and read at once: a program that answers before reading all of a large prompt
+        // must not deadlock against a full pipe.
+        let write = tokio::spawn(async move {
+            let _ = stdin.write_all(prompt.as_bytes()).await;
+            drop(stdin);
+        });
+        let errors = tokio::spawn(async move {
             let mut err = Vec::new();
-            let (_, o, e) = tokio::join!(
-                write,
-                stdout.read_to_end(&mut out),
-                stderr.read_to_end(&mut err)
-            );
-            o.and(e).map(|_| (out, err))
-        };
-        let (out, err) = match tokio::time::timeout(self.timeout, work).await {
-            Ok(Ok(v)) => v,
-            Ok(Err(e)) => return Err(PreflightError::Command(format!("reading its output: {e}"))),
+            let _ = (&mut stderr).take(cap + 1).read_to_end(&mut err).await;
+            err
+        });
+        let mut out = Vec::new();
+        let mut limited = (&mut stdout).take(cap + 1);
+        match tokio::time::timeout(self.timeout, limited.read_to_end(&mut out)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                let _ = child.kill().await;
+                return Err(PreflightError::Command(format!("reading its output: {e}")));
+            }
             Err(_) => {
                 let _ = child.kill().await;
                 return Err(PreflightError::Timeout(self.timeout.as_secs()));
             }
-        };
+        }
+        let limit = usize::try_from(cap).unwrap_or(usize::MAX);
+        if out.len() > limit {
+            // It would block on a pipe nobody reads any more.
+            let _ = child.kill().await;
+            return Err(PreflightError::Command(format!(
+                "it printed more than {limit} bytes"
+            )));
+        }
+        write.abort();
+        let err = tokio::time::timeout(Duration::from_secs(5), errors)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default();
         let status = tokio::time::timeout(Duration::from_secs(5), child.wait())
             .await
             .map_err(|_| PreflightError::Timeout(self.timeout.as_secs()))?
             .map_err(|e| PreflightError::Command(e.to_string()))?;
         if !status.success() {
-            let tail: String = String::from_utf8_lossy(&err)
+            // Redacted before it is shortened: a cut must not leave half a key behind.
+            let keys: Vec<String> = std::iter::once(self.api_key.expose().to_owned())
+                .chain(
+                    self.env
+                        .iter()
+                        .filter(|(k, _)| k != "PATH" && k != "HOME")
+                        .map(|(_, v)| v.clone()),
+                )
+                .collect();
+            let redacted = redact_keys(&String::from_utf8_lossy(&err), &keys);
+            let tail: String = redacted
                 .chars()
                 .rev()
-                .take(300)
+                .take(crate::limits::ERROR_TEXT_CHARS)
                 .collect::<Vec<_>>()
                 .into_iter()
                 .rev()
                 .collect();
-            let tail = if self.api_key.is_empty() {
-                tail
-            } else {
-                tail.replace(self.api_key.expose(), "[redacted]")
-            };
             return Err(PreflightError::Command(format!(
                 "exited with {status}: {}",
                 tail.trim()

@@ -487,6 +487,62 @@ mod providers {
     }
 
     #[tokio::test]
+    async fn the_command_provider_runs_with_an_environment_cleared_to_what_it_needs() {
+        // The test process's own environment (HOME, PATH, CARGO_*, ...) stands in for the
+        // director's: only PATH, HOME, the provider's key and the allow-list get through.
+        let p = CommandProvider::new(&PreflightSettings {
+            provider: "command".into(),
+            command: vec!["env".into()],
+            command_env: vec!["CARGO_PKG_NAME".into()],
+            timeout_secs: 5,
+            api_key: Secret::new("cmd-secret-key"),
+            ..Default::default()
+        })
+        .expect("provider");
+        let reading = p.read("x").await.expect("answer");
+        let mut names: Vec<&str> = reading
+            .text
+            .lines()
+            .filter_map(|l| l.split_once('=').map(|(k, _)| k))
+            .collect();
+        names.sort();
+        let allowed = [
+            "CARGO_PKG_NAME",
+            "DIRECTOR_PREFLIGHT_API_KEY",
+            "HOME",
+            "PATH",
+        ];
+        assert!(
+            names.iter().all(|n| allowed.contains(n)),
+            "the program saw {names:?}"
+        );
+        assert!(
+            names.contains(&"PATH") && names.contains(&"CARGO_PKG_NAME"),
+            "{names:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_command_providers_output_is_redacted_before_it_is_shortened_and_capped() {
+        // The key sits where a tail cut first would keep half of it.
+        let p = command(
+            &[
+                "sh",
+                "-c",
+                "printf '%s' \"$DIRECTOR_PREFLIGHT_API_KEY\" >&2; head -c 295 /dev/zero | tr '\\0' z >&2; exit 4",
+            ],
+            5,
+        );
+        let err = p.read("x").await.expect_err("fails").to_string();
+        for fragment in ["cmd-secret-key", "secret-key", "et-key", "-key"] {
+            assert!(!err.contains(fragment), "{fragment} in {err}");
+        }
+        let p = command(&["sh", "-c", "head -c 5000000 /dev/zero"], 10);
+        let err = p.read("x").await.expect_err("too much").to_string();
+        assert!(err.contains("more than"), "{err}");
+    }
+
+    #[tokio::test]
     async fn the_command_provider_reads_the_prompt_on_stdin() {
         let p = command(
             &["sh", "-c", "read first; echo \"read: $first\"; echo GO"],
