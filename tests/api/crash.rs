@@ -321,3 +321,81 @@ async fn killed_right_after_opening_the_pull_request_opens_one_and_reports_once(
     stop(child);
     w.assert_contract();
 }
+
+#[tokio::test]
+async fn at_trace_level_the_logs_of_a_whole_run_hold_no_secret() {
+    let mut w = World::new("Fine.\n\nGO").with_runs();
+    // Even asked for by name, the libraries that would print secrets stay quiet.
+    w.env.push((
+        "RUST_LOG".into(),
+        "trace,bollard=trace,hyper=trace,reqwest=trace".into(),
+    ));
+    w.env.push((
+        "DIRECTOR_PREFLIGHT__API_KEY".into(),
+        "llm-key-trace-7e1f".into(),
+    ));
+    let store = w.store().await;
+    let child = w.start(None).await;
+    let issue = w.labelled("Add --verbose", "Print each step.").await;
+    w.settle(&store, &issue, Lifecycle::Succeeded).await;
+    stop(child);
+    let log = read(&w.log());
+    assert!(
+        log.contains("TRACE") || log.contains("\"level\":\"TRACE\""),
+        "trace level is on"
+    );
+    let mut secrets = vec![
+        BOT_TOKEN.to_owned(),
+        RUNNER_PASSWORD.to_owned(),
+        SECRET.to_owned(),
+        "llm-key-trace-7e1f".to_owned(),
+    ];
+    secrets.extend(
+        w.forge
+            .minted_tokens()
+            .into_iter()
+            .map(|(_, _, value)| value),
+    );
+    assert_eq!(secrets.len(), 5, "one run token was minted");
+    for (n, secret) in secrets.iter().enumerate() {
+        let line = log.lines().find(|l| l.contains(secret.as_str()));
+        assert!(
+            line.is_none(),
+            "secret {n} is in the trace log: {}",
+            line.unwrap_or_default()
+                .chars()
+                .take(600)
+                .collect::<String>()
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_token_printed_before_a_restart_is_redacted_in_the_report_after_it() {
+    let w = World::new("Fine.\n\nGO").with_runs();
+    let store = w.store().await;
+    let child = w.start(Some("after_container_started")).await;
+    // The agent prints its token and fails while the director is down.
+    let issue = w.labelled("Leak", "mode: leak").await;
+    w.kill_at(child, "after_container_started").await;
+    let child = w.start(None).await;
+    w.settle(&store, &issue, Lifecycle::Failed).await;
+    stop(child);
+    let reports: Vec<String> = w
+        .forge
+        .comments_on(&issue)
+        .into_iter()
+        .filter(|c| c.body.contains("<!-- director:run "))
+        .map(|c| c.body)
+        .collect();
+    assert_eq!(reports.len(), 1);
+    assert!(
+        reports[0].contains("my token is [redacted]"),
+        "{}",
+        reports[0]
+    );
+    for (_, _, token) in w.forge.minted_tokens() {
+        assert!(!reports[0].contains(&token), "the token is in the report");
+    }
+    assert!(w.forge.tokens_of(RUNNER).is_empty());
+}

@@ -339,3 +339,28 @@ async fn a_readers_trigger_is_not_credited_to_a_writers_later_unrelated_label() 
     assert_eq!(record.trigger_trusted, Some(false));
     t.assert_contract();
 }
+
+#[tokio::test]
+async fn closing_and_reopening_by_the_author_never_revives_the_issue() {
+    let (t, llm) = ForgeApp::spawn_with_llm(|_| {}).await;
+    llm.always("Fine.\n\nGO");
+    let issue = t.forge.open_issue(&t.repo, READER, "Revive me", "").await;
+    t.forge.label(WRITER, &issue, TRIGGER).await;
+    t.wait_state(&issue, Lifecycle::Queued).await;
+    t.forge.set_state(READER, &issue, "closed").await;
+    t.wait_state(&issue, Lifecycle::Cancelled).await;
+    t.forge.set_state(READER, &issue, "open").await;
+    t.app.wait_processed().await;
+    let record = t.record(&issue).await.expect("known");
+    assert_eq!(
+        record.lifecycle,
+        Lifecycle::Cancelled,
+        "reopening revived it"
+    );
+    assert_eq!(llm.prompts().len(), 1, "nothing was read again");
+    // A writer applying the trigger again hands it over afresh.
+    t.forge.unlabel(WRITER, &issue, TRIGGER).await;
+    t.forge.label(WRITER, &issue, TRIGGER).await;
+    t.wait_state(&issue, Lifecycle::Queued).await;
+    t.assert_contract();
+}
