@@ -487,3 +487,28 @@ async fn a_writers_edit_is_read_as_the_new_text() {
     assert_eq!(vouched.by, WRITER);
     assert!(vouched.body.contains("with timings"));
 }
+
+#[tokio::test]
+async fn comments_during_a_run_start_no_second_run_interrupt_nothing_and_leave_the_labels() {
+    let (t, llm, fake) = spawn(|_| {}).await;
+    let issue = labelled(&t, "Busy", "mode: hang").await;
+    t.wait_state(&issue, Lifecycle::Running).await;
+    let labels = t.forge.labels_on(&issue);
+    let prompts = llm.prompts().len();
+    t.forge
+        .comment(WRITER, &issue, "Also handle the --quiet flag.")
+        .await;
+    t.forge
+        .comment(crate::forge_helpers::READER, &issue, "/director go")
+        .await;
+    t.forge.comment(WRITER, &issue, "/director go").await;
+    t.app.wait_processed().await;
+    assert_eq!(
+        t.record(&issue).await.expect("known").lifecycle,
+        Lifecycle::Running
+    );
+    assert_eq!(run_ids(&t, &issue).await.len(), 1, "one run");
+    assert_eq!(fake.running().len(), 1, "not interrupted");
+    assert_eq!(llm.prompts().len(), prompts, "no re-read mid-run");
+    assert_eq!(t.forge.labels_on(&issue), labels, "the labels did not flap");
+}
