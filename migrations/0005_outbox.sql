@@ -44,3 +44,20 @@ CREATE INDEX actions_due ON actions (not_before_ms) WHERE state = 'due';
 -- An issue's actions run one at a time, oldest first.
 CREATE INDEX actions_due_by_issue ON actions (repo, number, id) WHERE state = 'due';
 CREATE INDEX actions_finished ON actions (done_at_ms) WHERE state <> 'due';
+
+-- Work a director from before the outbox left in flight: a picked-up issue waiting for its
+-- read gets the read action, a run being launched gets its start action (adopting what it
+-- may have created). Running runs are picked up by the watcher; queued issues by admission.
+INSERT INTO actions (key, repo, number, kind, action, schema, max_attempts, not_before_ms, created_at_ms)
+SELECT repo || '#' || number || ':read:rev' || COALESCE(json_extract(preflight, '$.rev'), 0),
+       repo, number, 'read_preflight',
+       json_object('kind', 'read_preflight',
+                   'rev', COALESCE(json_extract(preflight, '$.rev'), 0),
+                   'handled_command_id', COALESCE(json_extract(preflight, '$.handled_command_id'), 0)),
+       2, 3, COALESCE(preflight_not_before_ms, 0), 0
+FROM issues WHERE lifecycle = 'pending' AND trigger_trusted = 1;
+
+INSERT INTO actions (key, repo, number, kind, action, schema, max_attempts, not_before_ms, created_at_ms)
+SELECT repo || '#' || number || ':start:' || id, repo, number, 'start_run',
+       json_object('kind', 'start_run', 'run_id', id), 2, 3, 0, 0
+FROM runs WHERE state = 'launching';

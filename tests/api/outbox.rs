@@ -214,3 +214,97 @@ async fn retention_prunes_what_is_old_and_done_in_batches_and_keeps_the_rest() {
         "recent calls stay: the hourly caps count them"
     );
 }
+
+/// A database as round 1 left it: migrations 1 to 4, an issue waiting for its read and a run
+/// being launched.
+#[tokio::test]
+async fn work_in_flight_in_a_database_from_before_the_outbox_is_carried_over() {
+    use sqlx::Connection;
+    let dir = tempfile::tempdir().expect("dir");
+    let url = format!("sqlite://{}", dir.path().join("old.db").display());
+    {
+        let options: sqlx::sqlite::SqliteConnectOptions = url.parse().expect("url");
+        let mut conn = sqlx::SqliteConnection::connect_with(&options.create_if_missing(true))
+            .await
+            .expect("open");
+        sqlx::raw_sql(
+            "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at_ms INTEGER NOT NULL)",
+        )
+        .execute(&mut conn)
+        .await
+        .expect("table");
+        for (v, sql) in [
+            (
+                1,
+                include_str!("../../migrations/0001_deliveries_and_issues.sql"),
+            ),
+            (2, include_str!("../../migrations/0002_issue_tracking.sql")),
+            (3, include_str!("../../migrations/0003_preflight.sql")),
+            (4, include_str!("../../migrations/0004_runs.sql")),
+        ] {
+            sqlx::raw_sql(sql)
+                .execute(&mut conn)
+                .await
+                .expect("migration");
+            sqlx::query("INSERT INTO schema_migrations VALUES (?, 0)")
+                .bind(v)
+                .execute(&mut conn)
+                .await
+                .expect("recorded");
+        }
+        sqlx::raw_sql(
+            "INSERT INTO issues (repo, number, title, state, labels, last_change_ms, lifecycle, trigger_present, trigger_actor, trigger_trusted, preflight) \
+             VALUES ('acme/widgets', 1, 'Waiting', 'open', '[\"headless\"]', 1, 'pending', 1, 'alice', 1, '{\"rev\":3,\"handled_command_id\":9}'), \
+                    ('acme/widgets', 2, 'Launching', 'open', '[\"headless\"]', 1, 'running', 1, 'alice', 1, '{\"rev\":1,\"verdict\":\"GO\"}'); \
+             INSERT INTO runs (id, repo, number, state, branch, created_at_ms) \
+             VALUES ('0123456789ab', 'acme/widgets', 2, 'launching', 'director-issue-2-01234567', 1);",
+        )
+        .execute(&mut conn)
+        .await
+        .expect("rows");
+    }
+    let store = Store::connect(&director::settings::StoreSettings {
+        url,
+        ..Default::default()
+    })
+    .await
+    .expect("migrates");
+    let one: IssueRef = "acme/widgets#1".parse().expect("ref");
+    let two: IssueRef = "acme/widgets#2".parse().expect("ref");
+    let read = store.actions_of(&one).await.expect("actions");
+    assert_eq!(read.len(), 1);
+    assert_eq!(
+        (read[0].key.as_str(), read[0].kind.as_str()),
+        ("acme/widgets#1:read:rev3", "read_preflight")
+    );
+    let start = store.actions_of(&two).await.expect("actions");
+    assert_eq!(start[0].key, "acme/widgets#2:start:0123456789ab");
+    // The rows are actions this build reads.
+    let claimed = store
+        .claim_actions("me", Lane::Except("nothing"), 10, 1_000, 10)
+        .await
+        .expect("claim");
+    for c in claimed {
+        let action: director::director::action::Action =
+            serde_json::from_str(&c.payload).expect("parses");
+        assert!(
+            matches!(
+                action,
+                director::director::action::Action::ReadPreflight {
+                    rev: 3,
+                    handled_command_id: 9
+                } | director::director::action::Action::StartRun { .. }
+            ),
+            "{action:?}"
+        );
+    }
+    let record = store.issue(&one).await.expect("query").expect("known");
+    assert_eq!(record.lifecycle, Lifecycle::Pending);
+    assert_eq!(record.preflight.verdict, None);
+    let run = store
+        .run("0123456789ab")
+        .await
+        .expect("query")
+        .expect("known");
+    assert_eq!(run.state, director::domain::RunState::Launching);
+}
