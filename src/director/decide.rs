@@ -14,7 +14,8 @@ use crate::domain::{
     Command, IssueRecord, IssueRef, Judgement, Lifecycle, RepoName, RunRecord, RunState,
 };
 use crate::event::{
-    Event, EventKind, ForgeEvent, PreflightOutcome, ReadContext, RunReport, StickyDraft,
+    Event, EventKind, ForgeEvent, IssueSnapshot, PreflightOutcome, ReadContext, RunReport,
+    StickyDraft,
 };
 use crate::preflight::comment::{self, CommentInput, Shown};
 use crate::settings::{LabelSettings, OnError, Settings};
@@ -90,6 +91,14 @@ pub fn decide(view: &IssueView<'_>, event: &Event, policy: &Policy, now: i64) ->
         Event::ActionGaveUp { kind, error, .. } => step.gave_up(kind, error),
     };
     changed.then(|| step.finish())
+}
+
+/// What a webhook fact or scan observation changed of the record.
+struct Seen {
+    was_judged: bool,
+    unchanged: bool,
+    skip_changed: bool,
+    trigger_was_there: bool,
 }
 
 /// One decision being made: the record and run as they become, and the actions planned.
@@ -178,6 +187,7 @@ impl<'a> Step<'a> {
 
     // ---- webhook facts and scan observations ----
 
+    /// A webhook fact or scan observation: record what the issue looks like now, then react.
     fn forge_fact(&mut self, fact: &ForgeEvent) -> bool {
         if fact.is_pull {
             return false;
@@ -190,38 +200,18 @@ impl<'a> Step<'a> {
         {
             return false;
         }
-        let trigger = self.policy.labels.trigger.as_str();
-        let skip = self.policy.labels.skip_preflight.as_str();
-        let snap = &fact.snapshot;
-        let labels = sorted(&snap.labels);
-        let was_judged = self.known
-            && self.record.trigger_present
-            && self.record.is_open()
-            && self.record.trigger_trusted.is_some();
-        let unchanged = self.known
-            && self.record.title == snap.title
-            && self.record.state == snap.state
-            && self.record.labels == labels
-            && self.record.forge_updated_at == snap.updated_at;
-        let skip_changed =
-            self.record.labels.iter().any(|l| l == skip) != labels.iter().any(|l| l == skip);
-        let trigger_was_there = self.known && self.record.trigger_present;
-        self.record.title = snap.title.clone();
-        self.record.state = snap.state.clone();
-        self.record.labels = labels;
-        self.record.forge_updated_at = snap.updated_at.clone();
-        self.record.trigger_present = self.record.labels.iter().any(|l| l == trigger);
+        let seen = self.record_snapshot(&fact.snapshot);
         let live = self.record.trigger_present && self.record.is_open();
-
+        let trusted = self.record.trigger_trusted == Some(true);
         let command = match &fact.comment {
             Some(c) if fact.kind == EventKind::IssueComment && fact.action == "created" => {
                 Command::find(&c.body, &[Command::Cancel, Command::Retry]).map(|cmd| (cmd, c.id))
             }
             _ => None,
         };
-        let acted = if let Some((command, comment_id)) = command.filter(|_| {
-            live && !fact.sender.is_empty() && self.record.trigger_trusted == Some(true)
-        }) {
+        let acted = if let Some((command, comment_id)) =
+            command.filter(|_| live && !fact.sender.is_empty() && trusted)
+        {
             // Counts only once the author's permission is known.
             self.act(
                 format!("command:{comment_id}:{}", command.as_str()),
@@ -231,50 +221,13 @@ impl<'a> Step<'a> {
                 },
             );
             true
-        } else if live && was_judged {
-            let content_event = !fact.sender.is_empty()
-                && match fact.kind {
-                    EventKind::Issues => fact.action == "edited",
-                    EventKind::IssueComment => true,
-                    EventKind::IssueLabel => skip_changed,
-                    _ => false,
-                };
-            let rereadable = self.record.lifecycle.is_active()
-                && !matches!(
-                    self.record.lifecycle,
-                    Lifecycle::Launching | Lifecycle::Running
-                );
-            if content_event && self.record.trigger_trusted == Some(true) && rereadable {
-                if fact.kind == EventKind::Issues {
-                    // Read as the new text only if the editor may write (the read checks).
-                    self.record.preflight.proposed = Some(Vouched {
-                        title: snap.title.clone(),
-                        body: snap.body.clone(),
-                        by: fact.sender.clone(),
-                    });
-                }
-                // Read again; a read of the same trusted text keeps its verdict.
-                self.request_read();
-                true
-            } else {
-                false
-            }
+        } else if live && seen.was_judged {
+            trusted && self.content_changed(fact, seen.skip_changed)
         } else if live
             && self.policy.forge
-            && (!trigger_was_there || self.record.trigger_trusted.is_none())
+            && (!seen.trigger_was_there || self.record.trigger_trusted.is_none())
         {
-            // Judged when newly applied (or not judged yet). Reopening an issue whose trigger
-            // stayed on revives nothing: a writer applies it again, or says `/director retry`.
-            // The text as it is now is what whoever applied it vouches for, if they may.
-            self.record.preflight.proposed = Some(Vouched {
-                title: snap.title.clone(),
-                body: snap.body.clone(),
-                by: String::new(),
-            });
-            self.record.trigger_actor = None;
-            self.record.trigger_trusted = None;
-            let v = self.version();
-            self.act(format!("resolve:v{v}"), Action::ResolveTrigger);
+            self.trigger_applied(&fact.snapshot);
             true
         } else if self.record.lifecycle.is_active() {
             self.cancel();
@@ -282,7 +235,80 @@ impl<'a> Step<'a> {
         } else {
             false
         };
-        acted || !unchanged
+        acted || !seen.unchanged
+    }
+
+    /// Takes the issue's title, state and labels from `snap`; says what changed.
+    fn record_snapshot(&mut self, snap: &IssueSnapshot) -> Seen {
+        let trigger = self.policy.labels.trigger.as_str();
+        let skip = self.policy.labels.skip_preflight.as_str();
+        let labels = sorted(&snap.labels);
+        let seen = Seen {
+            was_judged: self.known
+                && self.record.trigger_present
+                && self.record.is_open()
+                && self.record.trigger_trusted.is_some(),
+            unchanged: self.known
+                && self.record.title == snap.title
+                && self.record.state == snap.state
+                && self.record.labels == labels
+                && self.record.forge_updated_at == snap.updated_at,
+            skip_changed: self.record.labels.iter().any(|l| l == skip)
+                != labels.iter().any(|l| l == skip),
+            trigger_was_there: self.known && self.record.trigger_present,
+        };
+        self.record.title = snap.title.clone();
+        self.record.state = snap.state.clone();
+        self.record.labels = labels;
+        self.record.forge_updated_at = snap.updated_at.clone();
+        self.record.trigger_present = self.record.labels.iter().any(|l| l == trigger);
+        seen
+    }
+
+    /// A trusted issue's content changed (an edit, a comment, the skip label): read it again,
+    /// unless a run is on (a comment during a run starts nothing and interrupts nothing).
+    fn content_changed(&mut self, fact: &ForgeEvent, skip_changed: bool) -> bool {
+        let content_event = !fact.sender.is_empty()
+            && match fact.kind {
+                EventKind::Issues => fact.action == "edited",
+                EventKind::IssueComment => true,
+                EventKind::IssueLabel => skip_changed,
+                _ => false,
+            };
+        let rereadable = self.record.lifecycle.is_active()
+            && !matches!(
+                self.record.lifecycle,
+                Lifecycle::Launching | Lifecycle::Running
+            );
+        if !content_event || !rereadable {
+            return false;
+        }
+        if fact.kind == EventKind::Issues {
+            // Read as the new text only if the editor may write (the read checks).
+            self.record.preflight.proposed = Some(Vouched {
+                title: fact.snapshot.title.clone(),
+                body: fact.snapshot.body.clone(),
+                by: fact.sender.clone(),
+            });
+        }
+        // Read again; a read of the same trusted text keeps its verdict.
+        self.request_read();
+        true
+    }
+
+    /// The trigger is newly on (or not judged yet): find out who applied it. Reopening an
+    /// issue whose trigger stayed on revives nothing: a writer applies it again, or says
+    /// `/director retry`. The text as it is now is what whoever applied it vouches for.
+    fn trigger_applied(&mut self, snap: &IssueSnapshot) {
+        self.record.preflight.proposed = Some(Vouched {
+            title: snap.title.clone(),
+            body: snap.body.clone(),
+            by: String::new(),
+        });
+        self.record.trigger_actor = None;
+        self.record.trigger_trusted = None;
+        let v = self.version();
+        self.act(format!("resolve:v{v}"), Action::ResolveTrigger);
     }
 
     fn trigger_judged(&mut self, actor: &Option<String>, trusted: bool) -> bool {
@@ -643,119 +669,142 @@ impl<'a> Step<'a> {
         true
     }
 
+    /// A report about the issue's current run, applied only in the run state it follows from.
     fn run_report(&mut self, run_id: &str, report: &RunReport) -> bool {
-        let Some(run) = self.run.as_mut().filter(|r| r.id == run_id) else {
+        let Some(state) = self
+            .run
+            .as_ref()
+            .filter(|r| r.id == run_id)
+            .map(|r| r.state)
+        else {
             return false;
         };
+        let launched = matches!(state, RunState::Launching | RunState::Running);
         match report {
             RunReport::Started {
                 container_id,
                 base_branch,
-            } if run.state == RunState::Launching => {
-                run.state = RunState::Running;
-                run.container_id = Some(container_id.clone());
-                run.base_branch = base_branch.clone();
-                run.started_at_ms = Some(self.now);
-                if self.record.lifecycle == Lifecycle::Launching {
-                    self.set_lifecycle(Lifecycle::Running);
-                }
-                true
-            }
-            RunReport::Stale if run.state == RunState::Launching => {
-                run.state = RunState::Cancelled;
-                run.detail = Some("stale verdict: the issue changed since the pre-flight".into());
-                run.finished_at_ms = Some(self.now);
-                let id = run.id.clone();
-                self.act(format!("revoke:{id}"), Action::RevokeToken { run_id: id });
-                if self.record.lifecycle == Lifecycle::Launching {
-                    self.request_read();
-                }
-                true
-            }
-            RunReport::Refused { why } if run.state == RunState::Launching => {
+            } if state == RunState::Launching => self.started(container_id, base_branch),
+            RunReport::Stale if state == RunState::Launching => self.stale(),
+            RunReport::Refused { why } if state == RunState::Launching => {
                 let body = comments::run_refused(run_id, why);
                 self.end_run(RunState::Refused, why.clone(), body);
-                true
             }
             RunReport::Exited {
                 code,
                 timed_out,
                 log,
-            } if matches!(run.state, RunState::Launching | RunState::Running) => {
-                run.exit_code = *code;
-                run.log_tail = Some(log.clone());
-                let stopped = run.stop_requested;
-                let id = run.id.clone();
-                if stopped {
-                    self.end_run(
-                        RunState::Cancelled,
-                        "cancelled".into(),
-                        comments::run_cancelled(&id),
-                    );
-                } else if *timed_out {
-                    let secs = self.policy.run_timeout_secs;
-                    self.end_run(
-                        RunState::TimedOut,
-                        format!("killed after {secs} s"),
-                        comments::run_timed_out(&id, secs, log),
-                    );
-                } else {
-                    run.state = RunState::Exited;
-                    self.act(format!("judge:{id}"), Action::JudgeRun { run_id: id });
+            } if launched => self.exited(*code, *timed_out, log),
+            RunReport::Judged { ahead } if state == RunState::Exited => self.judged(*ahead),
+            RunReport::PrOpened { number } if state == RunState::Exited => {
+                if let Some(run) = self.run.as_mut() {
+                    run.pr_number = Some(*number);
                 }
-                true
-            }
-            RunReport::Judged { ahead } if run.state == RunState::Exited => {
-                let id = run.id.clone();
-                if run.stop_requested {
-                    self.end_run(
-                        RunState::Cancelled,
-                        "cancelled".into(),
-                        comments::run_cancelled(&id),
-                    );
-                } else if *ahead == 0 {
-                    let code = run.exit_code.map_or("none".to_owned(), |c| c.to_string());
-                    let why = format!(
-                        "the run exited with code {code} and branch `{}` is not ahead of `{}`",
-                        run.branch, run.base_branch
-                    );
-                    let log = run.log_tail.clone().unwrap_or_default();
-                    let body = comments::run_failed(&id, &why, &log);
-                    self.end_run(RunState::Failed, why, body);
-                } else {
-                    let verdict = self
-                        .record
-                        .preflight
-                        .verdict
-                        .map_or("none", Judgement::as_str);
-                    let title = if self.record.title.is_empty() {
-                        format!("Issue #{}", self.record.number)
-                    } else {
-                        self.record.title.clone()
-                    };
-                    let body = comments::pr_body(self.record.number, &id, verdict);
-                    self.act(
-                        format!("pr:{id}"),
-                        Action::OpenPr {
-                            run_id: id.clone(),
-                            title,
-                            body,
-                        },
-                    );
-                }
-                true
-            }
-            RunReport::PrOpened { number } if run.state == RunState::Exited => {
-                run.pr_number = Some(*number);
-                let id = run.id.clone();
                 self.end_run(
                     RunState::Succeeded,
                     format!("pull request #{number}"),
-                    comments::run_succeeded(&id, *number),
+                    comments::run_succeeded(run_id, *number),
                 );
-                true
             }
-            _ => false,
+            _ => return false,
+        }
+        true
+    }
+
+    fn started(&mut self, container_id: &str, base_branch: &str) {
+        if let Some(run) = self.run.as_mut() {
+            run.state = RunState::Running;
+            run.container_id = Some(container_id.to_owned());
+            run.base_branch = base_branch.to_owned();
+            run.started_at_ms = Some(self.now);
+        }
+        if self.record.lifecycle == Lifecycle::Launching {
+            self.set_lifecycle(Lifecycle::Running);
+        }
+    }
+
+    /// The trusted text changed since the verdict: nothing started; read it again.
+    fn stale(&mut self) {
+        let Some(run) = self.run.as_mut() else {
+            return;
+        };
+        run.state = RunState::Cancelled;
+        run.detail = Some("stale verdict: the issue changed since the pre-flight".into());
+        run.finished_at_ms = Some(self.now);
+        let id = run.id.clone();
+        self.act(format!("revoke:{id}"), Action::RevokeToken { run_id: id });
+        if self.record.lifecycle == Lifecycle::Launching {
+            self.request_read();
+        }
+    }
+
+    fn exited(&mut self, code: Option<i64>, timed_out: bool, log: &str) {
+        let Some(run) = self.run.as_mut() else {
+            return;
+        };
+        run.exit_code = code;
+        run.log_tail = Some(log.to_owned());
+        let id = run.id.clone();
+        if run.stop_requested {
+            self.end_run(
+                RunState::Cancelled,
+                "cancelled".into(),
+                comments::run_cancelled(&id),
+            );
+        } else if timed_out {
+            let secs = self.policy.run_timeout_secs;
+            self.end_run(
+                RunState::TimedOut,
+                format!("killed after {secs} s"),
+                comments::run_timed_out(&id, secs, log),
+            );
+        } else {
+            run.state = RunState::Exited;
+            self.act(format!("judge:{id}"), Action::JudgeRun { run_id: id });
+        }
+    }
+
+    /// Success is the branch ahead of the base, not the exit code.
+    fn judged(&mut self, ahead: u64) {
+        let Some(run) = self.run.as_ref() else {
+            return;
+        };
+        let id = run.id.clone();
+        if run.stop_requested {
+            self.end_run(
+                RunState::Cancelled,
+                "cancelled".into(),
+                comments::run_cancelled(&id),
+            );
+        } else if ahead == 0 {
+            let code = run.exit_code.map_or("none".to_owned(), |c| c.to_string());
+            let why = format!(
+                "the run exited with code {code} and branch `{}` is not ahead of `{}`",
+                run.branch, run.base_branch
+            );
+            let log = run.log_tail.clone().unwrap_or_default();
+            let body = comments::run_failed(&id, &why, &log);
+            self.end_run(RunState::Failed, why, body);
+        } else {
+            let verdict = self
+                .record
+                .preflight
+                .verdict
+                .map_or("none", Judgement::as_str);
+            let title = if self.record.title.is_empty() {
+                format!("Issue #{}", self.record.number)
+            } else {
+                self.record.title.clone()
+            };
+            let body = comments::pr_body(self.record.number, &id, verdict);
+            self.act(
+                format!("pr:{id}"),
+                Action::OpenPr {
+                    run_id: id.clone(),
+                    title,
+                    body,
+                },
+            );
         }
     }
 
