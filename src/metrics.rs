@@ -25,6 +25,8 @@ pub struct Metrics {
     pub actions: IntCounterVec,
     /// Stored events that no longer parse, set aside.
     pub events_set_aside: prometheus::IntCounter,
+    /// Outbox actions not done yet (due, backing off, or being performed).
+    pub actions_due: IntGauge,
 }
 
 impl Metrics {
@@ -98,6 +100,11 @@ impl Metrics {
             "Stored events that no longer parse, kept aside",
         )
         .expect("static metric definition");
+        let actions_due = IntGauge::new(
+            "director_actions_due",
+            "Outbox actions not done yet (due, backing off, or being performed)",
+        )
+        .expect("static metric definition");
         for c in [
             Box::new(deliveries.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(request_duration.clone()),
@@ -108,6 +115,7 @@ impl Metrics {
             Box::new(preflight_latency.clone()),
             Box::new(actions.clone()),
             Box::new(events_set_aside.clone()),
+            Box::new(actions_due.clone()),
         ] {
             registry.register(c).expect("metric names are unique");
         }
@@ -122,6 +130,7 @@ impl Metrics {
             preflight_latency,
             actions,
             events_set_aside,
+            actions_due,
         }
     }
 

@@ -97,8 +97,15 @@ async fn readyz(state: web::Data<AppState>) -> HttpResponse {
         .map(|s| s.clone())
         .unwrap_or_default();
     match state.store.ping().await {
-        Ok(()) => HttpResponse::Ok()
-            .json(json!({ "status": "ready", "database": "ok", "runtime": runtime })),
+        Ok(()) => {
+            // What is waiting to be done, for a person looking: never a reason to fail.
+            let events = state.store.pending_deliveries().await.unwrap_or(-1);
+            let actions = state.store.due_actions().await.unwrap_or(-1);
+            HttpResponse::Ok().json(json!({
+                "status": "ready", "database": "ok", "runtime": runtime,
+                "events_pending": events, "actions_due": actions,
+            }))
+        }
         Err(e) => {
             tracing::warn!(error = %e, "readiness: database unreachable");
             HttpResponse::ServiceUnavailable().json(
@@ -111,6 +118,9 @@ async fn readyz(state: web::Data<AppState>) -> HttpResponse {
 async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     if let Ok(pending) = state.store.pending_deliveries().await {
         state.metrics.deliveries_pending.set(pending);
+    }
+    if let Ok(due) = state.store.due_actions().await {
+        state.metrics.actions_due.set(due);
     }
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")

@@ -375,13 +375,10 @@ async fn probes_and_metrics_answer() {
     assert_eq!(app.get("/healthz").await.status(), 200);
     let ready = app.get("/readyz").await;
     assert_eq!(ready.status(), 200);
-    assert!(
-        ready
-            .text()
-            .await
-            .expect("body")
-            .contains("\"database\":\"ok\"")
-    );
+    let ready: serde_json::Value = ready.json().await.expect("json");
+    assert_eq!(ready["database"], "ok");
+    assert_eq!(ready["events_pending"], 0, "{ready}");
+    assert_eq!(ready["actions_due"], 0, "{ready}");
     let body = issue_payload("opened", "alice", &Issue::default());
     app.deliver("issues", "m-1", &body).await;
     app.deliver("push", "m-2", &fixture("HookPush.json")).await;
@@ -393,6 +390,7 @@ async fn probes_and_metrics_answer() {
             && text.contains(r#"director_webhook_deliveries_total{event="other",outcome="ignored"} 1"#)
             && text.contains(r#"director_webhook_deliveries_total{event="issues",outcome="unauthorized"} 1"#)
             && text.contains(r#"director_http_request_duration_seconds_bucket{method="POST",route="/webhooks/forgejo""#)
+            && text.contains("director_actions_due 0")
     })
     .await;
 }
