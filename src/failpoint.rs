@@ -11,16 +11,6 @@ pub async fn hit(name: &str) {
     }
 }
 
-/// The same, for code outside the runtime.
-pub fn hit_sync(name: &str) {
-    if armed(name) {
-        announce(name);
-        loop {
-            std::thread::park();
-        }
-    }
-}
-
 #[cfg(feature = "failpoints")]
 fn armed(name: &str) -> bool {
     std::env::var("DIRECTOR_FAILPOINT").is_ok_and(|v| v == name)

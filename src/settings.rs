@@ -833,11 +833,6 @@ fn is_secret_key(section: &str, key: &str) -> bool {
     SECRET_KEYS.contains(&(section, key))
 }
 
-fn section_of(name: &str) -> String {
-    name.split_once("__")
-        .map_or(String::new(), |(s, _)| s.to_ascii_lowercase())
-}
-
 /// `runner.user` names root: uid 0 (any number of zeros) or `root`, as user or group.
 fn is_root(user: &str) -> bool {
     user.split(':').any(|part| {
@@ -872,12 +867,13 @@ impl figment::Provider for EnvPairs {
             };
             let section = section.to_ascii_lowercase();
             let key = key.to_ascii_lowercase();
+            // A secret is kept exactly as given: `00123` is not the number 123.
+            let secret = is_secret_key(&section, &key);
             let entry = dict
                 .entry(section)
                 .or_insert_with(|| figment::value::Value::from(figment::value::Dict::new()));
             if let figment::value::Value::Dict(_, inner) = entry {
-                // A secret is kept exactly as given: `00123` is not the number 123.
-                let parsed = if is_secret_key(&section_of(name), &key) {
+                let parsed = if secret {
                     value.clone().into()
                 } else {
                     value.parse().unwrap_or_else(|_| value.clone().into())

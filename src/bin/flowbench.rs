@@ -176,8 +176,24 @@ async fn start(
         anyhow::ensure!(Instant::now() < deadline, "the director did not start");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // The director learns its own login before it ignores its own events.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The director learns its own login (`GET /user`) before it ignores its own events.
+    let learned = r#"director_forge_requests_total{endpoint="/user",status="200"} 1"#;
+    loop {
+        let metrics = client
+            .get(format!("http://127.0.0.1:{port}/metrics"))
+            .send()
+            .await?
+            .text()
+            .await?;
+        if metrics.contains(learned) {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the director did not learn its login"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     Ok(Director {
         child,
         _dir: tempfile_dir::Dir(dir),

@@ -746,11 +746,7 @@ impl<'a> Step<'a> {
         run.log_tail = Some(log.to_owned());
         let id = run.id.clone();
         if run.stop_requested {
-            self.end_run(
-                RunState::Cancelled,
-                "cancelled".into(),
-                comments::run_cancelled(&id),
-            );
+            self.end_cancelled(&id);
         } else if timed_out {
             let secs = self.policy.run_timeout_secs;
             self.end_run(
@@ -771,11 +767,7 @@ impl<'a> Step<'a> {
         };
         let id = run.id.clone();
         if run.stop_requested {
-            self.end_run(
-                RunState::Cancelled,
-                "cancelled".into(),
-                comments::run_cancelled(&id),
-            );
+            self.end_cancelled(&id);
         } else if ahead == 0 {
             let code = run.exit_code.map_or("none".to_owned(), |c| c.to_string());
             let why = format!(
@@ -806,6 +798,15 @@ impl<'a> Step<'a> {
                 },
             );
         }
+    }
+
+    /// A run stopped because the issue was cancelled ends as cancelled.
+    fn end_cancelled(&mut self, id: &str) {
+        self.end_run(
+            RunState::Cancelled,
+            "cancelled".into(),
+            comments::run_cancelled(id),
+        );
     }
 
     /// The run ends: its token is revoked, its container removed, the issue told once.

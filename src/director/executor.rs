@@ -41,10 +41,6 @@ pub struct Executor {
     others: Arc<AtomicUsize>,
     read_lease_ms: i64,
     metrics: Option<Metrics>,
-    /// To the recorder: what became of each performed action, and the slot it frees.
-    recorder: mpsc::UnboundedSender<Record>,
-    /// The recorder's end, taken when [`Executor::run`] starts it.
-    recorded: std::sync::Mutex<Option<mpsc::UnboundedReceiver<Record>>>,
 }
 
 impl Executor {
@@ -61,7 +57,6 @@ impl Executor {
             handled_command_id: 0,
         }
         .lease_ms(preflight_timeout_secs);
-        let (recorder, recorded) = mpsc::unbounded_channel();
         Self {
             acts,
             clock,
@@ -74,8 +69,6 @@ impl Executor {
             others: Arc::default(),
             read_lease_ms,
             metrics: None,
-            recorder,
-            recorded: std::sync::Mutex::new(Some(recorded)),
         }
     }
 
@@ -86,19 +79,18 @@ impl Executor {
 
     /// Performs actions until `shutdown`.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let recorded = self.recorded.lock().ok().and_then(|mut r| r.take());
-        if let Some(rx) = recorded {
-            tokio::spawn(record(
-                self.acts.store.clone(),
-                self.clock.clone(),
-                rx,
-                self.consumer.clone(),
-                self.wake.clone(),
-            ));
-        }
+        // What became of each performed action, and the slot it frees, go to the recorder.
+        let (recorder, recorded) = mpsc::unbounded_channel();
+        tokio::spawn(record(
+            self.acts.store.clone(),
+            self.clock.clone(),
+            recorded,
+            self.consumer.clone(),
+            self.wake.clone(),
+        ));
         let clock_changed = self.clock.changed();
         loop {
-            let wait = match self.clone().claim_and_spawn().await {
+            let wait = match self.clone().claim_and_spawn(&recorder).await {
                 Ok(wait) => wait,
                 Err(error) => {
                     tracing::error!(error = %format!("{error:#}"), "cannot claim actions; retrying");
@@ -121,7 +113,10 @@ impl Executor {
     }
 
     /// Claims what fits in the free slots and starts it; returns how long to sleep at most.
-    async fn claim_and_spawn(self: Arc<Self>) -> anyhow::Result<Duration> {
+    async fn claim_and_spawn(
+        self: Arc<Self>,
+        recorder: &mpsc::UnboundedSender<Record>,
+    ) -> anyhow::Result<Duration> {
         let now = self.clock.now_ms();
         let store = &self.acts.store;
         let free_reads = self
@@ -149,10 +144,11 @@ impl Executor {
         {
             counter.fetch_add(1, Ordering::SeqCst);
             let this = self.clone();
+            let recorder = recorder.clone();
             tokio::spawn(async move {
                 let finished = this.perform(claimed).await;
                 // The slot frees once the outcome is recorded, not before.
-                if this.recorder.send((finished, counter.clone())).is_err() {
+                if recorder.send((finished, counter.clone())).is_err() {
                     counter.fetch_sub(1, Ordering::SeqCst);
                 }
             });

@@ -203,7 +203,7 @@ impl ForgejoClient {
                 let message = serde_json::from_str::<Value>(&text)
                     .ok()
                     .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_owned))
-                    .unwrap_or_else(|| text.chars().take(200).collect());
+                    .unwrap_or_else(|| text.into_owned());
                 let message = crate::limits::shorten(&message, 200);
                 ForgeError::Status {
                     method,

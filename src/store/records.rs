@@ -149,46 +149,51 @@ impl Store {
         row.map(issue_from_row).transpose()
     }
 
-    /// The known records among `issues`, in one query per chunk.
-    pub async fn issues(&self, issues: &[IssueRef]) -> anyhow::Result<Vec<IssueRecord>> {
+    /// Rows of `select` (a statement ending in `(repo, number) IN (VALUES <pairs>)` where
+    /// it holds `{pairs}`) for every issue of `issues`, one query per chunk.
+    async fn rows_for(
+        &self,
+        select: &str,
+        issues: &[IssueRef],
+    ) -> anyhow::Result<Vec<sqlx::sqlite::SqliteRow>> {
         let mut out = Vec::with_capacity(issues.len());
         for chunk in issues.chunks(CHUNK) {
             let pairs = vec!["(?, ?)"; chunk.len()].join(", ");
-            let sql = format!("SELECT {COLS} FROM issues WHERE (repo, number) IN (VALUES {pairs})");
+            let sql = select.replace("{pairs}", &pairs);
             let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
             for issue in chunk {
                 query = query
                     .bind(issue.repo.to_string())
                     .bind(to_i64(issue.number)?);
             }
-            for row in query.fetch_all(&self.pool).await? {
-                out.push(issue_from_row(row)?);
-            }
+            out.extend(query.fetch_all(&self.pool).await?);
         }
         Ok(out)
     }
 
+    /// The known records among `issues`.
+    pub async fn issues(&self, issues: &[IssueRef]) -> anyhow::Result<Vec<IssueRecord>> {
+        let select =
+            format!("SELECT {COLS} FROM issues WHERE (repo, number) IN (VALUES {{pairs}})");
+        self.rows_for(&select, issues)
+            .await?
+            .into_iter()
+            .map(issue_from_row)
+            .collect()
+    }
+
     /// The newest run of each of `issues` that has one.
     pub async fn latest_runs(&self, issues: &[IssueRef]) -> anyhow::Result<Vec<RunRecord>> {
-        let mut out = Vec::new();
-        for chunk in issues.chunks(CHUNK) {
-            let pairs = vec!["(?, ?)"; chunk.len()].join(", ");
-            let sql = format!(
-                "SELECT {RUN_COLS} FROM runs r WHERE (repo, number) IN (VALUES {pairs}) \
-                 AND NOT EXISTS (SELECT 1 FROM runs n WHERE n.repo = r.repo AND n.number = r.number \
-                 AND (n.created_at_ms > r.created_at_ms OR (n.created_at_ms = r.created_at_ms AND n.id > r.id)))"
-            );
-            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-            for issue in chunk {
-                query = query
-                    .bind(issue.repo.to_string())
-                    .bind(to_i64(issue.number)?);
-            }
-            for row in query.fetch_all(&self.pool).await? {
-                out.push(run_from_row(row)?);
-            }
-        }
-        Ok(out)
+        let select = format!(
+            "SELECT {RUN_COLS} FROM runs r WHERE (repo, number) IN (VALUES {{pairs}}) \
+             AND NOT EXISTS (SELECT 1 FROM runs n WHERE n.repo = r.repo AND n.number = r.number \
+             AND (n.created_at_ms > r.created_at_ms OR (n.created_at_ms = r.created_at_ms AND n.id > r.id)))"
+        );
+        self.rows_for(&select, issues)
+            .await?
+            .into_iter()
+            .map(run_from_row)
+            .collect()
     }
 
     /// Every known issue of one repository.
