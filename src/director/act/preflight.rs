@@ -344,8 +344,9 @@ pub async fn gather_with(
         automation_accounts,
         bot,
     } = *with;
-    let issue = forge.issue(issue_ref).await?;
-    let comments = forge.comments(issue_ref).await?;
+    // Independent reads, at once: one round trip fewer on every read.
+    let (issue, comments) = tokio::join!(forge.issue(issue_ref), forge.comments(issue_ref));
+    let (issue, comments) = (issue?, comments?);
     let mut roles = Roles {
         forge,
         acts,
