@@ -9,6 +9,7 @@
 //! checked against Forgejo's official API spec (see `contract`).
 
 pub mod contract;
+mod git;
 mod server;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -115,6 +116,8 @@ pub(crate) struct FRepo {
     pub issues: BTreeMap<u64, FIssue>,
     pub permissions: HashMap<String, Permission>,
     pub next_number: u64,
+    /// Served over git's smart HTTP too (`FakeForge::serve_git`).
+    pub git: Option<git::FGit>,
 }
 
 struct Webhook {
@@ -661,6 +664,7 @@ impl FakeForge {
             issues: BTreeMap::new(),
             permissions: HashMap::new(),
             next_number: 1,
+            git: None,
         });
         name
     }

@@ -162,6 +162,9 @@ fn restriction(t: &super::FToken, method: &str, seg: &[String]) -> Option<&'stat
 }
 
 async fn handle(req: HttpRequest, body: web::Bytes, forge: web::Data<FakeForge>) -> HttpResponse {
+    if super::git::is_git_path(req.path()) {
+        return super::git::serve(req, body, forge.get_ref()).await;
+    }
     let method = req.method().as_str().to_owned();
     let raw_path = req.path().to_owned();
     let segments: Vec<String> = raw_path
@@ -555,6 +558,25 @@ fn route(
                 .filter(|x| !x.is_empty())
                 .unwrap_or(&from)
                 .to_owned();
+            if let Some(g) = s.repo(&repo)?.git.clone() {
+                if !s.can_push(&repo, login, &target) {
+                    return Err(Refusal::Forbidden);
+                }
+                use base64::Engine as _;
+                let content = base64::engine::general_purpose::STANDARD
+                    .decode(b["content"].as_str().unwrap_or_default())
+                    .map_err(|e| Refusal::Unprocessable(format!("content: {e}")))?;
+                let file = seg.get(4..).map(|p| p.join("/")).unwrap_or_default();
+                let message = b["message"].as_str().unwrap_or_default();
+                let sha = super::git::commit_file(&g, &from, &target, &file, &content, message)
+                    .and_then(|sha| super::git::sync(s, &repo).map(|()| sha))
+                    .map_err(|e| Refusal::Unprocessable(e.to_string()))?;
+                return Ok((
+                    StatusCode::CREATED,
+                    json!({ "content": null, "commit": { "sha": sha } }),
+                    Vec::new(),
+                ));
+            }
             let commit = s.commit_file(login, &repo, &from, &target)?;
             Ok((
                 StatusCode::CREATED,
