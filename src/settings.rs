@@ -462,6 +462,12 @@ pub struct RunnerSettings {
     pub mounts: Vec<String>,
     /// Lines of the log tail kept and posted on failure.
     pub log_tail_lines: usize,
+    /// The author and committer of a run's git commits; empty: the runner account's login,
+    /// and its Forgejo no-reply address.
+    #[serde(deserialize_with = "lenient::string")]
+    pub git_author_name: String,
+    #[serde(deserialize_with = "lenient::string")]
+    pub git_author_email: String,
 }
 
 impl Default for RunnerSettings {
@@ -487,6 +493,8 @@ impl Default for RunnerSettings {
             allow_unprotected_default_branch: false,
             mounts: Vec::new(),
             log_tail_lines: 40,
+            git_author_name: String::new(),
+            git_author_email: String::new(),
         }
     }
 }
@@ -744,6 +752,14 @@ impl Settings {
                     ),
                 ));
             }
+            if crate::domain::run::sets_git_credentials(name) {
+                return Err(invalid(
+                    "runner.env_passthrough",
+                    format!(
+                        "`{name}` would change how git in the run gets its credentials or identity; the director sets it"
+                    ),
+                ));
+            }
             if let Some((_, value)) = env.iter().find(|(k, _)| k == name)
                 && !value.is_empty()
                 && self.secrets().any(|s| s.expose() == value)
@@ -755,6 +771,14 @@ impl Settings {
                     ),
                 ));
             }
+        }
+        if r.git_author_email.contains(['<', '>', '\n'])
+            || r.git_author_name.contains(['<', '>', '\n'])
+        {
+            return Err(invalid(
+                "runner.git_author_name",
+                "an author name or email may not hold `<`, `>` or a line break".to_owned(),
+            ));
         }
         for m in &r.mounts {
             let parts: Vec<&str> = m.split(':').collect();

@@ -59,6 +59,13 @@ pub fn run_succeeded(run_id: &str, pr: u64) -> String {
     )
 }
 
+/// Added to a success report when the run also tried to push to the default branch.
+pub fn default_push_refused(base: &str) -> String {
+    format!(
+        "\n\n⚠️ The run also tried to push to the default branch `{base}`; the forge refused it (a run pushes to its own branch only)."
+    )
+}
+
 pub fn run_failed(run_id: &str, why: &str, log: &str) -> String {
     format!(
         "{}\n❌ **director:** run `{run_id}` failed: {why}.\n\nNo pull request was opened. A maintainer with write access can comment `/director retry` to start a fresh run.\n\n<details>\n<summary>The end of the run's log (secrets redacted)</summary>\n\n{}\n\n</details>",

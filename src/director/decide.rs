@@ -697,14 +697,14 @@ impl<'a> Step<'a> {
             } if launched => self.exited(*code, *timed_out, log),
             RunReport::Judged { ahead } if state == RunState::Exited => self.judged(*ahead),
             RunReport::PrOpened { number } if state == RunState::Exited => {
+                let mut body = comments::run_succeeded(run_id, *number);
                 if let Some(run) = self.run.as_mut() {
                     run.pr_number = Some(*number);
+                    if refused_default_push(run) {
+                        body.push_str(&comments::default_push_refused(&run.base_branch));
+                    }
                 }
-                self.end_run(
-                    RunState::Succeeded,
-                    format!("pull request #{number}"),
-                    comments::run_succeeded(run_id, *number),
-                );
+                self.end_run(RunState::Succeeded, format!("pull request #{number}"), body);
             }
             _ => return false,
         }
@@ -770,10 +770,16 @@ impl<'a> Step<'a> {
             self.end_cancelled(&id);
         } else if ahead == 0 {
             let code = run.exit_code.map_or("none".to_owned(), |c| c.to_string());
-            let why = format!(
+            let mut why = format!(
                 "the run exited with code {code} and branch `{}` is not ahead of `{}`",
                 run.branch, run.base_branch
             );
+            if refused_default_push(run) {
+                why.push_str(&format!(
+                    "; the forge refused its push to the default branch `{}` (a run pushes to its own branch, `DIRECTOR_BRANCH`)",
+                    run.base_branch
+                ));
+            }
             let log = run.log_tail.clone().unwrap_or_default();
             let body = comments::run_failed(&id, &why, &log);
             self.end_run(RunState::Failed, why, body);
@@ -992,3 +998,12 @@ pub fn sorted(labels: &[String]) -> Vec<String> {
 #[cfg(test)]
 #[path = "decide_tests.rs"]
 mod tests;
+
+/// Whether the run's log shows the forge refusing its push to the default branch.
+fn refused_default_push(run: &RunRecord) -> bool {
+    !run.base_branch.is_empty()
+        && run
+            .log_tail
+            .as_deref()
+            .is_some_and(|log| crate::domain::run::log_shows_refused_push(log, &run.base_branch))
+}

@@ -771,6 +771,39 @@ fn a_run_whose_branch_is_not_ahead_failed_and_its_log_is_reported() {
 }
 
 #[test]
+fn a_push_to_the_default_branch_the_forge_refused_is_named_in_the_report() {
+    let refused = |code| RunReport::Exited {
+        code: Some(code),
+        timed_out: false,
+        log: " ! [remote rejected] HEAD -> main (pre-receive hook declined)".into(),
+    };
+    let mut s = Sim::running();
+    s.apply(&report("r1", refused(1)));
+    s.apply(&report("r1", RunReport::Judged { ahead: 0 }));
+    assert_eq!(s.state(), Lifecycle::Failed);
+    let body = s.report();
+    assert!(
+        body.contains("refused its push to the default branch `main`"),
+        "{body}"
+    );
+
+    let mut s = Sim::running();
+    s.apply(&report("r1", refused(0)));
+    s.apply(&report("r1", RunReport::Judged { ahead: 1 }));
+    s.apply(&report("r1", RunReport::PrOpened { number: 5 }));
+    assert!(
+        s.report()
+            .contains("tried to push to the default branch `main`")
+    );
+
+    let mut s = Sim::running();
+    s.apply(&report("r1", exited(0)));
+    s.apply(&report("r1", RunReport::Judged { ahead: 1 }));
+    s.apply(&report("r1", RunReport::PrOpened { number: 5 }));
+    assert!(!s.report().contains("default branch"), "{}", s.report());
+}
+
+#[test]
 fn a_timed_out_run_is_reported_and_kept_when_asked() {
     let mut s = Sim::with(Policy {
         keep_failed_secs: 60,

@@ -163,6 +163,23 @@ fn configurations_that_would_open_the_box_are_refused_naming_the_key() {
             ],
             "runner.env_passthrough",
         ),
+        (
+            // git's credential configuration is the director's: a passthrough could point git
+            // at a helper that stores or sends the run token elsewhere.
+            &[(
+                "DIRECTOR_RUNNER__ENV_PASSTHROUGH",
+                "AGENT_KEY,GIT_CONFIG_COUNT",
+            )],
+            "runner.env_passthrough",
+        ),
+        (
+            &[("DIRECTOR_RUNNER__ENV_PASSTHROUGH", "git_askpass")],
+            "runner.env_passthrough",
+        ),
+        (
+            &[("DIRECTOR_RUNNER__GIT_AUTHOR_NAME", "Bot <evil@example.org>")],
+            "runner.git_author_name",
+        ),
     ];
     for (vars, key) in cases {
         let mut cmd = director();

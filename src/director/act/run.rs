@@ -499,6 +499,34 @@ impl RunAct {
         Ok(task_text(run, title, body, verdict, read.as_deref()))
     }
 
+    /// `scheme://host[:port]` of the forge: where git may send the run token.
+    fn forge_origin(&self) -> String {
+        reqwest::Url::parse(&self.forge_url)
+            .map(|u| u.origin().ascii_serialization())
+            .unwrap_or_else(|_| self.forge_url.trim_end_matches('/').to_owned())
+    }
+
+    /// The author of a run's commits: `runner.git_author_*`, else the runner account and its
+    /// Forgejo no-reply address.
+    fn git_identity(&self) -> (String, String) {
+        let login = &self.runner.login;
+        let name = match self.settings.git_author_name.trim() {
+            "" => login.clone(),
+            n => n.to_owned(),
+        };
+        let email = match self.settings.git_author_email.trim() {
+            "" => {
+                let host = reqwest::Url::parse(&self.forge_url)
+                    .ok()
+                    .and_then(|u| u.host_str().map(str::to_owned))
+                    .unwrap_or_else(|| "localhost".to_owned());
+                format!("{login}@noreply.{host}")
+            }
+            e => e.to_owned(),
+        };
+        (name, email)
+    }
+
     fn spec(&self, run: &RunRecord, token: &Secret, task: String) -> RunSpec {
         let repo = run.repo.to_string();
         let base = self.forge_url.trim_end_matches('/');
@@ -515,7 +543,15 @@ impl RunAct {
             ("DIRECTOR_API_URL".to_owned(), format!("{base}/api/v1")),
             ("DIRECTOR_TOKEN".to_owned(), token.expose().to_owned()),
             ("DIRECTOR_TASK_FILE".to_owned(), TASK_PATH.to_owned()),
+            ("HOME".to_owned(), self.settings.workspace.clone()),
         ];
+        let (name, email) = self.git_identity();
+        env.extend(crate::domain::run::git_environment(
+            &self.forge_origin(),
+            &self.runner.login,
+            &name,
+            &email,
+        ));
         env.extend(self.secrets.passthrough.iter().cloned());
         let labels = HashMap::from([
             (RUN_LABEL.to_owned(), run.id.clone()),
