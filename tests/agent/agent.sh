@@ -11,7 +11,42 @@ push() {
     "$DIRECTOR_API_URL/repos/$1/contents/agent.txt"
 }
 
+# Clone, commit and push with plain git (the image has git): to the run's branch, or, in
+# git-main, to the default branch, which the forge must refuse. While git pushes, every
+# process's arguments are watched; afterwards the trace, .git and the clone URL are searched:
+# the token must be in none of them. A leak deletes the pushed branch, so the run fails.
+with_git() {
+  git clone --quiet "$DIRECTOR_CLONE_URL" repo || { echo "clone failed"; exit 1; }
+  cd repo || exit 1
+  echo "agent work" > agent.txt
+  git add agent.txt && git commit --quiet -m "agent work" || { echo "commit failed"; exit 1; }
+  target="$DIRECTOR_BRANCH"
+  [ "$mode" = git-main ] && target="$DIRECTOR_BASE_BRANCH"
+  GIT_TRACE="$HOME/trace" git push origin "HEAD:$target" &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' ' ' >> "$HOME/cmdlines"
+  done
+  pushed=0
+  wait "$pid" || pushed=$?
+  leak=""
+  grep -qF "$DIRECTOR_TOKEN" "$HOME/trace" && leak="$leak trace"
+  grep -qF "$DIRECTOR_TOKEN" "$HOME/cmdlines" && leak="$leak arguments"
+  grep -rqF "$DIRECTOR_TOKEN" .git && leak="$leak .git"
+  case "$DIRECTOR_CLONE_URL" in *"$DIRECTOR_TOKEN"*) leak="$leak clone-url" ;; esac
+  grep -q "remote-http" "$HOME/trace" || leak="$leak (no trace: the check saw nothing)"
+  if [ -n "$leak" ]; then
+    echo "LEAK:$leak"
+    git push --quiet origin ":$target"
+    exit 7
+  fi
+  [ "$pushed" -eq 0 ] || { echo "push failed"; exit 1; }
+  echo "pushed $target with git"
+  exit 0
+}
+
 case "$mode" in
+  git|git-main) with_git ;;
   nobranch) echo "nothing to do"; exit 0 ;;
   sleep) sleep 600; exit 0 ;;
   slow) sleep 3 ;;

@@ -9,6 +9,7 @@ mod contract;
 mod crash;
 mod durability;
 mod fake_runs;
+mod git;
 mod outbox;
 mod preflight;
 mod runs;

@@ -144,13 +144,13 @@ pub async fn spawn_runs(
     (t, llm)
 }
 
-async fn labelled(t: &ForgeApp, title: &str, body: &str) -> IssueRef {
+pub async fn labelled(t: &ForgeApp, title: &str, body: &str) -> IssueRef {
     let issue = t.forge.open_issue(&t.repo, "reporter", title, body).await;
     t.forge.label(WRITER, &issue, TRIGGER).await;
     issue
 }
 
-async fn wait_ended(t: &ForgeApp, issue: &IssueRef) -> director::store::IssueRecord {
+pub async fn wait_ended(t: &ForgeApp, issue: &IssueRef) -> director::store::IssueRecord {
     wait_until_long(&format!("{issue} ends"), || async {
         t.record(issue).await.is_some_and(|r| {
             matches!(
@@ -183,7 +183,7 @@ where
     }
 }
 
-fn run_comments(t: &ForgeApp, issue: &IssueRef) -> Vec<String> {
+pub fn run_comments(t: &ForgeApp, issue: &IssueRef) -> Vec<String> {
     t.forge
         .comments_on(issue)
         .into_iter()
