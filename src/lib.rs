@@ -7,6 +7,7 @@ pub mod domain;
 pub mod event;
 pub mod failpoint;
 pub mod forge;
+pub mod hooks;
 pub mod http;
 pub mod intake;
 pub mod limits;

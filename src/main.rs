@@ -51,6 +51,11 @@ enum Command {
         #[arg(long, env = "DIRECTOR_CONFIG")]
         config: Option<PathBuf>,
     },
+    /// Create, repair or check the webhook of every watched repository.
+    Hooks {
+        #[command(subcommand)]
+        action: HooksAction,
+    },
     /// Print the tracked issues: state, who applied the trigger, last change.
     Status {
         /// One JSON array, an object per issue.
@@ -59,6 +64,112 @@ enum Command {
         #[arg(long, env = "DIRECTOR_CONFIG")]
         config: Option<PathBuf>,
     },
+}
+
+#[derive(Subcommand)]
+enum HooksAction {
+    /// Create the hook where it is missing and repair one that is inactive or lacks an
+    /// event; hooks with other URLs are never touched. A second run changes nothing.
+    Install {
+        #[arg(long, env = "DIRECTOR_CONFIG")]
+        config: Option<PathBuf>,
+        /// Delete and recreate the director's hooks with the first of `webhook.secrets`
+        /// (Forgejo cannot change a hook's secret in place).
+        #[arg(long)]
+        rotate_secret: bool,
+    },
+    /// Report missing and drifted hooks; exit 1 when there are any.
+    Check {
+        #[arg(long)]
+        json: bool,
+        #[arg(long, env = "DIRECTOR_CONFIG")]
+        config: Option<PathBuf>,
+    },
+}
+
+/// `director hooks install|check`.
+fn hooks(action: HooksAction) -> ExitCode {
+    let (config, install, rotate, json) = match action {
+        HooksAction::Install {
+            config,
+            rotate_secret,
+        } => (config, true, rotate_secret, false),
+        HooksAction::Check { json, config } => (config, false, false, json),
+    };
+    let settings = match load(config.as_ref()) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let refuse = |key: &str, why: &str| {
+        eprintln!("error: configuration key `{key}`: {why}");
+        ExitCode::from(2)
+    };
+    if settings.webhook.public_url.is_empty() {
+        return refuse(
+            "webhook.public_url",
+            "required by `director hooks`: the URL Forgejo posts to, e.g. https://director.example.org/webhooks/forgejo",
+        );
+    }
+    let Some(secret) = settings.webhook.secrets.first().cloned() else {
+        return refuse(
+            "webhook.secrets",
+            "required by `director hooks`: the hooks are signed with the first",
+        );
+    };
+    if settings.scan.repos.is_empty() && settings.scan.orgs.is_empty() {
+        return refuse(
+            "scan.repos",
+            "nothing is watched: set scan.repos or scan.orgs",
+        );
+    }
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let forge = match director::startup::forge_client(&settings, None) {
+        Ok(Some(f)) => f,
+        Ok(None) => return refuse("forge.url", "required by `director hooks`"),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let url = settings.webhook.public_url.clone();
+    let mut attention = false;
+    let code = run_async(async {
+        let (repos, mut rows) =
+            director::hooks::watched(forge.as_ref(), &settings.scan.repos, &settings.scan.orgs)
+                .await;
+        for repo in repos {
+            let outcome = if install {
+                director::hooks::install_repo(forge.as_ref(), &repo, &url, &secret, rotate).await
+            } else {
+                director::hooks::check_repo(forge.as_ref(), &repo, &url).await
+            };
+            rows.push(director::hooks::RepoHook {
+                repo: repo.to_string(),
+                outcome,
+            });
+        }
+        attention = rows.iter().any(|r| {
+            if install {
+                matches!(r.outcome, director::hooks::Outcome::Failed { .. })
+            } else {
+                r.outcome.needs_attention()
+            }
+        });
+        if json {
+            println!("{}", serde_json::to_string_pretty(&rows)?);
+        } else {
+            print!("{}", director::hooks::render(&rows));
+        }
+        Ok(())
+    });
+    if code != ExitCode::SUCCESS {
+        return code;
+    }
+    if attention {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 fn load(config: Option<&PathBuf>) -> Result<Settings, ExitCode> {
@@ -125,6 +236,7 @@ fn main() -> ExitCode {
                 Ok(())
             })
         }
+        Command::Hooks { action } => hooks(action),
         Command::Status { json, config } => {
             let settings = match load(config.as_ref()) {
                 Ok(s) => s,

@@ -206,6 +206,31 @@ pub struct WebhookSettings {
     /// A file with one secret per line, added to `secrets`.
     #[serde(deserialize_with = "lenient::opt_string")]
     pub secrets_file: Option<String>,
+    /// Where Forgejo reaches this director's webhook route (`director hooks install`).
+    #[serde(deserialize_with = "lenient::string")]
+    pub public_url: String,
+}
+
+/// The read-only status page (`GET /status`, `GET /status.json`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StatusSettings {
+    pub enabled: bool,
+    /// Requests bearing it (`Authorization: Bearer ...`) also see private repositories'
+    /// issues; with none set, private issues are never shown.
+    pub token: Secret,
+    #[serde(deserialize_with = "lenient::opt_string")]
+    pub token_file: Option<String>,
+}
+
+impl Default for StatusSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            token: Secret::default(),
+            token_file: None,
+        }
+    }
 }
 
 fn secret_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Secret>, D::Error> {
@@ -510,6 +535,7 @@ pub struct Settings {
     pub labels: LabelSettings,
     pub preflight: PreflightSettings,
     pub runner: RunnerSettings,
+    pub status: StatusSettings,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -610,6 +636,12 @@ impl Settings {
             "preflight.api_key",
             "preflight.api_key_file",
         )?;
+        one(
+            &mut self.status.token,
+            &self.status.token_file,
+            "status.token",
+            "status.token_file",
+        )?;
         if let Some(file) = &self.webhook.secrets_file {
             let text = read("webhook.secrets_file", file)?;
             self.webhook.secrets.extend(
@@ -628,6 +660,7 @@ impl Settings {
             &self.forge.token,
             &self.forge.runner_password,
             &self.preflight.api_key,
+            &self.status.token,
         ]
         .into_iter()
         .chain(self.webhook.secrets.iter())
@@ -651,6 +684,17 @@ impl Settings {
                     self.store.url
                 ),
             ));
+        }
+        if !self.webhook.public_url.is_empty() {
+            let ok = (self.webhook.public_url.starts_with("http://")
+                || self.webhook.public_url.starts_with("https://"))
+                && reqwest::Url::parse(&self.webhook.public_url).is_ok();
+            if !ok {
+                return Err(invalid(
+                    "webhook.public_url",
+                    format!("`{}` is not an http(s) URL", self.webhook.public_url),
+                ));
+            }
         }
         if self.webhook.secrets.iter().any(Secret::is_empty) {
             return Err(invalid(
@@ -851,6 +895,7 @@ const SECRET_KEYS: &[(&str, &str)] = &[
     ("forge", "runner_password"),
     ("preflight", "api_key"),
     ("webhook", "secrets"),
+    ("status", "token"),
 ];
 
 fn is_secret_key(section: &str, key: &str) -> bool {

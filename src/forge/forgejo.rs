@@ -15,8 +15,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::{
-    Branch, Comment, Forge, ForgeError, Issue, Label, MintedToken, Permission, RUN_TOKEN_SCOPE,
-    Repository, RunnerAccount, TimelineEntry,
+    Branch, Comment, Forge, ForgeError, Hook, HookSpec, Issue, Label, MintedToken, Permission,
+    RUN_TOKEN_SCOPE, Repository, RunnerAccount, TimelineEntry,
 };
 use crate::domain::{IssueRef, RepoName};
 use crate::metrics::Metrics;
@@ -489,6 +489,31 @@ struct WireRepo {
     full_name: String,
     default_branch: String,
     owner: Option<WireUser>,
+    private: Option<bool>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WireHook {
+    id: u64,
+    #[serde(rename = "type")]
+    kind: String,
+    config: std::collections::HashMap<String, String>,
+    events: Vec<String>,
+    active: bool,
+}
+
+impl From<WireHook> for Hook {
+    fn from(w: WireHook) -> Self {
+        Self {
+            id: w.id,
+            kind: w.kind,
+            url: w.config.get("url").cloned().unwrap_or_default(),
+            content_type: w.config.get("content_type").cloned().unwrap_or_default(),
+            events: w.events,
+            active: w.active,
+        }
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -512,6 +537,7 @@ impl Forge for ForgejoClient {
         Ok(Repository {
             name: repo.clone(),
             default_branch: wire.default_branch,
+            private: wire.private.unwrap_or(true),
         })
     }
 
@@ -934,9 +960,86 @@ impl Forge for ForgejoClient {
             })
             .collect())
     }
+
+    async fn hooks(&self, repo: &RepoName) -> Result<Vec<Hook>, ForgeError> {
+        let path = format!("{}/hooks", repo_path(repo));
+        let wire: Vec<WireHook> = self
+            .all_pages("/repos/{owner}/{repo}/hooks", &path, &[], true)
+            .await?;
+        Ok(wire.into_iter().map(Hook::from).collect())
+    }
+
+    async fn create_hook(&self, repo: &RepoName, spec: &HookSpec) -> Result<Hook, ForgeError> {
+        let path = format!("{}/hooks", repo_path(repo));
+        let wire: WireHook = self
+            .json(
+                Method::POST,
+                "/repos/{owner}/{repo}/hooks",
+                &path,
+                &[],
+                Some(&json!({
+                    "type": "forgejo",
+                    "config": {
+                        "url": spec.url,
+                        "content_type": "json",
+                        "secret": spec.secret.expose(),
+                    },
+                    "events": spec.events,
+                    "active": true,
+                })),
+            )
+            .await?;
+        Ok(wire.into())
+    }
+
+    async fn edit_hook(
+        &self,
+        repo: &RepoName,
+        id: u64,
+        url: &str,
+        events: &[String],
+    ) -> Result<Hook, ForgeError> {
+        let path = format!("{}/hooks/{id}", repo_path(repo));
+        let wire: WireHook = self
+            .json(
+                Method::PATCH,
+                "/repos/{owner}/{repo}/hooks/{id}",
+                &path,
+                &[],
+                Some(&json!({
+                    "config": { "url": url, "content_type": "json" },
+                    "events": events,
+                    "active": true,
+                })),
+            )
+            .await?;
+        Ok(wire.into())
+    }
+
+    async fn delete_hook(&self, repo: &RepoName, id: u64) -> Result<(), ForgeError> {
+        let path = format!("{}/hooks/{id}", repo_path(repo));
+        self.delete_idempotent("/repos/{owner}/{repo}/hooks/{id}", &path)
+            .await
+    }
 }
 
 impl ForgejoClient {
+    /// `DELETE` that treats a thing already gone as done.
+    async fn delete_idempotent(
+        &self,
+        template: &'static str,
+        path: &str,
+    ) -> Result<(), ForgeError> {
+        match self
+            .send_as(None, Method::DELETE, template, path, &[], None)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     async fn branch_with(
         &self,
         auth: Option<&HeaderValue>,

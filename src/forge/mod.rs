@@ -69,6 +69,28 @@ pub struct TimelineEntry {
 pub struct Repository {
     pub name: RepoName,
     pub default_branch: String,
+    /// Visible only to those given access (a field the forge left out counts as private).
+    pub private: bool,
+}
+
+/// A repository webhook as the forge lists it (the secret is never returned).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hook {
+    pub id: u64,
+    /// `forgejo`, `gitea`, `slack`, ...
+    pub kind: String,
+    pub url: String,
+    pub content_type: String,
+    pub events: Vec<String>,
+    pub active: bool,
+}
+
+/// The webhook the director wants on a repository.
+#[derive(Clone, Debug)]
+pub struct HookSpec {
+    pub url: String,
+    pub events: Vec<String>,
+    pub secret: crate::settings::Secret,
 }
 
 /// A branch as seen by the account asking.
@@ -268,4 +290,18 @@ pub trait Forge: Send + Sync {
     async fn delete_run_token(&self, runner: &RunnerAccount, name: &str) -> Result<(), ForgeError>;
     /// Every repository of an organisation.
     async fn org_repos(&self, org: &str) -> Result<Vec<RepoName>, ForgeError>;
+    /// The repository's webhooks (needs admin rights on it).
+    async fn hooks(&self, repo: &RepoName) -> Result<Vec<Hook>, ForgeError>;
+    /// Creates an active JSON webhook of type `forgejo`.
+    async fn create_hook(&self, repo: &RepoName, spec: &HookSpec) -> Result<Hook, ForgeError>;
+    /// Sets a hook's URL, content type (JSON), events and active flag; the secret cannot be
+    /// changed this way.
+    async fn edit_hook(
+        &self,
+        repo: &RepoName,
+        id: u64,
+        url: &str,
+        events: &[String],
+    ) -> Result<Hook, ForgeError>;
+    async fn delete_hook(&self, repo: &RepoName, id: u64) -> Result<(), ForgeError>;
 }

@@ -10,6 +10,7 @@ mod crash;
 mod durability;
 mod fake_runs;
 mod git;
+mod hooks;
 mod outbox;
 mod preflight;
 mod runs;

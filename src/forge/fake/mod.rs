@@ -18,7 +18,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use super::{Comment, Forge, ForgeError, Issue, Label, Permission, Repository, TimelineEntry};
+use super::{
+    Comment, Forge, ForgeError, Hook, HookSpec, Issue, Label, Permission, Repository, TimelineEntry,
+};
 use crate::domain::{IssueRef, RepoName};
 
 pub use server::FakeServer;
@@ -118,6 +120,20 @@ pub(crate) struct FRepo {
     pub next_number: u64,
     /// Served over git's smart HTTP too (`FakeForge::serve_git`).
     pub git: Option<git::FGit>,
+    pub private: bool,
+    pub hooks: Vec<FHook>,
+}
+
+/// A repository webhook; the secret is kept but never shown, as Forgejo does.
+#[derive(Clone, Debug)]
+pub(crate) struct FHook {
+    pub id: u64,
+    pub kind: String,
+    pub url: String,
+    pub content_type: String,
+    pub secret: String,
+    pub events: Vec<String>,
+    pub active: bool,
 }
 
 struct Webhook {
@@ -587,6 +603,112 @@ impl State {
         Ok(head.iter().filter(|c| !base.contains(c)).count() as u64)
     }
 
+    /// Hooks are managed by repository admins only.
+    fn hook_admin(&mut self, login: &str, repo: &RepoName) -> Result<&mut FRepo, Refusal> {
+        if self.permission_of(repo, login) < Permission::Admin {
+            return Err(if self.permission_of(repo, login) == Permission::None {
+                Refusal::NotFound
+            } else {
+                Refusal::Forbidden
+            });
+        }
+        self.repo_mut(repo)
+    }
+
+    pub(crate) fn list_hooks(
+        &mut self,
+        login: &str,
+        repo: &RepoName,
+    ) -> Result<Vec<FHook>, Refusal> {
+        Ok(self.hook_admin(login, repo)?.hooks.clone())
+    }
+
+    /// As Forgejo: `active` defaults to false and `events` to `["push"]`.
+    pub(crate) fn create_hook(
+        &mut self,
+        login: &str,
+        repo: &RepoName,
+        body: &Value,
+    ) -> Result<FHook, Refusal> {
+        let id = self.id();
+        let config = &body["config"];
+        let url = config["url"].as_str().unwrap_or_default().to_owned();
+        let content_type = config["content_type"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if url.is_empty() || content_type.is_empty() {
+            return Err(Refusal::Unprocessable(
+                "Missing config option: url and content_type are required".into(),
+            ));
+        }
+        let events: Vec<String> = match body["events"].as_array() {
+            Some(list) => list
+                .iter()
+                .filter_map(|e| e.as_str().map(str::to_owned))
+                .collect(),
+            None => vec!["push".to_owned()],
+        };
+        let hook = FHook {
+            id,
+            kind: body["type"].as_str().unwrap_or("forgejo").to_owned(),
+            url,
+            content_type,
+            secret: config["secret"].as_str().unwrap_or_default().to_owned(),
+            events,
+            active: body["active"].as_bool().unwrap_or(false),
+        };
+        self.hook_admin(login, repo)?.hooks.push(hook.clone());
+        Ok(hook)
+    }
+
+    /// PATCH: config keys, events and `active` as given; the secret stays as it was.
+    pub(crate) fn edit_hook(
+        &mut self,
+        login: &str,
+        repo: &RepoName,
+        id: u64,
+        body: &Value,
+    ) -> Result<FHook, Refusal> {
+        let r = self.hook_admin(login, repo)?;
+        let h = r
+            .hooks
+            .iter_mut()
+            .find(|h| h.id == id)
+            .ok_or(Refusal::NotFound)?;
+        if let Some(url) = body["config"]["url"].as_str() {
+            h.url = url.to_owned();
+        }
+        if let Some(ct) = body["config"]["content_type"].as_str() {
+            h.content_type = ct.to_owned();
+        }
+        if let Some(list) = body["events"].as_array() {
+            h.events = list
+                .iter()
+                .filter_map(|e| e.as_str().map(str::to_owned))
+                .collect();
+        }
+        if let Some(active) = body["active"].as_bool() {
+            h.active = active;
+        }
+        Ok(h.clone())
+    }
+
+    pub(crate) fn delete_hook(
+        &mut self,
+        login: &str,
+        repo: &RepoName,
+        id: u64,
+    ) -> Result<(), Refusal> {
+        let r = self.hook_admin(login, repo)?;
+        let before = r.hooks.len();
+        r.hooks.retain(|h| h.id != id);
+        if r.hooks.len() == before {
+            return Err(Refusal::NotFound);
+        }
+        Ok(())
+    }
+
     /// Queues the webhook Forgejo would send for a change.
     fn emit(
         &mut self,
@@ -665,8 +787,58 @@ impl FakeForge {
             permissions: HashMap::new(),
             next_number: 1,
             git: None,
+            private: false,
+            hooks: Vec::new(),
         });
         name
+    }
+
+    /// Makes a repository private (visible to those granted access only).
+    pub fn make_private(&self, repo: &RepoName) {
+        if let Some(r) = self.state().repos.get_mut(repo) {
+            r.private = true;
+        }
+    }
+
+    /// A webhook on `repo` set up by hand (as someone clicking through Forgejo's form would);
+    /// returns its id.
+    pub fn add_hook(&self, repo: &RepoName, url: &str, events: &[&str], active: bool) -> u64 {
+        let mut s = self.state();
+        let id = s.id();
+        if let Some(r) = s.repos.get_mut(repo) {
+            r.hooks.push(FHook {
+                id,
+                kind: "forgejo".into(),
+                url: url.to_owned(),
+                content_type: "json".into(),
+                secret: String::new(),
+                events: events.iter().map(|e| (*e).to_owned()).collect(),
+                active,
+            });
+        }
+        id
+    }
+
+    /// The hooks of `repo`: (id, url, events, active, secret).
+    pub fn hooks_of(&self, repo: &RepoName) -> Vec<(u64, String, Vec<String>, bool, String)> {
+        self.state()
+            .repos
+            .get(repo)
+            .map(|r| {
+                r.hooks
+                    .iter()
+                    .map(|h| {
+                        (
+                            h.id,
+                            h.url.clone(),
+                            h.events.clone(),
+                            h.active,
+                            h.secret.clone(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// A repository that belongs to organisation `org` (listed by `GET /orgs/{org}/repos`).
@@ -1106,6 +1278,7 @@ impl Forge for FakeForge {
         Ok(Repository {
             name: r.name.clone(),
             default_branch: r.default_branch.clone(),
+            private: r.private,
         })
     }
 
@@ -1411,5 +1584,68 @@ impl Forge for FakeForge {
                 method: "GET".into(),
                 path: format!("/orgs/{org}/repos"),
             })
+    }
+
+    async fn hooks(&self, repo: &RepoName) -> Result<Vec<Hook>, ForgeError> {
+        let bot = self.bot();
+        let hooks = self
+            .state()
+            .list_hooks(&bot, repo)
+            .map_err(|e| refused("GET", format!("{repo}/hooks"), e))?;
+        Ok(hooks.iter().map(to_hook).collect())
+    }
+
+    async fn create_hook(&self, repo: &RepoName, spec: &HookSpec) -> Result<Hook, ForgeError> {
+        let bot = self.bot();
+        let body = json!({
+            "type": "forgejo",
+            "config": { "url": spec.url, "content_type": "json", "secret": spec.secret.expose() },
+            "events": spec.events,
+            "active": true,
+        });
+        let h = self
+            .state()
+            .create_hook(&bot, repo, &body)
+            .map_err(|e| refused("POST", format!("{repo}/hooks"), e))?;
+        Ok(to_hook(&h))
+    }
+
+    async fn edit_hook(
+        &self,
+        repo: &RepoName,
+        id: u64,
+        url: &str,
+        events: &[String],
+    ) -> Result<Hook, ForgeError> {
+        let bot = self.bot();
+        let body = json!({
+            "config": { "url": url, "content_type": "json" },
+            "events": events,
+            "active": true,
+        });
+        let h = self
+            .state()
+            .edit_hook(&bot, repo, id, &body)
+            .map_err(|e| refused("PATCH", format!("{repo}/hooks/{id}"), e))?;
+        Ok(to_hook(&h))
+    }
+
+    async fn delete_hook(&self, repo: &RepoName, id: u64) -> Result<(), ForgeError> {
+        let bot = self.bot();
+        match self.state().delete_hook(&bot, repo, id) {
+            Ok(()) | Err(Refusal::NotFound) => Ok(()),
+            Err(e) => Err(refused("DELETE", format!("{repo}/hooks/{id}"), e)),
+        }
+    }
+}
+
+pub(crate) fn to_hook(h: &FHook) -> Hook {
+    Hook {
+        id: h.id,
+        kind: h.kind.clone(),
+        url: h.url.clone(),
+        content_type: h.content_type.clone(),
+        events: h.events.clone(),
+        active: h.active,
     }
 }

@@ -584,6 +584,28 @@ fn route(
                 Vec::new(),
             ))
         }
+        ("GET", ["repos", o, r, "hooks"]) => {
+            let repo = repo_of(o, r)?;
+            let hooks: Vec<Value> = s.list_hooks(login, &repo)?.iter().map(hook_json).collect();
+            Ok(paginate(hooks, query, false))
+        }
+        ("POST", ["repos", o, r, "hooks"]) => {
+            let repo = repo_of(o, r)?;
+            let h = s.create_hook(login, &repo, body.unwrap_or(&Value::Null))?;
+            Ok((StatusCode::CREATED, hook_json(&h), Vec::new()))
+        }
+        ("PATCH", ["repos", o, r, "hooks", id]) => {
+            let repo = repo_of(o, r)?;
+            let id: u64 = id.parse().map_err(|_| Refusal::NotFound)?;
+            let h = s.edit_hook(login, &repo, id, body.unwrap_or(&Value::Null))?;
+            Ok(ok(hook_json(&h)))
+        }
+        ("DELETE", ["repos", o, r, "hooks", id]) => {
+            let repo = repo_of(o, r)?;
+            let id: u64 = id.parse().map_err(|_| Refusal::NotFound)?;
+            s.delete_hook(login, &repo, id)?;
+            Ok((StatusCode::NO_CONTENT, Value::Null, Vec::new()))
+        }
         ("GET", ["repos", o, r, "compare", basehead]) => {
             let repo = repo_of(o, r)?;
             let (base, head) = basehead.split_once("...").ok_or(Refusal::NotFound)?;
@@ -694,6 +716,21 @@ fn route(
     result.unwrap_or_else(refusal)
 }
 
+/// A hook as Forgejo lists it: the secret never shown.
+fn hook_json(h: &super::FHook) -> Value {
+    json!({
+        "id": h.id,
+        "type": h.kind,
+        "config": { "url": h.url, "content_type": h.content_type, "http_method": "post" },
+        "events": h.events,
+        "active": h.active,
+        "authorization_header": "",
+        "branch_filter": "*",
+        "created_at": rfc3339(super::EPOCH),
+        "updated_at": rfc3339(super::EPOCH),
+    })
+}
+
 pub(super) fn user_json(s: &State, login: &str) -> Value {
     let id = s.users.get(login).copied().unwrap_or(0);
     json!({
@@ -728,10 +765,10 @@ pub(super) fn label_json(repo: &RepoName, l: &FLabel) -> Value {
 }
 
 pub(super) fn repo_json(s: &State, repo: &RepoName) -> Value {
-    let (id, branch) = s
+    let (id, branch, private) = s
         .repo(repo)
-        .map(|r| (r.id, r.default_branch.clone()))
-        .unwrap_or((0, "main".into()));
+        .map(|r| (r.id, r.default_branch.clone(), r.private))
+        .unwrap_or((0, "main".into(), false));
     json!({
         "id": id,
         "owner": user_json(s, repo.owner()),
@@ -739,7 +776,7 @@ pub(super) fn repo_json(s: &State, repo: &RepoName) -> Value {
         "full_name": repo.to_string(),
         "description": "",
         "empty": false,
-        "private": false,
+        "private": private,
         "fork": false,
         "html_url": format!("https://forgejo.example.org/{repo}"),
         "clone_url": format!("https://forgejo.example.org/{repo}.git"),

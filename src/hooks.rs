@@ -1,0 +1,273 @@
+//! `director hooks install` and `director hooks check`: the webhook of every watched
+//! repository, created where it is missing and repaired where it drifted. A hook is the
+//! director's when its URL is `webhook.public_url`; hooks with other URLs are never touched.
+
+use std::collections::BTreeSet;
+
+use serde::Serialize;
+
+use crate::domain::RepoName;
+use crate::forge::{Forge, Hook, HookSpec};
+use crate::settings::Secret;
+
+/// The events the director acts on (Forgejo's hook event names).
+pub const EVENTS: &[&str] = &[
+    "issues",
+    "issue_label",
+    "issue_comment",
+    "pull_request",
+    "pull_request_comment",
+    "pull_request_review",
+    "pull_request_sync",
+];
+
+/// What one repository's hook looks like, or what was done to it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "status")]
+pub enum Outcome {
+    /// The hook is as it should be.
+    Ok {
+        id: u64,
+    },
+    /// No hook has the director's URL.
+    Missing,
+    /// The director's hook differs: inactive, events missing, not JSON, duplicated.
+    Drifted {
+        id: u64,
+        problems: Vec<String>,
+    },
+    Created {
+        id: u64,
+    },
+    Repaired {
+        id: u64,
+        fixed: Vec<String>,
+    },
+    /// Deleted and created again with the current secret (`--rotate-secret`).
+    Recreated {
+        id: u64,
+    },
+    /// The forge refused or failed; the other repositories are still done.
+    Failed {
+        error: String,
+    },
+}
+
+impl Outcome {
+    /// Whether `hooks check` counts this as needing attention.
+    pub fn needs_attention(&self) -> bool {
+        matches!(
+            self,
+            Self::Missing | Self::Drifted { .. } | Self::Failed { .. }
+        )
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RepoHook {
+    pub repo: String,
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+/// Every watched repository: `repos`, and every repository of `orgs`. An organisation that
+/// cannot be listed is reported as a failure under its name.
+pub async fn watched(
+    forge: &dyn Forge,
+    repos: &[RepoName],
+    orgs: &[String],
+) -> (BTreeSet<RepoName>, Vec<RepoHook>) {
+    let mut all: BTreeSet<RepoName> = repos.iter().cloned().collect();
+    let mut failed = Vec::new();
+    for org in orgs {
+        match forge.org_repos(org).await {
+            Ok(list) => all.extend(list),
+            Err(e) => failed.push(RepoHook {
+                repo: org.clone(),
+                outcome: Outcome::Failed {
+                    error: format!("cannot list the organisation's repositories: {e}"),
+                },
+            }),
+        }
+    }
+    (all, failed)
+}
+
+fn same_url(a: &str, b: &str) -> bool {
+    a.trim_end_matches('/') == b.trim_end_matches('/')
+}
+
+/// What is wrong with the director's hook, if anything.
+fn problems(hook: &Hook) -> Vec<String> {
+    let mut out = Vec::new();
+    if !hook.active {
+        out.push("inactive".to_owned());
+    }
+    let missing: Vec<&str> = EVENTS
+        .iter()
+        .copied()
+        .filter(|e| !hook.events.iter().any(|h| h == e))
+        .collect();
+    if !missing.is_empty() {
+        out.push(format!("missing events: {}", missing.join(", ")));
+    }
+    if hook.content_type != "json" {
+        out.push(format!("content type `{}`, not json", hook.content_type));
+    }
+    out
+}
+
+/// The state of one repository's hook, changing nothing.
+pub async fn check_repo(forge: &dyn Forge, repo: &RepoName, url: &str) -> Outcome {
+    let hooks = match forge.hooks(repo).await {
+        Ok(h) => h,
+        Err(e) => {
+            return Outcome::Failed {
+                error: e.to_string(),
+            };
+        }
+    };
+    let ours: Vec<&Hook> = hooks.iter().filter(|h| same_url(&h.url, url)).collect();
+    let Some(first) = ours.first() else {
+        return Outcome::Missing;
+    };
+    let mut problems = problems(first);
+    if ours.len() > 1 {
+        let extra: Vec<String> = ours[1..].iter().map(|h| h.id.to_string()).collect();
+        problems.push(format!("duplicate hooks: {}", extra.join(", ")));
+    }
+    if problems.is_empty() {
+        Outcome::Ok { id: first.id }
+    } else {
+        Outcome::Drifted {
+            id: first.id,
+            problems,
+        }
+    }
+}
+
+/// Creates or repairs one repository's hook. Idempotent: a hook as it should be is left
+/// alone. With `rotate`, the director's hooks are deleted and created again with `secret`
+/// (Forgejo cannot change a secret in place).
+pub async fn install_repo(
+    forge: &dyn Forge,
+    repo: &RepoName,
+    url: &str,
+    secret: &Secret,
+    rotate: bool,
+) -> Outcome {
+    let spec = HookSpec {
+        url: url.to_owned(),
+        events: EVENTS.iter().map(|e| (*e).to_owned()).collect(),
+        secret: secret.clone(),
+    };
+    let result = async {
+        let hooks = forge.hooks(repo).await?;
+        let ours: Vec<&Hook> = hooks.iter().filter(|h| same_url(&h.url, url)).collect();
+        if rotate && !ours.is_empty() {
+            for h in &ours {
+                forge.delete_hook(repo, h.id).await?;
+            }
+            let h = forge.create_hook(repo, &spec).await?;
+            return Ok(Outcome::Recreated { id: h.id });
+        }
+        let Some(first) = ours.first() else {
+            let h = forge.create_hook(repo, &spec).await?;
+            return Ok(Outcome::Created { id: h.id });
+        };
+        let mut fixed = Vec::new();
+        for extra in &ours[1..] {
+            forge.delete_hook(repo, extra.id).await?;
+            fixed.push(format!("removed duplicate hook {}", extra.id));
+        }
+        let wrong = problems(first);
+        if !wrong.is_empty() {
+            // Keep the events it has beyond the director's (someone added them on purpose).
+            let mut events = spec.events.clone();
+            for e in &first.events {
+                if !events.contains(e) {
+                    events.push(e.clone());
+                }
+            }
+            forge.edit_hook(repo, first.id, url, &events).await?;
+            fixed.extend(wrong);
+        }
+        Ok::<_, crate::forge::ForgeError>(if fixed.is_empty() {
+            Outcome::Ok { id: first.id }
+        } else {
+            Outcome::Repaired {
+                id: first.id,
+                fixed,
+            }
+        })
+    }
+    .await;
+    result.unwrap_or_else(|e| Outcome::Failed {
+        error: e.to_string(),
+    })
+}
+
+/// The text `hooks install` and `hooks check` print, one line per repository.
+pub fn render(rows: &[RepoHook]) -> String {
+    let mut out = String::new();
+    for r in rows {
+        let line = match &r.outcome {
+            Outcome::Ok { id } => format!("ok         hook {id}"),
+            Outcome::Missing => "missing    no hook with the director's URL".to_owned(),
+            Outcome::Drifted { id, problems } => {
+                format!("drifted    hook {id}: {}", problems.join("; "))
+            }
+            Outcome::Created { id } => format!("created    hook {id}"),
+            Outcome::Repaired { id, fixed } => {
+                format!("repaired   hook {id}: {}", fixed.join("; "))
+            }
+            Outcome::Recreated { id } => {
+                format!(
+                    "recreated  hook {id} with the current secret (Forgejo cannot change a secret in place)"
+                )
+            }
+            Outcome::Failed { error } => format!("failed     {error}"),
+        };
+        out.push_str(&format!("{:<40} {line}\n", r.repo));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hook(active: bool, events: &[&str], ct: &str) -> Hook {
+        Hook {
+            id: 1,
+            kind: "forgejo".into(),
+            url: "https://d.example/webhooks/forgejo".into(),
+            content_type: ct.into(),
+            events: events.iter().map(|e| (*e).to_owned()).collect(),
+            active,
+        }
+    }
+
+    #[test]
+    fn a_hook_with_every_event_active_and_json_has_no_problems() {
+        assert!(problems(&hook(true, EVENTS, "json")).is_empty());
+        let p = problems(&hook(false, &["issues"], "form"));
+        assert_eq!(p.len(), 3, "{p:?}");
+        assert!(
+            p[1].contains("issue_label") && !p[1].contains("issues,"),
+            "{p:?}"
+        );
+    }
+
+    #[test]
+    fn urls_match_with_or_without_a_trailing_slash_only() {
+        assert!(same_url(
+            "https://d.example/webhooks/forgejo/",
+            "https://d.example/webhooks/forgejo"
+        ));
+        assert!(!same_url(
+            "https://d.example/webhooks/forgejo2",
+            "https://d.example/webhooks/forgejo"
+        ));
+    }
+}
