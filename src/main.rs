@@ -244,9 +244,13 @@ fn main() -> ExitCode {
             };
             run_async(async move {
                 let store = director::store::Store::connect(&settings.store).await?;
-                let issues = store.list_issues().await?;
-                let troubled = store.troubled_actions().await?;
-                print!("{}", director::status::render(&issues, &troubled, json)?);
+                let rows = director::status::collect(
+                    &store,
+                    Some(&settings.forge.url),
+                    director::clock::now_ms(),
+                )
+                .await?;
+                print!("{}", director::status::render(&rows, json)?);
                 Ok(())
             })
         }

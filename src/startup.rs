@@ -257,6 +257,9 @@ impl Application {
             store: store.clone(),
             bot_login,
             runtime_state,
+            forge: forge.clone(),
+            visibility: Default::default(),
+            clock: clock.clone(),
         });
         let mut server = HttpServer::new(move || {
             App::new()

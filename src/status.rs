@@ -1,44 +1,80 @@
-//! `director status`: the tracked issues as a table for people or JSON for tools.
+//! What the director is doing, for people and tools: `director status` (a table or JSON), and
+//! the status page (`GET /status`, HTML; `GET /status.json`, the same JSON). One set of rows
+//! serves all three.
+
+use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::domain::{IssueRef, Lifecycle};
+use crate::domain::{IssueRef, Lifecycle, RunRecord};
 use crate::store::{ActionRow, IssueRecord};
 
-#[derive(Serialize)]
-struct Row<'a> {
-    repo: String,
-    number: u64,
+/// One tracked issue.
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    pub repo: String,
+    pub number: u64,
+    /// The issue on the forge, when the forge's address is known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
     /// The lifecycle state.
-    state: &'a str,
-    title: &'a str,
+    pub state: String,
+    pub title: String,
     /// The issue's own state on the forge: open or closed.
-    issue_state: &'a str,
-    labels: &'a [String],
-    trigger_present: bool,
-    trigger_actor: Option<&'a str>,
-    trigger_trusted: Option<bool>,
+    pub issue_state: String,
+    pub labels: Vec<String>,
+    pub trigger_present: bool,
+    pub trigger_actor: Option<String>,
+    pub trigger_trusted: Option<bool>,
     /// For queued issues: 1 runs next.
     #[serde(skip_serializing_if = "Option::is_none")]
-    queue_position: Option<usize>,
-    last_change: String,
+    pub queue_position: Option<usize>,
+    pub last_change: String,
     /// Why the issue waits, when it waits on something other than its turn.
     #[serde(skip_serializing_if = "Option::is_none")]
-    waiting: Option<String>,
+    pub waiting: Option<String>,
+    /// The last pre-flight verdict (`GO`, `NO-GO`, `WRONG-REPO`, `ERROR`) and its reason.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verdict_reason: Option<String>,
+    /// The newest run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunRow>,
     /// Actions of the issue that failed (being retried, or given up).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    failing: Vec<Failing<'a>>,
+    pub failing: Vec<Failing>,
 }
 
-#[derive(Serialize)]
-struct Failing<'a> {
-    action: &'a str,
-    attempts: u32,
-    /// `due` (retried at `retry_at`) or `failed` (given up).
-    state: &'a str,
-    error: Option<&'a str>,
+#[derive(Clone, Debug, Serialize)]
+pub struct RunRow {
+    pub id: String,
+    pub state: String,
+    pub branch: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    retry_at: Option<String>,
+    pub started_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    /// Seconds from start to the end, or to now while it runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub age_secs: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pr: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pr_url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Failing {
+    pub action: String,
+    pub attempts: u32,
+    /// `due` (retried at `retry_at`) or `failed` (given up).
+    pub state: String,
+    pub error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<String>,
 }
 
 fn when(ms: i64) -> String {
@@ -65,57 +101,97 @@ fn waiting(r: &IssueRecord) -> Option<String> {
     }
 }
 
-/// Issues the director has seen carry the trigger; others are recorded but not shown.
-/// `troubled` are the actions that failed (from [`crate::store::Store::troubled_actions`]).
-pub fn render(
+fn run_row(run: &RunRecord, web: Option<&str>, now_ms: i64) -> RunRow {
+    let age_secs = run
+        .started_at_ms
+        .map(|s| (run.finished_at_ms.unwrap_or(now_ms) - s).max(0) / 1000);
+    RunRow {
+        id: run.id.clone(),
+        state: run.state.as_str().to_owned(),
+        branch: run.branch.clone(),
+        started_at: run.started_at_ms.map(when),
+        finished_at: run.finished_at_ms.map(when),
+        age_secs,
+        pr: run.pr_number,
+        pr_url: match (web, run.pr_number) {
+            (Some(web), Some(n)) => Some(format!("{web}/{}/pulls/{n}", run.repo)),
+            _ => None,
+        },
+        detail: run.detail.clone(),
+    }
+}
+
+/// The rows for the tracked issues: those the director has seen carry the trigger (others
+/// are recorded but not shown). `troubled` are the actions that failed, `runs` the newest
+/// run of each issue, `web` the forge's address (for links).
+pub fn rows(
     issues: &[IssueRecord],
     troubled: &[ActionRow],
-    json: bool,
-) -> anyhow::Result<String> {
-    let mut failing: std::collections::HashMap<&IssueRef, Vec<Failing<'_>>> =
-        std::collections::HashMap::new();
+    runs: &[RunRecord],
+    web: Option<&str>,
+    now_ms: i64,
+) -> Vec<Row> {
+    let web = web
+        .map(|w| w.trim_end_matches('/'))
+        .filter(|w| !w.is_empty());
+    let mut failing: HashMap<&IssueRef, Vec<Failing>> = HashMap::new();
     for a in troubled {
         failing.entry(&a.issue).or_default().push(Failing {
-            action: &a.kind,
+            action: a.kind.clone(),
             attempts: a.attempts,
-            state: &a.state,
-            error: a.last_error.as_deref(),
+            state: a.state.clone(),
+            error: a.last_error.clone(),
             retry_at: (a.state == "due").then(|| when(a.not_before_ms)),
         });
     }
+    let runs: HashMap<(String, u64), &RunRecord> = runs
+        .iter()
+        .map(|r| ((r.repo.to_string(), r.number), r))
+        .collect();
     let mut queued: Vec<&IssueRecord> = issues
         .iter()
         .filter(|r| r.lifecycle == Lifecycle::Queued)
         .collect();
     queued.sort_by_key(|r| (r.last_change_ms, r.repo.to_string(), r.number));
-    let positions: std::collections::HashMap<(String, u64), usize> = queued
+    let positions: HashMap<(String, u64), usize> = queued
         .iter()
         .enumerate()
         .map(|(i, r)| ((r.repo.to_string(), r.number), i + 1))
         .collect();
-    let rows: Vec<Row<'_>> = issues
+    issues
         .iter()
         .filter(|r| {
             r.trigger_present || r.trigger_actor.is_some() || r.lifecycle != Lifecycle::Untracked
         })
-        .map(|r| Row {
-            repo: r.repo.to_string(),
-            number: r.number,
-            state: r.lifecycle.as_str(),
-            title: &r.title,
-            issue_state: &r.state,
-            labels: &r.labels,
-            trigger_present: r.trigger_present,
-            trigger_actor: r.trigger_actor.as_deref(),
-            trigger_trusted: r.trigger_trusted,
-            queue_position: positions.get(&(r.repo.to_string(), r.number)).copied(),
-            last_change: when(r.last_change_ms),
-            waiting: waiting(r),
-            failing: failing.remove(&r.issue_ref()).unwrap_or_default(),
+        .map(|r| {
+            let key = (r.repo.to_string(), r.number);
+            Row {
+                url: web.map(|w| format!("{w}/{}/issues/{}", r.repo, r.number)),
+                repo: key.0.clone(),
+                number: r.number,
+                state: r.lifecycle.as_str().to_owned(),
+                title: r.title.clone(),
+                issue_state: r.state.clone(),
+                labels: r.labels.clone(),
+                trigger_present: r.trigger_present,
+                trigger_actor: r.trigger_actor.clone(),
+                trigger_trusted: r.trigger_trusted,
+                queue_position: positions.get(&key).copied(),
+                last_change: when(r.last_change_ms),
+                waiting: waiting(r),
+                verdict: r.preflight.verdict.map(|v| v.as_str().to_owned()),
+                verdict_reason: r.preflight.reason.clone(),
+                run: runs.get(&key).map(|run| run_row(run, web, now_ms)),
+                failing: failing.remove(&r.issue_ref()).unwrap_or_default(),
+            }
         })
-        .collect();
+        .collect()
+}
+
+/// `director status`: a table for people, or one JSON array.
+pub fn render(rows: &[Row], json: bool) -> anyhow::Result<String> {
     if json {
-        return Ok(format!("{}\n", serde_json::to_string_pretty(&rows)?));
+        return Ok(format!("{}\n", serde_json::to_string_pretty(rows)?));
     }
     if rows.is_empty() {
         return Ok("no tracked issues\n".to_owned());
@@ -125,16 +201,16 @@ pub fn render(
         "ISSUE", "STATE", "TRIGGER BY", "LAST CHANGE", "TITLE"
     );
     for r in rows {
-        let actor = match (r.trigger_actor, r.trigger_trusted) {
+        let actor = match (&r.trigger_actor, r.trigger_trusted) {
             (Some(a), Some(false)) => format!("{a} (no write)"),
-            (Some(a), _) => a.to_owned(),
+            (Some(a), _) => a.clone(),
             (None, _) if r.trigger_present => "(checking)".to_owned(),
             (None, _) => "-".to_owned(),
         };
         let title: String = r.title.chars().take(60).collect();
         let state = match r.queue_position {
             Some(p) => format!("{} #{p}", r.state),
-            None => r.state.to_owned(),
+            None => r.state.clone(),
         };
         out.push_str(&format!(
             "{:<40} {:<10} {:<20} {:<20} {}\n",
@@ -147,6 +223,13 @@ pub fn render(
         if let Some(w) = &r.waiting {
             out.push_str(&format!("    waiting: {w}\n"));
         }
+        if let Some(run) = &r.run {
+            out.push_str(&format!("    run {}: {}", run.id, run.state));
+            if let Some(pr) = run.pr {
+                out.push_str(&format!(", pull request #{pr}"));
+            }
+            out.push('\n');
+        }
         for f in &r.failing {
             out.push_str(&format!(
                 "    {} {} after {} attempt(s): {}\n",
@@ -157,9 +240,305 @@ pub fn render(
                     "failing"
                 },
                 f.attempts,
-                f.error.unwrap_or("")
+                f.error.as_deref().unwrap_or("")
             ));
         }
     }
     Ok(out)
+}
+
+/// Text made safe to put in HTML, in an element or an attribute.
+fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `1h 02m`, `3m 20s`, `45s`.
+fn duration(secs: i64) -> String {
+    match secs {
+        s if s >= 3600 => format!("{}h {:02}m", s / 3600, (s % 3600) / 60),
+        s if s >= 60 => format!("{}m {:02}s", s / 60, s % 60),
+        s => format!("{s}s"),
+    }
+}
+
+/// The queue's totals: (label, count), in the order the page shows them.
+fn totals(rows: &[Row]) -> Vec<(&'static str, usize)> {
+    let count = |states: &[&str]| {
+        rows.iter()
+            .filter(|r| states.contains(&r.state.as_str()))
+            .count()
+    };
+    vec![
+        ("tracked", rows.len()),
+        ("pre-flight", count(&["pending"])),
+        ("queued", count(&["queued"])),
+        ("running", count(&["launching", "running"])),
+        ("pull request open", count(&["succeeded"])),
+        (
+            "failed",
+            count(&["failed", "timed_out", "preflight_failed"]),
+        ),
+        ("no-go", count(&["no_go"])),
+    ]
+}
+
+fn why_it_waits(r: &Row) -> String {
+    let mut parts = Vec::new();
+    if let Some(p) = r.queue_position {
+        parts.push(format!("queue position {p}"));
+    }
+    if let Some(w) = &r.waiting {
+        parts.push(w.clone());
+    }
+    for f in &r.failing {
+        parts.push(format!(
+            "{} {} after {} attempt(s){}",
+            f.action,
+            if f.state == "failed" {
+                "gave up"
+            } else {
+                "failing"
+            },
+            f.attempts,
+            f.retry_at
+                .as_ref()
+                .map(|t| format!(", next try {t}"))
+                .unwrap_or_default()
+        ));
+    }
+    esc(&parts.join("; "))
+}
+
+fn run_cell(r: &Row) -> String {
+    let Some(run) = &r.run else {
+        return String::new();
+    };
+    let mut out = format!(
+        "<code>{}</code> {}",
+        esc(&run.id),
+        esc(&run.state.replace('_', " "))
+    );
+    if let Some(age) = run.age_secs {
+        out.push_str(&format!(" · {}", duration(age)));
+    }
+    match (&run.pr_url, run.pr) {
+        (Some(url), Some(n)) => out.push_str(&format!(" · <a href=\"{}\">#{n}</a>", esc(url))),
+        (None, Some(n)) => out.push_str(&format!(" · PR #{n}")),
+        _ => {}
+    }
+    out
+}
+
+/// The status page: the rows as a table, the totals on top, refreshed every 15 s without
+/// JavaScript. Every piece of issue text is escaped.
+pub fn html(rows: &[Row], now_ms: i64, private_hidden: bool) -> String {
+    let mut out = String::from(concat!(
+        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n",
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n",
+        "<meta http-equiv=\"refresh\" content=\"15\">\n<title>director: status</title>\n<style>\n",
+        "body{font:15px/1.4 system-ui,sans-serif;margin:1.5rem;color:#1b1f24;background:#fafbfc}\n",
+        "h1{font-size:1.4rem;margin:0 0 .5rem}\n",
+        ".totals{display:flex;flex-wrap:wrap;gap:.5rem;padding:0;margin:0 0 1rem;list-style:none}\n",
+        ".totals li{background:#fff;border:1px solid #d0d7de;border-radius:6px;padding:.35rem .7rem}\n",
+        ".totals b{font-size:1.15rem;margin-right:.3rem}\n",
+        "table{border-collapse:collapse;width:100%;background:#fff}\n",
+        "th,td{border-bottom:1px solid #d0d7de;padding:.45rem .6rem;text-align:left;vertical-align:top}\n",
+        "th{background:#f0f3f6;font-weight:600}\n",
+        ".state{border-radius:1rem;padding:.1rem .55rem;background:#eaeef2;white-space:nowrap}\n",
+        ".state-running,.state-launching{background:#ddf4ff}.state-queued{background:#fff8c5}\n",
+        ".state-succeeded{background:#dafbe1}.state-failed,.state-timed_out,.state-preflight_failed{background:#ffebe9}\n",
+        ".verdict{font-weight:600}.muted{color:#57606a}\n",
+        "</style>\n</head>\n<body>\n<h1>director</h1>\n<ul class=\"totals\">\n",
+    ));
+    for (label, n) in totals(rows) {
+        out.push_str(&format!("<li><b>{n}</b>{label}</li>\n"));
+    }
+    out.push_str("</ul>\n");
+    out.push_str(&format!(
+        "<p class=\"muted\">As of {}.{}</p>\n",
+        esc(&when(now_ms)),
+        if private_hidden {
+            " Issues of private repositories are not shown without the status token."
+        } else {
+            ""
+        }
+    ));
+    if rows.is_empty() {
+        out.push_str("<p>No tracked issues.</p>\n</body>\n</html>\n");
+        return out;
+    }
+    out.push_str("<table>\n<thead><tr><th>Issue</th><th>Title</th><th>State</th><th>Why it waits</th><th>Run</th><th>Verdict</th></tr></thead>\n<tbody>\n");
+    for r in rows {
+        let reference = format!("{}#{}", r.repo, r.number);
+        let link = match &r.url {
+            Some(url) => format!("<a href=\"{}\">{}</a>", esc(url), esc(&reference)),
+            None => esc(&reference),
+        };
+        let verdict = match (&r.verdict, &r.verdict_reason) {
+            (Some(v), Some(why)) => format!(
+                "<span class=\"verdict\">{}</span> <span class=\"muted\">{}</span>",
+                esc(v),
+                esc(why)
+            ),
+            (Some(v), None) => format!("<span class=\"verdict\">{}</span>", esc(v)),
+            _ => String::new(),
+        };
+        out.push_str(&format!(
+            "<tr data-issue=\"{}\" data-state=\"{}\"><td>{link}</td><td class=\"title\">{}</td><td><span class=\"state state-{}\">{}</span></td><td>{}</td><td>{}</td><td>{verdict}</td></tr>\n",
+            esc(&reference),
+            esc(&r.state),
+            esc(&r.title),
+            esc(&r.state),
+            esc(&r.state.replace('_', " ")),
+            why_it_waits(r),
+            run_cell(r),
+        ));
+    }
+    out.push_str("</tbody>\n</table>\n</body>\n</html>\n");
+    out
+}
+
+/// Every tracked issue's row, read from the store.
+pub async fn collect(
+    store: &crate::store::Store,
+    web: Option<&str>,
+    now_ms: i64,
+) -> anyhow::Result<Vec<Row>> {
+    let issues = store.list_issues().await?;
+    let troubled = store.troubled_actions().await?;
+    let refs: Vec<IssueRef> = issues.iter().map(IssueRecord::issue_ref).collect();
+    let runs = store.latest_runs(&refs).await?;
+    Ok(rows(&issues, &troubled, &runs, web, now_ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping_covers_markup_and_attributes() {
+        assert_eq!(
+            esc("<img src=x onerror=\"alert('1')\">&"),
+            "&lt;img src=x onerror=&quot;alert(&#39;1&#39;)&quot;&gt;&amp;"
+        );
+    }
+
+    /// A fixed set of issues: one per kind of row the page shows.
+    fn fixture() -> Vec<Row> {
+        use crate::domain::{Judgement, RunState};
+        let now = 1_795_860_000_000;
+        let issue = |n: u64, title: &str, state: Lifecycle| {
+            let mut r = IssueRecord::new(
+                &format!("acme/widgets#{n}").parse().expect("valid"),
+                now - 60_000,
+            );
+            r.title = title.to_owned();
+            r.state = "open".into();
+            r.lifecycle = state;
+            r.trigger_present = true;
+            r.trigger_actor = Some("alice".into());
+            r.trigger_trusted = Some(true);
+            r
+        };
+        let mut running = issue(1, "Add --verbose", Lifecycle::Running);
+        running.preflight.verdict = Some(Judgement::Go);
+        running.preflight.reason = Some("Small and clear.".into());
+        let mut queued = issue(
+            2,
+            "<script>alert(1)</script> & \"quotes\"",
+            Lifecycle::Queued,
+        );
+        queued.preflight.verdict = Some(Judgement::Go);
+        let mut retry = issue(3, "Flaky model", Lifecycle::Pending);
+        retry.preflight.attempts = 1;
+        retry.preflight.last_error = Some("model answered 503".into());
+        retry.preflight.not_before_ms = Some(now + 30_000);
+        let mut done = issue(4, "Fix typo", Lifecycle::Succeeded);
+        done.preflight.verdict = Some(Judgement::Go);
+        let mut nogo = issue(5, "Rewrite everything", Lifecycle::NoGo);
+        nogo.preflight.verdict = Some(Judgement::NoGo);
+        nogo.preflight.reason = Some("Too broad: split it.".into());
+        let mut run1 = RunRecord::admitted(
+            &running.issue_ref(),
+            "0123456789ab",
+            "director-issue-1-01234567",
+            now - 200_000,
+        );
+        run1.state = RunState::Running;
+        run1.started_at_ms = Some(now - 200_000);
+        let mut run4 = RunRecord::admitted(
+            &done.issue_ref(),
+            "ba9876543210",
+            "director-issue-4-ba987654",
+            now - 900_000,
+        );
+        run4.state = RunState::Succeeded;
+        run4.started_at_ms = Some(now - 900_000);
+        run4.finished_at_ms = Some(now - 600_000);
+        run4.pr_number = Some(12);
+        rows(
+            &[running, queued, retry, done, nogo],
+            &[],
+            &[run1, run4],
+            Some("https://forgejo.example.org/"),
+            now,
+        )
+    }
+
+    #[test]
+    fn the_page_for_a_fixed_set_of_issues() {
+        let rows = fixture();
+        let html = html(&rows, 1_795_860_000_000, true);
+        assert!(!html.contains("<script>"), "a title is text, never markup");
+        insta::assert_snapshot!(html);
+    }
+
+    #[test]
+    fn rows_carry_links_runs_and_verdicts() {
+        let rows = fixture();
+        let run = rows[0].run.as_ref().expect("a run");
+        assert_eq!(run.age_secs, Some(200));
+        assert_eq!(
+            rows[0].url.as_deref(),
+            Some("https://forgejo.example.org/acme/widgets/issues/1")
+        );
+        assert_eq!(rows[1].queue_position, Some(1));
+        assert!(
+            rows[2]
+                .waiting
+                .as_deref()
+                .is_some_and(|w| w.contains("retry 2"))
+        );
+        assert_eq!(
+            rows[3].run.as_ref().and_then(|r| r.pr_url.as_deref()),
+            Some("https://forgejo.example.org/acme/widgets/pulls/12")
+        );
+        assert_eq!(
+            rows[3].run.as_ref().and_then(|r| r.age_secs),
+            Some(300),
+            "start to end"
+        );
+        assert_eq!(
+            rows[4].verdict_reason.as_deref(),
+            Some("Too broad: split it.")
+        );
+    }
+
+    #[test]
+    fn durations_read_at_a_glance() {
+        assert_eq!(duration(45), "45s");
+        assert_eq!(duration(200), "3m 20s");
+        assert_eq!(duration(3720), "1h 02m");
+    }
 }

@@ -1,6 +1,7 @@
 //! The HTTP surface: the webhook receiver, health and readiness probes, and metrics.
 
 pub use crate::forge::signature;
+pub mod status;
 pub mod webhook;
 
 use std::sync::{Arc, RwLock};
@@ -27,6 +28,10 @@ pub struct AppState {
     pub bot_login: Arc<RwLock<Option<String>>>,
     /// The container runtime: `ok`, `disabled` or `unavailable: ...`.
     pub runtime_state: Arc<RwLock<String>>,
+    /// For the status page: which repositories are public.
+    pub forge: Option<Arc<dyn crate::forge::Forge>>,
+    pub visibility: status::Visibility,
+    pub clock: crate::clock::SharedClock,
 }
 
 impl AppState {
@@ -58,7 +63,9 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/webhooks/forgejo", web::post().to(webhook::receive))
         .route("/healthz", web::get().to(healthz))
         .route("/readyz", web::get().to(readyz))
-        .route("/metrics", web::get().to(metrics));
+        .route("/metrics", web::get().to(metrics))
+        .route("/status", web::get().to(status::page))
+        .route("/status.json", web::get().to(status::json));
 }
 
 /// Records each request's latency under its route template (never the raw path).

@@ -15,4 +15,5 @@ mod outbox;
 mod preflight;
 mod runs;
 mod scenarios;
+mod status_page;
 mod webhook;

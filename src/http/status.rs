@@ -1,0 +1,175 @@
+//! The read-only status page: `GET /status` (HTML) and `GET /status.json` (the rows of
+//! `director status --json`). Public repositories' issues are shown to anyone who can reach
+//! the page; private ones only to a request bearing `status.token`, and never when no token
+//! is configured. Whether a repository is public is asked of the forge (cached for a few
+//! minutes); a repository it cannot tell about counts as private.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use futures_util::StreamExt as _;
+use serde_json::json;
+use subtle::ConstantTimeEq as _;
+
+use super::AppState;
+use crate::domain::RepoName;
+use crate::forge::Forge;
+use crate::status::Row;
+
+/// How long a repository's visibility is trusted before the forge is asked again.
+const VISIBILITY_TTL: Duration = Duration::from_secs(300);
+
+/// Which repositories are public, as the forge last said.
+#[derive(Default)]
+pub struct Visibility {
+    known: Mutex<HashMap<RepoName, (bool, Instant)>>,
+}
+
+impl Visibility {
+    /// The repositories among `repos` known to be public; asks the forge about those not
+    /// known (or known too long ago).
+    async fn public(
+        &self,
+        forge: Option<&Arc<dyn Forge>>,
+        repos: BTreeSet<RepoName>,
+    ) -> BTreeSet<RepoName> {
+        let now = Instant::now();
+        let (mut public, stale): (BTreeSet<RepoName>, Vec<RepoName>) = {
+            let known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+            let mut public = BTreeSet::new();
+            let mut stale = Vec::new();
+            for repo in repos {
+                match known.get(&repo) {
+                    Some((is_public, at)) if now.duration_since(*at) < VISIBILITY_TTL => {
+                        if *is_public {
+                            public.insert(repo);
+                        }
+                    }
+                    _ => stale.push(repo),
+                }
+            }
+            (public, stale)
+        };
+        let Some(forge) = forge else {
+            return public;
+        };
+        let answers: Vec<(RepoName, bool)> = futures_util::stream::iter(stale)
+            .map(|repo| async move {
+                let is_public = match forge.repository(&repo).await {
+                    Ok(r) => !r.private,
+                    Err(e) => {
+                        tracing::warn!(%repo, error = %e, "status page: cannot tell whether the repository is public; its issues stay hidden");
+                        false
+                    }
+                };
+                (repo, is_public)
+            })
+            .buffer_unordered(8)
+            .collect()
+            .await;
+        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        for (repo, is_public) in answers {
+            known.insert(repo.clone(), (is_public, now));
+            if is_public {
+                public.insert(repo);
+            }
+        }
+        public
+    }
+}
+
+/// Why a request sees no rows.
+enum Refused {
+    Disabled,
+    BadToken,
+    Unavailable,
+}
+
+impl Refused {
+    fn response(&self) -> HttpResponse {
+        match self {
+            Self::Disabled => HttpResponse::NotFound().finish(),
+            Self::BadToken => HttpResponse::Unauthorized()
+                .insert_header(("WWW-Authenticate", "Bearer realm=\"director status\""))
+                .json(json!({ "error": "the status token is not valid" })),
+            Self::Unavailable => HttpResponse::ServiceUnavailable()
+                .json(json!({ "error": "the database is unreachable" })),
+        }
+    }
+}
+
+/// Who is asking: `Ok(true)` with the status token, `Ok(false)` anonymous, `Err` for a
+/// token that is wrong (or given when none is configured).
+fn authorised(req: &HttpRequest, state: &AppState) -> Result<bool, Refused> {
+    let Some(value) = req.headers().get("authorization") else {
+        return Ok(false);
+    };
+    let configured = state.settings.status.token.expose();
+    let given = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .unwrap_or_default();
+    if !configured.is_empty() && bool::from(given.as_bytes().ct_eq(configured.as_bytes())) {
+        return Ok(true);
+    }
+    Err(Refused::BadToken)
+}
+
+/// The rows this request may see, and whether any were held back.
+async fn visible(req: &HttpRequest, state: &AppState) -> Result<(Vec<Row>, bool), Refused> {
+    if !state.settings.status.enabled {
+        return Err(Refused::Disabled);
+    }
+    let full = authorised(req, state)?;
+    let web = Some(state.settings.forge.url.as_str());
+    let rows = crate::status::collect(&state.store, web, state.clock.now_ms())
+        .await
+        .map_err(|e| {
+            tracing::warn!(error = %format!("{e:#}"), "status page: the store cannot be read");
+            Refused::Unavailable
+        })?;
+    if full {
+        return Ok((rows, false));
+    }
+    let repos: BTreeSet<RepoName> = rows.iter().filter_map(|r| r.repo.parse().ok()).collect();
+    let public = state.visibility.public(state.forge.as_ref(), repos).await;
+    let total = rows.len();
+    let shown: Vec<Row> = rows
+        .into_iter()
+        .filter(|r| {
+            r.repo
+                .parse::<RepoName>()
+                .is_ok_and(|repo| public.contains(&repo))
+        })
+        .collect();
+    let hidden = shown.len() < total;
+    Ok((shown, hidden))
+}
+
+pub async fn page(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
+    match visible(&req, &state).await {
+        Ok((rows, hidden)) => HttpResponse::Ok()
+            .content_type("text/html; charset=utf-8")
+            .insert_header(("Cache-Control", "no-store"))
+            .insert_header((
+                "Content-Security-Policy",
+                "default-src 'none'; style-src 'unsafe-inline'",
+            ))
+            .insert_header(("X-Content-Type-Options", "nosniff"))
+            .body(crate::status::html(&rows, state.clock.now_ms(), hidden)),
+        Err(refused) => refused.response(),
+    }
+}
+
+pub async fn json(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
+    match visible(&req, &state).await {
+        Ok((rows, _)) => HttpResponse::Ok()
+            .insert_header(("Cache-Control", "no-store"))
+            .json(rows),
+        Err(refused) => refused.response(),
+    }
+}
