@@ -2,6 +2,8 @@
 //! periodic scan bring issues in, one consumer decides what to do with each.
 
 pub mod clock;
+#[cfg(feature = "demo")]
+pub mod demo;
 pub mod director;
 pub mod domain;
 pub mod event;

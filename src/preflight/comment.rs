@@ -121,7 +121,8 @@ pub fn render(input: &CommentInput<'_>) -> String {
         ),
     };
     out.push_str(&format!("### 🛫 pre-flight: {header}\n\n"));
-    if let Some(reason) = reason {
+    // A bare `NO-GO` has no reason on its line: no empty quote (the full read is below).
+    if let Some(reason) = reason.filter(|r| !one_line(r).trim().is_empty()) {
         out.push_str(&format!("> {}\n\n", one_line(&reason)));
     }
     out.push_str(&format!("**{next}**\n\n"));

@@ -7,6 +7,7 @@ mod helpers;
 mod config;
 mod contract;
 mod crash;
+mod demo;
 mod durability;
 mod fake_runs;
 mod git;
