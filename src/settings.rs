@@ -301,10 +301,13 @@ pub struct ScanSettings {
     pub repos: Vec<RepoName>,
     #[serde(deserialize_with = "lenient::list")]
     pub orgs: Vec<String>,
-    /// Cron expression with a seconds field.
+    /// When the incremental pass runs: a cron expression with a seconds field.
     #[serde(deserialize_with = "lenient::string")]
     pub schedule: String,
-    /// Scan on the schedule while serving.
+    /// When the full pass over every watched repository runs (it also runs at start-up).
+    #[serde(deserialize_with = "lenient::string")]
+    pub full_schedule: String,
+    /// Scan on the schedules while serving.
     pub enabled: bool,
 }
 
@@ -314,6 +317,7 @@ impl Default for ScanSettings {
             repos: Vec::new(),
             orgs: Vec::new(),
             schedule: "0 */5 * * * *".into(),
+            full_schedule: "0 0 * * * *".into(),
             enabled: true,
         }
     }
@@ -857,6 +861,9 @@ impl Settings {
         }
         if let Err(e) = croner_check(&self.scan.schedule) {
             return Err(invalid("scan.schedule", e));
+        }
+        if let Err(e) = croner_check(&self.scan.full_schedule) {
+            return Err(invalid("scan.full_schedule", e));
         }
         for org in &self.scan.orgs {
             if RepoName::new(org, "x").is_err() {

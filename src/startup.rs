@@ -244,7 +244,13 @@ impl Application {
         if let Some(scanner) = &scanner
             && settings.scan.enabled
         {
-            schedule_scans(scanner.clone(), &settings.scan.schedule, shutdown.clone()).await?;
+            schedule_scans(
+                scanner.clone(),
+                &settings.scan.schedule,
+                &settings.scan.full_schedule,
+                shutdown.clone(),
+            )
+            .await?;
         }
 
         let listener = TcpListener::bind(&settings.server.listen)
@@ -400,28 +406,46 @@ async fn learn_bot_login(
 async fn schedule_scans(
     scanner: Arc<Scanner>,
     schedule: &str,
+    full_schedule: &str,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    // One pass at a time. A full pass waits for a running incremental one (it must not be
+    // skipped for a whole period); an incremental pass due while another pass runs is skipped.
     let running = Arc::new(tokio::sync::Mutex::new(()));
-    let run = move |scanner: Arc<Scanner>, running: Arc<tokio::sync::Mutex<()>>| async move {
-        let Ok(_guard) = running.try_lock() else {
-            tracing::info!("previous scan still running; skipping this one");
-            return;
-        };
+    let full = |scanner: Arc<Scanner>, running: Arc<tokio::sync::Mutex<()>>| async move {
+        let _guard = running.lock().await;
         if let Err(error) = scanner.scan_once().await {
-            tracing::error!(error = %format!("{error:#}"), "scan failed");
+            tracing::error!(error = %format!("{error:#}"), "full scan failed");
         }
     };
-    tokio::spawn(run(scanner.clone(), running.clone()));
+    let incremental = |scanner: Arc<Scanner>, running: Arc<tokio::sync::Mutex<()>>| async move {
+        let Ok(_guard) = running.try_lock() else {
+            tracing::info!("a scan is still running; skipping this incremental pass");
+            return;
+        };
+        if let Err(error) = scanner.scan_incremental().await {
+            tracing::error!(error = %format!("{error:#}"), "incremental scan failed");
+        }
+    };
+    tokio::spawn(full(scanner.clone(), running.clone()));
     let mut scheduler = JobScheduler::new()
         .await
         .context("starting the scan scheduler")?;
+    let (s, r) = (scanner.clone(), running.clone());
     let job = Job::new_async(schedule, move |_, _| {
-        let (scanner, running) = (scanner.clone(), running.clone());
-        Box::pin(run(scanner, running))
+        Box::pin(incremental(s.clone(), r.clone()))
     })
     .with_context(|| format!("scan.schedule `{schedule}`"))?;
     scheduler.add(job).await.context("scheduling the scan")?;
+    let (s, r) = (scanner.clone(), running.clone());
+    let job = Job::new_async(full_schedule, move |_, _| {
+        Box::pin(full(s.clone(), r.clone()))
+    })
+    .with_context(|| format!("scan.full_schedule `{full_schedule}`"))?;
+    scheduler
+        .add(job)
+        .await
+        .context("scheduling the full scan")?;
     scheduler
         .start()
         .await

@@ -1,7 +1,17 @@
 //! The periodic scan: Forgejo never retries a failed webhook delivery, so the director looks
-//! for labelled issues itself. Each repository costs one list call per 50 labelled issues;
-//! only issues that are new, changed since the last scan (`updated_at`), still unjudged, or
-//! gone from the list cost more. What it finds goes into the same queue as webhooks.
+//! for labelled issues itself, in two passes.
+//!
+//! - The **full pass** (at start-up and on `scan.full_schedule`) lists each watched
+//!   repository's labelled issues: one call per repository per 50 labelled issues; only issues
+//!   that are new, changed since the last scan (`updated_at`), still unjudged, or gone from the
+//!   list cost more.
+//! - The **incremental pass** (on `scan.schedule`) asks once, across every repository, for
+//!   the issues updated since the last pass (`GET /repos/issues/search`, `since`, paged by
+//!   `X-Total-Count`), and keeps those of watched repositories that are tracked or carry the
+//!   trigger (labels checked here). Its cost follows what changed, not how many repositories
+//!   are watched: with nothing changed it is one request.
+//!
+//! What either finds goes into the same queue as webhooks.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -19,8 +29,19 @@ use crate::store::{NewDelivery, Store};
 /// Repositories scanned at once.
 const PARALLEL_REPOS: usize = 8;
 
+/// How far back an incremental pass looks before the forge's clock at the last pass, so a
+/// change committed while that pass ran (or within the same second) is not missed. What it
+/// sees again is dropped cheaply (same `updated_at`).
+const OVERLAP: chrono::Duration = chrono::Duration::seconds(60);
+
+/// The same, when the forge did not say its time and the director's clock stands in for
+/// it: wide enough for the two clocks to disagree by minutes.
+const SKEW_OVERLAP: chrono::Duration = chrono::Duration::minutes(10);
+
 #[derive(Debug, Default, Clone, Serialize, PartialEq, Eq)]
 pub struct ScanReport {
+    /// `full` or `incremental`.
+    pub pass: &'static str,
     pub repos: usize,
     /// Open issues carrying the trigger label.
     pub labelled: usize,
@@ -40,6 +61,10 @@ pub struct Scanner {
     repos: Vec<RepoName>,
     orgs: Vec<String>,
     wake: Arc<Notify>,
+    /// Where the next incremental pass asks from (less the overlap): the forge's clock at the
+    /// last pass, and whether it was the forge's (else the director's). `None` until a full
+    /// pass.
+    watermark: std::sync::Mutex<Option<(chrono::DateTime<chrono::Utc>, bool)>>,
 }
 
 struct RepoScan {
@@ -64,13 +89,129 @@ impl Scanner {
             repos,
             orgs,
             wake,
+            watermark: std::sync::Mutex::new(None),
         }
+    }
+
+    fn watermark(&self) -> Option<(chrono::DateTime<chrono::Utc>, bool)> {
+        *self.watermark.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Moves the watermark forward, never back.
+    fn advance(&self, to: chrono::DateTime<chrono::Utc>, forge_clock: bool) {
+        let mut w = self.watermark.lock().unwrap_or_else(|e| e.into_inner());
+        if w.is_none_or(|(cur, _)| to > cur) {
+            *w = Some((to, forge_clock));
+        }
+    }
+
+    /// The configuration watches `repo`: listed, or owned by a watched organisation.
+    fn watches(&self, repo: &RepoName) -> bool {
+        self.repos.iter().any(|r| {
+            r.owner().eq_ignore_ascii_case(repo.owner())
+                && r.name().eq_ignore_ascii_case(repo.name())
+        }) || self
+            .orgs
+            .iter()
+            .any(|o| o.eq_ignore_ascii_case(repo.owner()))
+    }
+
+    /// One incremental pass: what changed since the last pass, across every repository at
+    /// once. Before any full pass it runs a full pass instead.
+    #[tracing::instrument(skip_all)]
+    pub async fn scan_incremental(&self) -> anyhow::Result<ScanReport> {
+        let Some((mark, forge_clock)) = self.watermark() else {
+            return self.scan_once().await;
+        };
+        let since = mark - if forge_clock { OVERLAP } else { SKEW_OVERLAP };
+        let changes = self.forge.issues_updated_since(since).await?;
+        // The next pass asks from the forge's clock at this answer (every change it holds is
+        // at or before it), or, when it did not say, from the newest change seen.
+        let newest = changes.issues.iter().fold(mark, |acc, (_, issue)| {
+            chrono::DateTime::parse_from_rfc3339(&issue.updated_at)
+                .map(|t| acc.max(t.with_timezone(&chrono::Utc)))
+                .unwrap_or(acc)
+        });
+        let next = changes.server_time.map_or(newest, |t| t.max(newest));
+        let next_from_forge = changes.server_time.is_some() || forge_clock;
+        let candidates: Vec<(RepoName, Issue)> = changes
+            .issues
+            .into_iter()
+            .filter(|(repo, issue)| !issue.is_pull && self.watches(repo))
+            .collect();
+        let refs: Vec<IssueRef> = candidates
+            .iter()
+            .map(|(repo, i)| IssueRef::new(repo.clone(), i.number))
+            .collect();
+        let known: HashMap<IssueRef, _> = self
+            .store
+            .issues(&refs)
+            .await?
+            .into_iter()
+            .map(|r| (r.issue_ref(), r))
+            .collect();
+        let now = crate::clock::now_ms();
+        let mut report = ScanReport {
+            pass: "incremental",
+            ..ScanReport::default()
+        };
+        let mut observations = Vec::new();
+        let mut repos = BTreeSet::new();
+        for ((repo, issue), issue_ref) in candidates.iter().zip(&refs) {
+            let record = known.get(issue_ref);
+            let labelled = issue.has_label(&self.trigger);
+            // Tracked: the director has seen the trigger on it, or acts on it.
+            let tracked = record.is_some_and(|r| {
+                r.trigger_present || r.lifecycle != crate::domain::Lifecycle::Untracked
+            });
+            if !labelled && !tracked {
+                continue;
+            }
+            repos.insert(repo.clone());
+            if labelled && issue.state == "open" {
+                report.labelled += 1;
+            }
+            let unjudged = record.is_some_and(|r| r.trigger_present && r.trigger_trusted.is_none());
+            let changed = record
+                .is_none_or(|r| r.forge_updated_at.as_deref() != Some(issue.updated_at.as_str()));
+            if changed || unjudged {
+                observations.push(observation(repo, issue, unjudged.then_some(now), now));
+            }
+        }
+        report.repos = repos.len();
+        let fresh = self.store.insert_deliveries(&observations).await?;
+        report.queued = fresh.iter().filter(|f| **f).count();
+        if report.queued > 0 {
+            self.wake.notify_one();
+        }
+        self.advance(next, next_from_forge);
+        tracing::info!(
+            since = %since,
+            changed = candidates.len(),
+            queued = report.queued,
+            "incremental scan finished"
+        );
+        Ok(report)
     }
 
     /// One pass over every watched repository.
     #[tracing::instrument(skip_all)]
     pub async fn scan_once(&self) -> anyhow::Result<ScanReport> {
-        let mut report = ScanReport::default();
+        // Everything updated before this moment is seen by this pass; the next incremental
+        // pass asks from here (less the overlap). The forge's clock, since it times the
+        // changes; the director's only when the forge does not say.
+        let began = match self.forge.server_time().await {
+            Ok(Some(t)) => (t, true),
+            Ok(None) | Err(_) => (
+                chrono::DateTime::from_timestamp_millis(crate::clock::now_ms())
+                    .unwrap_or_else(chrono::Utc::now),
+                false,
+            ),
+        };
+        let mut report = ScanReport {
+            pass: "full",
+            ..ScanReport::default()
+        };
         let mut repos: BTreeSet<RepoName> = self.repos.iter().cloned().collect();
         for org in &self.orgs {
             match self.forge.org_repos(org).await {
@@ -112,6 +253,11 @@ impl Scanner {
         report.queued = fresh.iter().filter(|f| **f).count();
         if report.queued > 0 {
             self.wake.notify_one();
+        }
+        // A pass that could not read every repository leaves the watermark: the incremental
+        // pass would otherwise skip what the failed repositories hold.
+        if report.errors.is_empty() {
+            self.advance(began.0, began.1);
         }
         tracing::info!(
             repos = report.repos,

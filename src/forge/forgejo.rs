@@ -15,8 +15,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::{
-    Branch, Comment, Forge, ForgeError, Hook, HookSpec, Issue, Label, MintedToken, Permission,
-    RUN_TOKEN_SCOPE, Repository, RunnerAccount, TimelineEntry,
+    Branch, Comment, Forge, ForgeError, Hook, HookSpec, Issue, IssueChanges, Label, MintedToken,
+    Permission, RUN_TOKEN_SCOPE, Repository, RunnerAccount, TimelineEntry,
 };
 use crate::domain::{IssueRef, RepoName};
 use crate::metrics::Metrics;
@@ -239,14 +239,32 @@ impl ForgejoClient {
         query: &[(&str, String)],
         trust_total: bool,
     ) -> Result<Vec<T>, ForgeError> {
+        Ok(self
+            .all_pages_dated(endpoint, path, query, trust_total)
+            .await?
+            .0)
+    }
+
+    /// Every page, and the forge's `Date` on the first.
+    async fn all_pages_dated<T: DeserializeOwned>(
+        &self,
+        endpoint: &'static str,
+        path: &str,
+        query: &[(&str, String)],
+        trust_total: bool,
+    ) -> Result<(Vec<T>, Option<chrono::DateTime<chrono::Utc>>), ForgeError> {
         let mut out = Vec::new();
         let mut pages: Option<usize> = None;
         let mut page = 1usize;
+        let mut date = None;
         loop {
             let mut q = query.to_vec();
             q.push(("limit", PAGE_SIZE.to_string()));
             q.push(("page", page.to_string()));
             let resp = self.send(Method::GET, endpoint, path, &q, None).await?;
+            if page == 1 {
+                date = super::http_date(resp.headers());
+            }
             if trust_total && pages.is_none() {
                 pages = resp
                     .headers()
@@ -264,7 +282,7 @@ impl ForgejoClient {
                 None => count < PAGE_SIZE,
             };
             if done || page >= 10_000 {
-                return Ok(out);
+                return Ok((out, date));
             }
             page += 1;
         }
@@ -421,6 +439,9 @@ struct WireIssue {
     updated_at: String,
     #[serde(default)]
     pull_request: Option<Value>,
+    /// Present in search results, which span repositories.
+    #[serde(default)]
+    repository: Option<WireRepoMeta>,
 }
 
 impl From<WireIssue> for Issue {
@@ -959,6 +980,41 @@ impl Forge for ForgejoClient {
                 })
             })
             .collect())
+    }
+
+    async fn issues_updated_since(
+        &self,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<IssueChanges, ForgeError> {
+        let query = [
+            ("type", "issues".to_owned()),
+            ("state", "all".to_owned()),
+            (
+                "since",
+                since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            ),
+        ];
+        let (wire, server_time): (Vec<WireIssue>, _) = self
+            .all_pages_dated("/repos/issues/search", "/repos/issues/search", &query, true)
+            .await?;
+        let issues = wire
+            .into_iter()
+            .filter_map(|w| {
+                let repo = w.repository.as_ref()?.repo()?;
+                Some((repo, Issue::from(w)))
+            })
+            .collect();
+        Ok(IssueChanges {
+            issues,
+            server_time,
+        })
+    }
+
+    async fn server_time(&self) -> Result<Option<chrono::DateTime<chrono::Utc>>, ForgeError> {
+        let resp = self
+            .send(Method::GET, "/version", "/version", &[], None)
+            .await?;
+        Ok(super::http_date(resp.headers()))
     }
 
     async fn hooks(&self, repo: &RepoName) -> Result<Vec<Hook>, ForgeError> {

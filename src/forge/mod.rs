@@ -73,6 +73,21 @@ pub struct Repository {
     pub private: bool,
 }
 
+/// What an issue search found, and when the forge answered (by its own clock).
+#[derive(Clone, Debug, Default)]
+pub struct IssueChanges {
+    pub issues: Vec<(RepoName, Issue)>,
+    pub server_time: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// A response's `Date` header (RFC 7231: `Tue, 01 Dec 2026 12:00:00 GMT`).
+pub fn http_date(headers: &reqwest::header::HeaderMap) -> Option<chrono::DateTime<chrono::Utc>> {
+    let value = headers.get(reqwest::header::DATE)?.to_str().ok()?;
+    chrono::DateTime::parse_from_rfc2822(value)
+        .ok()
+        .map(|t| t.with_timezone(&chrono::Utc))
+}
+
 /// A repository webhook as the forge lists it (the secret is never returned).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hook {
@@ -290,6 +305,15 @@ pub trait Forge: Send + Sync {
     async fn delete_run_token(&self, runner: &RunnerAccount, name: &str) -> Result<(), ForgeError>;
     /// Every repository of an organisation.
     async fn org_repos(&self, org: &str) -> Result<Vec<RepoName>, ForgeError>;
+    /// Issues (not pulls, open or closed) of every repository the bot can see, updated at or
+    /// after `since`, every page: the incremental scan's one question.
+    async fn issues_updated_since(
+        &self,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<IssueChanges, ForgeError>;
+    /// The forge's own clock (its `Date` header), when it says: changes are timed by it, so
+    /// the incremental scan counts from it rather than from the director's clock.
+    async fn server_time(&self) -> Result<Option<chrono::DateTime<chrono::Utc>>, ForgeError>;
     /// The repository's webhooks (needs admin rights on it).
     async fn hooks(&self, repo: &RepoName) -> Result<Vec<Hook>, ForgeError>;
     /// Creates an active JSON webhook of type `forgejo`.

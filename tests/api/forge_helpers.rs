@@ -135,6 +135,18 @@ impl ForgeApp {
         report
     }
 
+    pub async fn scan_incremental(&self) -> ScanReport {
+        let report = self
+            .scanner
+            .as_ref()
+            .expect("a scanner")
+            .scan_incremental()
+            .await
+            .expect("scan runs");
+        self.app.wait_processed().await;
+        report
+    }
+
     pub async fn record(&self, issue: &IssueRef) -> Option<IssueRecord> {
         self.app.store.issue(issue).await.expect("query")
     }

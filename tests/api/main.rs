@@ -12,6 +12,7 @@ mod durability;
 mod fake_runs;
 mod git;
 mod hooks;
+mod incremental;
 mod outbox;
 mod preflight;
 mod runs;

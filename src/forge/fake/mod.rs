@@ -285,6 +285,58 @@ impl State {
             .collect())
     }
 
+    /// `GET /repos/issues/search`, as Forgejo answers it: every repository `login` can read,
+    /// `labels` matching any of the names (unknown names dropped), `since` meaning updated at
+    /// or after; most recently updated first.
+    pub(crate) fn search_issues(
+        &self,
+        login: &str,
+        state: &str,
+        kind: &str,
+        labels: &str,
+        since: Option<i64>,
+    ) -> Vec<(RepoName, &FIssue)> {
+        let names: Vec<&str> = labels
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .collect();
+        let mut out: Vec<(RepoName, &FIssue)> = Vec::new();
+        for (name, r) in &self.repos {
+            let readable = if r.private {
+                name.owner() == login || r.permissions.contains_key(login)
+            } else {
+                self.permission_of(name, login) >= Permission::Read
+            };
+            if !readable {
+                continue;
+            }
+            let wanted: Vec<u64> = names
+                .iter()
+                .filter_map(|n| r.labels.iter().find(|l| l.name == *n).map(|l| l.id))
+                .collect();
+            for i in r.issues.values() {
+                let keep = (state == "all" || i.state == state)
+                    && match kind {
+                        "issues" => !i.is_pull,
+                        "pulls" => i.is_pull,
+                        _ => true,
+                    }
+                    && (names.is_empty() || wanted.iter().any(|id| i.labels.contains(id)))
+                    && since.is_none_or(|t| i.updated >= t);
+                if keep {
+                    out.push((name.clone(), i));
+                }
+            }
+        }
+        out.sort_by(|a, b| {
+            b.1.updated
+                .cmp(&a.1.updated)
+                .then(b.1.number.cmp(&a.1.number))
+        });
+        out
+    }
+
     pub(crate) fn label_by_name(&self, repo: &RepoName, name: &str) -> Result<FLabel, Refusal> {
         self.repo(repo)?
             .labels
@@ -1036,6 +1088,11 @@ impl FakeForge {
     }
 
     /// The issues of a repository (title, body, author), oldest first.
+    /// The issue's `updated_at`, as the API shows it.
+    pub fn issue_updated_at(&self, issue: &IssueRef) -> Option<String> {
+        self.state().issue(issue).ok().map(|i| rfc3339(i.updated))
+    }
+
     pub fn issues_in(&self, repo: &RepoName) -> Vec<(u64, String, String, String)> {
         let s = self.state();
         s.repo(repo)
@@ -1295,6 +1352,30 @@ impl Forge for FakeForge {
             .into_iter()
             .map(|i| Self::native_issue(&s, repo, i))
             .collect())
+    }
+
+    async fn issues_updated_since(
+        &self,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<super::IssueChanges, ForgeError> {
+        let bot = self.bot();
+        let s = self.state();
+        let issues = s
+            .search_issues(&bot, "all", "issues", "", Some(since.timestamp()))
+            .into_iter()
+            .map(|(repo, i)| {
+                let issue = Self::native_issue(&s, &repo, i);
+                (repo, issue)
+            })
+            .collect();
+        Ok(super::IssueChanges {
+            issues,
+            server_time: chrono::DateTime::from_timestamp(s.now, 0),
+        })
+    }
+
+    async fn server_time(&self) -> Result<Option<chrono::DateTime<chrono::Utc>>, ForgeError> {
+        Ok(chrono::DateTime::from_timestamp(self.state().now, 0))
     }
 
     async fn issues_created_by(

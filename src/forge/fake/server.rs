@@ -263,6 +263,14 @@ async fn handle(req: HttpRequest, body: web::Bytes, forge: web::Data<FakeForge>)
         if status.is_server_error() {
             resp.headers_mut().remove("x-total-count");
         }
+        // Forgejo's `Date` is the clock its `updated_at` values come from: so is the fake's.
+        if let Some(date) = chrono::DateTime::from_timestamp(state.now, 0)
+            .map(|t| t.format("%a, %d %b %Y %H:%M:%S GMT").to_string())
+            .and_then(|d| actix_web::http::header::HeaderValue::from_str(&d).ok())
+        {
+            resp.headers_mut()
+                .insert(actix_web::http::header::DATE, date);
+        }
         resp
     };
     // Forgejo sends webhooks from a queue, after the API has answered.
@@ -360,6 +368,29 @@ fn route(
     let repo_of = |o: &str, r: &str| RepoName::new(o, r).map_err(|_| Refusal::NotFound);
     let result: Result<Answer, Refusal> = (|| match (method, parts.as_slice()) {
         ("GET", ["user"]) => Ok(ok(user_json(s, login))),
+        ("GET", ["version"]) => Ok(ok(json!({ "version": "15.0.3+gitea-1.22.0" }))),
+        ("GET", ["repos", "issues", "search"]) => {
+            let since = match param(query, "since") {
+                Some(t) => Some(
+                    chrono::DateTime::parse_from_rfc3339(t)
+                        .map_err(|e| Refusal::Unprocessable(format!("since: {e}")))?
+                        .timestamp(),
+                ),
+                None => None,
+            };
+            let found = s.search_issues(
+                login,
+                param(query, "state").unwrap_or("open"),
+                param(query, "type").unwrap_or(""),
+                param(query, "labels").unwrap_or(""),
+                since,
+            );
+            let items = found
+                .into_iter()
+                .map(|(repo, i)| issue_json(s, &repo, i))
+                .collect();
+            Ok(paginate(items, query, false))
+        }
         ("GET", ["repos", o, r]) => {
             let repo = repo_of(o, r)?;
             s.repo(&repo)?;
