@@ -13,6 +13,7 @@ DIRECTOR_SERVER__LISTEN=127.0.0.1:18080 \
 DIRECTOR_STORE__URL="sqlite://$work/bench.db" \
 DIRECTOR_STORE__SYNCHRONOUS="$sync_mode" \
 DIRECTOR_WEBHOOK__SECRETS=bench-secret \
+DIRECTOR_SCAN__REPOS=acme/widgets \
 DIRECTOR_SCAN__ENABLED=false \
 RUST_LOG=warn \
   target/release/director serve >"$work/director.log" 2>&1 &

@@ -102,7 +102,9 @@ async fn send(client: &reqwest::Client, url: &str, secret: &str, n: u64) -> bool
         .body(body)
         .send()
         .await
-        .is_ok_and(|r| r.status().is_success())
+        // 202: stored as new. Anything else (a duplicate, an ignored event, an error) means
+        // the measurement is not of the durable intake path.
+        .is_ok_and(|r| r.status() == reqwest::StatusCode::ACCEPTED)
 }
 
 async fn flat_out(client: &reqwest::Client, args: &Args, url: &str, offset: u64) -> Report {

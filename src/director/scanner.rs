@@ -197,17 +197,11 @@ impl Scanner {
     /// One pass over every watched repository.
     #[tracing::instrument(skip_all)]
     pub async fn scan_once(&self) -> anyhow::Result<ScanReport> {
-        // Everything updated before this moment is seen by this pass; the next incremental
-        // pass asks from here (less the overlap). The forge's clock, since it times the
-        // changes; the director's only when the forge does not say.
-        let began = match self.forge.server_time().await {
-            Ok(Some(t)) => (t, true),
-            Ok(None) | Err(_) => (
-                chrono::DateTime::from_timestamp_millis(crate::clock::now_ms())
-                    .unwrap_or_else(chrono::Utc::now),
-                false,
-            ),
-        };
+        // Everything updated before this pass began is seen by it; the next incremental pass
+        // asks from there (less the overlap). On the forge's clock, which times the changes:
+        // its time at the pass's last answer, less how long the pass took.
+        let started = std::time::Instant::now();
+        let started_ms = crate::clock::now_ms();
         let mut report = ScanReport {
             pass: "full",
             ..ScanReport::default()
@@ -257,7 +251,15 @@ impl Scanner {
         // A pass that could not read every repository leaves the watermark: the incremental
         // pass would otherwise skip what the failed repositories hold.
         if report.errors.is_empty() {
-            self.advance(began.0, began.1);
+            let took = chrono::Duration::from_std(started.elapsed()).unwrap_or_default();
+            match self.forge.server_time().await {
+                Ok(Some(t)) => self.advance(t - took, true),
+                Ok(None) | Err(_) => self.advance(
+                    chrono::DateTime::from_timestamp_millis(started_ms)
+                        .unwrap_or_else(chrono::Utc::now),
+                    false,
+                ),
+            }
         }
         tracing::info!(
             repos = report.repos,

@@ -33,6 +33,8 @@ pub struct ForgejoClient {
     max_attempts: u32,
     backoff_base: Duration,
     metrics: Option<Metrics>,
+    /// The `Date` of the newest answer: the forge's clock, learnt for free.
+    last_date: std::sync::Mutex<Option<chrono::DateTime<chrono::Utc>>>,
 }
 
 impl ForgejoClient {
@@ -68,6 +70,7 @@ impl ForgejoClient {
             max_attempts: settings.max_attempts.max(1),
             backoff_base: Duration::from_millis(250),
             metrics,
+            last_date: std::sync::Mutex::new(None),
         })
     }
 
@@ -131,6 +134,10 @@ impl ForgejoClient {
                 Ok(resp) => {
                     let status = resp.status();
                     self.count(endpoint, status.as_str());
+                    if let Some(date) = super::http_date(resp.headers()) {
+                        let mut last = self.last_date.lock().unwrap_or_else(|e| e.into_inner());
+                        *last = Some(last.map_or(date, |l| l.max(date)));
+                    }
                     let retryable = status == StatusCode::TOO_MANY_REQUESTS
                         || matches!(status.as_u16(), 502..=504)
                         || (idempotent && status.is_server_error());
@@ -1011,10 +1018,7 @@ impl Forge for ForgejoClient {
     }
 
     async fn server_time(&self) -> Result<Option<chrono::DateTime<chrono::Utc>>, ForgeError> {
-        let resp = self
-            .send(Method::GET, "/version", "/version", &[], None)
-            .await?;
-        Ok(super::http_date(resp.headers()))
+        Ok(*self.last_date.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     async fn hooks(&self, repo: &RepoName) -> Result<Vec<Hook>, ForgeError> {

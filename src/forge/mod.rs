@@ -311,8 +311,9 @@ pub trait Forge: Send + Sync {
         &self,
         since: chrono::DateTime<chrono::Utc>,
     ) -> Result<IssueChanges, ForgeError>;
-    /// The forge's own clock (its `Date` header), when it says: changes are timed by it, so
-    /// the incremental scan counts from it rather than from the director's clock.
+    /// The forge's own clock as of its newest answer (its `Date` header), when it said:
+    /// changes are timed by it, so the incremental scan counts from it rather than from the
+    /// director's clock. Asks nothing of the forge.
     async fn server_time(&self) -> Result<Option<chrono::DateTime<chrono::Utc>>, ForgeError>;
     /// The repository's webhooks (needs admin rights on it).
     async fn hooks(&self, repo: &RepoName) -> Result<Vec<Hook>, ForgeError>;

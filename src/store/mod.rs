@@ -37,6 +37,30 @@ pub struct Store {
     /// SQLite allows one writer at a time and makes a blocked writer sleep and poll. Taking
     /// this lock around every write transaction queues writers fairly instead.
     write_lock: Arc<tokio::sync::Mutex<()>>,
+    /// Stops the checkpoint task when the last clone of this store is dropped.
+    _checkpoints: Arc<tokio_util::sync::DropGuard>,
+}
+
+/// Copies the write-ahead log back into the database every 250 ms (as far as readers allow,
+/// without waiting for them), off the path of every commit: SQLite's own checkpoint would run
+/// inside whichever commit crossed its threshold, a webhook's. Stops with `stop`.
+fn spawn_checkpoints(pool: SqlitePool, stop: tokio_util::sync::CancellationToken) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            if let Err(error) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+                .execute(&pool)
+                .await
+            {
+                tracing::debug!(%error, "checkpoint did not run");
+            }
+        }
+    });
 }
 
 /// Rows per multi-row statement: well under SQLite's variable limit.
@@ -72,6 +96,13 @@ impl Store {
                         .synchronous(sync)
                         .busy_timeout(Duration::from_secs(10))
                         .foreign_keys(true)
+                        // A multi-row insert that may skip conflicting rows keeps a statement
+                        // journal: in memory, not a temporary file per statement.
+                        .pragma("temp_store", "memory")
+                        // Checkpoints run in the background (`checkpoints`), never inside a
+                        // commit that a webhook is waiting for.
+                        .pragma("wal_autocheckpoint", "0")
+                        .pragma("journal_size_limit", "67108864")
                 })
         };
         let durable = match settings.synchronous {
@@ -92,10 +123,13 @@ impl Store {
             .connect_with(options(SqliteSynchronous::Normal)?)
             .await
             .with_context(|| format!("cannot open the database at {}", settings.url))?;
+        let stop = tokio_util::sync::CancellationToken::new();
+        spawn_checkpoints(pool.clone(), stop.clone());
         Ok(Self {
             pool,
             relaxed,
             write_lock: Arc::default(),
+            _checkpoints: Arc::new(stop.drop_guard()),
         })
     }
 

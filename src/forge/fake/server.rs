@@ -368,7 +368,6 @@ fn route(
     let repo_of = |o: &str, r: &str| RepoName::new(o, r).map_err(|_| Refusal::NotFound);
     let result: Result<Answer, Refusal> = (|| match (method, parts.as_slice()) {
         ("GET", ["user"]) => Ok(ok(user_json(s, login))),
-        ("GET", ["version"]) => Ok(ok(json!({ "version": "15.0.3+gitea-1.22.0" }))),
         ("GET", ["repos", "issues", "search"]) => {
             let since = match param(query, "since") {
                 Some(t) => Some(
