@@ -50,6 +50,12 @@ async fn a_failed_read_waits_for_its_backoff_on_the_clock_and_runs_when_the_cloc
     clock.advance(600_000);
     t.wait_state(&issue, Lifecycle::Queued).await;
     assert_eq!(llm.prompts().len(), 2);
+    // The comment's action is due on the manual clock, now ahead of the system clock that
+    // `wait_processed` counts by: wait for the comment itself.
+    crate::helpers::wait_until("the GO comment", || async {
+        t.preflight_comments(&issue).len() == 1
+    })
+    .await;
     assert_eq!(t.preflight_comments(&issue).len(), 1);
 }
 
