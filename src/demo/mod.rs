@@ -189,6 +189,12 @@ impl Seen {
                     continue;
                 }
                 let say = |what: &str| format!("run {} for #{}: {what}", run.id, issue.number);
+                // A run first seen past its admission was still admitted first.
+                if before.is_none() && state != "launching" {
+                    early.push(say(
+                        "admitted: minting its token and starting its container",
+                    ));
+                }
                 match state.as_str() {
                     "launching" => early.push(say(
                         "admitted: minting its token and starting its container",
