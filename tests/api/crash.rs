@@ -171,11 +171,10 @@ impl World {
             || async {
                 let record = store.issue(issue).await.expect("query");
                 let pending = store.delivery_counts().await.expect("count").1;
-                let ready = store
-                    .ready_actions(director::clock::now_ms())
-                    .await
-                    .expect("count");
-                record.is_some_and(|r| r.lifecycle == state) && pending == 0 && ready == 0
+                // Every action done, also one waiting out a retry's backoff (after a restart
+                // an action may fail once, say before the bot's login is known again).
+                let due = store.due_actions().await.expect("count");
+                record.is_some_and(|r| r.lifecycle == state) && pending == 0 && due == 0
             },
         )
         .await;
