@@ -37,19 +37,30 @@ async fn mint(url: &str, name: &str, scopes: &[&str], repos: &[&str]) -> String 
 
 /// git with nothing but what a run gets: the director's git environment and the token.
 fn run_git(dir: &Path, home: &Path, url: &str, token: &str, args: &[&str]) -> Output {
-    let origin = url.trim_end_matches('/');
-    let mut cmd = Command::new("git");
+    run_env(&mut Command::new("git"), dir, home, url, token)
+        .args(args)
+        .output()
+        .expect("git runs")
+}
+
+/// `cmd` with a run's environment: cleared, then the director's git entries and the token.
+fn run_env<'a>(
+    cmd: &'a mut Command,
+    dir: &Path,
+    home: &Path,
+    url: &str,
+    token: &str,
+) -> &'a mut Command {
     cmd.current_dir(dir)
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("HOME", home)
         .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("DIRECTOR_TOKEN", token)
-        .args(args);
-    for (k, v) in git_environment(origin, RUNNER, RUNNER, EMAIL) {
+        .env("DIRECTOR_TOKEN", token);
+    for (k, v) in git_environment(url.trim_end_matches('/'), RUNNER, RUNNER, EMAIL) {
         cmd.env(k, v);
     }
-    cmd.output().expect("git runs")
+    cmd
 }
 
 fn stderr(o: &Output) -> String {
@@ -115,7 +126,7 @@ async fn the_fake_serves_git_with_forgejo_rules_and_keeps_its_api_in_step() {
     }
     let mut push = Command::new("git");
     let out = {
-        let o = origin_env(&mut push, &w, home.path(), &url, &token);
+        let o = run_env(&mut push, &w, home.path(), &url, &token);
         o.env("GIT_TRACE", &trace)
             .args(["push", "-q", "origin", "HEAD:feature"])
             .output()
@@ -225,7 +236,7 @@ async fn the_fake_serves_git_with_forgejo_rules_and_keeps_its_api_in_step() {
 
     // The token is sent to the forge's origin only, never to another host's URL.
     let mut fill = Command::new("git");
-    let o = origin_env(&mut fill, work.path(), home.path(), &url, &token)
+    let o = run_env(&mut fill, work.path(), home.path(), &url, &token)
         .args(["credential", "fill"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -267,25 +278,6 @@ async fn the_fake_serves_git_with_forgejo_rules_and_keeps_its_api_in_step() {
     );
 }
 
-fn origin_env<'a>(
-    cmd: &'a mut Command,
-    dir: &Path,
-    home: &Path,
-    url: &str,
-    token: &str,
-) -> &'a mut Command {
-    cmd.current_dir(dir)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", home)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("DIRECTOR_TOKEN", token);
-    for (k, v) in git_environment(url.trim_end_matches('/'), RUNNER, RUNNER, EMAIL) {
-        cmd.env(k, v);
-    }
-    cmd
-}
-
 fn write_and_wait(mut child: std::process::Child, input: &str) -> Output {
     use std::io::Write as _;
     if let Some(mut stdin) = child.stdin.take() {
@@ -308,7 +300,7 @@ fn entrypoint(g: &GitForge, token: &str, agent: &str, task: &str) -> (Output, te
     std::fs::write(&agent_file, agent).expect("agent");
     let url = g.server.url();
     let mut cmd = Command::new("sh");
-    origin_env(&mut cmd, ws.path(), ws.path(), url, token)
+    run_env(&mut cmd, ws.path(), ws.path(), url, token)
         .arg(ENTRYPOINT)
         .env("DIRECTOR_RUN_ID", "0123456789ab")
         .env("DIRECTOR_REPO", "acme/widgets")
@@ -422,7 +414,6 @@ async fn the_example_entrypoint_refuses_to_run_outside_the_director() {
 /// with every library they link, the test agent, the example entrypoint and a stand-in agent.
 /// Built once per content, like the plain agent image.
 pub fn git_agent_image() -> String {
-    use sha2::Digest;
     let agent_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/agent");
     let mut files: Vec<(String, Vec<u8>)> = vec![
         (
@@ -466,38 +457,11 @@ pub fn git_agent_image() -> String {
         files.push((p.trim_start_matches('/').to_owned(), data));
     }
     let dockerfile = "FROM scratch\nCOPY rootfs/ /\nRUN [\"/bin/busybox\", \"--install\", \"-s\", \"/bin\"]\nENV AGENT_COMMAND=\"sh /standin-agent.sh\"\nCMD [\"/bin/sh\", \"/agent.sh\"]\n";
-    let mut h = sha2::Sha256::new();
-    h.update(dockerfile);
-    for (name, data) in &files {
-        h.update(name);
-        h.update(data);
-    }
-    let tag = format!(
-        "director-test-git-agent:{}",
-        &hex::encode(h.finalize())[..12]
-    );
-    let present = Command::new("docker")
-        .args(["image", "inspect", &tag])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !present {
-        let ctx = tempfile::tempdir().expect("dir");
-        std::fs::write(ctx.path().join("Dockerfile"), dockerfile).expect("write");
-        for (name, data) in &files {
-            let path = ctx.path().join("rootfs").join(name);
-            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
-            std::fs::write(&path, data).expect("write");
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        }
-        let out = Command::new("docker")
-            .args(["build", "-q", "-t", &tag])
-            .arg(ctx.path())
-            .output()
-            .expect("docker build runs");
-        assert!(out.status.success(), "docker build: {}", stderr(&out));
-    }
-    tag
+    let files = files
+        .into_iter()
+        .map(|(path, data)| (format!("rootfs/{path}"), data))
+        .collect();
+    crate::runs::build_image("director-test-git-agent", dockerfile, files)
 }
 
 async fn spawn_git_runs(

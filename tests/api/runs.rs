@@ -16,44 +16,57 @@ const GO: &str = "Context to front-load: none.\n\nFine.\n\nGO";
 
 /// Builds the agent image once per content (tagged by its hash) and returns the tag.
 pub fn agent_image() -> String {
-    use sha2::Digest;
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/agent");
-    let script = std::fs::read(format!("{dir}/agent.sh")).expect("agent.sh");
-    let dockerfile = std::fs::read(format!("{dir}/Dockerfile")).expect("Dockerfile");
+    let read = |name: &str| std::fs::read(format!("{dir}/{name}")).expect(name);
     let busybox =
         std::fs::read("/bin/busybox").expect("busybox-static is installed (.ci/run installs it)");
+    build_image(
+        "director-test-agent",
+        &String::from_utf8_lossy(&read("Dockerfile")),
+        vec![
+            ("agent.sh".into(), read("agent.sh")),
+            ("busybox".into(), busybox),
+        ],
+    )
+}
+
+/// Builds an image from `dockerfile` and `files` (paths in the build context, all made
+/// executable) unless one of the same content exists; returns `name:<content hash>`.
+pub fn build_image(name: &str, dockerfile: &str, files: Vec<(String, Vec<u8>)>) -> String {
+    use sha2::Digest;
     let mut h = sha2::Sha256::new();
-    h.update(&script);
-    h.update(&dockerfile);
-    h.update(&busybox);
-    let tag = format!("director-test-agent:{}", &hex::encode(h.finalize())[..12]);
+    h.update(dockerfile);
+    for (path, data) in &files {
+        h.update(path);
+        h.update(data);
+    }
+    let tag = format!("{name}:{}", &hex::encode(h.finalize())[..12]);
     let present = Command::new("docker")
         .args(["image", "inspect", &tag])
         .output()
         .is_ok_and(|o| o.status.success());
-    if !present {
-        let ctx = tempfile::tempdir().expect("dir");
-        for (name, data) in [
-            ("agent.sh", &script),
-            ("Dockerfile", &dockerfile),
-            ("busybox", &busybox),
-        ] {
-            let path = ctx.path().join(name);
-            std::fs::write(&path, data).expect("write");
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        }
-        let out = Command::new("docker")
-            .args(["build", "-q", "-t", &tag])
-            .arg(ctx.path())
-            .output()
-            .expect("docker build runs");
-        assert!(
-            out.status.success(),
-            "docker build: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+    if present {
+        return tag;
     }
+    let ctx = tempfile::tempdir().expect("dir");
+    std::fs::write(ctx.path().join("Dockerfile"), dockerfile).expect("write");
+    for (path, data) in &files {
+        let path = ctx.path().join(path);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&path, data).expect("write");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let out = Command::new("docker")
+        .args(["build", "-q", "-t", &tag])
+        .arg(ctx.path())
+        .output()
+        .expect("docker build runs");
+    assert!(
+        out.status.success(),
+        "docker build: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     tag
 }
 
