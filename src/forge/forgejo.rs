@@ -1037,16 +1037,7 @@ impl Forge for ForgejoClient {
                 "/repos/{owner}/{repo}/hooks",
                 &path,
                 &[],
-                Some(&json!({
-                    "type": "forgejo",
-                    "config": {
-                        "url": spec.url,
-                        "content_type": "json",
-                        "secret": spec.secret.expose(),
-                    },
-                    "events": spec.events,
-                    "active": true,
-                })),
+                Some(&spec.create_body()),
             )
             .await?;
         Ok(wire.into())
@@ -1066,11 +1057,7 @@ impl Forge for ForgejoClient {
                 "/repos/{owner}/{repo}/hooks/{id}",
                 &path,
                 &[],
-                Some(&json!({
-                    "config": { "url": url, "content_type": "json" },
-                    "events": events,
-                    "active": true,
-                })),
+                Some(&super::hook_edit_body(url, events)),
             )
             .await?;
         Ok(wire.into())

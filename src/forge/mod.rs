@@ -80,6 +80,28 @@ pub struct IssueChanges {
     pub server_time: Option<chrono::DateTime<chrono::Utc>>,
 }
 
+impl HookSpec {
+    /// The `POST .../hooks` body: an active JSON hook of type `forgejo` (Forgejo leaves a hook
+    /// inactive when `active` is left out).
+    pub fn create_body(&self) -> serde_json::Value {
+        serde_json::json!({
+            "type": "forgejo",
+            "config": { "url": self.url, "content_type": "json", "secret": self.secret.expose() },
+            "events": self.events,
+            "active": true,
+        })
+    }
+}
+
+/// The `PATCH .../hooks/{id}` body that repairs a hook (its secret cannot be changed so).
+pub fn hook_edit_body(url: &str, events: &[String]) -> serde_json::Value {
+    serde_json::json!({
+        "config": { "url": url, "content_type": "json" },
+        "events": events,
+        "active": true,
+    })
+}
+
 /// A response's `Date` header (RFC 7231: `Tue, 01 Dec 2026 12:00:00 GMT`).
 pub fn http_date(headers: &reqwest::header::HeaderMap) -> Option<chrono::DateTime<chrono::Utc>> {
     let value = headers.get(reqwest::header::DATE)?.to_str().ok()?;

@@ -1678,12 +1678,7 @@ impl Forge for FakeForge {
 
     async fn create_hook(&self, repo: &RepoName, spec: &HookSpec) -> Result<Hook, ForgeError> {
         let bot = self.bot();
-        let body = json!({
-            "type": "forgejo",
-            "config": { "url": spec.url, "content_type": "json", "secret": spec.secret.expose() },
-            "events": spec.events,
-            "active": true,
-        });
+        let body = spec.create_body();
         let h = self
             .state()
             .create_hook(&bot, repo, &body)
@@ -1699,11 +1694,7 @@ impl Forge for FakeForge {
         events: &[String],
     ) -> Result<Hook, ForgeError> {
         let bot = self.bot();
-        let body = json!({
-            "config": { "url": url, "content_type": "json" },
-            "events": events,
-            "active": true,
-        });
+        let body = super::hook_edit_body(url, events);
         let h = self
             .state()
             .edit_hook(&bot, repo, id, &body)
