@@ -107,13 +107,7 @@ impl Scanner {
 
     /// The configuration watches `repo`: listed, or owned by a watched organisation.
     fn watches(&self, repo: &RepoName) -> bool {
-        self.repos.iter().any(|r| {
-            r.owner().eq_ignore_ascii_case(repo.owner())
-                && r.name().eq_ignore_ascii_case(repo.name())
-        }) || self
-            .orgs
-            .iter()
-            .any(|o| o.eq_ignore_ascii_case(repo.owner()))
+        crate::domain::is_watched(&self.repos, &self.orgs, repo)
     }
 
     /// One incremental pass: what changed since the last pass, across every repository at
@@ -171,11 +165,8 @@ impl Scanner {
             if labelled && issue.state == "open" {
                 report.labelled += 1;
             }
-            let unjudged = record.is_some_and(|r| r.trigger_present && r.trigger_trusted.is_none());
-            let changed = record
-                .is_none_or(|r| r.forge_updated_at.as_deref() != Some(issue.updated_at.as_str()));
-            if changed || unjudged {
-                observations.push(observation(repo, issue, unjudged.then_some(now), now));
+            if let Some(seen) = worth_observing(repo, record, issue, now) {
+                observations.push(seen);
             }
         }
         report.repos = repos.len();
@@ -296,13 +287,8 @@ impl Scanner {
         for issue in &labelled {
             seen.insert(issue.number);
             let record = known.get(&issue.number);
-            let unjudged = record.is_some_and(|r| r.trigger_present && r.trigger_trusted.is_none());
-            let changed = record
-                .is_none_or(|r| r.forge_updated_at.as_deref() != Some(issue.updated_at.as_str()));
-            if changed || unjudged {
-                // An unjudged trigger is retried with a fresh observation each scan.
-                let retry = unjudged.then_some(now);
-                observations.push(observation(repo, issue, retry, now));
+            if let Some(seen) = worth_observing(repo, record, issue, now) {
+                observations.push(seen);
             }
         }
         // Issues that carried the trigger but left the list: label removed or issue closed
@@ -340,6 +326,21 @@ impl Scanner {
             missing_label,
         })
     }
+}
+
+/// The observation to queue for `issue`, when it is new, its `updated_at` changed since the
+/// director recorded it, or its trigger is still unjudged (a forge error while judging): an
+/// unjudged trigger is retried with a fresh observation each scan.
+fn worth_observing(
+    repo: &RepoName,
+    record: Option<&crate::store::IssueRecord>,
+    issue: &Issue,
+    now_ms: i64,
+) -> Option<NewDelivery> {
+    let unjudged = record.is_some_and(|r| r.trigger_present && r.trigger_trusted.is_none());
+    let changed =
+        record.is_none_or(|r| r.forge_updated_at.as_deref() != Some(issue.updated_at.as_str()));
+    (changed || unjudged).then(|| observation(repo, issue, unjudged.then_some(now_ms), now_ms))
 }
 
 /// A scan result as a stored delivery: its id and content hash make the same observation

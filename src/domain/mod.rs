@@ -62,6 +62,14 @@ impl RepoName {
     }
 }
 
+/// Whether the configuration watches `repo`: listed in `repos`, or owned by one of `orgs`
+/// (names compared as Forgejo does, ignoring case). Only watched repositories are acted on.
+pub fn is_watched(repos: &[RepoName], orgs: &[String], repo: &RepoName) -> bool {
+    repos.iter().any(|r| {
+        r.owner().eq_ignore_ascii_case(repo.owner()) && r.name().eq_ignore_ascii_case(repo.name())
+    }) || orgs.iter().any(|o| o.eq_ignore_ascii_case(repo.owner()))
+}
+
 impl FromStr for RepoName {
     type Err = DomainError;
 

@@ -39,13 +39,7 @@ impl AppState {
     /// those are acted on.
     pub fn watches(&self, repo: &crate::domain::RepoName) -> bool {
         let scan = &self.settings.scan;
-        scan.repos.iter().any(|r| {
-            r.owner().eq_ignore_ascii_case(repo.owner())
-                && r.name().eq_ignore_ascii_case(repo.name())
-        }) || scan
-            .orgs
-            .iter()
-            .any(|o| o.eq_ignore_ascii_case(repo.owner()))
+        crate::domain::is_watched(&scan.repos, &scan.orgs, repo)
     }
 
     pub fn is_bot(&self, login: &str) -> bool {
