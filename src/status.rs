@@ -77,6 +77,18 @@ pub struct Failing {
     pub retry_at: Option<String>,
 }
 
+impl Failing {
+    /// `judge_trigger failing after 2 attempt(s)`.
+    fn summary(&self) -> String {
+        let how = if self.state == "failed" {
+            "gave up"
+        } else {
+            "failing"
+        };
+        format!("{} {how} after {} attempt(s)", self.action, self.attempts)
+    }
+}
+
 fn when(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms)
         .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
@@ -232,14 +244,8 @@ pub fn render(rows: &[Row], json: bool) -> anyhow::Result<String> {
         }
         for f in &r.failing {
             out.push_str(&format!(
-                "    {} {} after {} attempt(s): {}\n",
-                f.action,
-                if f.state == "failed" {
-                    "gave up"
-                } else {
-                    "failing"
-                },
-                f.attempts,
+                "    {}: {}\n",
+                f.summary(),
                 f.error.as_deref().unwrap_or("")
             ));
         }
@@ -302,20 +308,10 @@ fn why_it_waits(r: &Row) -> String {
         parts.push(w.clone());
     }
     for f in &r.failing {
-        parts.push(format!(
-            "{} {} after {} attempt(s){}",
-            f.action,
-            if f.state == "failed" {
-                "gave up"
-            } else {
-                "failing"
-            },
-            f.attempts,
-            f.retry_at
-                .as_ref()
-                .map(|t| format!(", next try {t}"))
-                .unwrap_or_default()
-        ));
+        parts.push(match &f.retry_at {
+            Some(t) => format!("{}, next try {t}", f.summary()),
+            None => f.summary(),
+        });
     }
     esc(&parts.join("; "))
 }
