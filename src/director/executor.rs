@@ -90,6 +90,10 @@ impl Executor {
         ));
         let clock_changed = self.clock.changed();
         loop {
+            // Made before the claim: a clock that moves while the claim runs (on the old
+            // time) still wakes the wait below. `notify_waiters` keeps no permit, but a
+            // `Notified` made before it sees it.
+            let clock_moved = clock_changed.as_ref().map(|n| n.notified());
             let wait = match self.clone().claim_and_spawn(&recorder).await {
                 Ok(wait) => wait,
                 Err(error) => {
@@ -98,8 +102,8 @@ impl Executor {
                 }
             };
             let clock = async {
-                match &clock_changed {
-                    Some(n) => n.notified().await,
+                match clock_moved {
+                    Some(moved) => moved.await,
                     None => std::future::pending().await,
                 }
             };
