@@ -5,8 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::domain::run::{RunResult, StopCause};
 use crate::domain::verdict::Verdict;
-use crate::domain::{Command, IssueRef, LeftOut, RepoName};
+use crate::domain::{Command, Feedback, IssueRef, LeftOut, RepoName};
 
 /// The version of the stored event format. Version 1 rows held a bare [`ForgeEvent`].
 pub const SCHEMA_VERSION: i64 = 2;
@@ -19,6 +20,10 @@ pub enum EventKind {
     IssueLabel,
     IssueComment,
     PullRequest,
+    /// A plain comment in a pull request's conversation (`pull_request_comment`).
+    PullComment,
+    /// A submitted review (`pull_request_review_approved`, `_rejected`, `_comment`).
+    PullReview,
     /// Not a webhook: what the director's own scan observed.
     Scan,
 }
@@ -31,6 +36,10 @@ impl EventKind {
             "issue_label" => Some(Self::IssueLabel),
             "issue_comment" => Some(Self::IssueComment),
             "pull_request" => Some(Self::PullRequest),
+            "pull_request_comment" => Some(Self::PullComment),
+            "pull_request_review_approved"
+            | "pull_request_review_rejected"
+            | "pull_request_review_comment" => Some(Self::PullReview),
             _ => None,
         }
     }
@@ -41,6 +50,8 @@ impl EventKind {
             Self::IssueLabel => "issue_label",
             Self::IssueComment => "issue_comment",
             Self::PullRequest => "pull_request",
+            Self::PullComment => "pull_request_comment",
+            Self::PullReview => "pull_request_review",
             Self::Scan => "scan",
         }
     }
@@ -60,6 +71,38 @@ pub struct ForgeEvent {
     pub is_pull: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comment: Option<CommentSnapshot>,
+    /// A submitted review (the payload carries its kind and body, no id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review: Option<ReviewSnapshot>,
+}
+
+/// What kind of review was submitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReviewKind {
+    Approved,
+    ChangesRequested,
+    Comment,
+}
+
+impl ReviewKind {
+    /// From `X-Forgejo-Event-Type`.
+    pub fn from_header(value: &str) -> Option<Self> {
+        match value {
+            "pull_request_review_approved" => Some(Self::Approved),
+            "pull_request_review_rejected" => Some(Self::ChangesRequested),
+            "pull_request_review_comment" => Some(Self::Comment),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReviewSnapshot {
+    pub kind: ReviewKind,
+    /// The review's body (`review.content`).
+    #[serde(default)]
+    pub body: String,
 }
 
 /// The issue (or pull request) as the event saw it.
@@ -118,6 +161,14 @@ pub enum Event {
     Admitted { run_id: String, branch: String },
     /// Something happened to one run.
     Run { run_id: String, report: RunReport },
+    /// A writer asked something of the issue's pull request (a review, a comment), or
+    /// someone who may not did (`allowed` false: nothing happens).
+    PullAsked {
+        pr: u64,
+        actor: String,
+        allowed: bool,
+        ask: PullAsk,
+    },
     /// An action failed on every attempt; the issue waits for a person.
     ActionGaveUp {
         key: String,
@@ -137,6 +188,7 @@ impl Event {
             Self::RoutedFiled { .. } => "routed_filed",
             Self::Admitted { .. } => "admitted",
             Self::Run { .. } => "run",
+            Self::PullAsked { .. } => "pull_asked",
             Self::ActionGaveUp { .. } => "action_gave_up",
         }
     }
@@ -151,6 +203,18 @@ impl Event {
             other => Err(format!("unknown schema version {other}")),
         }
     }
+}
+
+/// What a writer asked of the pull request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "ask", rename_all = "snake_case")]
+pub enum PullAsk {
+    /// A review requesting changes, or `/director fix`: a follow-up run on the branch.
+    Fix { feedback: Feedback },
+    /// `/director cancel`: stop the follow-up.
+    Cancel { comment_id: u64 },
+    /// `/director retry`: lift the follow-up cap.
+    Retry { comment_id: u64 },
 }
 
 /// What one pre-flight read found.
@@ -211,6 +275,9 @@ pub enum RunReport {
     Started {
         container_id: String,
         base_branch: String,
+        /// A follow-up's branch head when it started.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        start_head: Option<String>,
     },
     /// The issue's trusted text changed since the verdict: nothing was started.
     Stale,
@@ -221,6 +288,12 @@ pub enum RunReport {
         code: Option<i64>,
         timed_out: bool,
         log: String,
+        /// Stopped by the director: at the wall-clock limit or when it fell silent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stopped: Option<StopCause>,
+        /// The result file the run left, when readable.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        result: Option<RunResult>,
     },
     /// Commits the run's branch has that the base has not.
     Judged { ahead: u64 },

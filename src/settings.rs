@@ -342,6 +342,12 @@ pub struct LabelSettings {
     pub failed: String,
     #[serde(deserialize_with = "lenient::string")]
     pub no_go: String,
+    /// Put on the issue when its pull request was merged (`pr_open` comes off).
+    #[serde(deserialize_with = "lenient::string")]
+    pub merged: String,
+    /// Priority labels, highest first: queued issues start in this order, then queue order.
+    #[serde(deserialize_with = "lenient::list")]
+    pub priority: Vec<String>,
 }
 
 impl Default for LabelSettings {
@@ -354,6 +360,8 @@ impl Default for LabelSettings {
             pr_open: "headless:pr-open".into(),
             failed: "headless:failed".into(),
             no_go: "headless:no-go".into(),
+            merged: "headless:merged".into(),
+            priority: Vec::new(),
         }
     }
 }
@@ -473,8 +481,19 @@ pub struct RunnerSettings {
     #[serde(deserialize_with = "lenient::string")]
     pub workspace: String,
     pub workspace_mb: u64,
-    /// Wall-clock limit per run, in seconds; the container is killed after it.
+    /// Wall-clock limit per run, in seconds: the run gets a stop signal, then
+    /// `stop_grace_secs` to push what it has, then it is killed.
     pub timeout_secs: u64,
+    /// Between the stop signal and the kill.
+    pub stop_grace_secs: u64,
+    /// A run that prints nothing for this long is wedged: stopped the same way (0: never).
+    pub idle_timeout_secs: u64,
+    /// Follow-up runs per pull request (review feedback, `/director fix`) before a writer's
+    /// `/director retry` on it is needed.
+    pub max_followups: u32,
+    /// No new run starts in a repository with this many open pull requests from the
+    /// director (follow-ups on an open one are exempt).
+    pub max_open_prs_per_repo: usize,
     /// Keep a failed run's container this long for inspection (0: remove at once).
     pub keep_failed_secs: u64,
     /// Environment variables of the director passed through to runs (e.g. the agent's key).
@@ -515,6 +534,10 @@ impl Default for RunnerSettings {
             workspace: "/workspace".into(),
             workspace_mb: 2048,
             timeout_secs: 3600,
+            stop_grace_secs: 30,
+            idle_timeout_secs: 1800,
+            max_followups: 3,
+            max_open_prs_per_repo: 6,
             keep_failed_secs: 0,
             env_passthrough: Vec::new(),
             max_concurrent: 2,
@@ -775,6 +798,12 @@ impl Settings {
         }
         if r.timeout_secs == 0 {
             return Err(invalid("runner.timeout_secs", "must be greater than 0"));
+        }
+        if r.max_open_prs_per_repo == 0 {
+            return Err(invalid(
+                "runner.max_open_prs_per_repo",
+                "must be at least 1 (no run could ever start)",
+            ));
         }
         if r.max_concurrent == 0 || r.max_per_repo == 0 {
             return Err(invalid(

@@ -188,6 +188,8 @@ impl Application {
                     consumer = consumer.with_admission(Limits {
                         max_concurrent: settings.runner.max_concurrent.max(1),
                         max_per_repo: settings.runner.max_per_repo.max(1),
+                        max_open_prs_per_repo: settings.runner.max_open_prs_per_repo.max(1),
+                        priority: settings.labels.priority.clone(),
                     });
                     Some(RunAct {
                         runtime,

@@ -65,13 +65,19 @@ fn main() -> anyhow::Result<()> {
                 task_path: "/task/task.md".into(),
                 task: b"task".to_vec(),
                 mounts: vec![],
+                result_path: Some(director::director::act::run::RESULT_PATH.into()),
             };
             // Measured like the director's launch: from the request to the engine's StartedAt.
             let t_us = chrono::Utc::now().timestamp_micros();
             let id = docker.create(&spec).await?;
             docker.start(&id).await?;
             bare.push((started_at(docker.docker(), &id).await? - t_us) as f64 / 1000.0);
-            docker.wait(&id, Duration::from_secs(30)).await?;
+            let limits = director::runtime::WaitLimits {
+                timeout: Duration::from_secs(30),
+                idle: None,
+                grace: Duration::from_secs(5),
+            };
+            docker.wait(&id, limits).await?;
             docker.remove(&id).await?;
         }
 

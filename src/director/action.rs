@@ -52,6 +52,30 @@ pub enum Action {
     RevokeToken { run_id: String },
     /// Post the run's report on the issue, unless it is there already (found by its marker).
     ReportRun { run_id: String, body: String },
+    /// Post on the issue's pull request, unless a comment with `marker` is there already.
+    CommentOnPull {
+        pr: u64,
+        marker: String,
+        body: String,
+    },
+    /// Check that `sender` may write (and is neither the bot nor the runner account), then
+    /// read what they asked of the pull request: a review's body and inline comments, or a
+    /// comment's `/director` command.
+    ReadFeedback {
+        pr: u64,
+        sender: String,
+        source: FeedbackSource,
+    },
+}
+
+/// Where feedback on a pull request came from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "from", rename_all = "snake_case")]
+pub enum FeedbackSource {
+    /// A review requesting changes; the webhook carries its body, not its id.
+    Review { body: String },
+    /// A comment in the pull request's conversation.
+    Comment { id: u64, body: String },
 }
 
 impl Action {
@@ -72,6 +96,8 @@ impl Action {
             Self::RemoveContainer { .. } => "remove_container",
             Self::RevokeToken { .. } => "revoke_token",
             Self::ReportRun { .. } => "report_run",
+            Self::CommentOnPull { .. } => "comment_on_pull",
+            Self::ReadFeedback { .. } => "read_feedback",
         }
     }
 

@@ -74,14 +74,6 @@ pub fn run_failed(run_id: &str, why: &str, log: &str) -> String {
     )
 }
 
-pub fn run_timed_out(run_id: &str, timeout_secs: u64, log: &str) -> String {
-    format!(
-        "{}\n⏱️ **director:** run `{run_id}` was killed after {timeout_secs} s (`runner.timeout_secs`).\n\nNo pull request was opened. A maintainer with write access can comment `/director retry` to start a fresh run.\n\n<details>\n<summary>The end of the run's log (secrets redacted)</summary>\n\n{}\n\n</details>",
-        run_marker(run_id),
-        fenced(log)
-    )
-}
-
 pub fn run_cancelled(run_id: &str) -> String {
     format!(
         "{}\n🛑 **director:** run `{run_id}` was stopped because the issue was cancelled; its token was revoked.",
@@ -115,8 +107,45 @@ mod run_tests {
     }
 
     #[test]
-    fn run_timed_out_comment() {
-        insta::assert_snapshot!(run_timed_out("0123456789ab", 3600, "still thinking"));
+    fn run_stopped_comment_names_the_branch_it_left() {
+        let repo: crate::domain::RepoName = "acme/widgets".parse().expect("valid");
+        let mut body = run_stopped(
+            "0123456789ab",
+            "it outlived `runner.timeout_secs` (3600 s)",
+            "still thinking",
+        );
+        body.push_str(&branch_note(
+            "https://forge.example/",
+            &repo,
+            "main",
+            "director-issue-3-01234567",
+            2,
+        ));
+        insta::assert_snapshot!(body);
+    }
+
+    #[test]
+    fn follow_up_comments() {
+        insta::assert_snapshot!(format!(
+            "{}\n\n----\n\n{}\n\n----\n\n{}\n\n----\n\n{}\n\n----\n\n{}",
+            followup_started("0123456789ab", "alice", "director-issue-3-01234567"),
+            followup_succeeded("0123456789ab", 2, Some("Renamed `x` to `count`.")),
+            followup_failed(
+                "0123456789ab",
+                "the run exited with code 1 and pushed no new commits to `director-issue-3-01234567`",
+                "error: tests fail"
+            ),
+            followup_cap(12, 0, 3),
+            pr_closed(12, 9),
+        ));
+    }
+
+    #[test]
+    fn run_declined_comment() {
+        insta::assert_snapshot!(run_declined(
+            "0123456789ab",
+            "the issue asks to disable the authentication"
+        ));
     }
 
     #[test]
@@ -168,10 +197,108 @@ pub fn routed_body(from: &IssueRef, title: &str, body: &str, what: &str) -> Stri
     )
 }
 
-/// The body of the pull request the director opens for a run.
-pub fn pr_body(issue_number: u64, run_id: &str, verdict: &str) -> String {
-    format!(
+/// The body of the pull request the director opens for a run, with the agent's own summary
+/// when it left one (already made safe to show).
+pub fn pr_body(issue_number: u64, run_id: &str, verdict: &str, summary: Option<&str>) -> String {
+    let mut body = format!(
         "Closes #{issue_number}\n\nOpened by the director for run `{run_id}` (pre-flight verdict: {verdict}).\n"
+    );
+    if let Some(summary) = summary {
+        body.push_str(&format!("\n## What the agent says it did\n\n{summary}\n"));
+    }
+    body
+}
+
+/// A line naming the model usage the run reported, or nothing.
+pub fn usage_line(usage: Option<&crate::domain::run::Usage>) -> String {
+    match usage.and_then(crate::domain::run::Usage::describe) {
+        Some(u) => format!("\n\nThe agent reported using {u}."),
+        None => String::new(),
+    }
+}
+
+/// Where a branch that was not opened as a pull request can be looked at.
+pub fn branch_note(
+    forge_url: &str,
+    repo: &crate::domain::RepoName,
+    base: &str,
+    branch: &str,
+    ahead: u64,
+) -> String {
+    let url = forge_url.trim_end_matches('/');
+    format!(
+        "\n\nIts branch [`{branch}`]({url}/{repo}/src/branch/{branch}) is {ahead} commit(s) ahead of `{base}` ([compare]({url}/{repo}/compare/{base}...{branch})); it was kept, not opened as a pull request."
+    )
+}
+
+pub fn run_stopped(run_id: &str, why: &str, log: &str) -> String {
+    format!(
+        "{}\n⏱️ **director:** run `{run_id}` was stopped: {why}.\n\nNo pull request was opened. A maintainer with write access can comment `/director retry` to start a fresh run.\n\n<details>\n<summary>The end of the run's log (secrets redacted)</summary>\n\n{}\n\n</details>",
+        run_marker(run_id),
+        fenced(log)
+    )
+}
+
+/// The agent said it cannot or should not do the work: not a failure.
+pub fn run_declined(run_id: &str, reason: &str) -> String {
+    format!(
+        "{}\n✋ **director:** the agent of run `{run_id}` reported that it is blocked: {reason}\n\nNo pull request was opened. Clarify the issue and comment `/director retry` (maintainers with write access) to try again.",
+        run_marker(run_id)
+    )
+}
+
+/// Marks the notice on an issue whose pull request was closed unmerged (once per closing).
+pub fn pr_closed_marker(pr: u64, version: i64) -> String {
+    format!("<!-- director:pr-closed {pr} v{version} -->")
+}
+
+pub fn pr_closed(pr: u64, version: i64) -> String {
+    format!(
+        "{}\n📪 **director:** pull request #{pr} was closed without being merged. Reopening it brings the issue back; a maintainer with write access can comment `/director retry` here for a fresh run.",
+        pr_closed_marker(pr, version)
+    )
+}
+
+/// Marks the comment on the PR that says a follow-up started.
+pub fn followup_start_marker(run_id: &str) -> String {
+    format!("<!-- director:followup-start {run_id} -->")
+}
+
+pub fn followup_started(run_id: &str, by: &str, branch: &str) -> String {
+    format!(
+        "{}\n🔁 **director:** follow-up run `{run_id}` started on `{branch}` to answer the feedback of @{by}. It pushes to this pull request; `/director cancel` here stops it.",
+        followup_start_marker(run_id)
+    )
+}
+
+pub fn followup_succeeded(run_id: &str, commits: u64, summary: Option<&str>) -> String {
+    let mut body = format!(
+        "{}\n✅ **director:** follow-up run `{run_id}` pushed {commits} new commit(s) to this pull request.",
+        run_marker(run_id)
+    );
+    if let Some(summary) = summary {
+        body.push_str(&format!("\n\n**What the agent says it did:**\n\n{summary}"));
+    }
+    body
+}
+
+pub fn followup_failed(run_id: &str, why: &str, log: &str) -> String {
+    format!(
+        "{}\n❌ **director:** follow-up run `{run_id}` failed: {why}. This pull request is unchanged by it.\n\n<details>\n<summary>The end of the run's log (secrets redacted)</summary>\n\n{}\n\n</details>",
+        run_marker(run_id),
+        fenced(log)
+    )
+}
+
+/// Marks the cap notice on the PR, once per cap (a writer's retry lifts it and names the next).
+pub fn followup_cap_marker(pr: u64, grants: u32) -> String {
+    format!("<!-- director:followup-cap {pr} {grants} -->")
+}
+
+pub fn followup_cap(pr: u64, grants: u32, max: u32) -> String {
+    format!(
+        "{}\n⏸️ **director:** this pull request has had {max} follow-up run(s) (`runner.max_followups`), so the latest feedback starts none. A maintainer with write access can comment `/director retry` here to start it.",
+        followup_cap_marker(pr, grants)
     )
 }
 
@@ -192,6 +319,6 @@ mod text_tests {
 
     #[test]
     fn pull_request_body() {
-        insta::assert_snapshot!(pr_body(7, "0123456789ab", "GO"));
+        insta::assert_snapshot!(pr_body(7, "0123456789ab", "GO", None));
     }
 }

@@ -24,11 +24,14 @@ const BATCH: u32 = 256;
 /// wake-up must not leave work waiting for long.
 const IDLE_POLL: Duration = Duration::from_secs(5);
 
-/// Run slots: `runner.max_concurrent` and `runner.max_per_repo`.
-#[derive(Clone, Copy, Debug)]
+/// Run slots: `runner.max_concurrent` and `runner.max_per_repo`; pacing by open pull
+/// requests (`runner.max_open_prs_per_repo`); the priority labels, highest first.
+#[derive(Clone, Debug)]
 pub struct Limits {
     pub max_concurrent: usize,
     pub max_per_repo: usize,
+    pub max_open_prs_per_repo: usize,
+    pub priority: Vec<String>,
 }
 
 /// Who to wake when a commit gives them work.
@@ -108,9 +111,35 @@ impl Consumer {
     }
 
     async fn process_batch(&self, batch: &[StoredEvent]) -> anyhow::Result<()> {
+        // A pull request's events are decided on the issue whose run opened it.
+        let pulls: Vec<IssueRef> = batch
+            .iter()
+            .filter(|e| matches!(&e.event, Ok(Event::Forge(f)) if f.is_pull))
+            .filter_map(|e| e.issue.clone())
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        let owners: HashMap<IssueRef, IssueRef> = if pulls.is_empty() {
+            HashMap::new()
+        } else {
+            self.store
+                .issues_of_pulls(&pulls)
+                .await?
+                .into_iter()
+                .collect()
+        };
+        let owner = |stored: &StoredEvent| -> Option<IssueRef> {
+            let issue = stored.issue.as_ref()?;
+            match &stored.event {
+                Ok(Event::Forge(f)) if f.is_pull => {
+                    Some(owners.get(issue).unwrap_or(issue).clone())
+                }
+                _ => Some(issue.clone()),
+            }
+        };
         let wanted: Vec<IssueRef> = batch
             .iter()
-            .filter_map(|e| e.issue.clone())
+            .filter_map(owner)
             .collect::<HashSet<_>>()
             .into_iter()
             .collect();
@@ -118,7 +147,8 @@ impl Consumer {
         let mut pass = Pass::default();
         let now = self.clock.now_ms();
         for stored in batch {
-            let (issue, event) = match (&stored.issue, &stored.event) {
+            let target = owner(stored);
+            let (issue, event) = match (&target, &stored.event) {
                 (Some(issue), Ok(event)) => (issue, event),
                 (_, Err(reason)) => {
                     self.set_aside(stored, reason, &mut pass);
@@ -175,19 +205,32 @@ impl Consumer {
         Ok(())
     }
 
-    /// Gives free run slots to queued issues, in queue order, within both limits.
+    /// Gives free run slots to queued issues, priority labels first, then in queue order,
+    /// within both limits. A repository with `max_open_prs_per_repo` open pull requests from
+    /// the director starts no new run (follow-ups on an open one are exempt).
     async fn admit(&self) -> anyhow::Result<()> {
-        let Some(limits) = self.limits else {
+        let Some(limits) = &self.limits else {
             return Ok(());
         };
         let (mut running, mut per_repo) = self.store.active_run_counts().await?;
         if running >= limits.max_concurrent {
             return Ok(());
         }
-        let queued = self.store.queued_issues().await?;
+        let mut queued = self.store.queued_issues().await?;
         if queued.is_empty() {
             return Ok(());
         }
+        // Stable: queue order within a priority.
+        queued.sort_by_key(|r| priority_rank(&limits.priority, &r.labels));
+        let open_prs = self.store.open_pull_counts().await?;
+        let followup: HashSet<IssueRef> = queued
+            .iter()
+            .filter(|r| {
+                r.pr.as_ref()
+                    .is_some_and(crate::domain::PullRecord::is_open)
+            })
+            .map(IssueRecord::issue_ref)
+            .collect();
         let refs: Vec<IssueRef> = queued.iter().map(IssueRecord::issue_ref).collect();
         let mut views = Views::load(&self.store, &refs).await?;
         let mut pass = Pass::default();
@@ -198,6 +241,11 @@ impl Consumer {
             }
             let in_repo = per_repo.entry(issue.repo.clone()).or_default();
             if *in_repo >= limits.max_per_repo {
+                continue;
+            }
+            let paced =
+                open_prs.get(&issue.repo).copied().unwrap_or(0) >= limits.max_open_prs_per_repo;
+            if paced && !followup.contains(&issue) {
                 continue;
             }
             let run_id = format!("{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
@@ -218,6 +266,14 @@ impl Consumer {
         // New run ids: durable before a container can be started for one.
         self.commit(pass, true).await
     }
+}
+
+/// Where an issue's labels put it among `priority` (highest first); unlabelled last.
+pub fn priority_rank(priority: &[String], labels: &[String]) -> usize {
+    priority
+        .iter()
+        .position(|p| labels.iter().any(|l| l == p))
+        .unwrap_or(priority.len())
 }
 
 /// What one pass decided, before it is committed.

@@ -5,17 +5,19 @@
 
 use chrono::DateTime;
 
-use crate::director::action::{Action, Planned};
+use crate::director::action::{Action, FeedbackSource, Planned};
 use crate::director::comments;
-use crate::domain::Vouched;
+use crate::domain::command::fix_request;
 use crate::domain::issue::CallWindow;
+use crate::domain::run::{RunOutcome, StopCause};
 use crate::domain::verdict::Verdict;
 use crate::domain::{
     Command, IssueRecord, IssueRef, Judgement, Lifecycle, RepoName, RunRecord, RunState,
 };
+use crate::domain::{FollowUp, PullRecord, PullState, Vouched};
 use crate::event::{
-    Event, EventKind, ForgeEvent, IssueSnapshot, PreflightOutcome, ReadContext, RunReport,
-    StickyDraft,
+    Event, EventKind, ForgeEvent, IssueSnapshot, PreflightOutcome, PullAsk, ReadContext,
+    ReviewKind, RunReport, StickyDraft,
 };
 use crate::preflight::comment::{self, CommentInput, Shown};
 use crate::settings::{LabelSettings, OnError, Settings};
@@ -34,7 +36,12 @@ pub struct Policy {
     pub preflight_max_attempts: u32,
     pub retry_backoff_ms: u64,
     pub run_timeout_secs: u64,
+    pub idle_timeout_secs: u64,
     pub keep_failed_secs: u64,
+    /// `runner.max_followups`.
+    pub max_followups: u32,
+    /// The forge's web address, for links to branches.
+    pub forge_url: String,
 }
 
 impl Policy {
@@ -48,7 +55,10 @@ impl Policy {
             preflight_max_attempts: settings.preflight.max_attempts.max(1),
             retry_backoff_ms: settings.preflight.retry_backoff_ms,
             run_timeout_secs: settings.runner.timeout_secs,
+            idle_timeout_secs: settings.runner.idle_timeout_secs,
             keep_failed_secs: settings.runner.keep_failed_secs,
+            max_followups: settings.runner.max_followups,
+            forge_url: settings.forge.url.clone(),
         }
     }
 }
@@ -89,6 +99,9 @@ pub fn decide(view: &IssueView<'_>, event: &Event, policy: &Policy, now: i64) ->
         Event::Admitted { run_id, branch } => step.admitted(run_id, branch),
         Event::Run { run_id, report } => step.run_report(run_id, report),
         Event::ActionGaveUp { kind, error, .. } => step.gave_up(kind, error),
+        Event::PullAsked {
+            pr, allowed, ask, ..
+        } => *allowed && step.pull_asked(*pr, ask),
     };
     changed.then(|| step.finish())
 }
@@ -190,7 +203,7 @@ impl<'a> Step<'a> {
     /// A webhook fact or scan observation: record what the issue looks like now, then react.
     fn forge_fact(&mut self, fact: &ForgeEvent) -> bool {
         if fact.is_pull {
-            return false;
+            return self.pull_fact(fact);
         }
         if self.known
             && !is_not_older(
@@ -275,7 +288,9 @@ impl<'a> Step<'a> {
                 EventKind::IssueLabel => skip_changed,
                 _ => false,
             };
+        // While its pull request is open, the issue's text is settled: feedback goes to the PR.
         let rereadable = self.record.lifecycle.is_active()
+            && !self.has_open_pull()
             && !matches!(
                 self.record.lifecycle,
                 Lifecycle::Launching | Lifecycle::Running
@@ -356,7 +371,11 @@ impl<'a> Step<'a> {
             Command::Retry
                 if matches!(
                     self.record.lifecycle,
-                    Lifecycle::Failed | Lifecycle::TimedOut | Lifecycle::Cancelled
+                    Lifecycle::Failed
+                        | Lifecycle::TimedOut
+                        | Lifecycle::Cancelled
+                        | Lifecycle::Declined
+                        | Lifecycle::PrClosed
                 ) && self.record.trigger_present
                     && self.record.is_open() =>
             {
@@ -369,6 +388,11 @@ impl<'a> Step<'a> {
 
     /// Stops whatever is going on: a pending read is retracted, an active run is stopped.
     fn cancel(&mut self) {
+        if self.has_open_pull() {
+            // The pull request stays; only the follow-up stops.
+            self.cancel_followup();
+            return;
+        }
         self.retract
             .push(format!("read:rev{}", self.record.preflight.rev));
         self.set_lifecycle(Lifecycle::Cancelled);
@@ -657,7 +681,21 @@ impl<'a> Step<'a> {
         {
             return false;
         }
-        let run = RunRecord::admitted(&self.record.issue_ref(), run_id, branch, self.now);
+        let mut run = RunRecord::admitted(&self.record.issue_ref(), run_id, branch, self.now);
+        if let Some(pr) = self.record.pr.as_mut().filter(|p| p.is_open()) {
+            // A follow-up: on the pull request's branch, answering the feedback waiting.
+            let Some(feedback) = pr.pending.take() else {
+                self.set_lifecycle(Lifecycle::Succeeded);
+                return true;
+            };
+            pr.followups += 1;
+            run.branch = pr.branch.clone();
+            run.followup = Some(FollowUp {
+                pr: pr.number,
+                feedback,
+                start_head: None,
+            });
+        }
         self.act(
             format!("start:{run_id}"),
             Action::StartRun {
@@ -684,7 +722,10 @@ impl<'a> Step<'a> {
             RunReport::Started {
                 container_id,
                 base_branch,
-            } if state == RunState::Launching => self.started(container_id, base_branch),
+                start_head,
+            } if state == RunState::Launching => {
+                self.started(container_id, base_branch, start_head.as_deref());
+            }
             RunReport::Stale if state == RunState::Launching => self.stale(),
             RunReport::Refused { why } if state == RunState::Launching => {
                 let body = comments::run_refused(run_id, why);
@@ -694,7 +735,17 @@ impl<'a> Step<'a> {
                 code,
                 timed_out,
                 log,
-            } if launched => self.exited(*code, *timed_out, log),
+                stopped,
+                result,
+            } if launched => {
+                // Stored before stop causes were named: a time-out.
+                let stopped = stopped.or(timed_out.then_some(StopCause::Timeout));
+                if let Some(run) = self.run.as_mut() {
+                    run.result = result.clone();
+                    run.stopped = stopped;
+                }
+                self.exited(*code, log);
+            }
             RunReport::Judged { ahead } if state == RunState::Exited => self.judged(*ahead),
             RunReport::PrOpened { number } if state == RunState::Exited => {
                 let mut body = comments::run_succeeded(run_id, *number);
@@ -703,6 +754,10 @@ impl<'a> Step<'a> {
                     if refused_default_push(run) {
                         body.push_str(&comments::default_push_refused(&run.base_branch));
                     }
+                    body.push_str(&comments::usage_line(
+                        run.result.as_ref().and_then(|r| r.usage.as_ref()),
+                    ));
+                    self.record.pr = Some(PullRecord::opened(*number, &run.branch));
                 }
                 self.end_run(RunState::Succeeded, format!("pull request #{number}"), body);
             }
@@ -711,12 +766,28 @@ impl<'a> Step<'a> {
         true
     }
 
-    fn started(&mut self, container_id: &str, base_branch: &str) {
+    fn started(&mut self, container_id: &str, base_branch: &str, start_head: Option<&str>) {
+        let mut notice = None;
         if let Some(run) = self.run.as_mut() {
             run.state = RunState::Running;
             run.container_id = Some(container_id.to_owned());
             run.base_branch = base_branch.to_owned();
             run.started_at_ms = Some(self.now);
+            if let Some(f) = run.followup.as_mut() {
+                f.start_head = start_head.map(str::to_owned);
+                notice = Some((
+                    f.pr,
+                    comments::followup_start_marker(&run.id),
+                    comments::followup_started(&run.id, &f.feedback.by, &run.branch),
+                    run.id.clone(),
+                ));
+            }
+        }
+        if let Some((pr, marker, body, id)) = notice {
+            self.act(
+                format!("followup-start:{id}"),
+                Action::CommentOnPull { pr, marker, body },
+            );
         }
         if self.record.lifecycle == Lifecycle::Launching {
             self.set_lifecycle(Lifecycle::Running);
@@ -738,7 +809,9 @@ impl<'a> Step<'a> {
         }
     }
 
-    fn exited(&mut self, code: Option<i64>, timed_out: bool, log: &str) {
+    /// The container ended. Whatever ended it, the branch is judged next: a stopped or
+    /// declined run may have pushed work worth naming.
+    fn exited(&mut self, code: Option<i64>, log: &str) {
         let Some(run) = self.run.as_mut() else {
             return;
         };
@@ -747,27 +820,60 @@ impl<'a> Step<'a> {
         let id = run.id.clone();
         if run.stop_requested {
             self.end_cancelled(&id);
-        } else if timed_out {
-            let secs = self.policy.run_timeout_secs;
-            self.end_run(
-                RunState::TimedOut,
-                format!("killed after {secs} s"),
-                comments::run_timed_out(&id, secs, log),
-            );
         } else {
             run.state = RunState::Exited;
             self.act(format!("judge:{id}"), Action::JudgeRun { run_id: id });
         }
     }
 
-    /// Success is the branch ahead of the base, not the exit code.
+    /// Why the director stopped the run, in words.
+    fn stop_words(&self, cause: StopCause) -> String {
+        match cause {
+            StopCause::Timeout => format!(
+                "it outlived `runner.timeout_secs` ({} s)",
+                self.policy.run_timeout_secs
+            ),
+            StopCause::Idle => format!(
+                "it printed nothing for `runner.idle_timeout_secs` ({} s) and was taken to be wedged",
+                self.policy.idle_timeout_secs
+            ),
+        }
+    }
+
+    /// Success is the branch ahead of the base, not the exit code; but a run that was stopped
+    /// or says it is blocked opens no pull request (its branch is named instead).
     fn judged(&mut self, ahead: u64) {
         let Some(run) = self.run.as_ref() else {
             return;
         };
         let id = run.id.clone();
+        let log = run.log_tail.clone().unwrap_or_default();
+        let branch_note = (ahead > 0).then(|| {
+            comments::branch_note(
+                &self.policy.forge_url,
+                &run.repo,
+                &run.base_branch,
+                &run.branch,
+                ahead,
+            )
+        });
+        let declined = match run.result.as_ref().map(|r| &r.outcome) {
+            Some(RunOutcome::Blocked { reason }) => Some(reason.clone()),
+            _ => None,
+        };
         if run.stop_requested {
             self.end_cancelled(&id);
+        } else if run.followup.is_some() {
+            self.followup_judged(ahead);
+        } else if let Some(cause) = run.stopped {
+            let why = self.stop_words(cause);
+            let mut body = comments::run_stopped(&id, &why, &log);
+            body.push_str(&branch_note.unwrap_or_default());
+            self.end_run(RunState::TimedOut, why, body);
+        } else if let Some(reason) = declined {
+            let mut body = comments::run_declined(&id, &reason);
+            body.push_str(&branch_note.unwrap_or_default());
+            self.end_run(RunState::Declined, format!("blocked: {reason}"), body);
         } else if ahead == 0 {
             let code = run.exit_code.map_or("none".to_owned(), |c| c.to_string());
             let mut why = format!(
@@ -780,7 +886,6 @@ impl<'a> Step<'a> {
                     run.base_branch
                 ));
             }
-            let log = run.log_tail.clone().unwrap_or_default();
             let body = comments::run_failed(&id, &why, &log);
             self.end_run(RunState::Failed, why, body);
         } else {
@@ -794,7 +899,8 @@ impl<'a> Step<'a> {
             } else {
                 self.record.title.clone()
             };
-            let body = comments::pr_body(self.record.number, &id, verdict);
+            let summary = run.result.as_ref().and_then(|r| r.summary.as_deref());
+            let body = comments::pr_body(self.record.number, &id, verdict, summary);
             self.act(
                 format!("pr:{id}"),
                 Action::OpenPr {
@@ -826,6 +932,7 @@ impl<'a> Step<'a> {
         run.detail = Some(detail);
         run.finished_at_ms = Some(self.now);
         let id = run.id.clone();
+        let followup_of = run.followup.as_ref().map(|f| f.pr);
         let keep = matches!(state, RunState::Failed | RunState::TimedOut) && keep_ms > 0;
         // The token first, then the people; the container last (an engine that is down must
         // not hold up the report).
@@ -833,13 +940,19 @@ impl<'a> Step<'a> {
             format!("revoke:{id}"),
             Action::RevokeToken { run_id: id.clone() },
         );
-        self.act(
-            format!("report:{id}"),
-            Action::ReportRun {
+        let report = match followup_of {
+            // A follow-up answers on the pull request it worked on.
+            Some(pr) => Action::CommentOnPull {
+                pr,
+                marker: comments::run_marker(&id),
+                body: report,
+            },
+            None => Action::ReportRun {
                 run_id: id.clone(),
                 body: report,
             },
-        );
+        };
+        self.act(format!("report:{id}"), report);
         self.act_at(
             format!("remove:{id}"),
             Action::RemoveContainer { run_id: id },
@@ -849,17 +962,303 @@ impl<'a> Step<'a> {
                 self.now
             },
         );
-        if matches!(
+        if !matches!(
             self.record.lifecycle,
             Lifecycle::Launching | Lifecycle::Running
         ) {
-            self.set_lifecycle(match state {
-                RunState::Succeeded => Lifecycle::Succeeded,
-                RunState::TimedOut => Lifecycle::TimedOut,
-                RunState::Cancelled => Lifecycle::Cancelled,
-                _ => Lifecycle::Failed,
-            });
+            return;
         }
+        if followup_of.is_some() {
+            // The pull request is still open: back to it, or on to the feedback that waited.
+            self.set_lifecycle(Lifecycle::Succeeded);
+            self.queue_followup();
+            return;
+        }
+        self.set_lifecycle(match state {
+            RunState::Succeeded => Lifecycle::Succeeded,
+            RunState::TimedOut => Lifecycle::TimedOut,
+            RunState::Cancelled => Lifecycle::Cancelled,
+            RunState::Declined => Lifecycle::Declined,
+            _ => Lifecycle::Failed,
+        });
+    }
+
+    // ---- the pull request ----
+
+    fn has_open_pull(&self) -> bool {
+        self.record.pr.as_ref().is_some_and(PullRecord::is_open)
+    }
+
+    /// A fact about a pull request, decided on the issue whose run opened it.
+    fn pull_fact(&mut self, fact: &ForgeEvent) -> bool {
+        let Some(pr) = self
+            .record
+            .pr
+            .as_ref()
+            .filter(|p| p.number == fact.issue.number)
+        else {
+            return false;
+        };
+        let number = pr.number;
+        let open = pr.is_open();
+        let snap = &fact.snapshot;
+        match fact.kind {
+            EventKind::PullRequest | EventKind::Scan => {
+                if snap.state == "closed" && open {
+                    self.pull_ended(snap.merged);
+                    true
+                } else if snap.state == "open" && pr.state == PullState::Closed {
+                    self.pull_reopened();
+                    true
+                } else {
+                    false
+                }
+            }
+            EventKind::PullReview => {
+                let Some(review) = fact
+                    .review
+                    .as_ref()
+                    .filter(|r| r.kind == ReviewKind::ChangesRequested)
+                else {
+                    // An approval or a plain comment review starts nothing.
+                    return false;
+                };
+                if !open || fact.sender.is_empty() {
+                    return false;
+                }
+                let key = short_hash(&[
+                    &fact.sender,
+                    &review.body,
+                    snap.updated_at.as_deref().unwrap_or(""),
+                ]);
+                self.act(
+                    format!("feedback:pr{number}:review:{key}"),
+                    Action::ReadFeedback {
+                        pr: number,
+                        sender: fact.sender.clone(),
+                        source: FeedbackSource::Review {
+                            body: review.body.clone(),
+                        },
+                    },
+                );
+                true
+            }
+            EventKind::PullComment => {
+                let Some(c) = fact.comment.as_ref() else {
+                    return false;
+                };
+                let asks = fix_request(&c.body).is_some()
+                    || Command::find(&c.body, &[Command::Cancel, Command::Retry]).is_some();
+                if fact.action != "created" || !open || !asks || fact.sender.is_empty() {
+                    return false;
+                }
+                self.act(
+                    format!("feedback:pr{number}:comment:{}", c.id),
+                    Action::ReadFeedback {
+                        pr: number,
+                        sender: fact.sender.clone(),
+                        source: FeedbackSource::Comment {
+                            id: c.id,
+                            body: c.body.clone(),
+                        },
+                    },
+                );
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Merged or closed: the issue says so, and a follow-up on it stops.
+    fn pull_ended(&mut self, merged: bool) {
+        let v = self.version();
+        let Some(pr) = self.record.pr.as_mut() else {
+            return;
+        };
+        pr.state = if merged {
+            PullState::Merged
+        } else {
+            PullState::Closed
+        };
+        pr.pending = None;
+        let number = pr.number;
+        self.stop_followup();
+        self.set_lifecycle(if merged {
+            Lifecycle::Merged
+        } else {
+            Lifecycle::PrClosed
+        });
+        if !merged {
+            self.act(
+                format!("pr-closed:pr{number}:v{v}"),
+                Action::PostNotice {
+                    marker: comments::pr_closed_marker(number, v),
+                    body: comments::pr_closed(number, v),
+                },
+            );
+        }
+    }
+
+    fn pull_reopened(&mut self) {
+        if let Some(pr) = self.record.pr.as_mut() {
+            pr.state = PullState::Open;
+        }
+        if self.record.lifecycle == Lifecycle::PrClosed {
+            self.set_lifecycle(Lifecycle::Succeeded);
+        }
+    }
+
+    /// A writer's review, fix, cancel or retry on the open pull request.
+    fn pull_asked(&mut self, number: u64, ask: &PullAsk) -> bool {
+        let Some(pr) = self
+            .record
+            .pr
+            .as_mut()
+            .filter(|p| p.number == number && p.is_open())
+        else {
+            return false;
+        };
+        match ask {
+            PullAsk::Fix { feedback } => {
+                if !pr.take(&feedback.key) {
+                    return false;
+                }
+                pr.pending = Some(match pr.pending.take() {
+                    Some(waiting) => waiting.merged_with(feedback.clone()),
+                    None => feedback.clone(),
+                });
+                self.queue_followup();
+                true
+            }
+            PullAsk::Cancel { comment_id } => {
+                if !pr.take(&format!("comment:{comment_id}")) {
+                    return false;
+                }
+                self.cancel_followup();
+                true
+            }
+            PullAsk::Retry { comment_id } => {
+                if !pr.take(&format!("comment:{comment_id}")) {
+                    return false;
+                }
+                pr.followups = 0;
+                pr.grants += 1;
+                if let Some(capped) = pr.capped.take() {
+                    pr.pending = Some(match pr.pending.take() {
+                        Some(waiting) => waiting.merged_with(capped),
+                        None => capped,
+                    });
+                }
+                self.queue_followup();
+                true
+            }
+        }
+    }
+
+    /// Feedback is waiting: queue a follow-up, unless a run is on (it waits for its end) or
+    /// the cap is reached (it waits for a writer's `/director retry`; the PR is told once).
+    fn queue_followup(&mut self) {
+        let max = self.policy.max_followups;
+        if self.record.lifecycle != Lifecycle::Succeeded {
+            return;
+        }
+        let Some(pr) = self.record.pr.as_mut().filter(|p| p.is_open()) else {
+            return;
+        };
+        let Some(feedback) = pr.pending.take() else {
+            return;
+        };
+        if pr.followups >= max {
+            pr.capped = Some(match pr.capped.take() {
+                Some(earlier) => earlier.merged_with(feedback),
+                None => feedback,
+            });
+            let (number, grants) = (pr.number, pr.grants);
+            self.act(
+                format!("followup-cap:pr{number}:g{grants}"),
+                Action::CommentOnPull {
+                    pr: number,
+                    marker: comments::followup_cap_marker(number, grants),
+                    body: comments::followup_cap(number, grants, max),
+                },
+            );
+            return;
+        }
+        pr.pending = Some(feedback);
+        self.set_lifecycle(Lifecycle::Queued);
+    }
+
+    /// Stops the follow-up: waiting feedback is dropped, a running one is stopped.
+    fn cancel_followup(&mut self) {
+        if let Some(pr) = self.record.pr.as_mut() {
+            pr.pending = None;
+        }
+        self.stop_followup();
+        if self.record.lifecycle == Lifecycle::Queued {
+            self.set_lifecycle(Lifecycle::Succeeded);
+        }
+    }
+
+    fn stop_followup(&mut self) {
+        if let Some(run) = self
+            .run
+            .as_mut()
+            .filter(|r| r.state.is_active() && r.followup.is_some())
+            && !run.stop_requested
+        {
+            run.stop_requested = true;
+            let id = run.id.clone();
+            self.act(format!("stop:{id}"), Action::StopRun { run_id: id });
+        }
+    }
+
+    /// A follow-up succeeds once the branch moved past the head it started from.
+    fn followup_judged(&mut self, ahead: u64) {
+        let Some(run) = self.run.as_ref() else {
+            return;
+        };
+        let id = run.id.clone();
+        let log = run.log_tail.clone().unwrap_or_default();
+        let summary = run.result.as_ref().and_then(|r| r.summary.clone());
+        let usage = comments::usage_line(run.result.as_ref().and_then(|r| r.usage.as_ref()));
+        let stopped = run.stopped;
+        let declined = match run.result.as_ref().map(|r| &r.outcome) {
+            Some(RunOutcome::Blocked { reason }) => Some(reason.clone()),
+            _ => None,
+        };
+        if ahead > 0 && stopped.is_none() && declined.is_none() {
+            let mut body = comments::followup_succeeded(&id, ahead, summary.as_deref());
+            body.push_str(&usage);
+            self.end_run(
+                RunState::Succeeded,
+                format!("{ahead} new commit(s) on the pull request"),
+                body,
+            );
+            return;
+        }
+        let mut why = match (stopped, &declined) {
+            (Some(cause), _) => format!("it was stopped: {}", self.stop_words(cause)),
+            (None, Some(reason)) => format!("the agent reported that it is blocked: {reason}"),
+            (None, None) => {
+                let code = run.exit_code.map_or("none".to_owned(), |c| c.to_string());
+                format!(
+                    "the run exited with code {code} and pushed no new commits to `{}`",
+                    run.branch
+                )
+            }
+        };
+        if ahead > 0 {
+            why.push_str(&format!(
+                "; {ahead} commit(s) it pushed before that are on the pull request"
+            ));
+        }
+        let state = match (stopped, declined) {
+            (Some(_), _) => RunState::TimedOut,
+            (None, Some(_)) => RunState::Declined,
+            _ => RunState::Failed,
+        };
+        let body = comments::followup_failed(&id, &why, &log);
+        self.end_run(state, why, body);
     }
 
     // ---- actions that failed on every attempt ----
@@ -953,6 +1352,7 @@ pub fn state_label(labels: &LabelSettings, lifecycle: Lifecycle) -> Option<&str>
         Lifecycle::Queued => &labels.queued,
         Lifecycle::Launching | Lifecycle::Running => &labels.running,
         Lifecycle::Succeeded => &labels.pr_open,
+        Lifecycle::Merged => &labels.merged,
         Lifecycle::Failed | Lifecycle::TimedOut | Lifecycle::PreflightFailed => &labels.failed,
         Lifecycle::NoGo => &labels.no_go,
         _ => return None,
@@ -968,6 +1368,7 @@ pub fn all_state_labels(labels: &LabelSettings) -> Vec<&str> {
         &labels.pr_open,
         &labels.failed,
         &labels.no_go,
+        &labels.merged,
     ]
     .into_iter()
     .filter(|l| !l.is_empty())
@@ -1006,4 +1407,18 @@ fn refused_default_push(run: &RunRecord) -> bool {
             .log_tail
             .as_deref()
             .is_some_and(|log| crate::domain::run::log_shows_refused_push(log, &run.base_branch))
+}
+
+/// A short stable name for a piece of text (feedback without an id of its own).
+fn short_hash(parts: &[&str]) -> String {
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    for p in parts {
+        h.update(p.as_bytes());
+        h.update([0u8]);
+    }
+    h.finalize()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }

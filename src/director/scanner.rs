@@ -234,6 +234,7 @@ impl Scanner {
             }
         }
         report.repos_without_trigger_label.sort();
+        observations.extend(self.pull_observations(&mut report).await?);
         let fresh = self.store.insert_deliveries(&observations).await?;
         report.queued = fresh.iter().filter(|f| **f).count();
         if report.queued > 0 {
@@ -260,6 +261,41 @@ impl Scanner {
             "scan finished"
         );
         Ok(report)
+    }
+
+    /// The pull requests the director believes open, asked one by one: a merge or close whose
+    /// webhook never arrived becomes an observation. One call per open pull request (their
+    /// number is bounded by `runner.max_open_prs_per_repo`).
+    async fn pull_observations(&self, report: &mut ScanReport) -> anyhow::Result<Vec<NewDelivery>> {
+        let open: Vec<(RepoName, u64)> = self
+            .store
+            .issues_with_open_pulls()
+            .await?
+            .into_iter()
+            .filter(|r| self.watches(&r.repo))
+            .filter_map(|r| r.pr.map(|p| (r.repo, p.number)))
+            .collect();
+        let now = crate::clock::now_ms();
+        let answers: Vec<_> = futures_util::stream::iter(open)
+            .map(|(repo, number)| async move {
+                let pull = self.forge.pull(&repo, number).await;
+                (repo, number, pull)
+            })
+            .buffer_unordered(PARALLEL_REPOS)
+            .collect()
+            .await;
+        let mut out = Vec::new();
+        for (repo, number, pull) in answers {
+            match pull {
+                Ok(p) if p.state != "open" => out.push(pull_observation(&repo, &p, now)),
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(%repo, pr = number, error = %e, "cannot read the pull request");
+                    report.errors.push(format!("{repo}#{number}: {e}"));
+                }
+            }
+        }
+        Ok(out)
     }
 
     async fn scan_repo(&self, repo: &RepoName) -> anyhow::Result<RepoScan> {
@@ -343,6 +379,39 @@ fn worth_observing(
     (changed || unjudged).then(|| observation(repo, issue, unjudged.then_some(now_ms), now_ms))
 }
 
+/// A pull request's state as the scan found it, as a stored delivery (the same state seen
+/// twice is queued once).
+fn pull_observation(repo: &RepoName, pull: &crate::forge::PullRequest, now_ms: i64) -> NewDelivery {
+    let updated = pull.updated_at.clone().unwrap_or_default();
+    let event = ForgeEvent {
+        kind: EventKind::Scan,
+        action: "observed".into(),
+        issue: IssueRef::new(repo.clone(), pull.number),
+        sender: String::new(),
+        is_pull: true,
+        snapshot: IssueSnapshot {
+            state: pull.state.clone(),
+            merged: pull.merged,
+            updated_at: pull.updated_at.clone(),
+            ..IssueSnapshot::default()
+        },
+        comment: None,
+        review: None,
+    };
+    let id = format!(
+        "scan:pull:{repo}#{}@{updated}:{}:{}",
+        pull.number, pull.state, pull.merged
+    );
+    let content_sha256 = hex::encode(Sha256::digest(id.as_bytes()));
+    NewDelivery {
+        delivery_id: id,
+        content_sha256,
+        issue: event.issue.clone(),
+        event: Event::Forge(event),
+        received_at_ms: now_ms,
+    }
+}
+
 /// A scan result as a stored delivery: its id and content hash make the same observation
 /// (same issue, same `updated_at`) a duplicate, so scanning twice queues it once.
 fn observation(repo: &RepoName, issue: &Issue, retry: Option<i64>, now_ms: i64) -> NewDelivery {
@@ -362,6 +431,7 @@ fn observation(repo: &RepoName, issue: &Issue, retry: Option<i64>, now_ms: i64) 
             merged: false,
         },
         comment: None,
+        review: None,
     };
     let mut id = format!("scan:{repo}#{}@{}", issue.number, issue.updated_at);
     if let Some(at) = retry {

@@ -11,9 +11,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::SharedClock;
 use crate::director::act::run::Secrets;
+use crate::domain::run::{RESULT_MAX_BYTES, StopCause, parse_result};
 use crate::domain::{RunRecord, RunState};
 use crate::event::{Event, RunReport};
-use crate::runtime::{Exit, Runtime, RuntimeError};
+use crate::runtime::{Exit, Runtime, RuntimeError, WaitLimits};
 use crate::settings::RunnerSettings;
 use crate::store::{NewDelivery, Store};
 
@@ -135,11 +136,7 @@ impl Watcher {
         };
         let Some(container) = container else {
             // Gone while the director was down: judge it by its branch.
-            return Ok(RunReport::Exited {
-                code: None,
-                timed_out: false,
-                log: String::new(),
-            });
+            return Ok(gone());
         };
         if !self.secrets.knows(&run.id)
             && let Ok(env) = self.runtime.env(&container).await
@@ -156,21 +153,16 @@ impl Watcher {
             .started_at_ms
             .map_or(0, |s| (self.clock.now_ms() - s).max(0));
         let elapsed = Duration::from_millis(u64::try_from(elapsed_ms).unwrap_or(0));
-        let exit = match self
-            .runtime
-            .wait(
-                &container,
-                limit.saturating_sub(elapsed).max(Duration::from_millis(1)),
-            )
-            .await
-        {
+        let limits = WaitLimits {
+            timeout: limit.saturating_sub(elapsed).max(Duration::from_millis(1)),
+            idle: (self.settings.idle_timeout_secs > 0)
+                .then(|| Duration::from_secs(self.settings.idle_timeout_secs)),
+            grace: Duration::from_secs(self.settings.stop_grace_secs),
+        };
+        let exit = match self.runtime.wait(&container, limits).await {
             Ok(exit) => exit,
             Err(RuntimeError::NotFound(_)) => {
-                return Ok(RunReport::Exited {
-                    code: None,
-                    timed_out: false,
-                    log: String::new(),
-                });
+                return Ok(gone());
             }
             Err(e) => return Err(e),
         };
@@ -180,17 +172,45 @@ impl Watcher {
             .await
             .unwrap_or_default();
         let log = self.secrets.redact(&run.id, &log);
-        Ok(match exit {
-            Exit::Code(code) => RunReport::Exited {
-                code: Some(code),
-                timed_out: false,
-                log,
-            },
-            Exit::TimedOut => RunReport::Exited {
-                code: None,
-                timed_out: true,
-                log,
-            },
+        // The run's own account of itself; unreadable or absent is simply not reported.
+        let result = match self
+            .runtime
+            .read_file(
+                &container,
+                crate::director::act::run::RESULT_PATH,
+                RESULT_MAX_BYTES,
+            )
+            .await
+        {
+            Ok(Some(bytes)) => parse_result(&bytes),
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the run's result file");
+                None
+            }
+        };
+        let (code, stopped) = match exit {
+            Exit::Code(code) => (Some(code), None),
+            Exit::TimedOut => (None, Some(StopCause::Timeout)),
+            Exit::Idle => (None, Some(StopCause::Idle)),
+        };
+        Ok(RunReport::Exited {
+            code,
+            timed_out: stopped == Some(StopCause::Timeout),
+            log,
+            stopped,
+            result,
         })
+    }
+}
+
+/// The container is gone (removed while the director was down): judged by its branch.
+fn gone() -> RunReport {
+    RunReport::Exited {
+        code: None,
+        timed_out: false,
+        log: String::new(),
+        stopped: None,
+        result: None,
     }
 }

@@ -57,6 +57,33 @@ impl Command {
     }
 }
 
+/// The instructions of a `/director fix` comment on a pull request: whatever follows `fix` on
+/// its line and the lines after it (empty when it says only `/director fix`). `None` when the
+/// comment asks for no fix.
+pub fn fix_request(body: &str) -> Option<String> {
+    let mut lines = body.lines();
+    while let Some(line) = lines.next() {
+        let mut parts = line.trim_start().splitn(3, char::is_whitespace);
+        if parts.next() != Some("/director") {
+            continue;
+        }
+        if !parts.next().is_some_and(|w| w.eq_ignore_ascii_case("fix")) {
+            continue;
+        }
+        let mut text = parts.next().unwrap_or("").trim().to_owned();
+        let after: Vec<&str> = lines.collect();
+        let after = after.join("\n");
+        if !after.trim().is_empty() {
+            if !text.is_empty() {
+                text.push('\n');
+            }
+            text.push_str(after.trim());
+        }
+        return Some(text);
+    }
+    None
+}
+
 /// A comment made only of `/director ...` lines: instructions to the director, not issue
 /// content, so it never changes the text the pre-flight reads.
 pub fn is_only_commands(body: &str) -> bool {
@@ -87,6 +114,27 @@ mod tests {
             "/directorgo",
         ] {
             assert!(Command::parse_all(not).is_empty(), "{not:?}");
+        }
+    }
+
+    #[test]
+    fn fix_requests_take_the_rest_of_the_comment() {
+        assert_eq!(fix_request("/director fix").as_deref(), Some(""));
+        assert_eq!(
+            fix_request("Thanks.\n/director fix rename `x` to `count`\nand add a test").as_deref(),
+            Some("rename `x` to `count`\nand add a test")
+        );
+        assert_eq!(
+            fix_request("/director FIX\n\nuse TOML").as_deref(),
+            Some("use TOML")
+        );
+        for not in [
+            "/director fixes",
+            "please /director fix",
+            "/director go",
+            "fix it",
+        ] {
+            assert_eq!(fix_request(not), None, "{not:?}");
         }
     }
 

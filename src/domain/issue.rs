@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{IssueRef, Lifecycle, RepoName};
+use super::{IssueRef, Lifecycle, PullRecord, RepoName};
 
 /// What the director knows of one issue.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,6 +28,9 @@ pub struct IssueRecord {
     /// Why the issue waits on something that failed past its attempts (shown in `status`).
     #[serde(default)]
     pub blocked: Option<String>,
+    /// The pull request the issue's run opened, and the feedback on it.
+    #[serde(default)]
+    pub pr: Option<PullRecord>,
 }
 
 impl IssueRecord {
@@ -49,6 +52,7 @@ impl IssueRecord {
             preflight: PreflightState::default(),
             version: 0,
             blocked: None,
+            pr: None,
         }
     }
 

@@ -4,11 +4,13 @@
 
 pub mod command;
 pub mod issue;
+pub mod pull;
 pub mod run;
 pub mod verdict;
 
 pub use command::Command;
 pub use issue::{IssueRecord, Judgement, LeftOut, PreflightState, Vouched};
+pub use pull::{Feedback, FollowUp, PullRecord, PullState};
 pub use run::{RunRecord, RunState};
 
 use std::fmt;
@@ -155,8 +157,14 @@ pub enum Lifecycle {
     Launching,
     /// A coder run's container is running (or has exited and is being judged).
     Running,
-    /// The run's branch became a pull request.
+    /// The run's branch became a pull request, and it is open.
     Succeeded,
+    /// The pull request was merged.
+    Merged,
+    /// The pull request was closed without merging.
+    PrClosed,
+    /// The agent reported that it cannot or should not do the work (its result file).
+    Declined,
     /// The run ended without a branch ahead of the base, or was refused.
     Failed,
     /// The run outlived `runner.timeout_secs` and was killed.
@@ -177,6 +185,9 @@ impl Lifecycle {
             Self::Launching => "launching",
             Self::Running => "running",
             Self::Succeeded => "succeeded",
+            Self::Merged => "merged",
+            Self::PrClosed => "pr_closed",
+            Self::Declined => "declined",
             Self::Failed => "failed",
             Self::TimedOut => "timed_out",
             Self::Cancelled => "cancelled",
@@ -194,6 +205,9 @@ impl Lifecycle {
             "launching" => Some(Self::Launching),
             "running" => Some(Self::Running),
             "succeeded" => Some(Self::Succeeded),
+            "merged" => Some(Self::Merged),
+            "pr_closed" => Some(Self::PrClosed),
+            "declined" => Some(Self::Declined),
             "failed" => Some(Self::Failed),
             "timed_out" => Some(Self::TimedOut),
             "cancelled" => Some(Self::Cancelled),

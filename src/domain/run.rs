@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{IssueRef, RepoName};
+use super::{FollowUp, IssueRef, RepoName};
 
 /// Where a run stands. A run id names one container and one token (`director-run-<id>`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -20,6 +20,8 @@ pub enum RunState {
     Cancelled,
     /// Stopped before anything started (PR-only check failed).
     Refused,
+    /// The agent reported that it cannot or should not do the work.
+    Declined,
 }
 
 impl RunState {
@@ -33,6 +35,7 @@ impl RunState {
             Self::TimedOut => "timed_out",
             Self::Cancelled => "cancelled",
             Self::Refused => "refused",
+            Self::Declined => "declined",
         }
     }
 
@@ -46,6 +49,7 @@ impl RunState {
             Self::TimedOut,
             Self::Cancelled,
             Self::Refused,
+            Self::Declined,
         ]
         .into_iter()
         .find(|st| st.as_str() == s)
@@ -87,6 +91,25 @@ pub struct RunRecord {
     /// The issue was cancelled while the run was active: it ends as cancelled.
     #[serde(default)]
     pub stop_requested: bool,
+    /// A follow-up run answering review feedback on the issue's pull request.
+    #[serde(default)]
+    pub followup: Option<FollowUp>,
+    /// What the run said of itself (its result file), when it left a readable one.
+    #[serde(default)]
+    pub result: Option<RunResult>,
+    /// Why the director stopped it before it ended by itself.
+    #[serde(default)]
+    pub stopped: Option<StopCause>,
+}
+
+/// Why a run was stopped (a stop signal first, then `runner.stop_grace_secs` to push).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopCause {
+    /// It outlived `runner.timeout_secs`.
+    Timeout,
+    /// It printed nothing for `runner.idle_timeout_secs`.
+    Idle,
 }
 
 impl RunRecord {
@@ -112,8 +135,171 @@ impl RunRecord {
             exit_code: None,
             log_tail: None,
             stop_requested: false,
+            followup: None,
+            result: None,
+            stopped: None,
         }
     }
+}
+
+/// The largest result file read; a larger one is ignored.
+pub const RESULT_MAX_BYTES: usize = 64 * 1024;
+/// How much of the agent's summary is shown.
+pub const SUMMARY_MAX_CHARS: usize = 4_000;
+
+/// What the agent said of its run: the result file it left at `DIRECTOR_RESULT_FILE`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    pub outcome: RunOutcome,
+    /// Markdown: what it changed and why (already made safe to show, and size-capped).
+    #[serde(default)]
+    pub summary: Option<String>,
+    #[serde(default)]
+    pub usage: Option<Usage>,
+}
+
+impl Eq for RunResult {}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "outcome")]
+pub enum RunOutcome {
+    Done,
+    /// The agent found it cannot or should not do the work.
+    Blocked {
+        reason: String,
+    },
+}
+
+/// Model usage the agent reported.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Usage {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+}
+
+impl Usage {
+    /// `12,345 input and 678 output tokens, $0.42`, or `None` when it says nothing.
+    pub fn describe(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        match (self.input_tokens, self.output_tokens) {
+            (Some(i), Some(o)) => parts.push(format!("{i} input and {o} output tokens")),
+            (Some(i), None) => parts.push(format!("{i} input tokens")),
+            (None, Some(o)) => parts.push(format!("{o} output tokens")),
+            (None, None) => {}
+        }
+        if let Some(c) = self.cost_usd.filter(|c| c.is_finite() && *c >= 0.0) {
+            parts.push(format!("${c:.2}"));
+        }
+        (!parts.is_empty()).then(|| parts.join(", "))
+    }
+}
+
+/// The result file as an agent writes it (JSON):
+/// `{"outcome": "done" | "blocked", "reason": "...", "summary": "...", "usage": {...}}`.
+#[derive(Deserialize)]
+struct RawResult {
+    outcome: String,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    summary: Option<String>,
+    #[serde(default)]
+    usage: Option<RawUsage>,
+}
+
+#[derive(Deserialize)]
+struct RawUsage {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+    #[serde(default)]
+    cost_usd: Option<f64>,
+}
+
+/// Reads a result file. A missing, oversized or malformed one is `None`: it is simply absent
+/// from the report, never a failure. The agent's text is made safe to show (see
+/// [`agent_text`]).
+pub fn parse_result(bytes: &[u8]) -> Option<RunResult> {
+    if bytes.len() > RESULT_MAX_BYTES {
+        return None;
+    }
+    let raw: RawResult = serde_json::from_slice(bytes).ok()?;
+    let outcome = match raw.outcome.trim().to_ascii_lowercase().as_str() {
+        "done" => RunOutcome::Done,
+        "blocked" => RunOutcome::Blocked {
+            reason: agent_text(raw.reason.as_deref().unwrap_or(""), 500)
+                .unwrap_or_else(|| "no reason given".to_owned()),
+        },
+        _ => return None,
+    };
+    let summary = raw
+        .summary
+        .as_deref()
+        .and_then(|s| agent_text(s, SUMMARY_MAX_CHARS));
+    let usage = raw
+        .usage
+        .map(|u| Usage {
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+            cost_usd: u.cost_usd.filter(|c| c.is_finite() && *c >= 0.0),
+        })
+        .filter(|u| *u != Usage::default());
+    Some(RunResult {
+        outcome,
+        summary,
+        usage,
+    })
+}
+
+/// Text an agent wrote, made safe to put in a comment or PR body: hidden characters and HTML
+/// comments (the director's own markers among them) removed, `<` escaped so no HTML is
+/// made, lines that would read as `/director` commands or `@` mentions defused, and the
+/// length capped at `max_chars`. `None` when nothing is left.
+pub fn agent_text(text: &str, max_chars: usize) -> Option<String> {
+    let mut out = String::new();
+    let mut rest = text;
+    // HTML comments go first: a marker the agent forges must not pass for the director's.
+    while let Some(start) = rest.find("<!--") {
+        out.push_str(&rest[..start]);
+        rest = match rest[start..].find("-->") {
+            Some(end) => &rest[start + end + 3..],
+            None => "",
+        };
+    }
+    out.push_str(rest);
+    let cleaned: String = out
+        .chars()
+        .filter(|c| {
+            !matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2064}' | '\u{FEFF}')
+                && (!c.is_control() || *c == '\n' || *c == '\t')
+        })
+        .collect();
+    let lines: Vec<String> = cleaned
+        .lines()
+        .map(|line| {
+            let line = line.replace('<', "&lt;").replace('@', "@\u{200B}");
+            if line.trim_start().starts_with("/director") {
+                format!("\\{}", line.trim_start())
+            } else {
+                line
+            }
+        })
+        .collect();
+    let joined = lines.join("\n");
+    let trimmed = joined.trim();
+    if trimmed.is_empty() {
+        return None;
+    }
+    let mut capped: String = trimmed.chars().take(max_chars).collect();
+    if trimmed.chars().count() > max_chars {
+        capped.push_str("\n\n(cut at the size limit)");
+    }
+    Some(capped)
 }
 
 /// What git in a run needs to clone and push with the run token and nothing else: the token
@@ -175,6 +361,68 @@ pub fn log_shows_refused_push(log: &str, branch: &str) -> bool {
         let rejected = line.contains("[remote rejected]") || line.contains("[rejected]");
         (rejected && format!("{line} ").contains(&target)) || line.contains(&protected)
     })
+}
+
+#[cfg(test)]
+mod result_tests {
+    use super::*;
+
+    #[test]
+    fn a_result_file_is_read_and_its_text_made_safe() {
+        let r = parse_result(
+            br#"{"outcome":"done","summary":"Added `--verbose`.<!-- director:sticky -->\n/director fix\n<script>x</script> cc @alice","usage":{"input_tokens":1200,"output_tokens":300,"cost_usd":0.42}}"#,
+        )
+        .expect("parses");
+        assert_eq!(r.outcome, RunOutcome::Done);
+        let summary = r.summary.expect("summary");
+        assert!(!summary.contains("director:sticky"), "{summary}");
+        assert!(!summary.contains("<script>"), "{summary}");
+        assert!(summary.contains("\\/director fix"), "{summary}");
+        assert!(!summary.contains("@alice"), "{summary}");
+        assert_eq!(
+            r.usage.and_then(|u| u.describe()).as_deref(),
+            Some("1200 input and 300 output tokens, $0.42")
+        );
+    }
+
+    #[test]
+    fn a_blocked_outcome_keeps_its_reason() {
+        let r = parse_result(br#"{"outcome":"BLOCKED","reason":"needs a database migration"}"#)
+            .expect("parses");
+        assert_eq!(
+            r.outcome,
+            RunOutcome::Blocked {
+                reason: "needs a database migration".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_missing_malformed_or_huge_result_file_is_absent() {
+        for bad in [
+            &b""[..],
+            b"not json",
+            br#"{"outcome":"maybe"}"#,
+            br#"{"summary":"no outcome"}"#,
+            br#"{"outcome":"done","usage":{"input_tokens":-1}}"#,
+        ] {
+            assert_eq!(parse_result(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
+        let huge = format!(
+            r#"{{"outcome":"done","summary":"{}"}}"#,
+            "x".repeat(RESULT_MAX_BYTES)
+        );
+        assert_eq!(parse_result(huge.as_bytes()), None);
+        let long = format!(
+            r#"{{"outcome":"done","summary":"{}"}}"#,
+            "y".repeat(SUMMARY_MAX_CHARS * 2)
+        );
+        let summary = parse_result(long.as_bytes())
+            .and_then(|r| r.summary)
+            .expect("summary");
+        assert!(summary.len() < SUMMARY_MAX_CHARS + 100);
+        assert!(summary.ends_with("(cut at the size limit)"));
+    }
 }
 
 #[cfg(test)]

@@ -16,7 +16,8 @@ use serde_json::{Value, json};
 
 use super::{
     Branch, Comment, Forge, ForgeError, Hook, HookSpec, Issue, IssueChanges, Label, MintedToken,
-    Permission, RUN_TOKEN_SCOPE, Repository, RunnerAccount, TimelineEntry,
+    Permission, PullRequest, RUN_TOKEN_SCOPE, Repository, Review, ReviewComment, RunnerAccount,
+    TimelineEntry,
 };
 use crate::domain::{IssueRef, RepoName};
 use crate::metrics::Metrics;
@@ -338,6 +339,8 @@ fn basic(runner: &RunnerAccount) -> Result<HeaderValue, ForgeError> {
 #[serde(default)]
 struct WireBranch {
     name: String,
+    #[serde(default)]
+    commit: Option<WireCommitRef>,
     user_can_push: Option<bool>,
     user_can_merge: Option<bool>,
 }
@@ -381,6 +384,51 @@ impl WireRepoMeta {
 struct WirePull {
     number: u64,
     state: String,
+    #[serde(default)]
+    merged: bool,
+    #[serde(default)]
+    head: Option<WireHead>,
+    #[serde(default)]
+    updated_at: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WireCommitRef {
+    id: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WireHead {
+    #[serde(rename = "ref")]
+    name: String,
+    sha: String,
+}
+
+#[derive(Deserialize)]
+struct WireReview {
+    id: u64,
+    #[serde(default)]
+    user: Option<WireUser>,
+    #[serde(default)]
+    state: String,
+    #[serde(default)]
+    body: String,
+    #[serde(default)]
+    submitted_at: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct WireReviewComment {
+    #[serde(default)]
+    path: String,
+    #[serde(default)]
+    body: String,
+    #[serde(default)]
+    position: Option<u64>,
+    #[serde(default)]
+    original_position: Option<u64>,
 }
 
 /// `Retry-After` as seconds or an HTTP date, capped.
@@ -863,6 +911,81 @@ impl Forge for ForgejoClient {
         }
     }
 
+    async fn pull(&self, repo: &RepoName, number: u64) -> Result<PullRequest, ForgeError> {
+        let path = format!("{}/pulls/{number}", repo_path(repo));
+        let w: WirePull = self
+            .json(
+                Method::GET,
+                "/repos/{owner}/{repo}/pulls/{index}",
+                &path,
+                &[],
+                None,
+            )
+            .await?;
+        let head = w.head.unwrap_or_default();
+        Ok(PullRequest {
+            number: w.number,
+            state: w.state,
+            merged: w.merged,
+            head_ref: head.name,
+            head_sha: head.sha,
+            updated_at: w.updated_at,
+        })
+    }
+
+    async fn reviews(&self, repo: &RepoName, number: u64) -> Result<Vec<Review>, ForgeError> {
+        let path = format!("{}/pulls/{number}/reviews", repo_path(repo));
+        let wire: Vec<WireReview> = self
+            .all_pages(
+                "/repos/{owner}/{repo}/pulls/{index}/reviews",
+                &path,
+                &[],
+                false,
+            )
+            .await?;
+        Ok(wire
+            .into_iter()
+            .map(|r| Review {
+                id: r.id,
+                user: r.user.map(|u| u.login).unwrap_or_default(),
+                state: r.state,
+                body: r.body,
+                submitted_at: r.submitted_at,
+            })
+            .collect())
+    }
+
+    async fn review_comments(
+        &self,
+        repo: &RepoName,
+        number: u64,
+        review: u64,
+    ) -> Result<Vec<ReviewComment>, ForgeError> {
+        // Not paginated by Forgejo.
+        let path = format!(
+            "{}/pulls/{number}/reviews/{review}/comments",
+            repo_path(repo)
+        );
+        let wire: Vec<WireReviewComment> = self
+            .json(
+                Method::GET,
+                "/repos/{owner}/{repo}/pulls/{index}/reviews/{id}/comments",
+                &path,
+                &[],
+                None,
+            )
+            .await?;
+        Ok(wire
+            .into_iter()
+            .map(|c| ReviewComment {
+                path: c.path,
+                body: c.body,
+                line: c.position.filter(|p| *p > 0),
+                old_line: c.original_position.filter(|p| *p > 0),
+            })
+            .collect())
+    }
+
     async fn create_pull(
         &self,
         repo: &RepoName,
@@ -1109,6 +1232,7 @@ impl ForgejoClient {
                 let w: WireBranch = decode(&Method::GET, &path, resp).await?;
                 Ok(Some(Branch {
                     name: w.name,
+                    commit: w.commit.map(|c| c.id).unwrap_or_default(),
                     user_can_push: w.user_can_push.unwrap_or(true),
                     user_can_merge: w.user_can_merge.unwrap_or(true),
                 }))

@@ -134,9 +134,46 @@ pub struct HookSpec {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Branch {
     pub name: String,
+    /// Its head commit.
+    #[serde(default)]
+    pub commit: String,
     /// A field the forge left out counts as "can": the check fails closed.
     pub user_can_push: bool,
     pub user_can_merge: bool,
+}
+
+/// A pull request as `GET /repos/{o}/{r}/pulls/{index}` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PullRequest {
+    pub number: u64,
+    /// `open` or `closed`.
+    pub state: String,
+    pub merged: bool,
+    pub head_ref: String,
+    pub head_sha: String,
+    pub updated_at: Option<String>,
+}
+
+/// A submitted (or pending) review.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Review {
+    pub id: u64,
+    pub user: String,
+    /// `APPROVED`, `PENDING`, `COMMENT`, `REQUEST_CHANGES`, `REQUEST_REVIEW`, or empty.
+    pub state: String,
+    pub body: String,
+    pub submitted_at: Option<String>,
+}
+
+/// An inline comment of a review: on a file, at a line of the new (or the old) version.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReviewComment {
+    pub path: String,
+    pub body: String,
+    /// The line in the new file, when on the new side.
+    pub line: Option<u64>,
+    /// The line in the old file, when on the old side.
+    pub old_line: Option<u64>,
 }
 
 /// The one scope a run token carries.
@@ -313,6 +350,16 @@ pub trait Forge: Send + Sync {
         title: &str,
         body: &str,
     ) -> Result<u64, ForgeError>;
+    async fn pull(&self, repo: &RepoName, number: u64) -> Result<PullRequest, ForgeError>;
+    /// Every review of a pull request, oldest first.
+    async fn reviews(&self, repo: &RepoName, number: u64) -> Result<Vec<Review>, ForgeError>;
+    /// The inline comments of one review.
+    async fn review_comments(
+        &self,
+        repo: &RepoName,
+        number: u64,
+        review: u64,
+    ) -> Result<Vec<ReviewComment>, ForgeError>;
     /// A token of the runner account restricted to `repo`, scope `write:repository`.
     async fn mint_run_token(
         &self,

@@ -66,6 +66,12 @@ struct RawComment {
 }
 
 #[derive(Debug, Deserialize)]
+struct RawReview {
+    #[serde(default)]
+    content: String,
+}
+
+#[derive(Debug, Deserialize)]
 struct RawPayload {
     #[serde(default)]
     action: String,
@@ -79,6 +85,8 @@ struct RawPayload {
     sender: Option<RawUser>,
     #[serde(default)]
     is_pull: bool,
+    #[serde(default)]
+    review: Option<RawReview>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -89,6 +97,26 @@ pub enum PayloadError {
     Missing(&'static str),
     #[error("payload field `{0}` is invalid: {1}")]
     Invalid(&'static str, String),
+}
+
+/// Parses a verified body whose `X-Forgejo-Event-Type` is `event_type` (already known to map
+/// to `kind`). Fails with the first missing or bad field.
+pub fn parse_typed(
+    event_type: &str,
+    kind: EventKind,
+    body: &[u8],
+) -> Result<ForgeEvent, PayloadError> {
+    let mut event = parse_event(kind, body)?;
+    if kind == EventKind::PullReview {
+        let review_kind = crate::event::ReviewKind::from_header(event_type).ok_or(
+            PayloadError::Invalid("X-Forgejo-Event-Type", event_type.to_owned()),
+        )?;
+        event.review = Some(crate::event::ReviewSnapshot {
+            kind: review_kind,
+            body: event.review.map(|r| r.body).unwrap_or_default(),
+        });
+    }
+    Ok(event)
 }
 
 /// Parses a verified body of the given kind. Fails with the first missing or bad field.
@@ -108,7 +136,7 @@ pub fn parse_event(kind: EventKind, body: &[u8]) -> Result<ForgeEvent, PayloadEr
     let repository = raw.repository.ok_or(PayloadError::Missing("repository"))?;
     let repo = repo_name(&repository)?;
     let (item, item_key) = match kind {
-        EventKind::PullRequest => (raw.pull_request, "pull_request"),
+        EventKind::PullRequest | EventKind::PullReview => (raw.pull_request, "pull_request"),
         _ => (raw.issue, "issue"),
     };
     let item = item.ok_or(PayloadError::Missing(item_key))?;
@@ -121,7 +149,7 @@ pub fn parse_event(kind: EventKind, body: &[u8]) -> Result<ForgeEvent, PayloadEr
         return Err(PayloadError::Missing("number"));
     }
     let comment = match kind {
-        EventKind::IssueComment => {
+        EventKind::IssueComment | EventKind::PullComment => {
             let c = raw.comment.ok_or(PayloadError::Missing("comment"))?;
             Some(CommentSnapshot {
                 id: c.id,
@@ -137,7 +165,11 @@ pub fn parse_event(kind: EventKind, body: &[u8]) -> Result<ForgeEvent, PayloadEr
         action: raw.action,
         issue: IssueRef::new(repo, number),
         sender,
-        is_pull: raw.is_pull || kind == EventKind::PullRequest,
+        is_pull: raw.is_pull
+            || matches!(
+                kind,
+                EventKind::PullRequest | EventKind::PullComment | EventKind::PullReview
+            ),
         snapshot: IssueSnapshot {
             title: item.title,
             body: item.body,
@@ -153,6 +185,11 @@ pub fn parse_event(kind: EventKind, body: &[u8]) -> Result<ForgeEvent, PayloadEr
             merged: item.merged,
         },
         comment,
+        // The kind comes from the header: `parse_typed` fills it in.
+        review: raw.review.map(|r| crate::event::ReviewSnapshot {
+            kind: crate::event::ReviewKind::Comment,
+            body: r.content,
+        }),
     })
 }
 

@@ -8,7 +8,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::AppState;
-use crate::forge::payload::{EventKind, parse_event};
+use crate::forge::payload::{EventKind, parse_typed};
 use crate::forge::signature::{SignatureHeaders, verify};
 use crate::intake::Stored;
 use crate::store::NewDelivery;
@@ -113,7 +113,7 @@ pub async fn receive(
             format!("event type `{event_header}` is not used"),
         );
     };
-    let event = match parse_event(kind, &body) {
+    let event = match parse_typed(&event_header, kind, &body) {
         Ok(event) => event,
         Err(e) => {
             count("bad_request");

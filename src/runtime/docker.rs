@@ -14,12 +14,13 @@ use bollard::models::{
     ContainerCreateBody, ContainerSummaryStateEnum, HostConfig, Mount, MountType,
 };
 use bollard::query_parameters::{
-    CreateContainerOptions, KillContainerOptions, ListContainersOptions, LogsOptions,
-    RemoveContainerOptions, UploadToContainerOptions, WaitContainerOptions,
+    CreateContainerOptions, DownloadFromContainerOptions, KillContainerOptions,
+    ListContainersOptions, LogsOptions, RemoveContainerOptions, StopContainerOptions,
+    UploadToContainerOptions, WaitContainerOptions,
 };
 use futures_util::StreamExt;
 
-use super::{Exit, RunContainer, RunSpec, Runtime, RuntimeError};
+use super::{Exit, RunContainer, RunSpec, Runtime, RuntimeError, WaitLimits};
 use crate::settings::RunnerSettings;
 
 pub use super::RUN_LABEL;
@@ -46,6 +47,30 @@ fn engine(e: DockerError) -> RuntimeError {
 }
 
 impl DockerRuntime {
+    /// A stop signal, then a kill after `grace` (the engine's own stop).
+    async fn stop(&self, id: &str, grace: Duration) -> Result<(), RuntimeError> {
+        let t = i32::try_from(grace.as_secs()).unwrap_or(i32::MAX);
+        match self
+            .docker
+            .stop_container(
+                id,
+                Some(StopContainerOptions {
+                    signal: None,
+                    t: Some(t),
+                }),
+            )
+            .await
+        {
+            Ok(()) => Ok(()),
+            // Ended meanwhile (304), or gone (404).
+            Err(DockerError::DockerResponseServerError {
+                status_code: 304 | 404,
+                ..
+            }) => Ok(()),
+            Err(e) => Err(engine(e)),
+        }
+    }
+
     /// Connects to `DOCKER_HOST`, else the local socket, and negotiates the API version.
     pub async fn connect(settings: RunnerSettings) -> Result<Self, RuntimeError> {
         let docker = Docker::connect_with_defaults()
@@ -130,20 +155,46 @@ fn gid(user: &str) -> &str {
     user.split(':').nth(1).unwrap_or_else(|| uid(user))
 }
 
-/// A tar archive holding one file, readable by the run's user.
-fn tar_one(name: &str, data: &[u8]) -> Result<Vec<u8>, RuntimeError> {
+/// A tar archive holding the task file, readable by the run's user, and the directories
+/// (`dirs`) the run may write into whatever its uid (the volume is the container's own).
+fn tar_task(name: &str, data: &[u8], dirs: &[&str]) -> Result<Vec<u8>, RuntimeError> {
+    let fail = |e: std::io::Error| RuntimeError::Engine(format!("building the task archive: {e}"));
     let mut builder = tar::Builder::new(Vec::new());
     let mut header = tar::Header::new_gnu();
     header.set_size(data.len() as u64);
     header.set_mode(0o444);
     header.set_mtime(0);
     header.set_cksum();
-    builder
-        .append_data(&mut header, name, data)
-        .map_err(|e| RuntimeError::Engine(format!("building the task archive: {e}")))?;
-    builder
-        .into_inner()
-        .map_err(|e| RuntimeError::Engine(format!("building the task archive: {e}")))
+    builder.append_data(&mut header, name, data).map_err(fail)?;
+    for dir in dirs {
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Directory);
+        header.set_size(0);
+        header.set_mode(0o1777);
+        header.set_mtime(0);
+        header.set_cksum();
+        builder
+            .append_data(&mut header, format!("{dir}/"), std::io::empty())
+            .map_err(fail)?;
+    }
+    builder.into_inner().map_err(fail)
+}
+
+/// The first regular file of a tar archive, if at most `max_bytes` long.
+fn first_file(archive: &[u8], max_bytes: usize) -> Option<Vec<u8>> {
+    use std::io::Read as _;
+    let mut tar = tar::Archive::new(archive);
+    let mut entry = tar
+        .entries()
+        .ok()?
+        .flatten()
+        .find(|e| e.header().entry_type().is_file())?;
+    if usize::try_from(entry.size()).ok()? > max_bytes {
+        return None;
+    }
+    let mut out = Vec::new();
+    entry.read_to_end(&mut out).ok()?;
+    Some(out)
 }
 
 #[async_trait]
@@ -176,7 +227,16 @@ impl Runtime for DockerRuntime {
             .file_name()
             .and_then(|f| f.to_str())
             .unwrap_or("task.md");
-        let archive = tar_one(file, &spec.task)?;
+        // The result file's directory, when it sits beside the task file.
+        let result_dir = spec.result_path.as_deref().and_then(|r| {
+            let r = std::path::Path::new(r);
+            let parent = r.parent()?;
+            (parent.parent()? == path.parent()?)
+                .then(|| parent.file_name()?.to_str().map(str::to_owned))
+                .flatten()
+        });
+        let dirs: Vec<&str> = result_dir.iter().map(String::as_str).collect();
+        let archive = tar_task(file, &spec.task, &dirs)?;
         let upload = UploadToContainerOptions {
             path: dir,
             ..Default::default()
@@ -200,35 +260,98 @@ impl Runtime for DockerRuntime {
         self.docker.start_container(id, None).await.map_err(engine)
     }
 
-    async fn wait(&self, id: &str, timeout: Duration) -> Result<Exit, RuntimeError> {
+    async fn wait(&self, id: &str, limits: WaitLimits) -> Result<Exit, RuntimeError> {
         let options = WaitContainerOptions {
             condition: "not-running".into(),
         };
         let mut stream = self.docker.wait_container(id, Some(options));
-        let waited = tokio::time::timeout(timeout, stream.next()).await;
-        match waited {
-            Err(_) => {
-                self.kill(id).await?;
-                // Let the engine record the exit before the caller reads logs.
-                let mut again = self.docker.wait_container(
-                    id,
-                    Some(WaitContainerOptions {
-                        condition: "not-running".into(),
-                    }),
-                );
-                let _ = tokio::time::timeout(Duration::from_secs(30), again.next()).await;
-                Ok(Exit::TimedOut)
+        let deadline = tokio::time::Instant::now() + limits.timeout;
+        // Output since now, to tell a run that works from one that is wedged.
+        let mut output = limits.idle.map(|_| {
+            self.docker.logs(
+                id,
+                Some(LogsOptions {
+                    follow: true,
+                    stdout: true,
+                    stderr: true,
+                    tail: "0".into(),
+                    ..Default::default()
+                }),
+            )
+        });
+        let mut last_output = tokio::time::Instant::now();
+        let cause = loop {
+            let idle_at = limits.idle.map(|d| last_output + d);
+            let wake = idle_at.map_or(deadline, |i| i.min(deadline));
+            tokio::select! {
+                waited = stream.next() => return match waited {
+                    Some(Ok(r)) => Ok(Exit::Code(r.status_code)),
+                    // bollard reports a non-zero exit as an error.
+                    Some(Err(DockerError::DockerContainerWaitError { code, .. })) => {
+                        Ok(Exit::Code(code))
+                    }
+                    Some(Err(e)) => Err(engine(e)),
+                    None => Err(RuntimeError::Engine(
+                        "the wait stream ended without a status".into(),
+                    )),
+                },
+                chunk = async { output.as_mut()?.next().await }, if output.is_some() => {
+                    match chunk {
+                        Some(Ok(_)) => last_output = tokio::time::Instant::now(),
+                        // The log stream ended or failed: only the wall clock counts now.
+                        _ => output = None,
+                    }
+                }
+                _ = tokio::time::sleep_until(wake) => {
+                    break if tokio::time::Instant::now() >= deadline {
+                        Exit::TimedOut
+                    } else {
+                        Exit::Idle
+                    };
+                }
             }
-            Ok(Some(Ok(r))) => Ok(Exit::Code(r.status_code)),
-            // bollard reports a non-zero exit as an error.
-            Ok(Some(Err(DockerError::DockerContainerWaitError { code, .. }))) => {
-                Ok(Exit::Code(code))
+        };
+        self.stop(id, limits.grace).await?;
+        // Let the engine record the exit before the caller reads logs.
+        let mut again = self.docker.wait_container(
+            id,
+            Some(WaitContainerOptions {
+                condition: "not-running".into(),
+            }),
+        );
+        let _ = tokio::time::timeout(limits.grace + Duration::from_secs(30), again.next()).await;
+        Ok(cause)
+    }
+
+    async fn read_file(
+        &self,
+        id: &str,
+        path: &str,
+        max_bytes: usize,
+    ) -> Result<Option<Vec<u8>>, RuntimeError> {
+        let mut stream = self.docker.download_from_container(
+            id,
+            Some(DownloadFromContainerOptions {
+                path: path.to_owned(),
+            }),
+        );
+        let mut archive = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            match chunk {
+                Ok(bytes) => {
+                    archive.extend_from_slice(&bytes);
+                    // A tar holds the file plus headers and padding: stop reading well past it.
+                    if archive.len() > max_bytes + 64 * 1024 {
+                        return Ok(None);
+                    }
+                }
+                Err(DockerError::DockerResponseServerError {
+                    status_code: 404, ..
+                }) => return Ok(None),
+                Err(e) => return Err(engine(e)),
             }
-            Ok(Some(Err(e))) => Err(engine(e)),
-            Ok(None) => Err(RuntimeError::Engine(
-                "the wait stream ended without a status".into(),
-            )),
         }
+        Ok(first_file(&archive, max_bytes))
     }
 
     async fn logs_tail(&self, id: &str, lines: usize) -> Result<String, RuntimeError> {

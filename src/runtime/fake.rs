@@ -4,13 +4,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::future::BoxFuture;
 use tokio::sync::Notify;
 
-use super::{Exit, RUN_LABEL, RunContainer, RunSpec, Runtime, RuntimeError};
+use super::{Exit, RUN_LABEL, RunContainer, RunSpec, Runtime, RuntimeError, WaitLimits};
 
 /// What a started container does: given its spec, it ends with (exit code, output).
 pub type Behaviour = Arc<dyn Fn(RunSpec) -> BoxFuture<'static, (i64, String)> + Send + Sync>;
@@ -27,6 +26,8 @@ struct Container {
     spec: RunSpec,
     status: Status,
     log: String,
+    /// Files the run left (its result file), by path.
+    files: HashMap<String, Vec<u8>>,
 }
 
 #[derive(Default)]
@@ -81,6 +82,17 @@ impl FakeRuntime {
             }
         });
         self.changed.notify_waiters();
+    }
+
+    /// Leaves a file in the run's container (as its agent would write its result file).
+    pub fn put_file(&self, run_id: &str, path: &str, data: &[u8]) {
+        self.with(|s| {
+            for c in s.containers.values_mut() {
+                if c.run_id == run_id {
+                    c.files.insert(path.to_owned(), data.to_vec());
+                }
+            }
+        });
     }
 
     /// Containers created for `run_id`, ever.
@@ -149,6 +161,7 @@ impl Runtime for FakeRuntime {
                     spec,
                     status: Status::Created,
                     log: String::new(),
+                    files: HashMap::new(),
                 },
             );
             Ok(id)
@@ -190,7 +203,14 @@ impl Runtime for FakeRuntime {
         Ok(())
     }
 
-    async fn wait(&self, id: &str, timeout: Duration) -> Result<Exit, RuntimeError> {
+    async fn wait(&self, id: &str, limits: WaitLimits) -> Result<Exit, RuntimeError> {
+        // The fake's output arrives only at the end: a run that has not ended within the idle
+        // limit printed nothing for that long.
+        let timeout = limits.timeout;
+        let (timeout, cause) = match limits.idle {
+            Some(idle) if idle < timeout => (idle, Exit::Idle),
+            _ => (timeout, Exit::TimedOut),
+        };
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             self.check()?;
@@ -205,9 +225,21 @@ impl Runtime for FakeRuntime {
             }
             if tokio::time::timeout_at(deadline, changed).await.is_err() {
                 self.kill(id).await?;
-                return Ok(Exit::TimedOut);
+                return Ok(cause);
             }
         }
+    }
+
+    async fn read_file(
+        &self,
+        id: &str,
+        path: &str,
+        max_bytes: usize,
+    ) -> Result<Option<Vec<u8>>, RuntimeError> {
+        self.check()?;
+        Ok(self
+            .with(|s| s.containers.get(id)?.files.get(path).cloned())
+            .filter(|d| d.len() <= max_bytes))
     }
 
     async fn logs_tail(&self, id: &str, lines: usize) -> Result<String, RuntimeError> {

@@ -29,6 +29,20 @@ pub struct RunSpec {
     pub task: Vec<u8>,
     /// Bind mounts already translated to host paths: (source, target, read_only).
     pub mounts: Vec<(String, String, bool)>,
+    /// Where the run may leave its result file (a writable directory beside the task file,
+    /// kept after the container ends so the director can read it).
+    pub result_path: Option<String>,
+}
+
+/// How long a run may go on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WaitLimits {
+    /// From now: the rest of `runner.timeout_secs`.
+    pub timeout: Duration,
+    /// Without output for this long, the run is wedged.
+    pub idle: Option<Duration>,
+    /// Between the stop signal and the kill.
+    pub grace: Duration,
 }
 
 /// A container the runtime found that belongs to a run.
@@ -44,7 +58,10 @@ pub struct RunContainer {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Exit {
     Code(i64),
+    /// Stopped at the wall-clock limit (a stop signal, the grace, then a kill).
     TimedOut,
+    /// Stopped the same way after printing nothing for the idle limit.
+    Idle,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -64,8 +81,17 @@ pub trait Runtime: Send + Sync {
     /// Creates the container (not started) and copies the task file in; returns its id.
     async fn create(&self, spec: &RunSpec) -> Result<String, RuntimeError>;
     async fn start(&self, id: &str) -> Result<(), RuntimeError>;
-    /// Waits for the container to exit, killing it when `timeout` passes first.
-    async fn wait(&self, id: &str, timeout: Duration) -> Result<Exit, RuntimeError>;
+    /// Waits for the container to exit. When a limit passes first it gets a stop signal and
+    /// `limits.grace` to end (to push what it has), then it is killed.
+    async fn wait(&self, id: &str, limits: WaitLimits) -> Result<Exit, RuntimeError>;
+    /// The file at `path` in the (possibly ended) container, when it exists and is at most
+    /// `max_bytes` long; `Ok(None)` otherwise.
+    async fn read_file(
+        &self,
+        id: &str,
+        path: &str,
+        max_bytes: usize,
+    ) -> Result<Option<Vec<u8>>, RuntimeError>;
     /// The last `lines` lines of output (stdout and stderr).
     async fn logs_tail(&self, id: &str, lines: usize) -> Result<String, RuntimeError>;
     /// Stops the container now.

@@ -13,6 +13,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (4, include_str!("../../migrations/0004_runs.sql")),
     (5, include_str!("../../migrations/0005_outbox.sql")),
     (6, include_str!("../../migrations/0006_director_id.sql")),
+    (
+        7,
+        include_str!("../../migrations/0007_pull_follow_through.sql"),
+    ),
 ];
 
 pub async fn run(pool: &SqlitePool) -> anyhow::Result<()> {

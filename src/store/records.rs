@@ -6,10 +6,11 @@ use anyhow::Context;
 use sqlx::Row;
 
 use super::{CHUNK, Store, to_i64};
+use crate::domain::run::StopCause;
 use crate::domain::{IssueRecord, IssueRef, Lifecycle, RepoName, RunRecord, RunState};
 
-const COLS: &str = "repo, number, title, state, labels, forge_updated_at, last_change_ms, lifecycle, trigger_present, trigger_actor, trigger_trusted, untrusted_notice, preflight, version, blocked";
-const RUN_COLS: &str = "id, repo, number, state, branch, base_branch, container_id, pr_number, detail, created_at_ms, started_at_ms, finished_at_ms, exit_code, log_tail, stop_requested";
+const COLS: &str = "repo, number, title, state, labels, forge_updated_at, last_change_ms, lifecycle, trigger_present, trigger_actor, trigger_trusted, untrusted_notice, preflight, version, blocked, pr";
+const RUN_COLS: &str = "id, repo, number, state, branch, base_branch, container_id, pr_number, detail, created_at_ms, started_at_ms, finished_at_ms, exit_code, log_tail, stop_requested, followup, result, stopped";
 const ACTIVE_RUN: &str = "state IN ('launching', 'running', 'exited')";
 
 /// Pre-flight calls within a window.
@@ -21,8 +22,8 @@ pub(super) async fn upsert_issue(tx: &mut Tx<'_>, record: &IssueRecord) -> anyho
     sqlx::query(
         "INSERT INTO issues (repo, number, title, state, labels, forge_updated_at, last_change_ms, \
          lifecycle, trigger_present, trigger_actor, trigger_trusted, untrusted_notice, \
-         preflight, preflight_not_before_ms, version, blocked) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+         preflight, preflight_not_before_ms, version, blocked, pr, pr_number, pr_state) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
          ON CONFLICT (repo, number) DO UPDATE SET title = excluded.title, \
          state = excluded.state, labels = excluded.labels, \
          forge_updated_at = excluded.forge_updated_at, last_change_ms = excluded.last_change_ms, \
@@ -30,7 +31,8 @@ pub(super) async fn upsert_issue(tx: &mut Tx<'_>, record: &IssueRecord) -> anyho
          trigger_actor = excluded.trigger_actor, trigger_trusted = excluded.trigger_trusted, \
          untrusted_notice = excluded.untrusted_notice, preflight = excluded.preflight, \
          preflight_not_before_ms = excluded.preflight_not_before_ms, \
-         version = excluded.version, blocked = excluded.blocked",
+         version = excluded.version, blocked = excluded.blocked, pr = excluded.pr, \
+         pr_number = excluded.pr_number, pr_state = excluded.pr_state",
     )
     .bind(record.repo.to_string())
     .bind(to_i64(record.number)?)
@@ -48,6 +50,9 @@ pub(super) async fn upsert_issue(tx: &mut Tx<'_>, record: &IssueRecord) -> anyho
     .bind(record.preflight.not_before_ms)
     .bind(record.version)
     .bind(&record.blocked)
+    .bind(record.pr.as_ref().map(serde_json::to_string).transpose()?)
+    .bind(record.pr.as_ref().map(|p| to_i64(p.number)).transpose()?)
+    .bind(record.pr.as_ref().map(|p| p.state.as_str()))
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -56,13 +61,15 @@ pub(super) async fn upsert_issue(tx: &mut Tx<'_>, record: &IssueRecord) -> anyho
 pub(super) async fn upsert_run(tx: &mut Tx<'_>, run: &RunRecord) -> anyhow::Result<()> {
     sqlx::query(
         "INSERT INTO runs (id, repo, number, state, branch, base_branch, container_id, pr_number, \
-         detail, created_at_ms, started_at_ms, finished_at_ms, exit_code, log_tail, stop_requested) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+         detail, created_at_ms, started_at_ms, finished_at_ms, exit_code, log_tail, stop_requested, \
+         followup, result, stopped) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
          ON CONFLICT (id) DO UPDATE SET state = excluded.state, base_branch = excluded.base_branch, \
          container_id = excluded.container_id, pr_number = excluded.pr_number, \
          detail = excluded.detail, started_at_ms = excluded.started_at_ms, \
          finished_at_ms = excluded.finished_at_ms, exit_code = excluded.exit_code, \
-         log_tail = excluded.log_tail, stop_requested = excluded.stop_requested",
+         log_tail = excluded.log_tail, stop_requested = excluded.stop_requested, \
+         followup = excluded.followup, result = excluded.result, stopped = excluded.stopped",
     )
     .bind(&run.id)
     .bind(run.repo.to_string())
@@ -79,9 +86,30 @@ pub(super) async fn upsert_run(tx: &mut Tx<'_>, run: &RunRecord) -> anyhow::Resu
     .bind(run.exit_code)
     .bind(&run.log_tail)
     .bind(run.stop_requested)
+    .bind(run.followup.as_ref().map(serde_json::to_string).transpose()?)
+    .bind(run.result.as_ref().map(serde_json::to_string).transpose()?)
+    .bind(run.stopped.map(stop_cause_str))
     .execute(&mut **tx)
     .await?;
     Ok(())
+}
+
+fn stop_cause_str(cause: StopCause) -> &'static str {
+    match cause {
+        StopCause::Timeout => "timeout",
+        StopCause::Idle => "idle",
+    }
+}
+
+/// A JSON column that may be NULL.
+fn json_column<T: serde::de::DeserializeOwned>(
+    row: &sqlx::sqlite::SqliteRow,
+    name: &str,
+) -> anyhow::Result<Option<T>> {
+    let text: Option<String> = row.try_get(name)?;
+    text.map(|t| serde_json::from_str(&t))
+        .transpose()
+        .with_context(|| format!("stored {name}"))
 }
 
 fn issue_from_row(row: sqlx::sqlite::SqliteRow) -> anyhow::Result<IssueRecord> {
@@ -107,6 +135,7 @@ fn issue_from_row(row: sqlx::sqlite::SqliteRow) -> anyhow::Result<IssueRecord> {
         preflight: serde_json::from_str(&preflight).context("stored pre-flight state")?,
         version: row.try_get("version")?,
         blocked: row.try_get("blocked")?,
+        pr: json_column(&row, "pr")?,
     })
 }
 
@@ -134,6 +163,13 @@ fn run_from_row(row: sqlx::sqlite::SqliteRow) -> anyhow::Result<RunRecord> {
         exit_code: row.try_get("exit_code")?,
         log_tail: row.try_get("log_tail")?,
         stop_requested: row.try_get("stop_requested")?,
+        followup: json_column(&row, "followup")?,
+        result: json_column(&row, "result")?,
+        stopped: match row.try_get::<Option<String>, _>("stopped")?.as_deref() {
+            Some("timeout") => Some(StopCause::Timeout),
+            Some("idle") => Some(StopCause::Idle),
+            _ => None,
+        },
     })
 }
 
@@ -211,6 +247,55 @@ impl Store {
     pub async fn queued_issues(&self) -> anyhow::Result<Vec<IssueRecord>> {
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {COLS} FROM issues WHERE lifecycle = 'queued' ORDER BY last_change_ms, repo, number"
+        )))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(issue_from_row).collect()
+    }
+
+    /// The issues whose run opened the given pull requests, as (pull request, issue).
+    pub async fn issues_of_pulls(
+        &self,
+        pulls: &[IssueRef],
+    ) -> anyhow::Result<Vec<(IssueRef, IssueRef)>> {
+        let mut out = Vec::new();
+        for pull in pulls {
+            let row: Option<i64> = sqlx::query_scalar(
+                "SELECT number FROM issues WHERE repo = ? AND pr_number = ? LIMIT 1",
+            )
+            .bind(pull.repo.to_string())
+            .bind(to_i64(pull.number)?)
+            .fetch_optional(&self.pool)
+            .await?;
+            if let Some(n) = row {
+                let number = u64::try_from(n).context("stored issue number")?;
+                out.push((pull.clone(), IssueRef::new(pull.repo.clone(), number)));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Open pull requests from the director, per repository: what pacing counts.
+    pub async fn open_pull_counts(&self) -> anyhow::Result<HashMap<RepoName, usize>> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT repo, COUNT(*) FROM issues WHERE pr_state = 'open' GROUP BY repo",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut out = HashMap::new();
+        for (repo, n) in rows {
+            out.insert(
+                repo.parse().context("stored repository name")?,
+                usize::try_from(n).unwrap_or(0),
+            );
+        }
+        Ok(out)
+    }
+
+    /// Issues whose pull request is open as far as the director knows (the scan checks them).
+    pub async fn issues_with_open_pulls(&self) -> anyhow::Result<Vec<IssueRecord>> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {COLS} FROM issues WHERE pr_state = 'open' ORDER BY repo, number"
         )))
         .fetch_all(&self.pool)
         .await?;

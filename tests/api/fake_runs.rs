@@ -226,7 +226,11 @@ async fn a_run_past_its_timeout_is_killed_reported_and_its_token_revoked() {
     assert!(t.forge.tokens_of(RUNNER).is_empty());
     let r = reports(&t, &issue);
     assert_eq!(r.len(), 1);
-    assert!(r[0].contains("killed after 1 s"), "{}", r[0]);
+    assert!(
+        r[0].contains("was stopped: it outlived `runner.timeout_secs` (1 s)"),
+        "{}",
+        r[0]
+    );
 }
 
 #[tokio::test]

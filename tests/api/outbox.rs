@@ -111,6 +111,8 @@ fn exited(issue: &IssueRef, n: u32, at: i64) -> NewDelivery {
                 code: Some(0),
                 timed_out: false,
                 log: String::new(),
+                stopped: None,
+                result: None,
             },
         },
         at,

@@ -350,11 +350,15 @@ async fn exit_zero_without_a_branch_is_a_failure() {
 
 #[tokio::test]
 async fn a_run_past_its_timeout_is_killed_and_its_token_revoked() {
-    let (t, _llm) = spawn_runs(|s| s.runner.timeout_secs = 2).await;
+    let (t, _llm) = spawn_runs(|s| {
+        s.runner.timeout_secs = 2;
+        s.runner.stop_grace_secs = 1;
+    })
+    .await;
     let issue = labelled(&t, "Forever", "mode: sleep").await;
     let record = wait_ended(&t, &issue).await;
     assert_eq!(record.lifecycle, Lifecycle::TimedOut);
-    assert!(run_comments(&t, &issue)[0].contains("killed after 2 s"));
+    assert!(run_comments(&t, &issue)[0].contains("outlived `runner.timeout_secs` (2 s)"));
     assert!(t.forge.tokens_of(RUNNER).is_empty());
     wait_until_long("the container is removed", || async {
         containers_of(&t, &issue).await.is_empty()

@@ -65,15 +65,20 @@ pub(super) async fn authorize_command(
     }))
 }
 
-/// Posts `body` unless a comment holding `marker` is already there.
+/// Posts `body` unless the director's own comment holding `marker` is already there (anyone
+/// can write a marker into a comment; only the bot's count).
 pub(super) async fn post_once(
     acts: &Acts,
     issue: &IssueRef,
     marker: &str,
     body: &str,
 ) -> Result<(), ForgeError> {
+    let bot = acts.bot();
     let existing = acts.forge.comments(issue).await?;
-    if existing.iter().any(|c| c.body.contains(marker)) {
+    if existing
+        .iter()
+        .any(|c| c.body.contains(marker) && bot.as_deref().is_none_or(|b| b == c.author))
+    {
         return Ok(());
     }
     acts.forge.create_comment(issue, body).await.map(|_| ())

@@ -4,6 +4,7 @@
 
 mod forge;
 pub mod preflight;
+mod pull;
 pub mod run;
 
 use std::collections::HashMap;
@@ -137,6 +138,14 @@ impl Acts {
             Action::RemoveContainer { run_id } => {
                 self.runs()?.remove(run_id).await?;
                 Ok(None)
+            }
+            Action::CommentOnPull { pr, marker, body } => {
+                let pull = IssueRef::new(issue.repo.clone(), *pr);
+                forge::post_once(self, &pull, marker, body).await?;
+                Ok(None)
+            }
+            Action::ReadFeedback { pr, sender, source } => {
+                pull::read_feedback(self, issue, *pr, sender, source).await
             }
         }
     }

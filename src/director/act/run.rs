@@ -26,6 +26,9 @@ struct TrustedText {
 
 /// Where the task file lands inside the container.
 pub const TASK_PATH: &str = "/task/task.md";
+/// Where a run may leave its result file (`DIRECTOR_RESULT_FILE`): beside the task, in the
+/// container's own volume, so it outlives the container's end.
+pub const RESULT_PATH: &str = "/task/result/result.json";
 const TOKEN_PREFIX: &str = "director-run-";
 
 /// The name of a run's token: `director-run-<run id>-<director id>`. The director id tells
@@ -209,9 +212,23 @@ impl RunAct {
                 tracing::info!(container = %id, "adopting the run's container");
             }
             let base = self.base_branch(acts, &run).await?;
+            // A follow-up's start head was given to it: read it back, not from the branch,
+            // which the run may have moved already.
+            let start_head = match run.followup {
+                Some(_) => self
+                    .runtime
+                    .env(&id)
+                    .await?
+                    .into_iter()
+                    .find(|(k, _)| k == "DIRECTOR_START_HEAD")
+                    .map(|(_, v)| v)
+                    .filter(|v| !v.is_empty()),
+                None => None,
+            };
             return Ok(report(RunReport::Started {
                 container_id: id,
                 base_branch: base,
+                start_head,
             }));
         }
         let issue = acts
@@ -220,7 +237,9 @@ impl RunAct {
             .await?
             .context("the issue is no longer known")?;
         let trusted = self.trusted_text(acts, &issue).await?;
-        if trusted.stale {
+        // A follow-up answers a writer's feedback on the pull request: the issue's text is
+        // the background, not what the verdict bound.
+        if trusted.stale && run.followup.is_none() {
             tracing::info!("the issue changed since the pre-flight; not starting");
             return Ok(report(RunReport::Stale));
         }
@@ -269,6 +288,15 @@ impl RunAct {
         if let Some(why) = self.pr_only_refusal(&run, branch.as_ref()) {
             return Ok(report(RunReport::Refused { why }));
         }
+        if let Some(f) = run.followup.as_mut() {
+            f.start_head = acts
+                .forge
+                .branch(&run.repo, &run.branch)
+                .await
+                .context("reading the pull request's branch")?
+                .map(|b| b.commit)
+                .filter(|c| !c.is_empty());
+        }
         let task = self
             .task(acts, &run, &issue, &trusted.title, &trusted.body)
             .await?;
@@ -286,6 +314,7 @@ impl RunAct {
         Ok(report(RunReport::Started {
             container_id: id,
             base_branch: run.base_branch,
+            start_head: run.followup.and_then(|f| f.start_head),
         }))
     }
 
@@ -384,12 +413,20 @@ impl RunAct {
         Ok(())
     }
 
+    /// Commits the run's branch has that the base has not; for a follow-up, that the head it
+    /// started from has not.
     pub async fn judge(&self, acts: &Acts, run_id: &str) -> anyhow::Result<Option<Event>> {
         let run = Self::run_record(acts, run_id).await?;
+        let from = run
+            .followup
+            .as_ref()
+            .and_then(|f| f.start_head.clone())
+            .unwrap_or_else(|| run.base_branch.clone());
         let ahead = match acts.forge.branch(&run.repo, &run.branch).await? {
+            Some(b) if b.commit == from => 0,
             Some(_) => {
                 acts.forge
-                    .commits_ahead(&run.repo, &run.base_branch, &run.branch)
+                    .commits_ahead(&run.repo, &from, &run.branch)
                     .await?
             }
             None => 0,
@@ -496,7 +533,11 @@ impl RunAct {
             .preflight
             .verdict
             .map_or("none", crate::domain::Judgement::as_str);
-        Ok(task_text(run, title, body, verdict, read.as_deref()))
+        let mut task = task_text(run, title, body, verdict, read.as_deref());
+        if let Some(f) = &run.followup {
+            task.push_str(&followup_text(f, &run.branch));
+        }
+        Ok(task)
     }
 
     /// `scheme://host[:port]` of the forge: where git may send the run token.
@@ -543,6 +584,7 @@ impl RunAct {
             ("DIRECTOR_API_URL".to_owned(), format!("{base}/api/v1")),
             ("DIRECTOR_TOKEN".to_owned(), token.expose().to_owned()),
             ("DIRECTOR_TASK_FILE".to_owned(), TASK_PATH.to_owned()),
+            ("DIRECTOR_RESULT_FILE".to_owned(), RESULT_PATH.to_owned()),
             ("HOME".to_owned(), self.settings.workspace.clone()),
         ];
         let (name, email) = self.git_identity();
@@ -552,6 +594,13 @@ impl RunAct {
             &name,
             &email,
         ));
+        if let Some(f) = &run.followup {
+            env.push(("DIRECTOR_PR".to_owned(), f.pr.to_string()));
+            env.push((
+                "DIRECTOR_START_HEAD".to_owned(),
+                f.start_head.clone().unwrap_or_default(),
+            ));
+        }
         env.extend(self.secrets.passthrough.iter().cloned());
         let labels = HashMap::from([
             (RUN_LABEL.to_owned(), run.id.clone()),
@@ -567,8 +616,20 @@ impl RunAct {
             task_path: TASK_PATH.to_owned(),
             task: task.into_bytes(),
             mounts: self.mounts.clone(),
+            result_path: Some(RESULT_PATH.to_owned()),
         }
     }
+}
+
+/// What a follow-up's task adds: the writer's feedback to answer, and where to push.
+pub fn followup_text(f: &crate::domain::FollowUp, branch: &str) -> String {
+    format!(
+        "\n## Review feedback to answer (pull request #{}, from @{})\n\nThis is a follow-up run: the work above is in pull request #{} already. Check out `{branch}`, answer the feedback below with new commits, and push them to `{branch}` (never force-push).\n\n{}\n",
+        f.pr,
+        f.feedback.by,
+        f.pr,
+        strip_hidden(&f.feedback.text).trim()
+    )
 }
 
 /// The task file's text.

@@ -10,6 +10,8 @@
 
 pub mod contract;
 mod git;
+pub use pulls::ReviewEvent;
+mod pulls;
 mod server;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -100,6 +102,8 @@ pub(crate) struct FPull {
     pub head: String,
     pub base: String,
     pub state: String,
+    pub merged: bool,
+    pub reviews: Vec<pulls::FReview>,
 }
 
 #[derive(Clone, Debug)]
@@ -528,6 +532,8 @@ impl State {
             head: head.to_owned(),
             base: base.to_owned(),
             state: "open".into(),
+            merged: false,
+            reviews: Vec::new(),
         });
         Ok(number)
     }
@@ -559,7 +565,12 @@ impl State {
             body: body.to_owned(),
             created: now,
         });
-        self.emit("issue_comment", "created", actor, issue, Some(&comment));
+        let kind = if self.issue(issue).is_ok_and(|i| i.is_pull) {
+            "pull_request_comment"
+        } else {
+            "issue_comment"
+        };
+        self.emit(kind, "created", actor, issue, Some(&comment));
         Ok(comment)
     }
 
@@ -650,8 +661,22 @@ impl State {
         head: &str,
     ) -> Result<u64, Refusal> {
         let r = self.repo(repo)?;
-        let base = r.branches.get(base).ok_or(Refusal::NotFound)?;
         let head = r.branches.get(head).ok_or(Refusal::NotFound)?;
+        // A base may be a branch or a commit (as Forgejo's compare accepts both): the history
+        // of a commit is that of a branch holding it, up to it.
+        let base: Vec<u64> = match r.branches.get(base) {
+            Some(b) => b.clone(),
+            None => {
+                let id = u64::from_str_radix(base, 16).map_err(|_| Refusal::NotFound)?;
+                let history = r
+                    .branches
+                    .values()
+                    .find(|b| b.contains(&id))
+                    .ok_or(Refusal::NotFound)?;
+                let at = history.iter().position(|c| *c == id).unwrap_or(0);
+                history[..=at].to_vec()
+            }
+        };
         Ok(head.iter().filter(|c| !base.contains(c)).count() as u64)
     }
 
@@ -762,7 +787,7 @@ impl State {
     }
 
     /// Queues the webhook Forgejo would send for a change.
-    fn emit(
+    pub(super) fn emit(
         &mut self,
         event_type: &str,
         action: &str,
@@ -784,7 +809,7 @@ impl State {
         });
         if let Some(c) = comment {
             body["comment"] = server::comment_json(self, &issue.repo, issue.number, c);
-            body["is_pull"] = json!(false);
+            body["is_pull"] = json!(i.is_pull);
         }
         let body = serde_json::to_string_pretty(&body).unwrap_or_default();
         self.outbox.push(Outgoing {
@@ -1525,8 +1550,12 @@ impl Forge for FakeForge {
         let r = s
             .repo(repo)
             .map_err(|e| refused("GET", repo.to_string(), e))?;
-        Ok(r.branches.contains_key(name).then(|| super::Branch {
+        Ok(r.branches.get(name).map(|commits| super::Branch {
             name: name.to_owned(),
+            commit: commits
+                .last()
+                .map(|c| format!("{c:040x}"))
+                .unwrap_or_default(),
             user_can_push: s.can_push(repo, &bot, name),
             user_can_merge: s.can_merge(repo, &bot, name),
         }))
@@ -1553,8 +1582,12 @@ impl Forge for FakeForge {
         let r = s
             .repo(repo)
             .map_err(|e| refused("GET", repo.to_string(), e))?;
-        Ok(r.branches.contains_key(name).then(|| super::Branch {
+        Ok(r.branches.get(name).map(|commits| super::Branch {
             name: name.to_owned(),
+            commit: commits
+                .last()
+                .map(|c| format!("{c:040x}"))
+                .unwrap_or_default(),
             user_can_push: s.can_push(repo, &t.login, name),
             user_can_merge: s.can_merge(repo, &t.login, name),
         }))
@@ -1602,6 +1635,35 @@ impl Forge for FakeForge {
             .map_err(|e| refused("POST", repo.to_string(), e))?;
         self.deliver_webhooks().await;
         Ok(n)
+    }
+
+    async fn pull(&self, repo: &RepoName, number: u64) -> Result<super::PullRequest, ForgeError> {
+        pulls::pull(&self.state(), repo, number)
+            .map_err(|e| refused("GET", format!("{repo}/pulls/{number}"), e))
+    }
+
+    async fn reviews(
+        &self,
+        repo: &RepoName,
+        number: u64,
+    ) -> Result<Vec<super::Review>, ForgeError> {
+        pulls::reviews(&self.state(), repo, number)
+            .map_err(|e| refused("GET", format!("{repo}/pulls/{number}/reviews"), e))
+    }
+
+    async fn review_comments(
+        &self,
+        repo: &RepoName,
+        number: u64,
+        review: u64,
+    ) -> Result<Vec<super::ReviewComment>, ForgeError> {
+        pulls::review_comments(&self.state(), repo, number, review).map_err(|e| {
+            refused(
+                "GET",
+                format!("{repo}/pulls/{number}/reviews/{review}/comments"),
+                e,
+            )
+        })
     }
 
     async fn mint_run_token(

@@ -647,6 +647,25 @@ fn route(
                 json!({ "total_commits": ahead, "commits": commits, "files": [] }),
             ))
         }
+        ("GET", ["repos", o, r, "pulls", n, "reviews"]) if n.parse::<u64>().is_ok() => {
+            let repo = repo_of(o, r)?;
+            let n: u64 = n.parse().map_err(|_| Refusal::NotFound)?;
+            let reviews = super::pulls::reviews_json(s, &repo, n)?;
+            Ok(paginate(reviews, query, false))
+        }
+        ("GET", ["repos", o, r, "pulls", n, "reviews", id, "comments"]) => {
+            let repo = repo_of(o, r)?;
+            let n: u64 = n.parse().map_err(|_| Refusal::NotFound)?;
+            let id: u64 = id.parse().map_err(|_| Refusal::NotFound)?;
+            Ok(ok(Value::Array(super::pulls::review_comments_json(
+                s, &repo, n, id,
+            )?)))
+        }
+        ("GET", ["repos", o, r, "pulls", n]) => {
+            let repo = repo_of(o, r)?;
+            let n: u64 = n.parse().map_err(|_| Refusal::NotFound)?;
+            Ok(ok(super::pulls::pull_json(s, &repo, n)?))
+        }
         ("GET", ["repos", o, r, "pulls", base, head]) => {
             let repo = repo_of(o, r)?;
             let rr = s.repo(&repo)?;
@@ -847,7 +866,10 @@ pub(super) fn issue_json(s: &State, repo: &RepoName, i: &FIssue) -> Value {
         "updated_at": rfc3339(i.updated),
         "closed_at": null,
         "due_date": null,
-        "pull_request": if i.is_pull { json!({ "merged": false }) } else { Value::Null },
+        "pull_request": if i.is_pull {
+            let merged = s.repo(repo).ok().and_then(|r| r.pulls.iter().find(|p| p.number == i.number)).is_some_and(|p| p.merged);
+            json!({ "merged": merged, "merged_at": null })
+        } else { Value::Null },
         "repository": { "id": s.repo(repo).map(|r| r.id).unwrap_or(0), "name": repo.name(), "owner": repo.owner(), "full_name": repo.to_string() },
         "pin_order": 0,
     })
