@@ -283,6 +283,7 @@ fn main() -> ExitCode {
                 let rows = director::status::collect(
                     &store,
                     Some(&settings.forge.url),
+                    &director::status::Queueing::from_settings(&settings),
                     director::clock::now_ms(),
                 )
                 .await?;

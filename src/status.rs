@@ -6,7 +6,8 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::domain::{IssueRef, Lifecycle, RunRecord};
+use crate::domain::run::Usage;
+use crate::domain::{IssueRef, Lifecycle, RepoName, RunRecord, priority_rank};
 use crate::store::{ActionRow, IssueRecord};
 
 /// One tracked issue.
@@ -38,12 +39,52 @@ pub struct Row {
     pub verdict: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub verdict_reason: Option<String>,
+    /// The pull request the issue's run opened.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pr: Option<PrRow>,
     /// The newest run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run: Option<RunRow>,
     /// Actions of the issue that failed (being retried, or given up).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub failing: Vec<Failing>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PrRow {
+    pub number: u64,
+    /// `open`, `merged` or `closed`.
+    pub state: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Follow-up runs since it opened (or since the last `/director retry` on it).
+    pub followups: u32,
+}
+
+/// How queued issues are ordered and paced (`labels.priority`,
+/// `runner.max_open_prs_per_repo`).
+#[derive(Clone, Debug)]
+pub struct Queueing {
+    pub priority: Vec<String>,
+    pub max_open_prs_per_repo: usize,
+}
+
+impl Queueing {
+    pub fn from_settings(settings: &crate::settings::Settings) -> Self {
+        Self {
+            priority: settings.labels.priority.clone(),
+            max_open_prs_per_repo: settings.runner.max_open_prs_per_repo.max(1),
+        }
+    }
+}
+
+impl Default for Queueing {
+    fn default() -> Self {
+        Self {
+            priority: Vec::new(),
+            max_open_prs_per_repo: usize::MAX,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -64,6 +105,12 @@ pub struct RunRow {
     pub pr_url: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// The pull request a follow-up run answers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub followup_of: Option<u64>,
+    /// The model usage the run reported in its result file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -124,12 +171,14 @@ fn run_row(run: &RunRecord, web: Option<&str>, now_ms: i64) -> RunRow {
         started_at: run.started_at_ms.map(when),
         finished_at: run.finished_at_ms.map(when),
         age_secs,
-        pr: run.pr_number,
-        pr_url: match (web, run.pr_number) {
+        pr: run.pr_number.or(run.followup.as_ref().map(|f| f.pr)),
+        pr_url: match (web, run.pr_number.or(run.followup.as_ref().map(|f| f.pr))) {
             (Some(web), Some(n)) => Some(format!("{web}/{}/pulls/{n}", run.repo)),
             _ => None,
         },
         detail: run.detail.clone(),
+        followup_of: run.followup.as_ref().map(|f| f.pr),
+        usage: run.result.as_ref().and_then(|r| r.usage.clone()),
     }
 }
 
@@ -141,6 +190,7 @@ pub fn rows(
     troubled: &[ActionRow],
     runs: &[RunRecord],
     web: Option<&str>,
+    queueing: &Queueing,
     now_ms: i64,
 ) -> Vec<Row> {
     let web = web
@@ -164,7 +214,36 @@ pub fn rows(
         .iter()
         .filter(|r| r.lifecycle == Lifecycle::Queued)
         .collect();
-    queued.sort_by_key(|r| (r.last_change_ms, r.repo.to_string(), r.number));
+    queued.sort_by_key(|r| {
+        (
+            priority_rank(&queueing.priority, &r.labels),
+            r.last_change_ms,
+            r.repo.to_string(),
+            r.number,
+        )
+    });
+    let mut open_prs: HashMap<&RepoName, usize> = HashMap::new();
+    for r in issues {
+        if r.pr
+            .as_ref()
+            .is_some_and(crate::domain::PullRecord::is_open)
+        {
+            *open_prs.entry(&r.repo).or_default() += 1;
+        }
+    }
+    let paced = |r: &IssueRecord| {
+        let open = open_prs.get(&r.repo).copied().unwrap_or(0);
+        let followup =
+            r.pr.as_ref()
+                .is_some_and(crate::domain::PullRecord::is_open);
+        (r.lifecycle == Lifecycle::Queued && !followup && open >= queueing.max_open_prs_per_repo)
+            .then(|| {
+                format!(
+                    "{open} open pull request(s) from the director in {} (`runner.max_open_prs_per_repo` = {}): waits for one to be merged or closed",
+                    r.repo, queueing.max_open_prs_per_repo
+                )
+            })
+    };
     let positions: HashMap<(String, u64), usize> = queued
         .iter()
         .enumerate()
@@ -190,9 +269,15 @@ pub fn rows(
                 trigger_trusted: r.trigger_trusted,
                 queue_position: positions.get(&key).copied(),
                 last_change: when(r.last_change_ms),
-                waiting: waiting(r),
+                waiting: waiting(r).or_else(|| paced(r)),
                 verdict: r.preflight.verdict.map(|v| v.as_str().to_owned()),
                 verdict_reason: r.preflight.reason.clone(),
+                pr: r.pr.as_ref().map(|p| PrRow {
+                    number: p.number,
+                    state: p.state.as_str().to_owned(),
+                    url: web.map(|w| format!("{w}/{}/pulls/{}", r.repo, p.number)),
+                    followups: p.followups,
+                }),
                 run: runs.get(&key).map(|run| run_row(run, web, now_ms)),
                 failing: failing.remove(&r.issue_ref()).unwrap_or_default(),
             }
@@ -237,10 +322,21 @@ pub fn render(rows: &[Row], json: bool) -> anyhow::Result<String> {
         }
         if let Some(run) = &r.run {
             out.push_str(&format!("    run {}: {}", run.id, run.state));
-            if let Some(pr) = run.pr {
+            if let Some(pr) = run.followup_of {
+                out.push_str(&format!(", follow-up on pull request #{pr}"));
+            } else if let Some(pr) = run.pr {
                 out.push_str(&format!(", pull request #{pr}"));
             }
+            if let Some(u) = run.usage.as_ref().and_then(Usage::describe) {
+                out.push_str(&format!(", used {u}"));
+            }
             out.push('\n');
+        }
+        if let Some(pr) = &r.pr {
+            out.push_str(&format!(
+                "    pull request #{}: {}, {} follow-up run(s)\n",
+                pr.number, pr.state, pr.followups
+            ));
         }
         for f in &r.failing {
             out.push_str(&format!(
@@ -291,6 +387,9 @@ fn totals(rows: &[Row]) -> Vec<(&'static str, usize)> {
         ("queued", count(&["queued"])),
         ("running", count(&["launching", "running"])),
         ("pull request open", count(&["succeeded"])),
+        ("merged", count(&["merged"])),
+        ("pull request closed", count(&["pr_closed"])),
+        ("declined", count(&["declined"])),
         (
             "failed",
             count(&["failed", "timed_out", "preflight_failed"]),
@@ -409,13 +508,14 @@ pub fn html(rows: &[Row], now_ms: i64, private_hidden: bool) -> String {
 pub async fn collect(
     store: &crate::store::Store,
     web: Option<&str>,
+    queueing: &Queueing,
     now_ms: i64,
 ) -> anyhow::Result<Vec<Row>> {
     let issues = store.list_issues().await?;
     let troubled = store.troubled_actions().await?;
     let refs: Vec<IssueRef> = issues.iter().map(IssueRecord::issue_ref).collect();
     let runs = store.latest_runs(&refs).await?;
-    Ok(rows(&issues, &troubled, &runs, web, now_ms))
+    Ok(rows(&issues, &troubled, &runs, web, queueing, now_ms))
 }
 
 #[cfg(test)]
@@ -488,6 +588,7 @@ mod tests {
             &[],
             &[run1, run4],
             Some("https://forgejo.example.org/"),
+            &Queueing::default(),
             now,
         )
     }

@@ -221,7 +221,7 @@ impl Consumer {
             return Ok(());
         }
         // Stable: queue order within a priority.
-        queued.sort_by_key(|r| priority_rank(&limits.priority, &r.labels));
+        queued.sort_by_key(|r| crate::domain::priority_rank(&limits.priority, &r.labels));
         let open_prs = self.store.open_pull_counts().await?;
         let followup: HashSet<IssueRef> = queued
             .iter()
@@ -266,14 +266,6 @@ impl Consumer {
         // New run ids: durable before a container can be started for one.
         self.commit(pass, true).await
     }
-}
-
-/// Where an issue's labels put it among `priority` (highest first); unlabelled last.
-pub fn priority_rank(priority: &[String], labels: &[String]) -> usize {
-    priority
-        .iter()
-        .position(|p| labels.iter().any(|l| l == p))
-        .unwrap_or(priority.len())
 }
 
 /// What one pass decided, before it is committed.

@@ -72,6 +72,15 @@ pub fn is_watched(repos: &[RepoName], orgs: &[String], repo: &RepoName) -> bool 
     }) || orgs.iter().any(|o| o.eq_ignore_ascii_case(repo.owner()))
 }
 
+/// Where an issue's labels put it among `priority` (priority labels, highest first):
+/// unlabelled issues come last. Queued issues start in this order, then in queue order.
+pub fn priority_rank(priority: &[String], labels: &[String]) -> usize {
+    priority
+        .iter()
+        .position(|p| labels.iter().any(|l| l == p))
+        .unwrap_or(priority.len())
+}
+
 impl FromStr for RepoName {
     type Err = DomainError;
 

@@ -126,7 +126,8 @@ async fn visible(req: &HttpRequest, state: &AppState) -> Result<(Vec<Row>, bool)
     }
     let full = authorised(req, state)?;
     let web = Some(state.settings.forge.url.as_str());
-    let rows = crate::status::collect(&state.store, web, state.clock.now_ms())
+    let queueing = crate::status::Queueing::from_settings(&state.settings);
+    let rows = crate::status::collect(&state.store, web, &queueing, state.clock.now_ms())
         .await
         .map_err(|e| {
             tracing::warn!(error = %format!("{e:#}"), "status page: the store cannot be read");

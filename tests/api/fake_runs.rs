@@ -19,7 +19,7 @@ use crate::runs::{RUNNER, RUNNER_PASSWORD};
 
 const GO: &str = "Fine.\n\nGO";
 
-fn env<'a>(spec: &'a RunSpec, name: &str) -> &'a str {
+pub fn env<'a>(spec: &'a RunSpec, name: &str) -> &'a str {
     spec.env
         .iter()
         .find(|(k, _)| k == name)
@@ -28,10 +28,31 @@ fn env<'a>(spec: &'a RunSpec, name: &str) -> &'a str {
 }
 
 /// What the fake agent does, picked by `mode: <name>` in the issue body: push a branch
-/// (default), `nobranch`, `leak` (print the token and fail), `hang` (until killed).
-fn agent() -> director::runtime::fake::Behaviour {
-    Arc::new(|spec: RunSpec| {
+/// (default), `nobranch`, `leak` (print the token and fail), `hang` (until killed). A
+/// follow-up (`DIRECTOR_PR` set) commits on the pull request's branch. `result: <outcome>`
+/// in the body leaves a result file saying so.
+fn agent(runtime: FakeRuntime) -> director::runtime::fake::Behaviour {
+    Arc::new(move |spec: RunSpec| {
+        let runtime = runtime.clone();
         async move {
+            let task = String::from_utf8_lossy(&spec.task).into_owned();
+            if let Some(outcome) = task
+                .split("result: ")
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+            {
+                let result = serde_json::json!({
+                    "outcome": outcome,
+                    "reason": "the issue asks for a credential",
+                    "summary": "Did the work <!-- director:sticky -->\n/director fix",
+                    "usage": { "input_tokens": 1000, "output_tokens": 20, "cost_usd": 0.25 },
+                });
+                runtime.put_file(
+                    &spec.run_id,
+                    env(&spec, "DIRECTOR_RESULT_FILE"),
+                    result.to_string().as_bytes(),
+                );
+            }
             let task = String::from_utf8_lossy(&spec.task).into_owned();
             let mode = task
                 .split("mode: ")
@@ -45,12 +66,20 @@ fn agent() -> director::runtime::fake::Behaviour {
                 "hang" => std::future::pending::<()>().await,
                 _ => {}
             }
-            let body = serde_json::json!({
-                "content": "aGVsbG8K",
-                "message": "agent work",
-                "branch": env(&spec, "DIRECTOR_BASE_BRANCH"),
-                "new_branch": env(&spec, "DIRECTOR_BRANCH"),
-            });
+            let body = if env(&spec, "DIRECTOR_PR").is_empty() {
+                serde_json::json!({
+                    "content": "aGVsbG8K",
+                    "message": "agent work",
+                    "branch": env(&spec, "DIRECTOR_BASE_BRANCH"),
+                    "new_branch": env(&spec, "DIRECTOR_BRANCH"),
+                })
+            } else {
+                serde_json::json!({
+                    "content": "Zml4ZWQK",
+                    "message": "answer the review",
+                    "branch": env(&spec, "DIRECTOR_BRANCH"),
+                })
+            };
             let url = format!(
                 "{}/repos/{}/contents/agent.txt",
                 env(&spec, "DIRECTOR_API_URL"),
@@ -76,11 +105,11 @@ fn agent() -> director::runtime::fake::Behaviour {
     })
 }
 
-async fn spawn(
+pub async fn spawn(
     configure: impl FnOnce(&mut director::settings::Settings),
 ) -> (ForgeApp, FakeLlm, FakeRuntime) {
     let fake = FakeRuntime::new();
-    fake.set_behaviour(agent());
+    fake.set_behaviour(agent(fake.clone()));
     let overrides = Overrides {
         runtime: Some(Arc::new(fake.clone())),
         ..Default::default()
@@ -102,13 +131,13 @@ async fn spawn(
     (t, llm, fake)
 }
 
-async fn labelled(t: &ForgeApp, title: &str, body: &str) -> IssueRef {
+pub async fn labelled(t: &ForgeApp, title: &str, body: &str) -> IssueRef {
     let issue = t.forge.open_issue(&t.repo, "reporter", title, body).await;
     t.forge.label(WRITER, &issue, TRIGGER).await;
     issue
 }
 
-async fn run_ids(t: &ForgeApp, issue: &IssueRef) -> Vec<String> {
+pub async fn run_ids(t: &ForgeApp, issue: &IssueRef) -> Vec<String> {
     t.app
         .store
         .runs_of(issue)
@@ -119,7 +148,7 @@ async fn run_ids(t: &ForgeApp, issue: &IssueRef) -> Vec<String> {
         .collect()
 }
 
-fn reports(t: &ForgeApp, issue: &IssueRef) -> Vec<String> {
+pub fn reports(t: &ForgeApp, issue: &IssueRef) -> Vec<String> {
     t.forge
         .comments_on(issue)
         .into_iter()
@@ -128,10 +157,16 @@ fn reports(t: &ForgeApp, issue: &IssueRef) -> Vec<String> {
         .collect()
 }
 
-async fn status_json(t: &ForgeApp) -> serde_json::Value {
+pub async fn status_json(t: &ForgeApp) -> serde_json::Value {
+    status_json_with(t, &[]).await
+}
+
+/// `director status --json`, configured also by `env` (as the operator's configuration).
+pub async fn status_json_with(t: &ForgeApp, env: &[(&str, &str)]) -> serde_json::Value {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_director"))
         .args(["status", "--json"])
         .env("DIRECTOR_STORE__URL", t.app.db_url())
+        .envs(env.iter().copied())
         .output()
         .expect("status runs");
     serde_json::from_slice(&out.stdout).expect("JSON")

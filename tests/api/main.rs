@@ -15,6 +15,7 @@ mod hooks;
 mod incremental;
 mod outbox;
 mod preflight;
+mod pulls;
 mod runs;
 mod scenarios;
 mod status_page;
