@@ -6,6 +6,8 @@ echo "agent: run $DIRECTOR_RUN_ID for $DIRECTOR_REPO#$DIRECTOR_ISSUE mode=${mode
 
 push() {
   body='{"content":"aGVsbG8K","message":"agent work","branch":"'"$DIRECTOR_BASE_BRANCH"'","new_branch":"'"$DIRECTOR_BRANCH"'"}'
+  # A follow-up adds a commit to the pull request's branch.
+  [ -n "$DIRECTOR_PR" ] && body='{"content":"Zml4ZWQK","message":"answer the review","branch":"'"$DIRECTOR_BRANCH"'"}'
   timeout 20 wget -q -O /dev/null --header "Authorization: token $DIRECTOR_TOKEN" \
     --header "Content-Type: application/json" --post-data "$body" \
     "$DIRECTOR_API_URL/repos/$1/contents/agent.txt"
@@ -47,6 +49,16 @@ with_git() {
 
 case "$mode" in
   git|git-main) with_git ;;
+  result)
+    # The run's own account, left where the director reads it after the container ends.
+    printf '%s' '{"outcome":"done","summary":"Wrote agent.txt.","usage":{"input_tokens":321,"output_tokens":45}}' \
+      > "$DIRECTOR_RESULT_FILE" || { echo "cannot write the result file"; exit 1; }
+    ;;
+  grace)
+    # Works silently; at the stop signal it pushes what it has and ends.
+    trap 'push "$DIRECTOR_REPO" && echo "pushed at the stop signal"; exit 0' TERM
+    while true; do sleep 1; done
+    ;;
   nobranch) echo "nothing to do"; exit 0 ;;
   sleep) sleep 600; exit 0 ;;
   slow) sleep 3 ;;

@@ -172,6 +172,7 @@ pub async fn wait_ended(t: &ForgeApp, issue: &IssueRef) -> director::store::Issu
                     | Lifecycle::Failed
                     | Lifecycle::TimedOut
                     | Lifecycle::Cancelled
+                    | Lifecycle::Declined
             )
         })
     })
@@ -758,4 +759,88 @@ async fn run_tokens_left_behind_are_deleted_and_another_directors_live_tokens_ke
             "laptop".to_owned(),
         ]
     );
+}
+
+#[tokio::test]
+async fn the_result_file_a_run_leaves_is_read_after_its_container_ends() {
+    let (t, _llm) = spawn_runs(|_| {}).await;
+    let issue = labelled(&t, "Write it down", "mode: result").await;
+    let record = wait_ended(&t, &issue).await;
+    assert_eq!(record.lifecycle, Lifecycle::Succeeded);
+    let pulls = t.forge.pulls_of(&t.repo);
+    assert!(pulls[0].4.contains("Wrote agent.txt."), "{}", pulls[0].4);
+    assert!(run_comments(&t, &issue)[0].contains("321 input and 45 output tokens"));
+}
+
+#[tokio::test]
+async fn at_the_time_limit_a_run_gets_a_stop_signal_and_its_pushed_branch_is_named() {
+    let (t, _llm) = spawn_runs(|s| {
+        s.runner.timeout_secs = 2;
+        s.runner.stop_grace_secs = 10;
+    })
+    .await;
+    let issue = labelled(&t, "Slow work", "mode: grace").await;
+    let record = wait_ended(&t, &issue).await;
+    assert_eq!(record.lifecycle, Lifecycle::TimedOut);
+    let report = run_comments(&t, &issue).remove(0);
+    assert!(
+        report.contains("outlived `runner.timeout_secs` (2 s)"),
+        "{report}"
+    );
+    assert!(
+        report.contains("1 commit(s) ahead of `main`"),
+        "pushed in the grace: {report}"
+    );
+    assert!(report.contains("pushed at the stop signal"), "{report}");
+    assert!(t.forge.pulls_of(&t.repo).is_empty(), "named, not opened");
+}
+
+#[tokio::test]
+async fn a_run_that_prints_nothing_for_the_idle_limit_is_stopped_the_same_way() {
+    let (t, _llm) = spawn_runs(|s| {
+        s.runner.idle_timeout_secs = 2;
+        s.runner.stop_grace_secs = 10;
+    })
+    .await;
+    let issue = labelled(&t, "Wedged", "mode: grace").await;
+    let record = wait_ended(&t, &issue).await;
+    assert_eq!(record.lifecycle, Lifecycle::TimedOut);
+    let report = run_comments(&t, &issue).remove(0);
+    assert!(
+        report.contains("printed nothing for `runner.idle_timeout_secs` (2 s)"),
+        "{report}"
+    );
+    assert!(report.contains("ahead of `main`"), "{report}");
+}
+
+#[tokio::test]
+async fn a_writers_review_gets_a_follow_up_container_that_pushes_to_the_pr() {
+    let (t, _llm) = spawn_runs(|_| {}).await;
+    let issue = labelled(&t, "Add --verbose", "Print each step.").await;
+    assert_eq!(wait_ended(&t, &issue).await.lifecycle, Lifecycle::Succeeded);
+    let pr = t.forge.pulls_of(&t.repo)[0].0;
+    t.forge
+        .review(
+            WRITER,
+            &t.repo,
+            pr,
+            director::forge::fake::ReviewEvent::RequestChanges,
+            "Rename the flag.",
+            &[],
+        )
+        .await;
+    wait_until_long("the follow-up succeeds", || async {
+        let runs = t.app.store.runs_of(&issue).await.expect("runs");
+        runs.len() == 2 && runs[1].state == director::domain::RunState::Succeeded
+    })
+    .await;
+    t.app.wait_processed().await;
+    let runs = t.app.store.runs_of(&issue).await.expect("runs");
+    assert_eq!(runs[1].branch, runs[0].branch);
+    assert_eq!(t.forge.pulls_of(&t.repo).len(), 1);
+    assert!(t.forge.tokens_of(RUNNER).is_empty());
+    wait_until_long("the follow-up's container is removed", || async {
+        containers_of_runs(std::slice::from_ref(&runs[1].id)).is_empty()
+    })
+    .await;
 }
