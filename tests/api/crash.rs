@@ -288,6 +288,58 @@ async fn killed_right_after_the_container_started_adopts_it_and_starts_no_second
 }
 
 #[tokio::test]
+async fn killed_during_a_follow_up_adopts_its_container_and_starts_no_second() {
+    let w = World::new("Fine.\n\nGO").with_runs();
+    let store = w.store().await;
+    let child = w.start(None).await;
+    let issue = w
+        .labelled("Add --verbose", "Print each step.\nmode: slow")
+        .await;
+    w.settle(&store, &issue, Lifecycle::Succeeded).await;
+    stop(child);
+    let pr = w.forge.pulls_of(&issue.repo)[0].0;
+    let since = chrono::Utc::now().timestamp() - 1;
+    let child = w.start(Some("after_followup_started")).await;
+    w.forge
+        .review(
+            WRITER,
+            &issue.repo,
+            pr,
+            director::forge::fake::ReviewEvent::RequestChanges,
+            "Rename the flag.",
+            &[],
+        )
+        .await;
+    w.kill_at(child, "after_followup_started").await;
+
+    let child = w.start(None).await;
+    w.wait("the follow-up ends", || async {
+        let runs = store.runs_of(&issue).await.expect("runs");
+        runs.len() == 2 && runs[1].state == RunState::Succeeded
+    })
+    .await;
+    w.settle(&store, &issue, Lifecycle::Succeeded).await;
+    let runs = store.runs_of(&issue).await.expect("runs");
+    assert_eq!(
+        creations(&runs[1].id, since),
+        1,
+        "one follow-up container, ever"
+    );
+    assert_eq!(w.forge.pulls_of(&issue.repo).len(), 1);
+    assert!(w.forge.tokens_of(RUNNER).is_empty(), "no token left alive");
+    let said: Vec<String> = w
+        .forge
+        .comments_on(&IssueRef::new(issue.repo.clone(), pr))
+        .into_iter()
+        .map(|c| c.body)
+        .filter(|b| b.contains("pushed 1 new commit(s)"))
+        .collect();
+    assert_eq!(said.len(), 1, "the PR is told once: {said:?}");
+    stop(child);
+    w.assert_contract();
+}
+
+#[tokio::test]
 async fn killed_right_after_opening_the_pull_request_opens_one_and_reports_once() {
     let w = World::new("Fine.\n\nGO").with_runs();
     let store = w.store().await;

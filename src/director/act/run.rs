@@ -309,7 +309,12 @@ impl RunAct {
             Err(e) => return Err(e.into()),
         };
         self.runtime.start(&id).await?;
-        crate::failpoint::hit("after_container_started").await;
+        crate::failpoint::hit(if run.followup.is_some() {
+            "after_followup_started"
+        } else {
+            "after_container_started"
+        })
+        .await;
         tracing::info!(container = %id, "run started");
         Ok(report(RunReport::Started {
             container_id: id,
