@@ -89,6 +89,16 @@ fn a_bad_configuration_exits_non_zero_and_names_the_key() {
         ("DIRECTOR_FORGE__URL", "ftp://x", "forge.url"),
         ("DIRECTOR_SCAN__REPOZ", "a/b", "scan.repoz"),
         (
+            "DIRECTOR_RUNNER__MAX_OPEN_PRS_PER_REPO",
+            "0",
+            "runner.max_open_prs_per_repo",
+        ),
+        (
+            "DIRECTOR_RUNNER__MAX_FOLLOWUPS",
+            "three",
+            "runner.max_followups",
+        ),
+        (
             "DIRECTOR_FORGE__URL",
             "https://forgejo.example.org",
             "forge.token",
