@@ -276,6 +276,70 @@ mod tests {
     }
 
     #[test]
+    fn a_real_merge_close_and_reopen_read_as_such() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/forgejo");
+        let read = |name: &str| {
+            let body = std::fs::read(format!("{dir}/{name}.json")).expect(name);
+            parse_typed("pull_request", EventKind::PullRequest, &body).expect(name)
+        };
+        let merged = read("HookPullRequestMerged");
+        assert_eq!(
+            (
+                merged.action.as_str(),
+                merged.snapshot.state.as_str(),
+                merged.snapshot.merged
+            ),
+            ("closed", "closed", true)
+        );
+        let closed = read("HookPullRequestClosed");
+        assert_eq!(
+            (closed.snapshot.state.as_str(), closed.snapshot.merged),
+            ("closed", false)
+        );
+        let reopened = read("HookPullRequestReopened");
+        assert_eq!(
+            (reopened.action.as_str(), reopened.snapshot.state.as_str()),
+            ("reopened", "open")
+        );
+    }
+
+    #[test]
+    fn a_review_is_told_by_its_event_type_and_a_pr_comment_is_a_pull_fact() {
+        let review = r#"{"action":"reviewed","number":5,"pull_request":{"number":5,"state":"open","title":"t"},
+            "repository":{"full_name":"acme/widgets"},"sender":{"login":"alice"},
+            "review":{"type":"pull_request_review_rejected","content":"Rename it."}}"#;
+        let e = parse_typed(
+            "pull_request_review_rejected",
+            EventKind::PullReview,
+            review.as_bytes(),
+        )
+        .expect("parses");
+        assert!(e.is_pull);
+        assert_eq!(
+            e.review,
+            Some(crate::event::ReviewSnapshot {
+                kind: crate::event::ReviewKind::ChangesRequested,
+                body: "Rename it.".into()
+            })
+        );
+        assert_eq!(
+            EventKind::from_header("pull_request_review_approved"),
+            Some(EventKind::PullReview)
+        );
+        let comment = r#"{"action":"created","issue":{"number":5,"title":"t","state":"open","pull_request":{"merged":false}},
+            "comment":{"id":9,"body":"/director fix","user":{"login":"alice"}},
+            "repository":{"full_name":"acme/widgets"},"sender":{"login":"alice"},"is_pull":true}"#;
+        let e = parse_typed(
+            "pull_request_comment",
+            EventKind::PullComment,
+            comment.as_bytes(),
+        )
+        .expect("parses");
+        assert!(e.is_pull);
+        assert_eq!(e.comment.map(|c| c.id), Some(9));
+    }
+
+    #[test]
     fn a_comment_event_needs_its_comment() {
         let err =
             parse_event(EventKind::IssueComment, LABEL_EVENT.as_bytes()).expect_err("no comment");
@@ -287,6 +351,9 @@ mod tests {
         fn random_bytes_never_panic(body in proptest::collection::vec(any::<u8>(), 0..2048)) {
             for kind in [EventKind::Issues, EventKind::IssueLabel, EventKind::IssueComment, EventKind::PullRequest] {
                 let _ = parse_event(kind, &body);
+            }
+            for (header, kind) in [("pull_request_comment", EventKind::PullComment), ("pull_request_review_rejected", EventKind::PullReview)] {
+                let _ = parse_typed(header, kind, &body);
             }
         }
 
