@@ -727,6 +727,12 @@ impl<'a> Step<'a> {
                 self.started(container_id, base_branch, start_head.as_deref());
             }
             RunReport::Stale if state == RunState::Launching => self.stale(),
+            RunReport::Refused { .. }
+                if state == RunState::Launching
+                    && self.run.as_ref().is_some_and(|r| r.stop_requested) =>
+            {
+                self.end_cancelled(run_id);
+            }
             RunReport::Refused { why } if state == RunState::Launching => {
                 let body = comments::run_refused(run_id, why);
                 self.end_run(RunState::Refused, why.clone(), body);

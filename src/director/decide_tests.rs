@@ -1575,3 +1575,20 @@ fn a_wedged_run_is_stopped_and_its_pushed_branch_named_not_opened() {
         "{body}"
     );
 }
+
+#[test]
+fn a_run_cancelled_before_its_container_started_ends_cancelled() {
+    let mut s = Sim::queued();
+    s.apply(&admitted("r1"));
+    s.apply(&label("alice", &[], T2));
+    assert!(s.run().stop_requested);
+    s.apply(&report(
+        "r1",
+        RunReport::Refused {
+            why: "it was cancelled before it started".into(),
+        },
+    ));
+    assert_eq!(s.run().state, RunState::Cancelled);
+    assert_eq!(s.state(), Lifecycle::Cancelled);
+    assert!(s.kinds().contains(&"revoke_token"));
+}

@@ -202,6 +202,12 @@ impl RunAct {
                 report,
             })
         };
+        if run.stop_requested && self.find_container(run_id).await?.is_none() {
+            // Cancelled before anything was created: nothing is minted or started.
+            return Ok(report(RunReport::Refused {
+                why: "it was cancelled before it started".into(),
+            }));
+        }
         if let Some((id, never_started)) = self.find_container(run_id).await? {
             // An earlier attempt got this far: the PR-only check passed before the container
             // was created, and the token it holds stays alive while the run is active.
