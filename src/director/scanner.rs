@@ -402,6 +402,12 @@ fn pull_observation(repo: &RepoName, pull: &crate::forge::PullRequest, now_ms: i
         "scan:pull:{repo}#{}@{updated}:{}:{}",
         pull.number, pull.state, pull.merged
     );
+    scan_delivery(id, event, now_ms)
+}
+
+/// A scan observation stored under `id`, whose hash is its content: the same id twice is
+/// one delivery.
+fn scan_delivery(id: String, event: ForgeEvent, now_ms: i64) -> NewDelivery {
     let content_sha256 = hex::encode(Sha256::digest(id.as_bytes()));
     NewDelivery {
         delivery_id: id,
@@ -437,12 +443,5 @@ fn observation(repo: &RepoName, issue: &Issue, retry: Option<i64>, now_ms: i64) 
     if let Some(at) = retry {
         id.push_str(&format!(":retry:{at}"));
     }
-    let content_sha256 = hex::encode(Sha256::digest(id.as_bytes()));
-    NewDelivery {
-        delivery_id: id,
-        content_sha256,
-        issue: event.issue.clone(),
-        event: Event::Forge(event),
-        received_at_ms: now_ms,
-    }
+    scan_delivery(id, event, now_ms)
 }

@@ -97,13 +97,33 @@ pub(crate) struct FToken {
 }
 
 #[derive(Clone, Debug)]
+pub(crate) struct FReview {
+    pub id: u64,
+    pub user: String,
+    /// `APPROVED`, `REQUEST_CHANGES`, `COMMENT` (`PENDING` is never sent).
+    pub state: String,
+    pub body: String,
+    pub submitted: i64,
+    pub comments: Vec<FReviewComment>,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct FReviewComment {
+    pub id: u64,
+    pub path: String,
+    pub body: String,
+    /// Line in the new file.
+    pub line: u64,
+}
+
+#[derive(Clone, Debug)]
 pub(crate) struct FPull {
     pub number: u64,
     pub head: String,
     pub base: String,
     pub state: String,
     pub merged: bool,
-    pub reviews: Vec<pulls::FReview>,
+    pub reviews: Vec<FReview>,
 }
 
 #[derive(Clone, Debug)]

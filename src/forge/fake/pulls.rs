@@ -4,29 +4,10 @@
 
 use serde_json::{Value, json};
 
-use super::{FakeForge, Outgoing, Refusal, State, rfc3339, server};
+use super::server::{self, pull_json, review_of, reviews_of};
+use super::{FReview, FReviewComment, FakeForge, Outgoing, Refusal, State, rfc3339};
 use crate::domain::{IssueRef, RepoName};
 use crate::forge::{Permission, PullRequest, Review, ReviewComment};
-
-#[derive(Clone, Debug)]
-pub(crate) struct FReview {
-    pub id: u64,
-    pub user: String,
-    /// `APPROVED`, `REQUEST_CHANGES`, `COMMENT` (`PENDING` is never sent).
-    pub state: String,
-    pub body: String,
-    pub submitted: i64,
-    pub comments: Vec<FReviewComment>,
-}
-
-#[derive(Clone, Debug)]
-pub(crate) struct FReviewComment {
-    pub id: u64,
-    pub path: String,
-    pub body: String,
-    /// Line in the new file.
-    pub line: u64,
-}
 
 /// A review as a test submits it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -253,111 +234,6 @@ fn closing_references(body: &str) -> Vec<u64> {
         .collect()
 }
 
-pub(super) fn pull_json(s: &State, repo: &RepoName, number: u64) -> Result<Value, Refusal> {
-    let r = s.repo(repo)?;
-    let p = r
-        .pulls
-        .iter()
-        .find(|p| p.number == number)
-        .ok_or(Refusal::NotFound)?;
-    let i = r.issues.get(&number).ok_or(Refusal::NotFound)?;
-    let head_sha = r
-        .branches
-        .get(&p.head)
-        .and_then(|c| c.last())
-        .map(|c| format!("{c:040x}"))
-        .unwrap_or_default();
-    Ok(json!({
-        "id": number,
-        "number": number,
-        "url": format!("https://forgejo.example.org/{repo}/pulls/{number}"),
-        "html_url": format!("https://forgejo.example.org/{repo}/pulls/{number}"),
-        "user": server::user_json(s, &i.author),
-        "title": i.title,
-        "body": i.body,
-        "state": p.state,
-        "merged": p.merged,
-        "merged_at": if p.merged { json!(rfc3339(i.updated)) } else { Value::Null },
-        "mergeable": !p.merged,
-        "labels": [],
-        "head": { "label": p.head, "ref": p.head, "sha": head_sha, "repo_id": r.id },
-        "base": { "label": p.base, "ref": p.base, "sha": "", "repo_id": r.id },
-        "created_at": rfc3339(i.created),
-        "updated_at": rfc3339(i.updated),
-        "closed_at": if p.state == "closed" { json!(rfc3339(i.updated)) } else { Value::Null },
-    }))
-}
-
-fn review_value(s: &State, repo: &RepoName, number: u64, v: &FReview) -> Value {
-    json!({
-        "id": v.id,
-        "user": server::user_json(s, &v.user),
-        "team": null,
-        "state": v.state,
-        "body": v.body,
-        "commit_id": "",
-        "stale": false,
-        "official": s.permission_of(repo, &v.user) >= Permission::Write,
-        "dismissed": false,
-        "comments_count": v.comments.len(),
-        "submitted_at": rfc3339(v.submitted),
-        "updated_at": rfc3339(v.submitted),
-        "html_url": format!("https://forgejo.example.org/{repo}/pulls/{number}#issuecomment-{}", v.id),
-        "pull_request_url": format!("https://forgejo.example.org/{repo}/pulls/{number}"),
-    })
-}
-
-fn reviews_of<'a>(s: &'a State, repo: &RepoName, number: u64) -> Result<&'a [FReview], Refusal> {
-    let r = s.repo(repo)?;
-    r.pulls
-        .iter()
-        .find(|p| p.number == number)
-        .map(|p| p.reviews.as_slice())
-        .ok_or(Refusal::NotFound)
-}
-
-pub(super) fn reviews_json(s: &State, repo: &RepoName, number: u64) -> Result<Vec<Value>, Refusal> {
-    Ok(reviews_of(s, repo, number)?
-        .iter()
-        .map(|v| review_value(s, repo, number, v))
-        .collect())
-}
-
-pub(super) fn review_comments_json(
-    s: &State,
-    repo: &RepoName,
-    number: u64,
-    id: u64,
-) -> Result<Vec<Value>, Refusal> {
-    let review = reviews_of(s, repo, number)?
-        .iter()
-        .find(|v| v.id == id)
-        .ok_or(Refusal::NotFound)?;
-    Ok(review
-        .comments
-        .iter()
-        .map(|c| {
-            json!({
-                "id": c.id,
-                "body": c.body,
-                "user": server::user_json(s, &review.user),
-                "resolver": null,
-                "pull_request_review_id": review.id,
-                "created_at": rfc3339(review.submitted),
-                "updated_at": rfc3339(review.submitted),
-                "path": c.path,
-                "commit_id": "",
-                "original_commit_id": "",
-                "diff_hunk": "",
-                "position": c.line,
-                "original_position": 0,
-                "html_url": "",
-                "pull_request_url": format!("https://forgejo.example.org/{repo}/pulls/{number}"),
-            })
-        })
-        .collect())
-}
-
 /// The in-process answers, for the fake's `Forge` implementation.
 pub(super) fn pull(s: &State, repo: &RepoName, number: u64) -> Result<PullRequest, Refusal> {
     let v = pull_json(s, repo, number)?;
@@ -390,10 +266,7 @@ pub(super) fn review_comments(
     number: u64,
     id: u64,
 ) -> Result<Vec<ReviewComment>, Refusal> {
-    let review = reviews_of(s, repo, number)?
-        .iter()
-        .find(|v| v.id == id)
-        .ok_or(Refusal::NotFound)?;
+    let review = review_of(s, repo, number, id)?;
     Ok(review
         .comments
         .iter()

@@ -9,8 +9,11 @@ use actix_web::http::StatusCode;
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use serde_json::{Value, json};
 
-use super::{Call, FComment, FIssue, FLabel, FakeForge, Refusal, State, contract, rfc3339};
+use super::{
+    Call, FComment, FIssue, FLabel, FReview, FakeForge, Refusal, State, contract, rfc3339,
+};
 use crate::domain::{IssueRef, RepoName};
+use crate::forge::Permission;
 
 /// A running fake server; stopped when dropped.
 pub struct FakeServer {
@@ -650,21 +653,19 @@ fn route(
         ("GET", ["repos", o, r, "pulls", n, "reviews"]) if n.parse::<u64>().is_ok() => {
             let repo = repo_of(o, r)?;
             let n: u64 = n.parse().map_err(|_| Refusal::NotFound)?;
-            let reviews = super::pulls::reviews_json(s, &repo, n)?;
+            let reviews = reviews_json(s, &repo, n)?;
             Ok(paginate(reviews, query, false))
         }
         ("GET", ["repos", o, r, "pulls", n, "reviews", id, "comments"]) => {
             let repo = repo_of(o, r)?;
             let n: u64 = n.parse().map_err(|_| Refusal::NotFound)?;
             let id: u64 = id.parse().map_err(|_| Refusal::NotFound)?;
-            Ok(ok(Value::Array(super::pulls::review_comments_json(
-                s, &repo, n, id,
-            )?)))
+            Ok(ok(Value::Array(review_comments_json(s, &repo, n, id)?)))
         }
         ("GET", ["repos", o, r, "pulls", n]) => {
             let repo = repo_of(o, r)?;
             let n: u64 = n.parse().map_err(|_| Refusal::NotFound)?;
-            Ok(ok(super::pulls::pull_json(s, &repo, n)?))
+            Ok(ok(pull_json(s, &repo, n)?))
         }
         ("GET", ["repos", o, r, "pulls", base, head]) => {
             let repo = repo_of(o, r)?;
@@ -889,4 +890,124 @@ pub(super) fn comment_json(s: &State, repo: &RepoName, number: u64, c: &FComment
         "created_at": rfc3339(c.created),
         "updated_at": rfc3339(c.updated),
     })
+}
+
+// ---- pull requests and their reviews ----
+
+pub(super) fn pull_json(s: &State, repo: &RepoName, number: u64) -> Result<Value, Refusal> {
+    let r = s.repo(repo)?;
+    let p = r
+        .pulls
+        .iter()
+        .find(|p| p.number == number)
+        .ok_or(Refusal::NotFound)?;
+    let i = r.issues.get(&number).ok_or(Refusal::NotFound)?;
+    let head_sha = r
+        .branches
+        .get(&p.head)
+        .and_then(|c| c.last())
+        .map(|c| format!("{c:040x}"))
+        .unwrap_or_default();
+    Ok(json!({
+        "id": number,
+        "number": number,
+        "url": format!("https://forgejo.example.org/{repo}/pulls/{number}"),
+        "html_url": format!("https://forgejo.example.org/{repo}/pulls/{number}"),
+        "user": user_json(s, &i.author),
+        "title": i.title,
+        "body": i.body,
+        "state": p.state,
+        "merged": p.merged,
+        "merged_at": if p.merged { json!(rfc3339(i.updated)) } else { Value::Null },
+        "mergeable": !p.merged,
+        "labels": [],
+        "head": { "label": p.head, "ref": p.head, "sha": head_sha, "repo_id": r.id },
+        "base": { "label": p.base, "ref": p.base, "sha": "", "repo_id": r.id },
+        "created_at": rfc3339(i.created),
+        "updated_at": rfc3339(i.updated),
+        "closed_at": if p.state == "closed" { json!(rfc3339(i.updated)) } else { Value::Null },
+    }))
+}
+
+fn review_value(s: &State, repo: &RepoName, number: u64, v: &FReview) -> Value {
+    json!({
+        "id": v.id,
+        "user": user_json(s, &v.user),
+        "team": null,
+        "state": v.state,
+        "body": v.body,
+        "commit_id": "",
+        "stale": false,
+        "official": s.permission_of(repo, &v.user) >= Permission::Write,
+        "dismissed": false,
+        "comments_count": v.comments.len(),
+        "submitted_at": rfc3339(v.submitted),
+        "updated_at": rfc3339(v.submitted),
+        "html_url": format!("https://forgejo.example.org/{repo}/pulls/{number}#issuecomment-{}", v.id),
+        "pull_request_url": format!("https://forgejo.example.org/{repo}/pulls/{number}"),
+    })
+}
+
+pub(super) fn reviews_of<'a>(
+    s: &'a State,
+    repo: &RepoName,
+    number: u64,
+) -> Result<&'a [FReview], Refusal> {
+    let r = s.repo(repo)?;
+    r.pulls
+        .iter()
+        .find(|p| p.number == number)
+        .map(|p| p.reviews.as_slice())
+        .ok_or(Refusal::NotFound)
+}
+
+pub(super) fn review_of<'a>(
+    s: &'a State,
+    repo: &RepoName,
+    number: u64,
+    id: u64,
+) -> Result<&'a FReview, Refusal> {
+    reviews_of(s, repo, number)?
+        .iter()
+        .find(|v| v.id == id)
+        .ok_or(Refusal::NotFound)
+}
+
+pub(super) fn reviews_json(s: &State, repo: &RepoName, number: u64) -> Result<Vec<Value>, Refusal> {
+    Ok(reviews_of(s, repo, number)?
+        .iter()
+        .map(|v| review_value(s, repo, number, v))
+        .collect())
+}
+
+pub(super) fn review_comments_json(
+    s: &State,
+    repo: &RepoName,
+    number: u64,
+    id: u64,
+) -> Result<Vec<Value>, Refusal> {
+    let review = review_of(s, repo, number, id)?;
+    Ok(review
+        .comments
+        .iter()
+        .map(|c| {
+            json!({
+                "id": c.id,
+                "body": c.body,
+                "user": user_json(s, &review.user),
+                "resolver": null,
+                "pull_request_review_id": review.id,
+                "created_at": rfc3339(review.submitted),
+                "updated_at": rfc3339(review.submitted),
+                "path": c.path,
+                "commit_id": "",
+                "original_commit_id": "",
+                "diff_hunk": "",
+                "position": c.line,
+                "original_position": 0,
+                "html_url": "",
+                "pull_request_url": format!("https://forgejo.example.org/{repo}/pulls/{number}"),
+            })
+        })
+        .collect())
 }
