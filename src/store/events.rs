@@ -3,10 +3,8 @@
 
 use std::collections::HashSet;
 
-use anyhow::Context;
-use sqlx::Row;
-
-use super::{CHUNK, Store, to_i64};
+use super::backend::{Cols, params, tuples};
+use super::{CHUNK, Store, Tx, to_i64};
 use crate::domain::IssueRef;
 use crate::event::{Event, SCHEMA_VERSION};
 
@@ -45,8 +43,6 @@ pub struct StoredEvent {
     pub event: Result<Event, String>,
 }
 
-type Tx<'a> = sqlx::Transaction<'a, sqlx::Sqlite>;
-
 /// Inserts in `tx`; returns the delivery ids that were new.
 pub(super) async fn insert(
     tx: &mut Tx<'_>,
@@ -58,31 +54,28 @@ pub(super) async fn insert(
         .collect::<Result<Vec<_>, _>>()?;
     let mut inserted = HashSet::new();
     for (chunk, events) in batch.chunks(CHUNK).zip(events.chunks(CHUNK)) {
-        let mut sql = String::from(
+        let sql = format!(
             "INSERT INTO deliveries \
-             (delivery_id, content_sha256, event_type, repo, number, event, received_at_ms, schema) VALUES ",
+             (delivery_id, content_sha256, event_type, repo, number, event, received_at_ms, schema) \
+             VALUES {} ON CONFLICT DO NOTHING RETURNING delivery_id",
+            tuples(chunk.len(), 8)
         );
-        for i in 0..chunk.len() {
-            sql.push_str(if i == 0 {
-                "(?, ?, ?, ?, ?, ?, ?, ?)"
-            } else {
-                ", (?, ?, ?, ?, ?, ?, ?, ?)"
-            });
-        }
-        sql.push_str(" ON CONFLICT DO NOTHING RETURNING delivery_id");
-        let mut query = sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(sql));
-        for (d, event) in chunk.iter().zip(events) {
-            query = query
-                .bind(&d.delivery_id)
-                .bind(&d.content_sha256)
-                .bind(d.event.kind_str())
-                .bind(d.issue.repo.to_string())
-                .bind(to_i64(d.issue.number)?)
-                .bind(event)
-                .bind(d.received_at_ms)
-                .bind(SCHEMA_VERSION);
-        }
-        inserted.extend(query.fetch_all(&mut **tx).await?);
+        let ids: Vec<String> = on_tx!(&mut *tx, t => {
+            let mut query = sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(sql));
+            for (d, event) in chunk.iter().zip(events) {
+                query = query
+                    .bind(&d.delivery_id)
+                    .bind(&d.content_sha256)
+                    .bind(d.event.kind_str())
+                    .bind(d.issue.repo.to_string())
+                    .bind(to_i64(d.issue.number)?)
+                    .bind(event)
+                    .bind(d.received_at_ms)
+                    .bind(SCHEMA_VERSION);
+            }
+            query.fetch_all(&mut **t).await?
+        });
+        inserted.extend(ids);
     }
     Ok(inserted)
 }
@@ -93,13 +86,17 @@ pub(super) async fn mark_consumed(
     now_ms: i64,
 ) -> anyhow::Result<()> {
     for chunk in seqs.chunks(CHUNK) {
-        let marks = vec!["?"; chunk.len()].join(", ");
-        let sql = format!("UPDATE deliveries SET processed_at_ms = ? WHERE seq IN ({marks})");
-        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now_ms);
-        for seq in chunk {
-            query = query.bind(seq);
-        }
-        query.execute(&mut **tx).await?;
+        let sql = format!(
+            "UPDATE deliveries SET processed_at_ms = $1 WHERE seq IN ({})",
+            params(2, chunk.len())
+        );
+        on_tx!(&mut *tx, t => {
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now_ms);
+            for seq in chunk {
+                query = query.bind(seq);
+            }
+            query.execute(&mut **t).await?;
+        });
     }
     Ok(())
 }
@@ -110,12 +107,16 @@ pub(super) async fn set_aside(
     now_ms: i64,
 ) -> anyhow::Result<()> {
     for (seq, reason) in dead {
-        sqlx::query("UPDATE deliveries SET processed_at_ms = ?, dead_reason = ? WHERE seq = ?")
+        on_tx!(&mut *tx, t => {
+            sqlx::query(
+                "UPDATE deliveries SET processed_at_ms = $1, dead_reason = $2 WHERE seq = $3",
+            )
             .bind(now_ms)
             .bind(reason)
             .bind(seq)
-            .execute(&mut **tx)
+            .execute(&mut **t)
             .await?;
+        });
     }
     Ok(())
 }
@@ -124,8 +125,7 @@ impl Store {
     /// Stores a batch in one transaction (one fsync for the lot). Returns, per delivery,
     /// whether it was new: a known delivery id or the same body seen before is not.
     pub async fn insert_deliveries(&self, batch: &[NewDelivery]) -> anyhow::Result<Vec<bool>> {
-        let _writer = self.write_lock.lock().await;
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin(true).await?;
         let inserted = insert(&mut tx, batch).await?;
         tx.commit().await?;
         // A delivery id repeated inside one batch is new only the first time.
@@ -138,67 +138,56 @@ impl Store {
 
     /// The oldest unconsumed events, in arrival order.
     pub async fn next_events(&self, limit: u32) -> anyhow::Result<Vec<StoredEvent>> {
-        let rows = sqlx::query(
-            "SELECT seq, delivery_id, repo, number, event, schema FROM deliveries \
-             WHERE processed_at_ms IS NULL ORDER BY seq LIMIT ?",
-        )
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter()
-            .map(|row| {
-                let repo: String = row.try_get("repo")?;
-                let number: i64 = row.try_get("number")?;
-                let json: String = row.try_get("event")?;
-                let schema: i64 = row.try_get("schema")?;
-                let issue = repo
-                    .parse()
-                    .ok()
-                    .zip(u64::try_from(number).ok())
-                    .map(|(repo, number)| IssueRef::new(repo, number));
-                Ok(StoredEvent {
-                    seq: row.try_get("seq")?,
-                    delivery_id: row.try_get("delivery_id")?,
-                    issue,
-                    event: Event::from_stored(schema, &json),
-                })
-            })
-            .collect()
+        on_pool!(&self.db, p => {
+            let rows = sqlx::query(
+                "SELECT seq, delivery_id, repo, number, event, schema FROM deliveries \
+                 WHERE processed_at_ms IS NULL ORDER BY seq LIMIT $1",
+            )
+            .bind(i64::from(limit))
+            .fetch_all(p)
+            .await?;
+            rows.iter().map(stored_event).collect()
+        })
     }
 
     /// Deliveries stored and not yet processed (answered from the partial index).
     pub async fn pending_deliveries(&self) -> anyhow::Result<i64> {
-        Ok(
+        Ok(on_pool!(&self.db, p => {
             sqlx::query_scalar("SELECT COUNT(*) FROM deliveries WHERE processed_at_ms IS NULL")
-                .fetch_one(&self.pool)
-                .await?,
-        )
+                .fetch_one(p)
+                .await?
+        }))
     }
 
     /// (deliveries from the forge and the scan, events of any kind not yet consumed).
     pub async fn delivery_counts(&self) -> anyhow::Result<(i64, i64)> {
-        let row = sqlx::query(
-            "SELECT COALESCE(SUM(CASE WHEN event_type IN \
-             ('issues', 'issue_label', 'issue_comment', 'pull_request', 'scan') THEN 1 ELSE 0 END), 0) AS total, \
-             COALESCE(SUM(CASE WHEN processed_at_ms IS NULL THEN 1 ELSE 0 END), 0) AS pending \
-             FROM deliveries",
-        )
-        .fetch_one(&self.pool)
-        .await?;
-        Ok((row.try_get("total")?, row.try_get("pending")?))
+        // COUNT, not SUM: a bigint on both backends.
+        on_pool!(&self.db, p => {
+            let row = sqlx::query(
+                "SELECT COUNT(CASE WHEN event_type IN \
+                 ('issues', 'issue_label', 'issue_comment', 'pull_request', 'pull_request_comment', \
+                 'pull_request_review', 'scan') THEN 1 END) AS total, \
+                 COUNT(CASE WHEN processed_at_ms IS NULL THEN 1 END) AS pending \
+                 FROM deliveries",
+            )
+            .fetch_one(p)
+            .await?;
+            Ok((row.int("total")?, row.int("pending")?))
+        })
     }
 
     /// Stored events set aside because they no longer parse: (delivery id, reason).
     pub async fn dead_events(&self) -> anyhow::Result<Vec<(String, String)>> {
-        let rows = sqlx::query(
-            "SELECT delivery_id, dead_reason FROM deliveries WHERE dead_reason IS NOT NULL ORDER BY seq",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter()
-            .map(|r| Ok((r.try_get("delivery_id")?, r.try_get("dead_reason")?)))
-            .collect::<Result<_, sqlx::Error>>()
-            .context("reading set-aside events")
+        on_pool!(&self.db, p => {
+            let rows = sqlx::query(
+                "SELECT delivery_id, dead_reason FROM deliveries WHERE dead_reason IS NOT NULL ORDER BY seq",
+            )
+            .fetch_all(p)
+            .await?;
+            rows.iter()
+                .map(|r| Ok((r.text("delivery_id")?, r.text("dead_reason")?)))
+                .collect()
+        })
     }
 
     /// Stores a raw event row as an older or foreign writer might have (tests of set-aside).
@@ -211,20 +200,40 @@ impl Store {
         json: &str,
         now_ms: i64,
     ) -> anyhow::Result<()> {
-        let _writer = self.write_lock.lock().await;
-        sqlx::query(
-            "INSERT INTO deliveries (delivery_id, content_sha256, event_type, repo, number, event, received_at_ms, schema) \
-             VALUES (?, ?, 'raw', ?, ?, ?, ?, ?)",
-        )
-        .bind(delivery_id)
-        .bind(delivery_id)
-        .bind(issue.repo.to_string())
-        .bind(to_i64(issue.number)?)
-        .bind(json)
-        .bind(now_ms)
-        .bind(schema)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        let mut tx = self.begin(true).await?;
+        on_tx!(&mut tx, t => {
+            sqlx::query(
+                "INSERT INTO deliveries (delivery_id, content_sha256, event_type, repo, number, event, received_at_ms, schema) \
+                 VALUES ($1, $2, 'raw', $3, $4, $5, $6, $7)",
+            )
+            .bind(delivery_id)
+            .bind(delivery_id)
+            .bind(issue.repo.to_string())
+            .bind(to_i64(issue.number)?)
+            .bind(json)
+            .bind(now_ms)
+            .bind(schema)
+            .execute(&mut **t)
+            .await?;
+        });
+        tx.commit().await
     }
+}
+
+fn stored_event(row: &impl Cols) -> anyhow::Result<StoredEvent> {
+    let repo = row.text("repo")?;
+    let number = row.int("number")?;
+    let json = row.text("event")?;
+    let schema = row.int("schema")?;
+    let issue = repo
+        .parse()
+        .ok()
+        .zip(u64::try_from(number).ok())
+        .map(|(repo, number)| IssueRef::new(repo, number));
+    Ok(StoredEvent {
+        seq: row.int("seq")?,
+        delivery_id: row.text("delivery_id")?,
+        issue,
+        event: Event::from_stored(schema, &json),
+    })
 }

@@ -1,11 +1,16 @@
-//! The database behind methods that say what they do. SQLite today; the SQL is kept to what
-//! PostgreSQL also speaks, so a second backend changes this module and nothing that calls it.
+//! The database behind methods that say what they do: SQLite (`sqlite://...`, the default,
+//! for one process) or PostgreSQL (`postgres://...`, for several replicas sharing it). Both
+//! run the same statements (see `backend`); nothing outside this module writes SQL.
 //!
 //! - `events`: stored deliveries and executor outcomes, consumed in arrival order;
 //! - `records`: issues, runs and the pre-flight's cache and call log;
-//! - `outbox`: actions, claimed with leases; retention.
+//! - `outbox`: actions, claimed with leases; retention;
+//! - `leases`: work that one replica at a time may do (the consumer, a scan period).
 
+#[macro_use]
+mod backend;
 mod events;
+mod leases;
 mod migrate;
 mod outbox;
 mod records;
@@ -15,11 +20,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use sqlx::SqlitePool;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{ConnectOptions as _, SqlitePool};
 
 pub use crate::domain::{IssueRecord, PreflightState, RunRecord};
 pub use events::{NewDelivery, StoredEvent};
+pub use leases::Fence;
 pub use outbox::{ActionRow, ClaimedAction, Finished, Lane, NewAction};
 pub use records::CallWindow;
 
@@ -27,8 +34,25 @@ use crate::settings::{StoreSettings, Synchronous};
 
 #[derive(Clone, Debug)]
 pub struct Store {
+    db: Db,
+}
+
+/// Which database, and what it needs.
+#[derive(Clone, Debug)]
+pub(crate) enum Db {
+    Sqlite(Sqlite),
+    Postgres(Postgres),
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Postgres {
+    pub(crate) pool: PgPool,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Sqlite {
     /// Commits are fsynced (`store.synchronous`): intake and decisions.
-    pool: SqlitePool,
+    pub(crate) pool: SqlitePool,
     /// The same database without an fsync per commit, for writes whose loss in a power cut is
     /// harmless: claims, attempts and completions of actions (an action lost that way is
     /// performed again, and every action is safe to repeat), the read cache, the call log.
@@ -39,6 +63,41 @@ pub struct Store {
     write_lock: Arc<tokio::sync::Mutex<()>>,
     /// Stops the checkpoint task when the last clone of this store is dropped.
     _checkpoints: Arc<tokio_util::sync::DropGuard>,
+}
+
+/// A write transaction on either backend (on SQLite, holding the writer's turn).
+pub(crate) enum Tx<'a> {
+    Sqlite(
+        sqlx::Transaction<'static, sqlx::Sqlite>,
+        tokio::sync::MutexGuard<'a, ()>,
+    ),
+    Postgres(sqlx::Transaction<'static, sqlx::Postgres>),
+}
+
+impl Tx<'_> {
+    pub(crate) async fn commit(self) -> anyhow::Result<()> {
+        match self {
+            Self::Sqlite(tx, _turn) => tx.commit().await?,
+            Self::Postgres(tx) => tx.commit().await?,
+        }
+        Ok(())
+    }
+}
+
+/// `store.url` with any password replaced, for messages and `check-config`.
+pub fn masked_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        Ok(_) => url.to_owned(),
+        // Not a URL: show only its scheme, if any (it may hold anything).
+        Err(_) => match url.split_once("://") {
+            Some((scheme, _)) => format!("{scheme}://..."),
+            None => "(not a URL)".to_owned(),
+        },
+    }
 }
 
 /// Copies the write-ahead log back into the database every 250 ms (as far as readers allow,
@@ -82,14 +141,96 @@ pub struct Commit {
     pub consumed: Vec<i64>,
     /// Stored events that do not parse: kept, with the reason, and never read again.
     pub dead: Vec<(i64, String)>,
+    /// Committed only while this lease is still held (the consumer's, with several replicas).
+    pub fence: Option<Fence>,
+}
+
+/// An error message with the URL's password, if it appears, replaced.
+fn redact_error(message: &str, url: &str) -> String {
+    match reqwest::Url::parse(url)
+        .ok()
+        .and_then(|u| u.password().map(str::to_owned))
+    {
+        Some(p) if !p.is_empty() => message.replace(&p, "***"),
+        _ => message.to_owned(),
+    }
 }
 
 impl Store {
-    /// Opens (creating if missing) the database and applies pending migrations.
+    /// Opens the database named by `store.url` and applies pending migrations: SQLite
+    /// (created if missing) or PostgreSQL. A bad or unreachable URL fails naming the key,
+    /// never showing its password.
     pub async fn connect(settings: &StoreSettings) -> anyhow::Result<Self> {
+        let url = settings.url.trim();
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            return Self::connect_postgres(url).await;
+        }
+        if !url.starts_with("sqlite:") {
+            anyhow::bail!(
+                "store.url `{}` is neither sqlite://... nor postgres://...",
+                masked_url(url)
+            );
+        }
+        Self::connect_sqlite(settings).await
+    }
+
+    async fn connect_postgres(url: &str) -> anyhow::Result<Self> {
+        let shown = masked_url(url);
+        let options = PgConnectOptions::from_str(url)
+            .map_err(|_| anyhow::anyhow!("store.url `{shown}` is not a PostgreSQL URL"))?
+            // Statements are logged at debug only: parameters never are.
+            .log_statements(tracing::log::LevelFilter::Debug);
+        let pool = PgPoolOptions::new()
+            .max_connections(16)
+            .min_connections(1)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_with(options)
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "store.url: cannot connect to the database at `{shown}`: {}",
+                    redact_error(&e.to_string(), url)
+                )
+            })?;
+        migrate::run_postgres(&pool)
+            .await
+            .context("applying migrations")?;
+        Ok(Self {
+            db: Db::Postgres(Postgres { pool }),
+        })
+    }
+
+    /// Whether this store is shared by several replicas (PostgreSQL).
+    pub fn is_shared(&self) -> bool {
+        matches!(self.db, Db::Postgres(_))
+    }
+
+    /// A write transaction; on SQLite `durable` picks the fsynced connection (PostgreSQL
+    /// commits are always durable).
+    pub(crate) async fn begin(&self, durable: bool) -> anyhow::Result<Tx<'_>> {
+        Ok(match &self.db {
+            Db::Sqlite(s) => {
+                let turn = s.write_lock.lock().await;
+                let tx = if durable {
+                    s.pool.begin().await?
+                } else {
+                    s.relaxed.begin().await?
+                };
+                Tx::Sqlite(tx, turn)
+            }
+            Db::Postgres(pg) => Tx::Postgres(pg.pool.begin().await?),
+        })
+    }
+
+    async fn connect_sqlite(settings: &StoreSettings) -> anyhow::Result<Self> {
         let options = |sync: SqliteSynchronous| {
             SqliteConnectOptions::from_str(&settings.url)
-                .with_context(|| format!("store.url `{}` is not a SQLite URL", settings.url))
+                .with_context(|| {
+                    format!(
+                        "store.url `{}` is not a SQLite URL",
+                        masked_url(&settings.url)
+                    )
+                })
                 .map(|o| {
                     o.create_if_missing(true)
                         .journal_mode(SqliteJournalMode::Wal)
@@ -114,47 +255,72 @@ impl Store {
             .min_connections(1)
             .connect_with(options(durable)?)
             .await
-            .with_context(|| format!("cannot open the database at {}", settings.url))?;
-        migrate::run(&pool).await.context("applying migrations")?;
+            .with_context(|| {
+                format!(
+                    "store.url: cannot open the database at {}",
+                    masked_url(&settings.url)
+                )
+            })?;
+        migrate::run_sqlite(&pool)
+            .await
+            .context("applying migrations")?;
         // Its writes are serialised by `write_lock` anyway: one connection, one page cache.
         let relaxed = SqlitePoolOptions::new()
             .max_connections(1)
             .min_connections(1)
             .connect_with(options(SqliteSynchronous::Normal)?)
             .await
-            .with_context(|| format!("cannot open the database at {}", settings.url))?;
+            .with_context(|| {
+                format!(
+                    "store.url: cannot open the database at {}",
+                    masked_url(&settings.url)
+                )
+            })?;
         let stop = tokio_util::sync::CancellationToken::new();
         spawn_checkpoints(pool.clone(), stop.clone());
         Ok(Self {
-            pool,
-            relaxed,
-            write_lock: Arc::default(),
-            _checkpoints: Arc::new(stop.drop_guard()),
+            db: Db::Sqlite(Sqlite {
+                pool,
+                relaxed,
+                write_lock: Arc::default(),
+                _checkpoints: Arc::new(stop.drop_guard()),
+            }),
         })
     }
 
+    /// A write outside a consumer pass that may go without an fsync on SQLite (claims,
+    /// attempts, the read cache): see [`Sqlite::relaxed`].
+    pub(crate) async fn relaxed(&self) -> anyhow::Result<Tx<'_>> {
+        self.begin(false).await
+    }
+
     /// This director's id: made once, at random, and kept in the database.
+    /// Replicas sharing a PostgreSQL database share it: they are one director.
     pub async fn director_id(&self) -> anyhow::Result<String> {
         let fresh = format!("{:08x}", rand::random::<u32>());
-        {
-            let _writer = self.write_lock.lock().await;
+        let mut tx = self.begin(true).await?;
+        on_tx!(&mut tx, t => {
             sqlx::query(
-                "INSERT INTO meta (key, value) VALUES ('director_id', ?) ON CONFLICT DO NOTHING",
+                "INSERT INTO meta (key, value) VALUES ('director_id', $1) ON CONFLICT DO NOTHING",
             )
             .bind(&fresh)
-            .execute(&self.pool)
+            .execute(&mut **t)
             .await?;
-        }
-        Ok(
+        });
+        tx.commit().await?;
+        let id: String = on_pool!(&self.db, p => {
             sqlx::query_scalar("SELECT value FROM meta WHERE key = 'director_id'")
-                .fetch_one(&self.pool)
-                .await?,
-        )
+                .fetch_one(p)
+                .await?
+        });
+        Ok(id)
     }
 
     /// Succeeds when the database answers a query.
     pub async fn ping(&self) -> anyhow::Result<()> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        on_pool!(&self.db, p => {
+            sqlx::query("SELECT 1").execute(p).await?;
+        });
         Ok(())
     }
 
@@ -175,12 +341,10 @@ impl Store {
         now_ms: i64,
         durable: bool,
     ) -> anyhow::Result<()> {
-        let _writer = self.write_lock.lock().await;
-        let mut tx = if durable {
-            self.pool.begin().await?
-        } else {
-            self.relaxed.begin().await?
-        };
+        let mut tx = self.begin(durable).await?;
+        if let Some(fence) = &commit.fence {
+            leases::check_fence(&mut tx, fence, now_ms).await?;
+        }
         for record in &commit.records {
             records::upsert_issue(&mut tx, record).await?;
         }

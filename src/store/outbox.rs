@@ -2,10 +2,10 @@
 //! leases, finished in the same transaction as the outcome event they report. And retention.
 
 use anyhow::Context;
-use sqlx::Row;
 
+use super::backend::{Cols, params, tuples};
 use super::events::{NewDelivery, insert};
-use super::{CHUNK, Store, to_i64};
+use super::{CHUNK, Db, Store, Tx, to_i64};
 use crate::domain::IssueRef;
 use crate::event::SCHEMA_VERSION;
 
@@ -73,8 +73,6 @@ pub enum Lane<'a> {
     Except(&'a str),
 }
 
-type Tx<'a> = sqlx::Transaction<'a, sqlx::Sqlite>;
-
 /// Each issue's oldest due action: the only one of the issue that may run (a grouped scan of
 /// the partial index `actions_due_by_issue`).
 const HEADS: &str = "SELECT MIN(id) AS id FROM actions WHERE state = 'due' GROUP BY repo, number";
@@ -85,48 +83,52 @@ pub(super) async fn insert_actions(
     now_ms: i64,
 ) -> anyhow::Result<()> {
     for chunk in actions.chunks(CHUNK / 2) {
-        let rows = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
         let sql = format!(
             "INSERT INTO actions (key, repo, number, kind, action, schema, max_attempts, not_before_ms, created_at_ms) \
-             VALUES {rows} ON CONFLICT (key) DO NOTHING"
+             VALUES {} ON CONFLICT (key) DO NOTHING",
+            tuples(chunk.len(), 9)
         );
-        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-        for a in chunk {
-            query = query
-                .bind(&a.key)
-                .bind(a.issue.repo.to_string())
-                .bind(to_i64(a.issue.number)?)
-                .bind(&a.kind)
-                .bind(&a.payload)
-                .bind(SCHEMA_VERSION)
-                .bind(i64::from(a.max_attempts))
-                .bind(a.not_before_ms)
-                .bind(now_ms);
-        }
-        query.execute(&mut **tx).await?;
+        on_tx!(&mut *tx, t => {
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+            for a in chunk {
+                query = query
+                    .bind(&a.key)
+                    .bind(a.issue.repo.to_string())
+                    .bind(to_i64(a.issue.number)?)
+                    .bind(&a.kind)
+                    .bind(&a.payload)
+                    .bind(SCHEMA_VERSION)
+                    .bind(i64::from(a.max_attempts))
+                    .bind(a.not_before_ms)
+                    .bind(now_ms);
+            }
+            query.execute(&mut **t).await?;
+        });
     }
     Ok(())
 }
 
 pub(super) async fn retract(tx: &mut Tx<'_>, keys: &[String], now_ms: i64) -> anyhow::Result<()> {
     for chunk in keys.chunks(CHUNK) {
-        let marks = vec!["?"; chunk.len()].join(", ");
         let sql = format!(
-            "UPDATE actions SET state = 'retracted', done_at_ms = ? \
-             WHERE key IN ({marks}) AND state = 'due' AND lease_owner IS NULL"
+            "UPDATE actions SET state = 'retracted', done_at_ms = $1 \
+             WHERE key IN ({}) AND state = 'due' AND lease_owner IS NULL",
+            params(2, chunk.len())
         );
-        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now_ms);
-        for k in chunk {
-            query = query.bind(k);
-        }
-        query.execute(&mut **tx).await?;
+        on_tx!(&mut *tx, t => {
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now_ms);
+            for k in chunk {
+                query = query.bind(k);
+            }
+            query.execute(&mut **t).await?;
+        });
     }
     Ok(())
 }
 
-fn row_issue(row: &sqlx::sqlite::SqliteRow) -> anyhow::Result<IssueRef> {
-    let repo: String = row.try_get("repo")?;
-    let number: i64 = row.try_get("number")?;
+fn row_issue(row: &impl Cols) -> anyhow::Result<IssueRef> {
+    let repo = row.text("repo")?;
+    let number = row.int("number")?;
     Ok(IssueRef::new(
         repo.parse().context("stored repository name")?,
         u64::try_from(number).context("stored issue number")?,
@@ -155,45 +157,52 @@ impl Store {
             Lane::Only(k) => ("=", k),
             Lane::Except(k) => ("<>", k),
         };
-        let _writer = self.write_lock.lock().await;
-        let mut tx = self.relaxed.begin().await?;
+        // Several replicas claim at once on PostgreSQL: rows another is claiming are skipped,
+        // never claimed twice (SQLite has one writer at a time).
+        let lock = match self.db {
+            Db::Postgres(_) => " FOR UPDATE OF a SKIP LOCKED",
+            Db::Sqlite(_) => "",
+        };
         let sql = format!(
             "SELECT a.id, a.key, a.repo, a.number, a.kind, a.action, a.schema, a.attempts, a.max_attempts \
              FROM actions a JOIN ({HEADS}) h ON a.id = h.id \
-             WHERE a.not_before_ms <= ? AND a.kind {op} ? \
-             AND (a.lease_until_ms IS NULL OR a.lease_until_ms < ?) \
-             ORDER BY a.id LIMIT ?"
+             WHERE a.not_before_ms <= $1 AND a.kind {op} $2 \
+             AND (a.lease_until_ms IS NULL OR a.lease_until_ms < $1) \
+             ORDER BY a.id LIMIT $3{lock}"
         );
-        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(now_ms)
-            .bind(kind)
-            .bind(now_ms)
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .fetch_all(&mut *tx)
-            .await?;
-        let mut claimed = Vec::with_capacity(rows.len());
-        for row in rows {
-            let attempts: i64 = row.try_get("attempts")?;
-            let max_attempts: i64 = row.try_get("max_attempts")?;
-            claimed.push(ClaimedAction {
-                id: row.try_get("id")?,
-                key: row.try_get("key")?,
-                issue: row_issue(&row)?,
-                kind: row.try_get("kind")?,
-                payload: row.try_get("action")?,
-                schema: row.try_get("schema")?,
-                attempts: count(attempts),
-                max_attempts: count(max_attempts),
-            });
-        }
-        for c in &claimed {
-            sqlx::query("UPDATE actions SET lease_owner = ?, lease_until_ms = ? WHERE id = ?")
-                .bind(owner)
-                .bind(now_ms.saturating_add(lease_ms))
-                .bind(c.id)
-                .execute(&mut *tx)
+        let mut tx = self.relaxed().await?;
+        let claimed = on_tx!(&mut tx, t => {
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(now_ms)
+                .bind(kind)
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .fetch_all(&mut **t)
                 .await?;
-        }
+            let claimed = rows
+                .iter()
+                .map(|row| {
+                    Ok(ClaimedAction {
+                        id: row.int("id")?,
+                        key: row.text("key")?,
+                        issue: row_issue(row)?,
+                        kind: row.text("kind")?,
+                        payload: row.text("action")?,
+                        schema: row.int("schema")?,
+                        attempts: count(row.int("attempts")?),
+                        max_attempts: count(row.int("max_attempts")?),
+                    })
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            for c in &claimed {
+                sqlx::query("UPDATE actions SET lease_owner = $1, lease_until_ms = $2 WHERE id = $3")
+                    .bind(owner)
+                    .bind(now_ms.saturating_add(lease_ms))
+                    .bind(c.id)
+                    .execute(&mut **t)
+                    .await?;
+            }
+            claimed
+        });
         tx.commit().await?;
         Ok(claimed)
     }
@@ -201,19 +210,18 @@ impl Store {
     /// Records what became of several performed actions in one transaction (one write for the
     /// lot): each outcome event is stored with its action's end.
     pub async fn record_outcomes(&self, outcomes: &[Finished], now_ms: i64) -> anyhow::Result<()> {
-        let _writer = self.write_lock.lock().await;
-        let mut tx = self.relaxed.begin().await?;
+        let mut tx = self.relaxed().await?;
         let mut events = Vec::new();
         for f in outcomes {
-            match f {
+            on_tx!(&mut tx, t => match f {
                 Finished::Done { id, event } => {
                     sqlx::query(
-                        "UPDATE actions SET state = 'done', done_at_ms = ?, lease_owner = NULL, \
-                         lease_until_ms = NULL WHERE id = ? AND state = 'due'",
+                        "UPDATE actions SET state = 'done', done_at_ms = $1, lease_owner = NULL, \
+                         lease_until_ms = NULL WHERE id = $2 AND state = 'due'",
                     )
                     .bind(now_ms)
                     .bind(id)
-                    .execute(&mut *tx)
+                    .execute(&mut **t)
                     .await?;
                     events.extend(event.iter().cloned());
                 }
@@ -223,28 +231,28 @@ impl Store {
                     not_before_ms,
                 } => {
                     sqlx::query(
-                        "UPDATE actions SET attempts = attempts + 1, last_error = ?, not_before_ms = ?, \
-                         lease_owner = NULL, lease_until_ms = NULL WHERE id = ? AND state = 'due'",
+                        "UPDATE actions SET attempts = attempts + 1, last_error = $1, not_before_ms = $2, \
+                         lease_owner = NULL, lease_until_ms = NULL WHERE id = $3 AND state = 'due'",
                     )
                     .bind(error)
                     .bind(not_before_ms)
                     .bind(id)
-                    .execute(&mut *tx)
+                    .execute(&mut **t)
                     .await?;
                 }
                 Finished::GaveUp { id, error, event } => {
                     sqlx::query(
-                        "UPDATE actions SET state = 'failed', attempts = attempts + 1, last_error = ?, \
-                         done_at_ms = ?, lease_owner = NULL, lease_until_ms = NULL WHERE id = ? AND state = 'due'",
+                        "UPDATE actions SET state = 'failed', attempts = attempts + 1, last_error = $1, \
+                         done_at_ms = $2, lease_owner = NULL, lease_until_ms = NULL WHERE id = $3 AND state = 'due'",
                     )
                     .bind(error)
                     .bind(now_ms)
                     .bind(id)
-                    .execute(&mut *tx)
+                    .execute(&mut **t)
                     .await?;
                     events.push(event.clone());
                 }
-            }
+            });
         }
         insert(&mut tx, &events).await?;
         tx.commit().await?;
@@ -252,70 +260,85 @@ impl Store {
     }
 
     /// Frees every claim: with SQLite there is one director, and at its start nobody else
-    /// holds one (the process that did is gone).
+    /// holds one (the process that did is gone). Replicas on PostgreSQL leave each other's
+    /// claims alone: a dead replica's run out with their leases.
     pub async fn release_leases(&self) -> anyhow::Result<u64> {
-        let _writer = self.write_lock.lock().await;
-        let done = sqlx::query(
-            "UPDATE actions SET lease_owner = NULL, lease_until_ms = NULL \
-             WHERE state = 'due' AND lease_owner IS NOT NULL",
-        )
-        .execute(&self.relaxed)
-        .await?;
-        Ok(done.rows_affected())
+        if self.is_shared() {
+            return Ok(0);
+        }
+        let mut tx = self.relaxed().await?;
+        let done = on_tx!(&mut tx, t => {
+            sqlx::query(
+                "UPDATE actions SET lease_owner = NULL, lease_until_ms = NULL \
+                 WHERE state = 'due' AND lease_owner IS NOT NULL",
+            )
+            .execute(&mut **t)
+            .await?
+            .rows_affected()
+        });
+        tx.commit().await?;
+        Ok(done)
     }
 
     /// When the next action that can be claimed becomes due: the earliest of each issue's
     /// oldest due action (a later one waits for it, whatever its own time).
     pub async fn next_action_due_ms(&self) -> anyhow::Result<Option<i64>> {
-        Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        let sql = format!(
             "SELECT MIN(a.not_before_ms) FROM actions a JOIN ({HEADS}) h ON a.id = h.id \
              WHERE a.lease_owner IS NULL"
-        )))
-        .fetch_one(&self.pool)
-        .await?)
+        );
+        Ok(on_pool!(&self.db, p => {
+            sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).fetch_one(p).await?
+        }))
     }
 
     /// Every action of one issue, oldest first.
     pub async fn actions_of(&self, issue: &IssueRef) -> anyhow::Result<Vec<ActionRow>> {
-        let rows = sqlx::query(
-            "SELECT key, repo, number, kind, state, attempts, last_error, not_before_ms FROM actions \
-             WHERE repo = ? AND number = ? ORDER BY id",
-        )
-        .bind(issue.repo.to_string())
-        .bind(to_i64(issue.number)?)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(action_row).collect()
+        on_pool!(&self.db, p => {
+            let rows = sqlx::query(
+                "SELECT key, repo, number, kind, state, attempts, last_error, not_before_ms FROM actions \
+                 WHERE repo = $1 AND number = $2 ORDER BY id",
+            )
+            .bind(issue.repo.to_string())
+            .bind(to_i64(issue.number)?)
+            .fetch_all(p)
+            .await?;
+            rows.iter().map(action_row).collect()
+        })
     }
 
     /// Actions still due after a failed attempt, or given up: what `status` shows as waiting.
     pub async fn troubled_actions(&self) -> anyhow::Result<Vec<ActionRow>> {
-        let rows = sqlx::query(
-            "SELECT key, repo, number, kind, state, attempts, last_error, not_before_ms FROM actions \
-             WHERE (state = 'due' AND attempts > 0) OR state = 'failed' ORDER BY id",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(action_row).collect()
+        on_pool!(&self.db, p => {
+            let rows = sqlx::query(
+                "SELECT key, repo, number, kind, state, attempts, last_error, not_before_ms FROM actions \
+                 WHERE (state = 'due' AND attempts > 0) OR state = 'failed' ORDER BY id",
+            )
+            .fetch_all(p)
+            .await?;
+            rows.iter().map(action_row).collect()
+        })
     }
 
     /// Actions that may run now or are running: what a quiet director has none of.
     pub async fn ready_actions(&self, now_ms: i64) -> anyhow::Result<i64> {
-        Ok(sqlx::query_scalar(
-            "SELECT COUNT(*) FROM actions WHERE state = 'due' AND (not_before_ms <= ? OR lease_owner IS NOT NULL)",
-        )
-        .bind(now_ms)
-        .fetch_one(&self.pool)
-        .await?)
+        Ok(on_pool!(&self.db, p => {
+            sqlx::query_scalar(
+                "SELECT COUNT(*) FROM actions WHERE state = 'due' AND (not_before_ms <= $1 OR lease_owner IS NOT NULL)",
+            )
+            .bind(now_ms)
+            .fetch_one(p)
+            .await?
+        }))
     }
 
     /// Due actions, for `/readyz` and the metrics.
     pub async fn due_actions(&self) -> anyhow::Result<i64> {
-        Ok(
+        Ok(on_pool!(&self.db, p => {
             sqlx::query_scalar("SELECT COUNT(*) FROM actions WHERE state = 'due'")
-                .fetch_one(&self.pool)
-                .await?,
-        )
+                .fetch_one(p)
+                .await?
+        }))
     }
 
     /// Deletes up to `batch` rows of each kind older than `before_ms`: consumed deliveries
@@ -324,34 +347,38 @@ impl Store {
         let mut deleted = 0;
         for sql in [
             "DELETE FROM deliveries WHERE seq IN (SELECT seq FROM deliveries \
-             WHERE processed_at_ms IS NOT NULL AND processed_at_ms < ? AND dead_reason IS NULL LIMIT ?)",
+             WHERE processed_at_ms IS NOT NULL AND processed_at_ms < $1 AND dead_reason IS NULL LIMIT $2)",
             "DELETE FROM actions WHERE id IN (SELECT id FROM actions \
-             WHERE state <> 'due' AND done_at_ms < ? LIMIT ?)",
+             WHERE state <> 'due' AND done_at_ms < $1 LIMIT $2)",
             "DELETE FROM preflight_calls WHERE id IN (SELECT id FROM preflight_calls \
-             WHERE at_ms < ? LIMIT ?)",
+             WHERE at_ms < $1 LIMIT $2)",
+            "DELETE FROM leases WHERE name IN (SELECT name FROM leases \
+             WHERE until_ms < $1 LIMIT $2)",
         ] {
             // One short transaction per statement: intake waits for at most one batch.
-            let _writer = self.write_lock.lock().await;
-            deleted += sqlx::query(sql)
-                .bind(before_ms)
-                .bind(i64::from(batch))
-                .execute(&self.relaxed)
-                .await?
-                .rows_affected();
+            let mut tx = self.relaxed().await?;
+            deleted += on_tx!(&mut tx, t => {
+                sqlx::query(sql)
+                    .bind(before_ms)
+                    .bind(i64::from(batch))
+                    .execute(&mut **t)
+                    .await?
+                    .rows_affected()
+            });
+            tx.commit().await?;
         }
         Ok(deleted)
     }
 }
 
-fn action_row(row: &sqlx::sqlite::SqliteRow) -> anyhow::Result<ActionRow> {
-    let attempts: i64 = row.try_get("attempts")?;
+fn action_row(row: &impl Cols) -> anyhow::Result<ActionRow> {
     Ok(ActionRow {
-        key: row.try_get("key")?,
+        key: row.text("key")?,
         issue: row_issue(row)?,
-        kind: row.try_get("kind")?,
-        state: row.try_get("state")?,
-        attempts: count(attempts),
-        last_error: row.try_get("last_error")?,
-        not_before_ms: row.try_get("not_before_ms")?,
+        kind: row.text("kind")?,
+        state: row.text("state")?,
+        attempts: count(row.int("attempts")?),
+        last_error: row.opt_text("last_error")?,
+        not_before_ms: row.int("not_before_ms")?,
     })
 }

@@ -244,11 +244,17 @@ async fn work_in_flight_in_a_database_from_before_the_outbox_is_carried_over() {
         for (v, sql) in [
             (
                 1,
-                include_str!("../../migrations/0001_deliveries_and_issues.sql"),
+                include_str!("../../migrations/sqlite/0001_deliveries_and_issues.sql"),
             ),
-            (2, include_str!("../../migrations/0002_issue_tracking.sql")),
-            (3, include_str!("../../migrations/0003_preflight.sql")),
-            (4, include_str!("../../migrations/0004_runs.sql")),
+            (
+                2,
+                include_str!("../../migrations/sqlite/0002_issue_tracking.sql"),
+            ),
+            (
+                3,
+                include_str!("../../migrations/sqlite/0003_preflight.sql"),
+            ),
+            (4, include_str!("../../migrations/sqlite/0004_runs.sql")),
         ] {
             sqlx::raw_sql(sql)
                 .execute(&mut conn)

@@ -1,0 +1,99 @@
+//! The two databases behind [`Store`](super::Store): SQLite for one process, PostgreSQL for
+//! several replicas. Every statement is written once, with `$1`-style parameters that both
+//! accept, and expanded for each backend by [`on_pool!`] and [`on_tx!`]: the same text, type
+//! checked against each driver. Rows are read through [`Cols`], which both row types implement.
+
+use sqlx::Row;
+use sqlx::postgres::PgRow;
+use sqlx::sqlite::SqliteRow;
+
+/// Runs `$body` with `$p` bound to the pool that reads (and writes outside a transaction).
+macro_rules! on_pool {
+    ($db:expr, $p:ident => $body:expr) => {
+        match $db {
+            $crate::store::Db::Sqlite(s) => {
+                let $p = &s.pool;
+                $body
+            }
+            $crate::store::Db::Postgres(pg) => {
+                let $p = &pg.pool;
+                $body
+            }
+        }
+    };
+}
+
+/// Runs `$body` with `$t` bound to the open transaction of `$tx` (a `&mut Tx`).
+macro_rules! on_tx {
+    ($tx:expr, $t:ident => $body:expr) => {
+        match $tx {
+            $crate::store::Tx::Sqlite($t, _) => $body,
+            $crate::store::Tx::Postgres($t) => $body,
+        }
+    };
+}
+
+/// Reading a column by name, the same for both backends.
+pub(super) trait Cols {
+    fn text(&self, col: &str) -> Result<String, sqlx::Error>;
+    fn opt_text(&self, col: &str) -> Result<Option<String>, sqlx::Error>;
+    fn int(&self, col: &str) -> Result<i64, sqlx::Error>;
+    fn opt_int(&self, col: &str) -> Result<Option<i64>, sqlx::Error>;
+    fn flag(&self, col: &str) -> Result<bool, sqlx::Error>;
+    fn opt_flag(&self, col: &str) -> Result<Option<bool>, sqlx::Error>;
+}
+
+macro_rules! cols_for {
+    ($row:ty) => {
+        impl Cols for $row {
+            fn text(&self, col: &str) -> Result<String, sqlx::Error> {
+                self.try_get(col)
+            }
+            fn opt_text(&self, col: &str) -> Result<Option<String>, sqlx::Error> {
+                self.try_get(col)
+            }
+            fn int(&self, col: &str) -> Result<i64, sqlx::Error> {
+                self.try_get(col)
+            }
+            fn opt_int(&self, col: &str) -> Result<Option<i64>, sqlx::Error> {
+                self.try_get(col)
+            }
+            fn flag(&self, col: &str) -> Result<bool, sqlx::Error> {
+                self.try_get(col)
+            }
+            fn opt_flag(&self, col: &str) -> Result<Option<bool>, sqlx::Error> {
+                self.try_get(col)
+            }
+        }
+    };
+}
+
+cols_for!(SqliteRow);
+cols_for!(PgRow);
+
+/// `$1, $2, ...` from `$first`: the parameters of a multi-row statement.
+pub(super) fn params(first: usize, count: usize) -> String {
+    (first..first + count)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `($1, $2, $3), ($4, $5, $6), ...`: `rows` tuples of `width` parameters.
+pub(super) fn tuples(rows: usize, width: usize) -> String {
+    (0..rows)
+        .map(|r| format!("({})", params(1 + r * width, width)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameters_are_numbered_in_order() {
+        assert_eq!(params(2, 3), "$2, $3, $4");
+        assert_eq!(tuples(2, 2), "($1, $2), ($3, $4)");
+    }
+}

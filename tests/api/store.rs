@@ -1,0 +1,502 @@
+//! The store, against both backends: every test runs its body on SQLite and on a real
+//! PostgreSQL (a fresh database each). What several replicas need is tested with several
+//! `Store`s on one database, as several processes would hold.
+
+use director::domain::{IssueRecord, IssueRef, Lifecycle, PullRecord, RunRecord, RunState};
+use director::event::{Event, EventKind, ForgeEvent, IssueSnapshot};
+use director::settings::StoreSettings;
+use director::store::{Commit, Fence, Finished, Lane, NewAction, NewDelivery, Store};
+
+use crate::pg::Pg;
+
+/// The databases one test runs on: (backend name, URL).
+struct Backends {
+    urls: Vec<(&'static str, String)>,
+    _pg: Pg,
+    _dir: tempfile::TempDir,
+}
+
+async fn backends() -> Backends {
+    let dir = tempfile::tempdir().expect("dir");
+    let pg = Pg::start();
+    let urls = vec![
+        (
+            "sqlite",
+            format!("sqlite://{}", dir.path().join("d.db").display()),
+        ),
+        ("postgres", pg.database().await),
+    ];
+    Backends {
+        urls,
+        _pg: pg,
+        _dir: dir,
+    }
+}
+
+async fn open(url: &str) -> Store {
+    Store::connect(&StoreSettings {
+        url: url.to_owned(),
+        ..StoreSettings::default()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{url}: {e:#}"))
+}
+
+fn issue(n: u64) -> IssueRef {
+    format!("acme/widgets#{n}").parse().expect("ref")
+}
+
+fn delivery(id: &str, body: &str, n: u64) -> NewDelivery {
+    use sha2::Digest;
+    NewDelivery {
+        delivery_id: id.into(),
+        content_sha256: hex::encode(sha2::Sha256::digest(body.as_bytes())),
+        issue: issue(n),
+        event: Event::Forge(ForgeEvent {
+            kind: EventKind::Issues,
+            action: "opened".into(),
+            issue: issue(n),
+            sender: "alice".into(),
+            snapshot: IssueSnapshot {
+                title: body.into(),
+                ..IssueSnapshot::default()
+            },
+            is_pull: false,
+            comment: None,
+            review: None,
+        }),
+        received_at_ms: 1,
+    }
+}
+
+fn action(key: &str, n: u64, not_before_ms: i64) -> NewAction {
+    NewAction {
+        key: key.into(),
+        issue: issue(n),
+        kind: "sync_labels".into(),
+        payload: r#"{"kind":"sync_labels"}"#.into(),
+        max_attempts: 3,
+        not_before_ms,
+    }
+}
+
+#[tokio::test]
+async fn a_delivery_is_stored_once_by_its_id_and_by_its_content() {
+    let b = backends().await;
+    for (name, url) in &b.urls {
+        let store = open(url).await;
+        let fresh = store
+            .insert_deliveries(&[
+                delivery("d1", "one", 1),
+                delivery("d1", "one again", 1),
+                delivery("d2", "one", 1),
+                delivery("d3", "three", 3),
+            ])
+            .await
+            .expect("insert");
+        assert_eq!(fresh, vec![true, false, false, true], "{name}");
+        let again = store
+            .insert_deliveries(&[delivery("d3", "three", 3)])
+            .await
+            .expect("insert");
+        assert_eq!(again, vec![false], "{name}");
+        assert_eq!(
+            store.pending_deliveries().await.expect("count"),
+            2,
+            "{name}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_commit_consumes_its_events_with_the_records_runs_and_actions_they_caused() {
+    let b = backends().await;
+    for (name, url) in &b.urls {
+        let store = open(url).await;
+        store
+            .insert_deliveries(&[delivery("a", "a", 1), delivery("b", "b", 2)])
+            .await
+            .expect("insert");
+        let events = store.next_events(10).await.expect("events");
+        assert_eq!(events.len(), 2, "{name}");
+        assert!(events[0].seq < events[1].seq, "{name}: arrival order");
+        let mut record = IssueRecord::new(&issue(1), 5);
+        record.lifecycle = Lifecycle::Succeeded;
+        record.trigger_present = true;
+        record.trigger_trusted = Some(true);
+        record.pr = Some(PullRecord::opened(9, "director-issue-1-x"));
+        let mut run = RunRecord::admitted(&issue(1), "r1", "director-issue-1-x", 5);
+        run.stop_requested = true;
+        let commit = Commit {
+            records: vec![record.clone()],
+            runs: vec![run.clone()],
+            actions: vec![action("k1", 1, 0), action("k1", 1, 0)],
+            consumed: vec![events[0].seq],
+            ..Commit::default()
+        };
+        store.commit(&commit, 10).await.expect("commit");
+        assert_eq!(
+            store.issue(&issue(1)).await.expect("read"),
+            Some(record.clone()),
+            "{name}"
+        );
+        assert_eq!(store.run("r1").await.expect("read"), Some(run), "{name}");
+        assert_eq!(
+            store.actions_of(&issue(1)).await.expect("read").len(),
+            1,
+            "{name}"
+        );
+        let left = store.next_events(10).await.expect("events");
+        assert_eq!(left.len(), 1, "{name}");
+        assert_eq!(left[0].delivery_id, "b", "{name}");
+        assert_eq!(
+            store
+                .issues_of_pulls(&[issue(9), issue(8)])
+                .await
+                .expect("pulls"),
+            vec![(issue(9), issue(1))],
+            "{name}"
+        );
+        assert_eq!(
+            store
+                .open_pull_counts()
+                .await
+                .expect("counts")
+                .get(&"acme/widgets".parse().expect("repo")),
+            Some(&1),
+            "{name}"
+        );
+        assert_eq!(store.issues_with_open_pulls().await.expect("read").len(), 1);
+    }
+}
+
+#[tokio::test]
+async fn an_issue_never_has_two_active_runs_and_a_refused_commit_changes_nothing() {
+    let b = backends().await;
+    for (name, url) in &b.urls {
+        let store = open(url).await;
+        let first = RunRecord::admitted(&issue(1), "r1", "b1", 1);
+        store
+            .commit(
+                &Commit {
+                    runs: vec![first],
+                    ..Commit::default()
+                },
+                1,
+            )
+            .await
+            .expect("first run");
+        let second = RunRecord::admitted(&issue(1), "r2", "b2", 2);
+        let err = store
+            .commit(
+                &Commit {
+                    runs: vec![second],
+                    actions: vec![action("start:r2", 1, 0)],
+                    ..Commit::default()
+                },
+                2,
+            )
+            .await;
+        assert!(err.is_err(), "{name}: a second active run was accepted");
+        assert_eq!(
+            store.runs_of(&issue(1)).await.expect("runs").len(),
+            1,
+            "{name}"
+        );
+        assert!(
+            store
+                .actions_of(&issue(1))
+                .await
+                .expect("actions")
+                .is_empty(),
+            "{name}"
+        );
+        let mut ended = RunRecord::admitted(&issue(1), "r1", "b1", 1);
+        ended.state = RunState::Failed;
+        let next = RunRecord::admitted(&issue(1), "r3", "b3", 3);
+        store
+            .commit(
+                &Commit {
+                    runs: vec![ended, next],
+                    ..Commit::default()
+                },
+                3,
+            )
+            .await
+            .expect("once the first ended");
+        assert_eq!(
+            store.latest_runs(&[issue(1)]).await.expect("latest")[0].id,
+            "r3"
+        );
+    }
+}
+
+#[tokio::test]
+async fn actions_are_claimed_oldest_first_one_per_issue_under_leases_that_run_out() {
+    let b = backends().await;
+    for (name, url) in &b.urls {
+        let store = open(url).await;
+        store
+            .commit(
+                &Commit {
+                    actions: vec![action("a1", 1, 0), action("a2", 1, 0), action("b1", 2, 0)],
+                    ..Commit::default()
+                },
+                0,
+            )
+            .await
+            .expect("commit");
+        let claimed = store
+            .claim_actions("x", Lane::Except("read_preflight"), 10, 1_000, 100)
+            .await
+            .expect("claim");
+        let keys: Vec<&str> = claimed.iter().map(|c| c.key.as_str()).collect();
+        assert_eq!(keys, ["a1", "b1"], "{name}: one per issue, oldest first");
+        let none = store
+            .claim_actions("y", Lane::Except("read_preflight"), 10, 1_000, 200)
+            .await
+            .expect("claim");
+        assert!(none.is_empty(), "{name}: leased");
+        // The holder died: its leases run out and another takes the work over.
+        let taken = store
+            .claim_actions("y", Lane::Except("read_preflight"), 10, 1_000, 1_200)
+            .await
+            .expect("claim");
+        assert_eq!(taken.len(), 2, "{name}");
+        let a1 = taken.iter().find(|c| c.key == "a1").expect("a1").id;
+        store
+            .record_outcomes(
+                &[Finished::Done {
+                    id: a1,
+                    event: None,
+                }],
+                1_300,
+            )
+            .await
+            .expect("done");
+        let next = store
+            .claim_actions("y", Lane::Except("read_preflight"), 10, 1_000, 3_000)
+            .await
+            .expect("claim");
+        assert!(
+            next.iter().any(|c| c.key == "a2"),
+            "{name}: the next of issue 1"
+        );
+    }
+}
+
+#[tokio::test]
+async fn replicas_claiming_at_once_never_take_the_same_action() {
+    let b = backends().await;
+    for (name, url) in &b.urls {
+        // Replicas are separate processes on PostgreSQL; SQLite serves one process, whose
+        // executors share its store.
+        let stores = if *name == "postgres" {
+            [open(url).await, open(url).await, open(url).await]
+        } else {
+            let one = open(url).await;
+            [one.clone(), one.clone(), one]
+        };
+        let actions: Vec<NewAction> = (1..=60).map(|i| action(&format!("k{i}"), i, 0)).collect();
+        stores[0]
+            .commit(
+                &Commit {
+                    actions,
+                    ..Commit::default()
+                },
+                0,
+            )
+            .await
+            .expect("commit");
+        let mut tasks = Vec::new();
+        for (i, store) in stores.iter().enumerate() {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut mine = Vec::new();
+                loop {
+                    let got = store
+                        .claim_actions(
+                            &format!("r{i}"),
+                            Lane::Except("read_preflight"),
+                            4,
+                            60_000,
+                            10,
+                        )
+                        .await
+                        .expect("claim");
+                    if got.is_empty() {
+                        return mine;
+                    }
+                    mine.extend(got.into_iter().map(|c| c.key));
+                }
+            }));
+        }
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await.expect("task"));
+        }
+        let total = all.len();
+        all.sort();
+        all.dedup();
+        assert_eq!(
+            (total, all.len()),
+            (60, 60),
+            "{name}: each action claimed exactly once"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_lease_is_held_by_one_replica_until_it_runs_out_and_fences_its_commits() {
+    let b = backends().await;
+    for (name, url) in &b.urls {
+        let a = open(url).await;
+        let b2 = open(url).await;
+        assert!(
+            a.hold_lease("consumer", "a", 1_000, 0).await.expect("hold"),
+            "{name}"
+        );
+        assert!(
+            !b2.hold_lease("consumer", "b", 1_500, 500)
+                .await
+                .expect("hold"),
+            "{name}"
+        );
+        assert!(
+            a.hold_lease("consumer", "a", 2_000, 900)
+                .await
+                .expect("renew"),
+            "{name}"
+        );
+        assert_eq!(
+            a.lease_holder("consumer", 1_000).await.expect("who"),
+            Some("a".into())
+        );
+        // `a` stops renewing: after its lease runs out `b` takes over, and a late commit by
+        // `a` is refused whole.
+        assert!(
+            b2.hold_lease("consumer", "b", 5_000, 2_001)
+                .await
+                .expect("take"),
+            "{name}"
+        );
+        let late = Commit {
+            actions: vec![action("late", 1, 0)],
+            fence: Some(Fence {
+                name: "consumer".into(),
+                owner: "a".into(),
+                until_ms: 9_000,
+            }),
+            ..Commit::default()
+        };
+        assert!(a.commit(&late, 2_100).await.is_err(), "{name}: fenced");
+        assert!(
+            a.actions_of(&issue(1)).await.expect("read").is_empty(),
+            "{name}"
+        );
+        let fenced_ok = Commit {
+            fence: Some(Fence {
+                name: "consumer".into(),
+                owner: "b".into(),
+                until_ms: 6_000,
+            }),
+            ..late
+        };
+        b2.commit(&fenced_ok, 2_200)
+            .await
+            .expect("the holder commits");
+        a.release_lease("consumer", "b").await.expect("release");
+        assert_eq!(a.lease_holder("consumer", 2_300).await.expect("who"), None);
+        assert!(
+            a.claim_once("scan:full:7", "a", 10).await.expect("claim"),
+            "{name}"
+        );
+        assert!(
+            !b2.claim_once("scan:full:7", "b", 11).await.expect("claim"),
+            "{name}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_director_id_is_made_once_and_shared_by_every_replica() {
+    let b = backends().await;
+    for (name, url) in &b.urls {
+        let first = open(url).await.director_id().await.expect("id");
+        let second = open(url).await.director_id().await.expect("id");
+        assert_eq!(first, second, "{name}");
+        assert_eq!(first.len(), 8, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn pre_flight_calls_are_counted_per_window_and_old_rows_pruned() {
+    let b = backends().await;
+    for (name, url) in &b.urls {
+        let store = open(url).await;
+        let repo = "acme/widgets".parse().expect("repo");
+        let other = "acme/other".parse().expect("repo");
+        for at in [10, 20, 30] {
+            store
+                .record_preflight_call(&repo, at)
+                .await
+                .expect("record");
+        }
+        store
+            .record_preflight_call(&other, 25)
+            .await
+            .expect("record");
+        let w = store
+            .preflight_calls_since(&repo, 15)
+            .await
+            .expect("window");
+        assert_eq!(
+            (w.total, w.oldest_ms, w.repo_total, w.repo_oldest_ms),
+            (3, Some(20), 2, Some(20)),
+            "{name}"
+        );
+        store.cache_reading("h", "GO", "m", 1).await.expect("cache");
+        store
+            .cache_reading("h", "other", "m", 2)
+            .await
+            .expect("cache");
+        assert_eq!(
+            store.cached_reading("h").await.expect("read"),
+            Some(("GO".into(), "m".into()))
+        );
+        assert_eq!(store.prune(22, 100).await.expect("prune"), 2, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn replicas_starting_at_once_migrate_one_database_once() {
+    let pg = Pg::start();
+    let url = pg.database().await;
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let url = url.clone();
+        tasks.push(tokio::spawn(async move { open(&url).await }));
+    }
+    for t in tasks {
+        t.await.expect("task").ping().await.expect("usable");
+    }
+}
+
+#[tokio::test]
+async fn a_bad_or_unreachable_store_url_names_the_key_and_never_the_password() {
+    for url in [
+        "postgres://director:s3cret-pw@127.0.0.1:1/director",
+        "mysql://director:s3cret-pw@localhost/db",
+        "postgres://director:s3cret-pw@[::1/x",
+    ] {
+        let err = Store::connect(&StoreSettings {
+            url: url.to_owned(),
+            ..StoreSettings::default()
+        })
+        .await
+        .expect_err(url);
+        let text = format!("{err:#}");
+        assert!(text.contains("store.url"), "{url}: {text}");
+        assert!(!text.contains("s3cret-pw"), "{url}: {text}");
+    }
+}

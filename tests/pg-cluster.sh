@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Starts a private PostgreSQL cluster for the tests (initdb into a temporary directory, as an
+# unprivileged user, on a free loopback port) and prints `export` lines for it:
+#   eval "$(tests/pg-cluster.sh start)"   ...   tests/pg-cluster.sh stop "$DIRECTOR_TEST_PG_DIR"
+# Tests that find DIRECTOR_TEST_PG_URL use this cluster (a fresh database each); without it
+# each such test starts a cluster of its own.
+set -euo pipefail
+
+bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+[ -n "$bin" ] || { echo "PostgreSQL is not installed (Debian: apt-get install postgresql)" >&2; exit 1; }
+
+as_pg() {
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+case "${1:-}" in
+  start)
+    dir=$(mktemp -d /tmp/director-pg.XXXXXX)
+    [ "$(id -u)" = 0 ] && chown postgres: "$dir"
+    as_pg "$bin/initdb" -D "$dir/data" -A trust -U postgres --no-sync >/dev/null
+    # A port nothing answers on (postgres fails to start if one is taken meanwhile).
+    port=""
+    for _ in $(seq 1 50); do
+      candidate=$((20000 + RANDOM % 40000))
+      if ! (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; then port=$candidate; break; fi
+    done
+    [ -n "$port" ] || { echo "no free port found" >&2; exit 1; }
+    as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/log" -w -o \
+      "-c listen_addresses=127.0.0.1 -p $port -k $dir -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
+      start >/dev/null
+    echo "export DIRECTOR_TEST_PG_URL=postgres://postgres@127.0.0.1:$port/postgres"
+    echo "export DIRECTOR_TEST_PG_DIR=$dir"
+    ;;
+  stop)
+    dir=${2:?the cluster directory}
+    as_pg "$bin/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null 2>&1 || true
+    rm -rf "$dir"
+    ;;
+  *)
+    echo "usage: $0 start | stop DIR" >&2
+    exit 2
+    ;;
+esac
