@@ -27,6 +27,10 @@ pub struct Metrics {
     pub events_set_aside: prometheus::IntCounter,
     /// Outbox actions not done yet (due, backing off, or being performed).
     pub actions_due: IntGauge,
+    /// 1 while the database answers, 0 during an outage.
+    pub store_up: IntGauge,
+    /// Outages of the database seen, each counted once.
+    pub store_outages: prometheus::IntCounter,
 }
 
 impl Metrics {
@@ -105,8 +109,21 @@ impl Metrics {
             "Outbox actions not done yet (due, backing off, or being performed)",
         )
         .expect("static metric definition");
+        let store_up = IntGauge::new(
+            "director_store_up",
+            "1 while the database answers, 0 during an outage",
+        )
+        .expect("static metric definition");
+        store_up.set(1);
+        let store_outages = prometheus::IntCounter::new(
+            "director_store_outages_total",
+            "Database outages seen (each counted once)",
+        )
+        .expect("static metric definition");
         for c in [
             Box::new(deliveries.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(store_up.clone()),
+            Box::new(store_outages.clone()),
             Box::new(request_duration.clone()),
             Box::new(forge_requests.clone()),
             Box::new(deliveries_pending.clone()),
@@ -131,6 +148,8 @@ impl Metrics {
             actions,
             events_set_aside,
             actions_due,
+            store_up,
+            store_outages,
         }
     }
 

@@ -166,6 +166,30 @@ impl Application {
             consumer_wake.clone(),
         )
         .with_metrics(metrics.clone());
+        // Several replicas on one PostgreSQL database: this one's name, in the consumer lease
+        // and the scan claims.
+        let replica = replica_name();
+        let mut listeners = crate::store::Listeners {
+            events: Some(consumer_wake.clone()),
+            ..Default::default()
+        };
+        if store.is_shared() {
+            tracing::info!(%replica, "sharing the database with any other replicas");
+            consumer = consumer.as_replica(&replica);
+        }
+        {
+            let (up, outages) = (metrics.store_up.clone(), metrics.store_outages.clone());
+            store.monitor(
+                Duration::from_secs(2),
+                move |now_up| {
+                    up.set(i64::from(now_up));
+                    if !now_up {
+                        outages.inc();
+                    }
+                },
+                shutdown.clone(),
+            );
+        }
         let runtime_state = Arc::new(RwLock::new("disabled".to_owned()));
         if let Some(forge) = &forge {
             let mut wakes = Wakes::default();
@@ -175,6 +199,7 @@ impl Application {
                     set(&runtime_state, "ok");
                     let watcher_wake = Arc::new(Notify::new());
                     wakes.watcher = Some(watcher_wake.clone());
+                    listeners.runs = Some(watcher_wake.clone());
                     let watcher = Watcher::new(
                         store.clone(),
                         runtime.clone(),
@@ -223,6 +248,7 @@ impl Application {
             });
             let executor_wake = Arc::new(Notify::new());
             wakes.executor = Some(executor_wake.clone());
+            listeners.actions = Some(executor_wake.clone());
             let executor = Executor::new(
                 acts.clone(),
                 clock.clone(),
@@ -240,6 +266,7 @@ impl Application {
             consumer = consumer.with_wakes(wakes);
         }
         tokio::spawn(consumer.run(shutdown.clone()));
+        store.listen(listeners, shutdown.clone());
 
         let scanner =
             scanner(&settings, forge.as_ref(), &store, consumer_wake.clone()).map(Arc::new);
@@ -250,6 +277,7 @@ impl Application {
                 scanner.clone(),
                 &settings.scan.schedule,
                 &settings.scan.full_schedule,
+                store.is_shared().then(|| (store.clone(), replica.clone())),
                 shutdown.clone(),
             )
             .await?;
@@ -409,39 +437,59 @@ async fn schedule_scans(
     scanner: Arc<Scanner>,
     schedule: &str,
     full_schedule: &str,
+    shared: Option<(Store, String)>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     // One pass at a time. A full pass waits for a running incremental one (it must not be
     // skipped for a whole period); an incremental pass due while another pass runs is skipped.
+    // With several replicas, each period's pass runs on the first replica to claim it.
     let running = Arc::new(tokio::sync::Mutex::new(()));
-    let full = |scanner: Arc<Scanner>, running: Arc<tokio::sync::Mutex<()>>| async move {
+    let shared = Arc::new(shared);
+    let full = |scanner: Arc<Scanner>,
+                running: Arc<tokio::sync::Mutex<()>>,
+                shared: Arc<Option<(Store, String)>>,
+                window: i64| async move {
         let _guard = running.lock().await;
+        if !claim_scan(&shared, "full", window).await {
+            return;
+        }
         if let Err(error) = scanner.scan_once().await {
             tracing::error!(error = %format!("{error:#}"), "full scan failed");
         }
     };
-    let incremental = |scanner: Arc<Scanner>, running: Arc<tokio::sync::Mutex<()>>| async move {
+    let incremental = |scanner: Arc<Scanner>,
+                       running: Arc<tokio::sync::Mutex<()>>,
+                       shared: Arc<Option<(Store, String)>>| async move {
         let Ok(_guard) = running.try_lock() else {
             tracing::info!("a scan is still running; skipping this incremental pass");
             return;
         };
+        if !claim_scan(&shared, "incremental", SCAN_TICK_MS).await {
+            return;
+        }
         if let Err(error) = scanner.scan_incremental().await {
             tracing::error!(error = %format!("{error:#}"), "incremental scan failed");
         }
     };
-    tokio::spawn(full(scanner.clone(), running.clone()));
+    // At start-up: a replica starting soon after another's full pass leaves it out.
+    tokio::spawn(full(
+        scanner.clone(),
+        running.clone(),
+        shared.clone(),
+        STARTUP_SCAN_WINDOW_MS,
+    ));
     let mut scheduler = JobScheduler::new()
         .await
         .context("starting the scan scheduler")?;
-    let (s, r) = (scanner.clone(), running.clone());
+    let (s, r, sh) = (scanner.clone(), running.clone(), shared.clone());
     let job = Job::new_async(schedule, move |_, _| {
-        Box::pin(incremental(s.clone(), r.clone()))
+        Box::pin(incremental(s.clone(), r.clone(), sh.clone()))
     })
     .with_context(|| format!("scan.schedule `{schedule}`"))?;
     scheduler.add(job).await.context("scheduling the scan")?;
-    let (s, r) = (scanner.clone(), running.clone());
+    let (s, r, sh) = (scanner.clone(), running.clone(), shared.clone());
     let job = Job::new_async(full_schedule, move |_, _| {
-        Box::pin(full(s.clone(), r.clone()))
+        Box::pin(full(s.clone(), r.clone(), sh.clone(), SCAN_TICK_MS))
     })
     .with_context(|| format!("scan.full_schedule `{full_schedule}`"))?;
     scheduler
@@ -457,6 +505,48 @@ async fn schedule_scans(
         let _ = scheduler.shutdown().await;
     });
     Ok(())
+}
+
+/// Scheduled passes of one period fire on every replica within moments of each other: they
+/// are named by the time rounded to this, so all replicas name the same period alike.
+const SCAN_TICK_MS: i64 = 60_000;
+/// The start-up full pass is left out by a replica starting within this of another's.
+const STARTUP_SCAN_WINDOW_MS: i64 = 600_000;
+
+/// Whether this replica runs the `pass` of the period `window` wide that holds now: always
+/// alone; with several, only the first to claim it.
+async fn claim_scan(shared: &Option<(Store, String)>, pass: &str, window: i64) -> bool {
+    let Some((store, replica)) = shared else {
+        return true;
+    };
+    let now = crate::clock::now_ms();
+    // Rounded to the nearest tick: clocks a few seconds apart name the same period.
+    let period = (now + window / 2) / window;
+    let name = format!("scan:{pass}:{window}:{period}");
+    match store.claim_once(&name, replica, now).await {
+        Ok(true) => true,
+        Ok(false) => {
+            tracing::debug!(pass, "another replica runs this scan period");
+            false
+        }
+        Err(error) => {
+            tracing::warn!(error = %format!("{error:#}"), pass, "cannot claim the scan period; skipping it");
+            false
+        }
+    }
+}
+
+/// This process's name among replicas: the host's (a pod's name) and its process id.
+fn replica_name() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "director".to_owned());
+    format!(
+        "{host}-{}-{:04x}",
+        std::process::id(),
+        rand::random::<u16>()
+    )
 }
 
 /// `director scan --once`: one scan, then everything it found is decided. The actions it

@@ -17,12 +17,20 @@ use crate::director::decide::{Decision, IssueView, Policy, decide};
 use crate::domain::{IssueRecord, IssueRef, RunRecord};
 use crate::event::Event;
 use crate::metrics::Metrics;
-use crate::store::{Commit, NewAction, Store, StoredEvent};
+use crate::store::{Commit, Fence, NewAction, Store, StoredEvent};
 
 const BATCH: u32 = 256;
 /// A backstop: the intake and the executors wake the consumer on every commit, but a missed
 /// wake-up must not leave work waiting for long.
 const IDLE_POLL: Duration = Duration::from_secs(5);
+
+/// With several replicas one consumes at a time: the holder of this lease.
+const LEASE: &str = "consumer";
+/// How long the lease lasts unrenewed: a replica that dies hands the consumer over within
+/// this plus [`LEASE_POLL`].
+const LEASE_MS: i64 = 15_000;
+/// How often a replica renews the lease, or tries to take it.
+const LEASE_POLL: Duration = Duration::from_secs(3);
 
 /// Run slots: `runner.max_concurrent` and `runner.max_per_repo`; pacing by open pull
 /// requests (`runner.max_open_prs_per_repo`); the priority labels, highest first.
@@ -52,6 +60,8 @@ pub struct Consumer {
     /// `None` without a runtime: queued issues wait.
     limits: Option<Limits>,
     metrics: Option<Metrics>,
+    /// This replica's name, when several share the store.
+    replica: Option<String>,
 }
 
 impl Consumer {
@@ -64,7 +74,38 @@ impl Consumer {
             wakes: Wakes::default(),
             limits: None,
             metrics: None,
+            replica: None,
         }
+    }
+
+    /// One of several replicas on a shared store, named `name`: it consumes only while it
+    /// holds the consumer lease, and each pass commits only if it still does.
+    pub fn as_replica(mut self, name: &str) -> Self {
+        self.replica = Some(name.to_owned());
+        self
+    }
+
+    /// Whether this consumer may consume now (it holds, or took, the lease).
+    async fn lead(&self) -> anyhow::Result<bool> {
+        match &self.replica {
+            None => Ok(true),
+            Some(me) => {
+                let now = crate::clock::now_ms();
+                let held = self
+                    .store
+                    .hold_lease(LEASE, me, now + LEASE_MS, now)
+                    .await?;
+                Ok(held)
+            }
+        }
+    }
+
+    fn fence(&self) -> Option<Fence> {
+        self.replica.as_ref().map(|me| Fence {
+            name: LEASE.to_owned(),
+            owner: me.clone(),
+            until_ms: crate::clock::now_ms() + LEASE_MS,
+        })
     }
 
     pub fn with_wakes(mut self, wakes: Wakes) -> Self {
@@ -82,22 +123,39 @@ impl Consumer {
         self
     }
 
-    /// Processes until `shutdown` fires.
+    /// Processes until `shutdown` fires. A replica hands the lease over as it stops.
     pub async fn run(self, shutdown: CancellationToken) {
+        let poll = if self.replica.is_some() {
+            LEASE_POLL
+        } else {
+            IDLE_POLL
+        };
         loop {
             if let Err(error) = self.drain().await {
-                tracing::error!(error = %format!("{error:#}"), "consumer failed; retrying");
+                if self.store.is_up() {
+                    tracing::error!(error = %format!("{error:#}"), "consumer failed; retrying");
+                } else {
+                    tracing::debug!(error = %format!("{error:#}"), "consumer waits for the database");
+                }
             }
             tokio::select! {
-                _ = shutdown.cancelled() => return,
+                _ = shutdown.cancelled() => break,
                 _ = self.wake.notified() => {}
-                _ = tokio::time::sleep(IDLE_POLL) => {}
+                _ = tokio::time::sleep(poll) => {}
             }
+        }
+        if let Some(me) = &self.replica
+            && let Err(error) = self.store.release_lease(LEASE, me).await
+        {
+            tracing::debug!(error = %format!("{error:#}"), "could not hand the consumer over");
         }
     }
 
     /// Processes every stored event and admits what fits; returns how many events.
     pub async fn drain(&self) -> anyhow::Result<usize> {
+        if !self.lead().await? {
+            return Ok(0);
+        }
         let mut done = 0;
         loop {
             let batch = self.store.next_events(BATCH).await?;
@@ -190,7 +248,8 @@ impl Consumer {
     }
 
     /// `durable`: fsynced before anything acts on it (see [`Store::commit_with`]).
-    async fn commit(&self, pass: Pass, durable: bool) -> anyhow::Result<()> {
+    async fn commit(&self, mut pass: Pass, durable: bool) -> anyhow::Result<()> {
+        pass.commit.fence = self.fence();
         let wake_executor = !pass.commit.actions.is_empty();
         let wake_watcher = !pass.commit.runs.is_empty();
         self.store

@@ -26,6 +26,10 @@ type Record = (Finished, Arc<AtomicUsize>);
 const IDLE_POLL: Duration = Duration::from_secs(30);
 /// The first retry of a failed action; doubling after that.
 const RETRY_BASE_MS: u64 = 500;
+/// With several replicas, a claim lasts this long and is renewed every [`RENEW_EVERY`] while
+/// the action is performed: a replica that dies has its actions taken over within it.
+const SHARED_LEASE_MS: i64 = 20_000;
+const RENEW_EVERY: Duration = Duration::from_secs(5);
 
 pub struct Executor {
     acts: Arc<Acts>,
@@ -97,7 +101,9 @@ impl Executor {
             let wait = match self.clone().claim_and_spawn(&recorder).await {
                 Ok(wait) => wait,
                 Err(error) => {
-                    tracing::error!(error = %format!("{error:#}"), "cannot claim actions; retrying");
+                    if self.acts.store.is_up() {
+                        tracing::error!(error = %format!("{error:#}"), "cannot claim actions; retrying");
+                    }
                     Duration::from_secs(1)
                 }
             };
@@ -123,23 +129,29 @@ impl Executor {
     ) -> anyhow::Result<Duration> {
         let now = self.clock.now_ms();
         let store = &self.acts.store;
+        let shared = store.is_shared();
+        let (read_lease, other_lease) = if shared {
+            (SHARED_LEASE_MS, SHARED_LEASE_MS)
+        } else {
+            (self.read_lease_ms, 300_000)
+        };
         let free_reads = self
             .read_slots
             .saturating_sub(self.reads.load(Ordering::SeqCst));
         let reads = store
-            .claim_actions(
-                &self.owner,
-                Lane::Only(READ),
-                free_reads,
-                self.read_lease_ms,
-                now,
-            )
+            .claim_actions(&self.owner, Lane::Only(READ), free_reads, read_lease, now)
             .await?;
         let free_others = self
             .other_slots
             .saturating_sub(self.others.load(Ordering::SeqCst));
         let others = store
-            .claim_actions(&self.owner, Lane::Except(READ), free_others, 300_000, now)
+            .claim_actions(
+                &self.owner,
+                Lane::Except(READ),
+                free_others,
+                other_lease,
+                now,
+            )
             .await?;
         for (claimed, counter) in reads
             .into_iter()
@@ -150,7 +162,11 @@ impl Executor {
             let this = self.clone();
             let recorder = recorder.clone();
             tokio::spawn(async move {
+                let renewal = shared.then(|| this.clone().renew(claimed.id));
                 let finished = this.perform(claimed).await;
+                if let Some(r) = renewal {
+                    r.abort();
+                }
                 // The slot frees once the outcome is recorded, not before.
                 if recorder.send((finished, counter.clone())).is_err() {
                     counter.fetch_sub(1, Ordering::SeqCst);
@@ -163,6 +179,34 @@ impl Executor {
                 Duration::from_millis(u64::try_from(at - now).unwrap_or(0)).min(IDLE_POLL)
             }
             _ => IDLE_POLL,
+        })
+    }
+
+    /// Keeps the claim on action `id` alive while it is performed (several replicas).
+    fn renew(self: Arc<Self>, id: i64) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(RENEW_EVERY).await;
+                let until = crate::clock::now_ms() + SHARED_LEASE_MS;
+                match self
+                    .acts
+                    .store
+                    .renew_action_lease(id, &self.owner, until)
+                    .await
+                {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        tracing::warn!(
+                            action = id,
+                            "the claim ran out and another replica took the action over"
+                        );
+                        return;
+                    }
+                    Err(error) => {
+                        tracing::debug!(error = %format!("{error:#}"), "cannot renew a claim yet");
+                    }
+                }
+            }
         })
     }
 

@@ -26,6 +26,17 @@ use crate::event::{Event, EventKind, ForgeEvent, IssueSnapshot};
 use crate::forge::{Forge, Issue};
 use crate::store::{NewDelivery, Store};
 
+/// Where the watermark is kept in the database: `RFC 3339|forge` or `RFC 3339|local`.
+const WATERMARK_KEY: &str = "scan.watermark";
+
+fn parse_watermark(value: &str) -> Option<(chrono::DateTime<chrono::Utc>, bool)> {
+    let (at, clock) = value.split_once('|')?;
+    let at = chrono::DateTime::parse_from_rfc3339(at)
+        .ok()?
+        .with_timezone(&chrono::Utc);
+    Some((at, clock == "forge"))
+}
+
 /// Repositories scanned at once.
 const PARALLEL_REPOS: usize = 8;
 
@@ -93,15 +104,44 @@ impl Scanner {
         }
     }
 
-    fn watermark(&self) -> Option<(chrono::DateTime<chrono::Utc>, bool)> {
+    /// The newest of this process's watermark and the one kept in the database (where
+    /// another replica's pass, or this director before a restart, left it).
+    async fn watermark(&self) -> Option<(chrono::DateTime<chrono::Utc>, bool)> {
+        let kept = match self.store.meta(WATERMARK_KEY).await {
+            Ok(v) => v.and_then(|v| parse_watermark(&v)),
+            Err(error) => {
+                tracing::debug!(error = %format!("{error:#}"), "cannot read the kept scan watermark");
+                None
+            }
+        };
+        if let Some((at, forge)) = kept {
+            self.advance_local(at, forge);
+        }
         *self.watermark.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Moves the watermark forward, never back.
-    fn advance(&self, to: chrono::DateTime<chrono::Utc>, forge_clock: bool) {
+    /// Moves the watermark forward, never back; returns whether it moved.
+    fn advance_local(&self, to: chrono::DateTime<chrono::Utc>, forge_clock: bool) -> bool {
         let mut w = self.watermark.lock().unwrap_or_else(|e| e.into_inner());
         if w.is_none_or(|(cur, _)| to > cur) {
             *w = Some((to, forge_clock));
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Moves the watermark forward and keeps it in the database.
+    async fn advance(&self, to: chrono::DateTime<chrono::Utc>, forge_clock: bool) {
+        if self.advance_local(to, forge_clock) {
+            let value = format!(
+                "{}|{}",
+                to.to_rfc3339(),
+                if forge_clock { "forge" } else { "local" }
+            );
+            if let Err(error) = self.store.set_meta(WATERMARK_KEY, &value).await {
+                tracing::debug!(error = %format!("{error:#}"), "cannot keep the scan watermark");
+            }
         }
     }
 
@@ -114,7 +154,7 @@ impl Scanner {
     /// once. Before any full pass it runs a full pass instead.
     #[tracing::instrument(skip_all)]
     pub async fn scan_incremental(&self) -> anyhow::Result<ScanReport> {
-        let Some((mark, forge_clock)) = self.watermark() else {
+        let Some((mark, forge_clock)) = self.watermark().await else {
             return self.scan_once().await;
         };
         let since = mark - if forge_clock { OVERLAP } else { SKEW_OVERLAP };
@@ -175,7 +215,7 @@ impl Scanner {
         if report.queued > 0 {
             self.wake.notify_one();
         }
-        self.advance(next, next_from_forge);
+        self.advance(next, next_from_forge).await;
         tracing::info!(
             since = %since,
             changed = candidates.len(),
@@ -245,12 +285,15 @@ impl Scanner {
         if report.errors.is_empty() {
             let took = chrono::Duration::from_std(started.elapsed()).unwrap_or_default();
             match self.forge.server_time().await {
-                Ok(Some(t)) => self.advance(t - took, true),
-                Ok(None) | Err(_) => self.advance(
-                    chrono::DateTime::from_timestamp_millis(started_ms)
-                        .unwrap_or_else(chrono::Utc::now),
-                    false,
-                ),
+                Ok(Some(t)) => self.advance(t - took, true).await,
+                Ok(None) | Err(_) => {
+                    self.advance(
+                        chrono::DateTime::from_timestamp_millis(started_ms)
+                            .unwrap_or_else(chrono::Utc::now),
+                        false,
+                    )
+                    .await
+                }
             }
         }
         tracing::info!(

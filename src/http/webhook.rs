@@ -178,7 +178,13 @@ pub async fn receive(
         }
         Err(e) => {
             count("error");
-            span.in_scope(|| tracing::error!(error = %e, "delivery not stored"));
+            // During a database outage (logged once by the store's monitor) each refused
+            // delivery is a debug line, not another error.
+            if state.store.is_up() {
+                span.in_scope(|| tracing::error!(error = %e, "delivery not stored"));
+            } else {
+                span.in_scope(|| tracing::debug!(error = %e, "delivery not stored: the database is unreachable"));
+            }
             answer(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "error",

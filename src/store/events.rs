@@ -127,6 +127,9 @@ impl Store {
     pub async fn insert_deliveries(&self, batch: &[NewDelivery]) -> anyhow::Result<Vec<bool>> {
         let mut tx = self.begin(true).await?;
         let inserted = insert(&mut tx, batch).await?;
+        if !inserted.is_empty() {
+            super::notify(&mut tx, super::Work::Events).await?;
+        }
         tx.commit().await?;
         // A delivery id repeated inside one batch is new only the first time.
         let mut seen = HashSet::new();

@@ -35,6 +35,8 @@ use crate::settings::{StoreSettings, Synchronous};
 #[derive(Clone, Debug)]
 pub struct Store {
     db: Db,
+    /// False from a failed health check until one succeeds (see [`Store::monitor`]).
+    up: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Which database, and what it needs.
@@ -145,6 +147,68 @@ pub struct Commit {
     pub fence: Option<Fence>,
 }
 
+/// What another replica may have to do after a commit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Work {
+    /// Stored events for the consumer.
+    Events,
+    /// New actions for the executors.
+    Actions,
+    /// Runs changed, for the watchers.
+    Runs,
+}
+
+impl Work {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Events => "events",
+            Self::Actions => "actions",
+            Self::Runs => "runs",
+        }
+    }
+}
+
+/// The channel replicas tell each other about new work on.
+const CHANNEL: &str = "director_work";
+
+/// Tells every replica listening, when `tx` commits, that there is `work` (PostgreSQL's
+/// `NOTIFY`: delivered on commit, once per distinct payload). One process needs no telling.
+pub(crate) async fn notify(tx: &mut Tx<'_>, work: Work) -> anyhow::Result<()> {
+    if let Tx::Postgres(t) = tx {
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(CHANNEL)
+            .bind(work.as_str())
+            .execute(&mut **t)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Who to wake when another replica committed work.
+#[derive(Clone, Default)]
+pub struct Listeners {
+    pub events: Option<Arc<tokio::sync::Notify>>,
+    pub actions: Option<Arc<tokio::sync::Notify>>,
+    pub runs: Option<Arc<tokio::sync::Notify>>,
+}
+
+impl Listeners {
+    fn wake(&self, work: Option<Work>) {
+        let all = [
+            (Work::Events, &self.events),
+            (Work::Actions, &self.actions),
+            (Work::Runs, &self.runs),
+        ];
+        for (w, n) in all {
+            if (work.is_none() || work == Some(w))
+                && let Some(n) = n
+            {
+                n.notify_one();
+            }
+        }
+    }
+}
+
 /// An error message with the URL's password, if it appears, replaced.
 fn redact_error(message: &str, url: &str) -> String {
     match reqwest::Url::parse(url)
@@ -197,12 +261,58 @@ impl Store {
             .context("applying migrations")?;
         Ok(Self {
             db: Db::Postgres(Postgres { pool }),
+            up: Arc::new(true.into()),
         })
     }
 
     /// Whether this store is shared by several replicas (PostgreSQL).
     pub fn is_shared(&self) -> bool {
         matches!(self.db, Db::Postgres(_))
+    }
+
+    /// Wakes `listeners` whenever any replica commits work for them, until `stop`. A
+    /// connection lost and made again wakes them all (a notification may have been missed).
+    /// Nothing to do on SQLite: this process made all the work itself.
+    pub fn listen(&self, listeners: Listeners, stop: tokio_util::sync::CancellationToken) {
+        let Db::Postgres(pg) = &self.db else {
+            return;
+        };
+        let pool = pg.pool.clone();
+        tokio::spawn(async move {
+            loop {
+                let mut listener = match sqlx::postgres::PgListener::connect_with(&pool).await {
+                    Ok(l) => l,
+                    Err(error) => {
+                        tracing::debug!(%error, "cannot listen for other replicas' work yet");
+                        tokio::select! {
+                            _ = stop.cancelled() => return,
+                            _ = tokio::time::sleep(Duration::from_secs(2)) => continue,
+                        }
+                    }
+                };
+                if listener.listen(CHANNEL).await.is_err() {
+                    continue;
+                }
+                listeners.wake(None);
+                loop {
+                    let note = tokio::select! {
+                        _ = stop.cancelled() => return,
+                        note = listener.try_recv() => note,
+                    };
+                    match note {
+                        Ok(Some(n)) => listeners.wake(match n.payload() {
+                            "events" => Some(Work::Events),
+                            "actions" => Some(Work::Actions),
+                            "runs" => Some(Work::Runs),
+                            _ => None,
+                        }),
+                        // The connection was lost; it is made again on the next receive.
+                        Ok(None) => listeners.wake(None),
+                        Err(_) => break,
+                    }
+                }
+            }
+        });
     }
 
     /// A write transaction; on SQLite `durable` picks the fsynced connection (PostgreSQL
@@ -285,6 +395,7 @@ impl Store {
                 write_lock: Arc::default(),
                 _checkpoints: Arc::new(stop.drop_guard()),
             }),
+            up: Arc::new(true.into()),
         })
     }
 
@@ -314,6 +425,74 @@ impl Store {
                 .await?
         });
         Ok(id)
+    }
+
+    /// Whether the database answered the last health check: errors while it does not are
+    /// the outage, already reported once, and need not be logged as new failures.
+    pub fn is_up(&self) -> bool {
+        self.up.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Checks every `every` that the database answers, until `stop`; an outage is logged
+    /// once when it starts and once when it ends, and shown by `on_change(up)` (the metrics).
+    pub fn monitor(
+        &self,
+        every: Duration,
+        on_change: impl Fn(bool) + Send + 'static,
+        stop: tokio_util::sync::CancellationToken,
+    ) {
+        let store = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(every) => {}
+                }
+                let answered = tokio::time::timeout(Duration::from_secs(5), store.ping()).await;
+                let now_up = matches!(answered, Ok(Ok(())));
+                let was_up = store.up.swap(now_up, std::sync::atomic::Ordering::Relaxed);
+                match (was_up, now_up) {
+                    (true, false) => {
+                        let why = match answered {
+                            Ok(Err(e)) => format!("{e:#}"),
+                            _ => "no answer within 5 s".to_owned(),
+                        };
+                        tracing::error!(error = %why, "the database is unreachable: intake answers 503 and no work is claimed until it returns");
+                        on_change(false);
+                    }
+                    (false, true) => {
+                        tracing::info!("the database answers again; work resumes");
+                        on_change(true);
+                    }
+                    _ => {}
+                }
+            }
+        });
+    }
+
+    /// A fact kept in the database (`meta`), if set.
+    pub async fn meta(&self, key: &str) -> anyhow::Result<Option<String>> {
+        Ok(on_pool!(&self.db, p => {
+            sqlx::query_scalar("SELECT value FROM meta WHERE key = $1")
+                .bind(key)
+                .fetch_optional(p)
+                .await?
+        }))
+    }
+
+    pub async fn set_meta(&self, key: &str, value: &str) -> anyhow::Result<()> {
+        let mut tx = self.relaxed().await?;
+        on_tx!(&mut tx, t => {
+            sqlx::query(
+                "INSERT INTO meta (key, value) VALUES ($1, $2) \
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            )
+            .bind(key)
+            .bind(value)
+            .execute(&mut **t)
+            .await?;
+        });
+        tx.commit().await
     }
 
     /// Succeeds when the database answers a query.
@@ -352,6 +531,12 @@ impl Store {
             records::upsert_run(&mut tx, run).await?;
         }
         outbox::insert_actions(&mut tx, &commit.actions, now_ms).await?;
+        if !commit.actions.is_empty() {
+            notify(&mut tx, Work::Actions).await?;
+        }
+        if !commit.runs.is_empty() {
+            notify(&mut tx, Work::Runs).await?;
+        }
         outbox::retract(&mut tx, &commit.retract, now_ms).await?;
         events::mark_consumed(&mut tx, &commit.consumed, now_ms).await?;
         events::set_aside(&mut tx, &commit.dead, now_ms).await?;

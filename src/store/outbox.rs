@@ -207,6 +207,30 @@ impl Store {
         Ok(claimed)
     }
 
+    /// Extends `owner`'s claim on action `id` to `until_ms` while it is being performed;
+    /// false when the claim is no longer `owner`'s (it ran out and another took it over).
+    pub async fn renew_action_lease(
+        &self,
+        id: i64,
+        owner: &str,
+        until_ms: i64,
+    ) -> anyhow::Result<bool> {
+        let mut tx = self.relaxed().await?;
+        let done = on_tx!(&mut tx, t => {
+            sqlx::query(
+                "UPDATE actions SET lease_until_ms = $1 WHERE id = $2 AND lease_owner = $3 AND state = 'due'",
+            )
+            .bind(until_ms)
+            .bind(id)
+            .bind(owner)
+            .execute(&mut **t)
+            .await?
+            .rows_affected()
+        });
+        tx.commit().await?;
+        Ok(done > 0)
+    }
+
     /// Records what became of several performed actions in one transaction (one write for the
     /// lot): each outcome event is stored with its action's end.
     pub async fn record_outcomes(&self, outcomes: &[Finished], now_ms: i64) -> anyhow::Result<()> {
@@ -255,6 +279,9 @@ impl Store {
             });
         }
         insert(&mut tx, &events).await?;
+        if !events.is_empty() {
+            super::notify(&mut tx, super::Work::Events).await?;
+        }
         tx.commit().await?;
         Ok(())
     }
