@@ -179,12 +179,37 @@ pub enum Synchronous {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StoreSettings {
-    #[serde(deserialize_with = "lenient::string")]
+    /// `sqlite://PATH` or `postgres://USER:PASSWORD@HOST:PORT/DATABASE` (TLS with
+    /// `?sslmode=require`); the password is never shown.
+    #[serde(
+        deserialize_with = "lenient::string",
+        serialize_with = "masked_store_url"
+    )]
     pub url: String,
     pub synchronous: Synchronous,
     /// Processed deliveries, old pre-flight call records and finished actions are pruned
     /// after this many days.
     pub retention_days: u32,
+}
+
+/// `store.url` with any password replaced, for messages and `check-config`.
+pub fn masked_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        Ok(_) => url.to_owned(),
+        // Not a URL: show only its scheme, if any (it may hold anything).
+        Err(_) => match url.split_once("://") {
+            Some((scheme, _)) => format!("{scheme}://..."),
+            None => "(not a URL)".to_owned(),
+        },
+    }
+}
+
+fn masked_store_url<S: Serializer>(url: &str, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&masked_url(url))
 }
 
 impl Default for StoreSettings {
@@ -703,12 +728,28 @@ impl Settings {
         if self.server.max_body_bytes == 0 {
             return Err(invalid("server.max_body_bytes", "must be greater than 0"));
         }
-        if !self.store.url.starts_with("sqlite:") {
+        let url = self.store.url.trim();
+        let postgres = url.starts_with("postgres://") || url.starts_with("postgresql://");
+        if postgres {
+            let parsed = reqwest::Url::parse(url).ok();
+            let usable = parsed
+                .as_ref()
+                .is_some_and(|u| u.host_str().is_some_and(|h| !h.is_empty()));
+            if !usable {
+                return Err(invalid(
+                    "store.url",
+                    format!(
+                        "`{}`: not a PostgreSQL URL of the form postgres://USER:PASSWORD@HOST:PORT/DATABASE",
+                        masked_url(url)
+                    ),
+                ));
+            }
+        } else if !url.starts_with("sqlite:") {
             return Err(invalid(
                 "store.url",
                 format!(
-                    "`{}`: only sqlite://PATH is supported so far",
-                    self.store.url
+                    "`{}`: use sqlite://PATH (one process) or postgres://USER:PASSWORD@HOST:PORT/DATABASE (several replicas)",
+                    masked_url(url)
                 ),
             ));
         }
@@ -911,15 +952,39 @@ impl Settings {
     }
 }
 
-/// A cron expression with a seconds field, parsed the way the scheduler parses it.
-fn croner_check(expr: &str) -> Result<(), String> {
+fn cron(expr: &str) -> Result<croner::Cron, String> {
     croner::parser::CronParser::builder()
         .seconds(croner::parser::Seconds::Required)
         .dom_and_dow(true)
         .build()
         .parse(expr)
-        .map(|_| ())
         .map_err(|e| format!("`{expr}`: {e} (six fields, seconds first, e.g. `0 */5 * * * *`)"))
+}
+
+/// A cron expression with a seconds field, parsed the way the scheduler parses it.
+fn croner_check(expr: &str) -> Result<(), String> {
+    cron(expr).map(|_| ())
+}
+
+/// The time (ms) `expr` fires at that lies nearest `now_ms`: what names one scheduled period
+/// alike on replicas whose schedules fired moments apart.
+pub fn nearest_occurrence_ms(expr: &str, now_ms: i64) -> Option<i64> {
+    let cron = cron(expr).ok()?;
+    let now = chrono::DateTime::from_timestamp_millis(now_ms)?;
+    let before = cron.find_previous_occurrence(&now, true).ok();
+    let after = cron.find_next_occurrence(&now, false).ok();
+    let nearest = match (before, after) {
+        (Some(b), Some(a)) => {
+            if now - b <= a - now {
+                b
+            } else {
+                a
+            }
+        }
+        (Some(t), None) | (None, Some(t)) => t,
+        (None, None) => return None,
+    };
+    Some(nearest.timestamp_millis())
 }
 
 /// Environment pairs already filtered to `SECTION__KEY`, turned into nested figment values.

@@ -448,9 +448,9 @@ async fn schedule_scans(
     let full = |scanner: Arc<Scanner>,
                 running: Arc<tokio::sync::Mutex<()>>,
                 shared: Arc<Option<(Store, String)>>,
-                window: i64| async move {
+                period: String| async move {
         let _guard = running.lock().await;
-        if !claim_scan(&shared, "full", window).await {
+        if !claim_scan(&shared, "full", &period).await {
             return;
         }
         if let Err(error) = scanner.scan_once().await {
@@ -459,12 +459,13 @@ async fn schedule_scans(
     };
     let incremental = |scanner: Arc<Scanner>,
                        running: Arc<tokio::sync::Mutex<()>>,
-                       shared: Arc<Option<(Store, String)>>| async move {
+                       shared: Arc<Option<(Store, String)>>,
+                       period: String| async move {
         let Ok(_guard) = running.try_lock() else {
             tracing::info!("a scan is still running; skipping this incremental pass");
             return;
         };
-        if !claim_scan(&shared, "incremental", SCAN_TICK_MS).await {
+        if !claim_scan(&shared, "incremental", &period).await {
             return;
         }
         if let Err(error) = scanner.scan_incremental().await {
@@ -472,24 +473,32 @@ async fn schedule_scans(
         }
     };
     // At start-up: a replica starting soon after another's full pass leaves it out.
+    let startup = (crate::clock::now_ms() + STARTUP_SCAN_WINDOW_MS / 2) / STARTUP_SCAN_WINDOW_MS;
     tokio::spawn(full(
         scanner.clone(),
         running.clone(),
         shared.clone(),
-        STARTUP_SCAN_WINDOW_MS,
+        format!("startup:{startup}"),
     ));
     let mut scheduler = JobScheduler::new()
         .await
         .context("starting the scan scheduler")?;
     let (s, r, sh) = (scanner.clone(), running.clone(), shared.clone());
+    let expr = schedule.to_owned();
     let job = Job::new_async(schedule, move |_, _| {
-        Box::pin(incremental(s.clone(), r.clone(), sh.clone()))
+        Box::pin(incremental(
+            s.clone(),
+            r.clone(),
+            sh.clone(),
+            period_of(&expr),
+        ))
     })
     .with_context(|| format!("scan.schedule `{schedule}`"))?;
     scheduler.add(job).await.context("scheduling the scan")?;
     let (s, r, sh) = (scanner.clone(), running.clone(), shared.clone());
+    let expr = full_schedule.to_owned();
     let job = Job::new_async(full_schedule, move |_, _| {
-        Box::pin(full(s.clone(), r.clone(), sh.clone(), SCAN_TICK_MS))
+        Box::pin(full(s.clone(), r.clone(), sh.clone(), period_of(&expr)))
     })
     .with_context(|| format!("scan.full_schedule `{full_schedule}`"))?;
     scheduler
@@ -507,22 +516,26 @@ async fn schedule_scans(
     Ok(())
 }
 
-/// Scheduled passes of one period fire on every replica within moments of each other: they
-/// are named by the time rounded to this, so all replicas name the same period alike.
-const SCAN_TICK_MS: i64 = 60_000;
 /// The start-up full pass is left out by a replica starting within this of another's.
 const STARTUP_SCAN_WINDOW_MS: i64 = 600_000;
 
-/// Whether this replica runs the `pass` of the period `window` wide that holds now: always
-/// alone; with several, only the first to claim it.
-async fn claim_scan(shared: &Option<(Store, String)>, pass: &str, window: i64) -> bool {
+/// A scheduled pass fires on every replica moments apart: it is named by the scheduled time
+/// nearest now, the same on each.
+fn period_of(expr: &str) -> String {
+    let now = crate::clock::now_ms();
+    crate::settings::nearest_occurrence_ms(expr, now)
+        .unwrap_or(now / 1000 * 1000)
+        .to_string()
+}
+
+/// Whether this replica runs the `pass` of `period`: always alone; with several, only the
+/// first to claim it.
+async fn claim_scan(shared: &Option<(Store, String)>, pass: &str, period: &str) -> bool {
     let Some((store, replica)) = shared else {
         return true;
     };
     let now = crate::clock::now_ms();
-    // Rounded to the nearest tick: clocks a few seconds apart name the same period.
-    let period = (now + window / 2) / window;
-    let name = format!("scan:{pass}:{window}:{period}");
+    let name = format!("scan:{pass}:{period}");
     match store.claim_once(&name, replica, now).await {
         Ok(true) => true,
         Ok(false) => {

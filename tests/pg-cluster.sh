@@ -13,6 +13,14 @@ as_pg() {
   if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
 }
 
+start_cluster() {
+  local dir=$1 port
+  port=$(cat "$dir/port")
+  as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/log" -w -o \
+    "-c listen_addresses=127.0.0.1 -p $port -k $dir -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
+    start >/dev/null
+}
+
 case "${1:-}" in
   start)
     dir=$(mktemp -d /tmp/director-pg.XXXXXX)
@@ -25,11 +33,17 @@ case "${1:-}" in
       if ! (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; then port=$candidate; break; fi
     done
     [ -n "$port" ] || { echo "no free port found" >&2; exit 1; }
-    as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/log" -w -o \
-      "-c listen_addresses=127.0.0.1 -p $port -k $dir -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
-      start >/dev/null
+    echo "$port" > "$dir/port"
+    start_cluster "$dir"
     echo "export DIRECTOR_TEST_PG_URL=postgres://postgres@127.0.0.1:$port/postgres"
     echo "export DIRECTOR_TEST_PG_DIR=$dir"
+    ;;
+  pause)
+    # An outage: the server stops, its data stays (resume starts it again on the same port).
+    as_pg "$bin/pg_ctl" -D "${2:?the cluster directory}/data" -m fast -w stop >/dev/null
+    ;;
+  resume)
+    start_cluster "${2:?the cluster directory}"
     ;;
   stop)
     dir=${2:?the cluster directory}
@@ -37,7 +51,7 @@ case "${1:-}" in
     rm -rf "$dir"
     ;;
   *)
-    echo "usage: $0 start | stop DIR" >&2
+    echo "usage: $0 start | pause DIR | resume DIR | stop DIR" >&2
     exit 2
     ;;
 esac

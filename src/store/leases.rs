@@ -97,6 +97,17 @@ impl Store {
         Ok(got.is_some())
     }
 
+    /// How many claims were made whose names start with `prefix` (tests and benchmarks).
+    pub async fn claims_like(&self, prefix: &str) -> anyhow::Result<usize> {
+        let n: i64 = on_pool!(&self.db, p => {
+            sqlx::query_scalar("SELECT COUNT(*) FROM leases WHERE substr(name, 1, length($1)) = $1")
+                .bind(prefix)
+                .fetch_one(p)
+                .await?
+        });
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
+
     /// Who holds `name` now, if anyone.
     pub async fn lease_holder(&self, name: &str, now_ms: i64) -> anyhow::Result<Option<String>> {
         Ok(on_pool!(&self.db, p => {

@@ -86,21 +86,7 @@ impl Tx<'_> {
     }
 }
 
-/// `store.url` with any password replaced, for messages and `check-config`.
-pub fn masked_url(url: &str) -> String {
-    match reqwest::Url::parse(url) {
-        Ok(mut u) if u.password().is_some() => {
-            let _ = u.set_password(Some("***"));
-            u.to_string()
-        }
-        Ok(_) => url.to_owned(),
-        // Not a URL: show only its scheme, if any (it may hold anything).
-        Err(_) => match url.split_once("://") {
-            Some((scheme, _)) => format!("{scheme}://..."),
-            None => "(not a URL)".to_owned(),
-        },
-    }
-}
+pub use crate::settings::masked_url;
 
 /// Copies the write-ahead log back into the database every 250 ms (as far as readers allow,
 /// without waiting for them), off the path of every commit: SQLite's own checkpoint would run

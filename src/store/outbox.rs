@@ -308,11 +308,15 @@ impl Store {
     }
 
     /// When the next action that can be claimed becomes due: the earliest of each issue's
-    /// oldest due action (a later one waits for it, whatever its own time).
+    /// oldest due action (a later one waits for it, whatever its own time), or the end of the
+    /// lease on one that is claimed.
     pub async fn next_action_due_ms(&self) -> anyhow::Result<Option<i64>> {
+        // A claimed action becomes claimable again when its lease runs out (its holder may
+        // have died): that is when another replica must look.
         let sql = format!(
-            "SELECT MIN(a.not_before_ms) FROM actions a JOIN ({HEADS}) h ON a.id = h.id \
-             WHERE a.lease_owner IS NULL"
+            "SELECT MIN(CASE WHEN a.lease_owner IS NULL THEN a.not_before_ms \
+             WHEN a.lease_until_ms > a.not_before_ms THEN a.lease_until_ms ELSE a.not_before_ms END) \
+             FROM actions a JOIN ({HEADS}) h ON a.id = h.id"
         );
         Ok(on_pool!(&self.db, p => {
             sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).fetch_one(p).await?

@@ -247,3 +247,40 @@ fn numeric_looking_secrets_from_the_environment_are_kept_exactly() {
         .collect();
     assert_eq!(secrets, vec!["007", "0.50"]);
 }
+
+#[test]
+fn a_postgres_store_url_is_accepted_and_its_password_never_shown() {
+    let out = director()
+        .args(["check-config", "--config", &example()])
+        .env(
+            "DIRECTOR_STORE__URL",
+            "postgres://director:pg-pass-5e1@db.example:5432/director",
+        )
+        .output()
+        .expect("runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("postgres://director:***@db.example:5432/director"),
+        "{text}"
+    );
+    assert!(!text.contains("pg-pass-5e1"), "{text}");
+    for bad in [
+        "mysql://director:pg-pass-5e1@db/x",
+        "postgres://director:pg-pass-5e1@/x",
+    ] {
+        let out = director()
+            .args(["check-config", "--config", &example()])
+            .env("DIRECTOR_STORE__URL", bad)
+            .output()
+            .expect("runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{bad} accepted");
+        assert!(err.contains("store.url"), "{bad}: {err}");
+        assert!(!err.contains("pg-pass-5e1"), "{bad}: {err}");
+    }
+}

@@ -17,6 +17,7 @@ mod outbox;
 mod pg;
 mod preflight;
 mod pulls;
+mod replicas;
 mod runs;
 mod scenarios;
 mod status_page;

@@ -16,12 +16,17 @@ const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/pg-cluster.sh")
 
 impl Pg {
     pub fn start() -> Self {
-        if let Ok(url) = std::env::var("DIRECTOR_TEST_PG_URL") {
-            return Self {
+        match std::env::var("DIRECTOR_TEST_PG_URL") {
+            Ok(url) if !url.is_empty() => Self {
                 base: url,
                 owned: None,
-            };
+            },
+            _ => Self::start_private(),
         }
+    }
+
+    /// A cluster of the caller's own, whatever the environment says (to stop and start).
+    pub fn start_private() -> Self {
         let out = Command::new("bash")
             .args([SCRIPT, "start"])
             .output()
@@ -56,6 +61,27 @@ impl Pg {
             .expect("CREATE DATABASE");
         let (server, _) = self.base.rsplit_once('/').expect("a database in the URL");
         format!("{server}/{name}")
+    }
+}
+
+impl Pg {
+    fn script(&self, verb: &str) {
+        let dir = self.owned.as_deref().expect("a cluster of this test's own");
+        let status = Command::new("bash")
+            .args([SCRIPT, verb, dir])
+            .status()
+            .expect("tests/pg-cluster.sh runs");
+        assert!(status.success(), "pg-cluster.sh {verb}");
+    }
+
+    /// The server goes away (an outage); its data stays.
+    pub fn stop(&self) {
+        self.script("pause");
+    }
+
+    /// The server comes back on the same port.
+    pub fn restart(&self) {
+        self.script("resume");
     }
 }
 

@@ -1090,6 +1090,23 @@ impl FakeForge {
         }
     }
 
+    /// Sends one delivery, under one delivery id, to each of `urls` at once (a load balancer
+    /// that retried it on every replica); returns their statuses.
+    pub async fn send_webhook_to_all(&self, urls: &[String], out: &Outgoing) -> Vec<u16> {
+        let secret = self
+            .state()
+            .webhook
+            .as_ref()
+            .map(|w| w.secret.clone())
+            .unwrap_or_default();
+        let delivery = format!("{:032x}", rand::random::<u128>());
+        let client = reqwest::Client::new();
+        let sends = urls
+            .iter()
+            .map(|url| send_delivery(&client, url, &secret, out, &delivery));
+        futures_util::future::join_all(sends).await
+    }
+
     /// Sends every queued webhook, in order, and returns the HTTP statuses.
     pub async fn deliver_webhooks(&self) -> Vec<u16> {
         let (target, outbox) = {
@@ -1290,8 +1307,18 @@ impl FakeForge {
 }
 
 async fn send_webhook(client: &reqwest::Client, url: &str, secret: &str, out: &Outgoing) -> u16 {
-    let sig = crate::forge::signature::sign(secret, out.body.as_bytes());
     let delivery = format!("{:032x}", rand::random::<u128>());
+    send_delivery(client, url, secret, out, &delivery).await
+}
+
+async fn send_delivery(
+    client: &reqwest::Client,
+    url: &str,
+    secret: &str,
+    out: &Outgoing,
+    delivery: &str,
+) -> u16 {
+    let sig = crate::forge::signature::sign(secret, out.body.as_bytes());
     let (family, _) = out
         .event_type
         .split_once('_')
@@ -1306,8 +1333,8 @@ async fn send_webhook(client: &reqwest::Client, url: &str, secret: &str, out: &O
     client
         .post(url)
         .header("Content-Type", "application/json")
-        .header("X-Forgejo-Delivery", &delivery)
-        .header("X-Gitea-Delivery", &delivery)
+        .header("X-Forgejo-Delivery", delivery)
+        .header("X-Gitea-Delivery", delivery)
         .header("X-Forgejo-Event", event)
         .header("X-Gitea-Event", event)
         .header("X-Forgejo-Event-Type", &out.event_type)

@@ -1,0 +1,468 @@
+//! Several real `director serve` processes on one real PostgreSQL database, behaving as one
+//! director: duplicate deliveries sent to every replica land once, a replica SIGKILLed in the
+//! middle of a pre-flight is taken over by another, each scan period runs on one replica, run
+//! admission holds across replicas, and a database outage answers 503 and heals by itself.
+
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use director::domain::{IssueRef, Lifecycle, RunState};
+use director::forge::Permission;
+use director::forge::fake::{FakeForge, FakeServer};
+use director::store::Store;
+
+use crate::fake_llm::FakeLlm;
+use crate::forge_helpers::{BOT, BOT_TOKEN, TRIGGER, WRITER};
+use crate::helpers::{SECRET, http_client};
+use crate::pg::Pg;
+use crate::runs::{RUNNER, RUNNER_PASSWORD, agent_image};
+
+struct Replicas {
+    forge: FakeForge,
+    server: FakeServer,
+    llm: FakeLlm,
+    pg: Pg,
+    db: String,
+    dir: tempfile::TempDir,
+    env: Vec<(String, String)>,
+    /// (process, port) of each replica started, in order.
+    running: Vec<(Child, u16)>,
+}
+
+impl Replicas {
+    async fn new(pg: Pg) -> Self {
+        let forge = FakeForge::new();
+        forge.add_account(BOT, BOT_TOKEN);
+        let repo = forge.add_repo("acme/widgets");
+        forge.grant(&repo, BOT, Permission::Admin);
+        forge.grant(&repo, WRITER, Permission::Write);
+        forge.define_label(&repo, TRIGGER);
+        let server = forge.serve().expect("serves");
+        let llm = FakeLlm::start();
+        llm.always("Fine.\n\nGO");
+        let db = pg.database().await;
+        Self {
+            forge,
+            server,
+            llm,
+            pg,
+            db,
+            dir: tempfile::tempdir().expect("dir"),
+            env: Vec::new(),
+            running: Vec::new(),
+        }
+    }
+
+    fn set(&mut self, key: &str, value: &str) {
+        self.env.push((key.to_owned(), value.to_owned()));
+    }
+
+    fn log(&self, i: usize) -> PathBuf {
+        self.dir.path().join(format!("replica-{i}.log"))
+    }
+
+    fn url(&self, i: usize) -> String {
+        format!("http://127.0.0.1:{}/webhooks/forgejo", self.running[i].1)
+    }
+
+    fn urls(&self) -> Vec<String> {
+        (0..self.running.len()).map(|i| self.url(i)).collect()
+    }
+
+    async fn store(&self) -> Store {
+        Store::connect(&director::settings::StoreSettings {
+            url: self.db.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("db")
+    }
+
+    /// Starts one more replica (stopping at `failpoint` if named) and waits for `/healthz`.
+    async fn start(&mut self, failpoint: Option<&str>) -> usize {
+        let i = self.running.len();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("port");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_director"));
+        cmd.arg("serve")
+            .env("DIRECTOR_SERVER__LISTEN", format!("127.0.0.1:{port}"))
+            .env("DIRECTOR_STORE__URL", &self.db)
+            .env("DIRECTOR_WEBHOOK__SECRETS", SECRET)
+            .env("DIRECTOR_FORGE__URL", self.server.url())
+            .env("DIRECTOR_FORGE__TOKEN", BOT_TOKEN)
+            .env("DIRECTOR_SCAN__REPOS", "acme/widgets")
+            .env("DIRECTOR_SCAN__ENABLED", "false")
+            .env(
+                "DIRECTOR_PREFLIGHT__BASE_URL",
+                format!("{}/v1", self.llm.url),
+            )
+            .env("DIRECTOR_PREFLIGHT__MODEL", "fake-model")
+            .env("HOSTNAME", format!("replica-{i}"))
+            .env("RUST_LOG", "info")
+            .env_remove("DIRECTOR_FAILPOINT")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(self.log(i)).expect("log"));
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        if let Some(point) = failpoint {
+            cmd.env("DIRECTOR_FAILPOINT", point);
+        }
+        let child = cmd.spawn().expect("director starts");
+        self.running.push((child, port));
+        let client = http_client();
+        let health = format!("http://127.0.0.1:{port}/healthz");
+        self.wait(&format!("replica {i} answers"), || async {
+            client
+                .get(&health)
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+        })
+        .await;
+        i
+    }
+
+    fn kill(&mut self, i: usize) {
+        let child = &mut self.running[i].0;
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reaped");
+    }
+
+    async fn wait<F, Fut>(&self, what: &str, mut check: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+        while !check().await {
+            if tokio::time::Instant::now() >= deadline {
+                let logs: String = (0..self.running.len())
+                    .map(|i| {
+                        format!(
+                            "--- replica {i}:\n{}\n",
+                            std::fs::read_to_string(self.log(i)).unwrap_or_default()
+                        )
+                    })
+                    .collect();
+                panic!("timed out waiting for: {what}\n{logs}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn preflight_comments(&self, issue: &IssueRef) -> usize {
+        self.forge
+            .comments_on(issue)
+            .iter()
+            .filter(|c| c.body.starts_with("<!-- director:preflight"))
+            .count()
+    }
+
+    async fn settled(&self, store: &Store, issue: &IssueRef, state: Lifecycle) {
+        self.wait(
+            &format!("{issue} is {state} with nothing left to do"),
+            || async {
+                let record = store.issue(issue).await.ok().flatten();
+                let pending = store.pending_deliveries().await.unwrap_or(1);
+                let due = store.due_actions().await.unwrap_or(1);
+                record.is_some_and(|r| r.lifecycle == state) && pending == 0 && due == 0
+            },
+        )
+        .await;
+    }
+}
+
+impl Drop for Replicas {
+    fn drop(&mut self) {
+        for (child, _) in &mut self.running {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+#[tokio::test]
+async fn deliveries_sent_to_every_replica_land_once_and_each_issue_gets_one_comment() {
+    let mut r = Replicas::new(Pg::start()).await;
+    for _ in 0..3 {
+        r.start(None).await;
+    }
+    let store = r.store().await;
+    r.forge.set_webhook(&r.url(0), SECRET);
+    r.forge.hold_webhooks(true);
+    let repo = "acme/widgets".parse().expect("repo");
+    let mut issues = Vec::new();
+    for n in 0..5 {
+        let issue = r
+            .forge
+            .open_issue(&repo, "reporter", &format!("Task {n}"), "Do it.")
+            .await;
+        r.forge.label(WRITER, &issue, TRIGGER).await;
+        issues.push(issue);
+    }
+    let urls = r.urls();
+    let mut statuses = Vec::new();
+    for out in r.forge.take_webhooks() {
+        statuses.extend(r.forge.send_webhook_to_all(&urls, &out).await);
+    }
+    // Each delivery is accepted by one replica and known to the others as a duplicate, or
+    // all answered 2xx: nothing is refused.
+    assert!(
+        statuses.iter().all(|s| (200..300).contains(s)),
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 202).count(),
+        10,
+        "{statuses:?}"
+    );
+    for issue in &issues {
+        r.wait("the GO comment", || async {
+            r.preflight_comments(issue) == 1
+        })
+        .await;
+        r.settled(&store, issue, Lifecycle::Queued).await;
+        assert_eq!(r.preflight_comments(issue), 1, "{issue}: one comment");
+    }
+    assert_eq!(
+        r.llm.prompts().len(),
+        5,
+        "one read per issue, whichever replica did it"
+    );
+    let (stored, _) = store.delivery_counts().await.expect("counts");
+    assert_eq!(
+        stored, 10,
+        "each delivery stored once, by whichever replica got it first"
+    );
+}
+
+#[tokio::test]
+async fn a_replica_killed_during_a_pre_flight_is_taken_over_by_another_within_30_seconds() {
+    let mut r = Replicas::new(Pg::start()).await;
+    let store = r.store().await;
+    let doomed = r.start(Some("during_model_call")).await;
+    r.forge.set_webhook(&r.url(doomed), SECRET);
+    let repo = "acme/widgets".parse().expect("repo");
+    let issue = r
+        .forge
+        .open_issue(&repo, "reporter", "Add --verbose", "Print.")
+        .await;
+    r.forge.label(WRITER, &issue, TRIGGER).await;
+    let log = r.log(doomed);
+    r.wait("the replica is inside the model call", || async {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("failpoint reached: during_model_call")
+    })
+    .await;
+    r.kill(doomed);
+    let killed_at = std::time::Instant::now();
+    r.start(None).await;
+    r.settled(&store, &issue, Lifecycle::Queued).await;
+    assert!(
+        killed_at.elapsed() < Duration::from_secs(30),
+        "taken over in {:?}",
+        killed_at.elapsed()
+    );
+    assert_eq!(r.preflight_comments(&issue), 1);
+}
+
+#[tokio::test]
+async fn each_scan_period_runs_on_one_replica() {
+    let mut r = Replicas::new(Pg::start()).await;
+    r.set("DIRECTOR_SCAN__ENABLED", "true");
+    // Incremental passes every 2 s; the full pass at start-up only.
+    r.set("DIRECTOR_SCAN__SCHEDULE", "*/2 * * * * *");
+    r.set("DIRECTOR_SCAN__FULL_SCHEDULE", "0 0 0 1 1 *");
+    for _ in 0..3 {
+        r.start(None).await;
+    }
+    let store = r.store().await;
+    // Three periods at least.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let searches = r
+        .forge
+        .calls()
+        .iter()
+        .filter(|c| c.method == "GET" && c.path.ends_with("/repos/issues/search"))
+        .count();
+    let lists = r
+        .forge
+        .calls()
+        .iter()
+        .filter(|c| c.method == "GET" && c.path.ends_with("/repos/acme/widgets/issues"))
+        .count();
+    let periods = store
+        .claims_like("scan:incremental:")
+        .await
+        .expect("claims");
+    assert!(periods >= 2, "periods claimed: {periods}");
+    assert_eq!(
+        searches, periods,
+        "one incremental request per period, not one per replica"
+    );
+    assert_eq!(
+        lists, 1,
+        "one start-up full pass for three replicas starting together"
+    );
+}
+
+#[tokio::test]
+async fn run_admission_holds_across_replicas() {
+    let mut r = Replicas::new(Pg::start()).await;
+    let repo: director::domain::RepoName = "acme/widgets".parse().expect("repo");
+    r.forge.grant(&repo, RUNNER, Permission::Write);
+    r.forge.set_password(RUNNER, RUNNER_PASSWORD);
+    for (k, v) in [
+        ("DIRECTOR_FORGE__RUNNER_LOGIN", RUNNER.to_owned()),
+        (
+            "DIRECTOR_FORGE__RUNNER_PASSWORD",
+            RUNNER_PASSWORD.to_owned(),
+        ),
+        ("DIRECTOR_RUNNER__IMAGE", agent_image()),
+        ("DIRECTOR_RUNNER__NETWORK", "host".to_owned()),
+        ("DIRECTOR_RUNNER__MEMORY_MB", "256".to_owned()),
+        ("DIRECTOR_RUNNER__MAX_CONCURRENT", "1".to_owned()),
+        ("DIRECTOR_RUNNER__MAX_PER_REPO", "1".to_owned()),
+    ] {
+        r.set(k, &v);
+    }
+    for _ in 0..3 {
+        r.start(None).await;
+    }
+    let store = r.store().await;
+    let urls = r.urls();
+    let mut issues = Vec::new();
+    for (n, url) in urls.iter().enumerate() {
+        // Each issue's webhooks go to another replica.
+        r.forge.set_webhook(url, SECRET);
+        let issue = r
+            .forge
+            .open_issue(&repo, "reporter", &format!("Run {n}"), "mode: slow")
+            .await;
+        r.forge.label(WRITER, &issue, TRIGGER).await;
+        issues.push(issue);
+    }
+    let most = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    r.wait("every run ends in a pull request", || {
+        let store = store.clone();
+        let issues = issues.clone();
+        let most = most.clone();
+        async move {
+            let active = store.active_runs().await.map(|a| a.len()).unwrap_or(0);
+            most.fetch_max(active, std::sync::atomic::Ordering::SeqCst);
+            let mut done = 0;
+            for issue in &issues {
+                if store
+                    .issue(issue)
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|i| i.lifecycle == Lifecycle::Succeeded)
+                {
+                    done += 1;
+                }
+            }
+            done == issues.len()
+        }
+    })
+    .await;
+    let most = most.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(
+        most, 1,
+        "never more than runner.max_concurrent runs at once"
+    );
+    for issue in &issues {
+        let runs = store.runs_of(issue).await.expect("runs");
+        assert_eq!(runs.len(), 1, "{issue}");
+        assert_eq!(runs[0].state, RunState::Succeeded);
+        assert_eq!(
+            crate::runs::creations(&runs[0].id, 0),
+            1,
+            "one container for the run"
+        );
+    }
+    assert_eq!(r.forge.pulls_of(&repo).len(), 3);
+}
+
+#[tokio::test]
+async fn a_database_outage_answers_503_and_heals_by_itself() {
+    // A cluster of this test's own, to stop and start again.
+    let mut r = Replicas::new(Pg::start_private()).await;
+    r.start(None).await;
+    r.forge.set_webhook(&r.url(0), SECRET);
+    let port = r.running[0].1;
+    let client = http_client();
+    let ready = |client: reqwest::Client| async move {
+        client
+            .get(format!("http://127.0.0.1:{port}/readyz"))
+            .send()
+            .await
+            .map(|r| r.status().as_u16())
+            .unwrap_or(0)
+    };
+    assert_eq!(ready(client.clone()).await, 200);
+    r.pg.stop();
+    r.wait("readyz fails", || async {
+        ready(client.clone()).await == 503
+    })
+    .await;
+    let repo = "acme/widgets".parse().expect("repo");
+    let issue = r
+        .forge
+        .open_issue(&repo, "reporter", "During", "the outage")
+        .await;
+    r.forge.hold_webhooks(true);
+    r.forge.label(WRITER, &issue, TRIGGER).await;
+    let held = r.forge.take_webhooks();
+    for out in &held {
+        let status = r.forge.send_webhook(out).await;
+        assert_eq!(status, 503, "nothing is acknowledged that was not stored");
+    }
+    let metrics = |client: reqwest::Client| async move {
+        client
+            .get(format!("http://127.0.0.1:{port}/metrics"))
+            .send()
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()
+    };
+    r.wait("the metric shows the outage", || async {
+        metrics(client.clone())
+            .await
+            .is_some_and(|m| m.contains("director_store_up 0"))
+    })
+    .await;
+    r.pg.restart();
+    r.wait("readyz recovers", || async {
+        ready(client.clone()).await == 200
+    })
+    .await;
+    // Forgejo would show the failed deliveries for redelivery: sent again, they are stored.
+    for out in &held {
+        assert_eq!(r.forge.send_webhook(out).await, 202);
+    }
+    let store = r.store().await;
+    r.settled(&store, &issue, Lifecycle::Queued).await;
+    r.wait("the end of the outage is logged", || async {
+        std::fs::read_to_string(r.log(0))
+            .unwrap_or_default()
+            .contains("the database answers again")
+    })
+    .await;
+    let log = std::fs::read_to_string(r.log(0)).unwrap_or_default();
+    assert_eq!(
+        log.matches("the database is unreachable").count(),
+        1,
+        "the outage is logged once: {log}"
+    );
+    assert!(log.contains("the database answers again"));
+    let m = metrics(client.clone()).await.unwrap_or_default();
+    assert!(m.contains("director_store_outages_total 1"), "{m}");
+}
