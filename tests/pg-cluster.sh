@@ -14,11 +14,12 @@ as_pg() {
 }
 
 start_cluster() {
-  local dir=$1 port
+  local dir=$1 port opts
   port=$(cat "$dir/port")
-  as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/log" -w -o \
-    "-c listen_addresses=127.0.0.1 -p $port -k $dir -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
-    start >/dev/null
+  opts="-c listen_addresses=127.0.0.1 -p $port -k $dir -c max_connections=300"
+  # Tests need no fsync; benchmarks (DIRECTOR_PG_DURABLE=1) measure durable commits.
+  [ -f "$dir/durable" ] || opts="$opts -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+  as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/log" -w -o "$opts" start >/dev/null
 }
 
 case "${1:-}" in
@@ -34,6 +35,7 @@ case "${1:-}" in
     done
     [ -n "$port" ] || { echo "no free port found" >&2; exit 1; }
     echo "$port" > "$dir/port"
+    [ "${DIRECTOR_PG_DURABLE:-}" = 1 ] && touch "$dir/durable"
     start_cluster "$dir"
     echo "export DIRECTOR_TEST_PG_URL=postgres://postgres@127.0.0.1:$port/postgres"
     echo "export DIRECTOR_TEST_PG_DIR=$dir"

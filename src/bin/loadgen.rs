@@ -17,7 +17,7 @@ use director::http::signature::sign;
 
 #[derive(Parser)]
 struct Args {
-    /// Webhook URL to load.
+    /// Webhook URL to load; several, comma-separated, share the load in turn (replicas).
     #[arg(long)]
     url: Option<String>,
     /// Webhook secret to sign with.
@@ -107,15 +107,20 @@ async fn send(client: &reqwest::Client, url: &str, secret: &str, n: u64) -> bool
         .is_ok_and(|r| r.status() == reqwest::StatusCode::ACCEPTED)
 }
 
-async fn flat_out(client: &reqwest::Client, args: &Args, url: &str, offset: u64) -> Report {
+/// The URL delivery `n` goes to.
+fn pick(urls: &[String], n: u64) -> &str {
+    &urls[usize::try_from(n).unwrap_or(0) % urls.len()]
+}
+
+async fn flat_out(client: &reqwest::Client, args: &Args, urls: &[String], offset: u64) -> Report {
     let next = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..args.concurrency {
-        let (client, next, url, secret) = (
+        let (client, next, urls, secret) = (
             client.clone(),
             next.clone(),
-            url.to_owned(),
+            urls.to_vec(),
             args.secret.clone(),
         );
         let total = args.requests;
@@ -127,7 +132,7 @@ async fn flat_out(client: &reqwest::Client, args: &Args, url: &str, offset: u64)
                     return (lat, failed);
                 }
                 let t = Instant::now();
-                if !send(&client, &url, &secret, offset + n).await {
+                if !send(&client, pick(&urls, n), &secret, offset + n).await {
                     failed += 1;
                 }
                 lat.push(t.elapsed().as_micros() as u64);
@@ -150,7 +155,7 @@ async fn flat_out(client: &reqwest::Client, args: &Args, url: &str, offset: u64)
     report
 }
 
-async fn fixed_rate(client: &reqwest::Client, args: &Args, url: &str, offset: u64) -> Report {
+async fn fixed_rate(client: &reqwest::Client, args: &Args, urls: &[String], offset: u64) -> Report {
     let total = args.rate * args.rate_secs;
     let interval = Duration::from_secs_f64(1.0 / args.rate as f64);
     let started = Instant::now();
@@ -158,7 +163,11 @@ async fn fixed_rate(client: &reqwest::Client, args: &Args, url: &str, offset: u6
     for i in 0..total {
         let due = started + interval * i as u32;
         tokio::time::sleep_until(due.into()).await;
-        let (client, url, secret) = (client.clone(), url.to_owned(), args.secret.clone());
+        let (client, url, secret) = (
+            client.clone(),
+            pick(urls, i).to_owned(),
+            args.secret.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             let ok = send(&client, &url, &secret, offset + i).await;
             (ok, due.elapsed().as_micros() as u64)
@@ -203,10 +212,13 @@ fn main() -> anyhow::Result<()> {
             .map_err(Into::into)
         });
     }
-    let url = args
+    let urls: Vec<String> = args
         .url
         .clone()
-        .ok_or_else(|| anyhow::anyhow!("--url is required"))?;
+        .ok_or_else(|| anyhow::anyhow!("--url is required"))?
+        .split(',')
+        .map(str::to_owned)
+        .collect();
     let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -219,11 +231,11 @@ fn main() -> anyhow::Result<()> {
             requests: 500,
             ..Args::parse()
         };
-        flat_out(&client, &warm, &url, args.offset + 10_000_000).await;
-        flat_out(&client, &args, &url, args.offset)
+        flat_out(&client, &warm, &urls, args.offset + 10_000_000).await;
+        flat_out(&client, &args, &urls, args.offset)
             .await
             .print("flat-out");
-        fixed_rate(&client, &args, &url, args.offset + 1_000_000)
+        fixed_rate(&client, &args, &urls, args.offset + 1_000_000)
             .await
             .print(&format!("fixed {}/s", args.rate));
         Ok(())

@@ -62,6 +62,9 @@ pub struct Consumer {
     metrics: Option<Metrics>,
     /// This replica's name, when several share the store.
     replica: Option<String>,
+    /// What this replica last learnt of the lease, so that a wake-up costs no database
+    /// round trip: (held by it until, held by another until).
+    lease: std::sync::Mutex<(i64, i64)>,
 }
 
 impl Consumer {
@@ -75,6 +78,7 @@ impl Consumer {
             limits: None,
             metrics: None,
             replica: None,
+            lease: std::sync::Mutex::new((0, 0)),
         }
     }
 
@@ -85,19 +89,32 @@ impl Consumer {
         self
     }
 
-    /// Whether this consumer may consume now (it holds, or took, the lease).
+    /// Whether this consumer may consume now (it holds, or took, the lease). The lease is
+    /// renewed when half of it is left (every commit renews it too); while another replica
+    /// holds it, it is asked for again only every [`LEASE_POLL`]. Each commit checks it anyway.
     async fn lead(&self) -> anyhow::Result<bool> {
-        match &self.replica {
-            None => Ok(true),
-            Some(me) => {
-                let now = crate::clock::now_ms();
-                let held = self
-                    .store
-                    .hold_lease(LEASE, me, now + LEASE_MS, now)
-                    .await?;
-                Ok(held)
-            }
+        let Some(me) = &self.replica else {
+            return Ok(true);
+        };
+        let now = crate::clock::now_ms();
+        let (mine, theirs) = *self.lease.lock().unwrap_or_else(|e| e.into_inner());
+        if mine > now + LEASE_MS / 2 {
+            return Ok(true);
         }
+        if theirs > now {
+            return Ok(false);
+        }
+        let held = self
+            .store
+            .hold_lease(LEASE, me, now + LEASE_MS, now)
+            .await?;
+        let poll = i64::try_from(LEASE_POLL.as_millis()).unwrap_or(3_000);
+        *self.lease.lock().unwrap_or_else(|e| e.into_inner()) = if held {
+            (now + LEASE_MS, 0)
+        } else {
+            (0, now + poll)
+        };
+        Ok(held)
     }
 
     fn fence(&self) -> Option<Fence> {
@@ -252,9 +269,20 @@ impl Consumer {
         pass.commit.fence = self.fence();
         let wake_executor = !pass.commit.actions.is_empty();
         let wake_watcher = !pass.commit.runs.is_empty();
-        self.store
+        let committed = self
+            .store
             .commit_with(&pass.commit, self.clock.now_ms(), durable)
-            .await?;
+            .await;
+        let mut lease = self.lease.lock().unwrap_or_else(|e| e.into_inner());
+        match (&committed, &pass.commit.fence) {
+            // The commit renewed the lease.
+            (Ok(()), Some(f)) => lease.0 = f.until_ms,
+            // Perhaps lost: ask again before the next pass.
+            (Err(_), Some(_)) => lease.0 = 0,
+            _ => {}
+        }
+        drop(lease);
+        committed?;
         if wake_executor && let Some(w) = &self.wakes.executor {
             w.notify_one();
         }
