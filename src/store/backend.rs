@@ -71,18 +71,47 @@ macro_rules! cols_for {
 cols_for!(SqliteRow);
 cols_for!(PgRow);
 
-/// `$1, $2, ...` from `$first`: the parameters of a multi-row statement.
-pub(super) fn params(first: usize, count: usize) -> String {
+/// How a statement names its parameters. PostgreSQL wants `$1, $2, ...`; SQLite takes those
+/// too, but resolves each named one by a linear search of the names before it when preparing,
+/// which a multi-row statement of hundreds of parameters pays for dearly: it gets plain `?`,
+/// bound in order (every multi-row statement binds each parameter once, in order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Marks {
+    Numbered,
+    InOrder,
+}
+
+impl Marks {
+    pub(super) fn of(tx: &super::Tx<'_>) -> Self {
+        match tx {
+            super::Tx::Sqlite(..) => Self::InOrder,
+            super::Tx::Postgres(_) => Self::Numbered,
+        }
+    }
+
+    pub(super) fn of_db(db: &super::Db) -> Self {
+        match db {
+            super::Db::Sqlite(_) => Self::InOrder,
+            super::Db::Postgres(_) => Self::Numbered,
+        }
+    }
+}
+
+/// `$1, $2, ...` (or `?, ?, ...`) from `first`: the parameters of a multi-row statement.
+pub(super) fn params(marks: Marks, first: usize, count: usize) -> String {
     (first..first + count)
-        .map(|i| format!("${i}"))
+        .map(|i| match marks {
+            Marks::Numbered => format!("${i}"),
+            Marks::InOrder => "?".to_owned(),
+        })
         .collect::<Vec<_>>()
         .join(", ")
 }
 
 /// `($1, $2, $3), ($4, $5, $6), ...`: `rows` tuples of `width` parameters.
-pub(super) fn tuples(rows: usize, width: usize) -> String {
+pub(super) fn tuples(marks: Marks, rows: usize, width: usize) -> String {
     (0..rows)
-        .map(|r| format!("({})", params(1 + r * width, width)))
+        .map(|r| format!("({})", params(marks, 1 + r * width, width)))
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -93,7 +122,8 @@ mod tests {
 
     #[test]
     fn parameters_are_numbered_in_order() {
-        assert_eq!(params(2, 3), "$2, $3, $4");
-        assert_eq!(tuples(2, 2), "($1, $2), ($3, $4)");
+        assert_eq!(params(Marks::Numbered, 2, 3), "$2, $3, $4");
+        assert_eq!(tuples(Marks::Numbered, 2, 2), "($1, $2), ($3, $4)");
+        assert_eq!(tuples(Marks::InOrder, 2, 2), "(?, ?), (?, ?)");
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use super::backend::{Cols, params, tuples};
+use super::backend::{Cols, Marks, params, tuples};
 use super::{CHUNK, Store, Tx, to_i64};
 use crate::domain::IssueRef;
 use crate::event::{Event, SCHEMA_VERSION};
@@ -58,7 +58,7 @@ pub(super) async fn insert(
             "INSERT INTO deliveries \
              (delivery_id, content_sha256, event_type, repo, number, event, received_at_ms, schema) \
              VALUES {} ON CONFLICT DO NOTHING RETURNING delivery_id",
-            tuples(chunk.len(), 8)
+            tuples(Marks::of(tx), chunk.len(), 8)
         );
         let ids: Vec<String> = on_tx!(&mut *tx, t => {
             let mut query = sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(sql));
@@ -86,9 +86,11 @@ pub(super) async fn mark_consumed(
     now_ms: i64,
 ) -> anyhow::Result<()> {
     for chunk in seqs.chunks(CHUNK) {
+        let marks = Marks::of(tx);
         let sql = format!(
-            "UPDATE deliveries SET processed_at_ms = $1 WHERE seq IN ({})",
-            params(2, chunk.len())
+            "UPDATE deliveries SET processed_at_ms = {} WHERE seq IN ({})",
+            params(marks, 1, 1),
+            params(marks, 2, chunk.len())
         );
         on_tx!(&mut *tx, t => {
             let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now_ms);

@@ -3,7 +3,7 @@
 
 use anyhow::Context;
 
-use super::backend::{Cols, params, tuples};
+use super::backend::{Cols, Marks, params, tuples};
 use super::events::{NewDelivery, insert};
 use super::{CHUNK, Db, Store, Tx, to_i64};
 use crate::domain::IssueRef;
@@ -86,7 +86,7 @@ pub(super) async fn insert_actions(
         let sql = format!(
             "INSERT INTO actions (key, repo, number, kind, action, schema, max_attempts, not_before_ms, created_at_ms) \
              VALUES {} ON CONFLICT (key) DO NOTHING",
-            tuples(chunk.len(), 9)
+            tuples(Marks::of(tx), chunk.len(), 9)
         );
         on_tx!(&mut *tx, t => {
             let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
@@ -110,10 +110,12 @@ pub(super) async fn insert_actions(
 
 pub(super) async fn retract(tx: &mut Tx<'_>, keys: &[String], now_ms: i64) -> anyhow::Result<()> {
     for chunk in keys.chunks(CHUNK) {
+        let marks = Marks::of(tx);
         let sql = format!(
-            "UPDATE actions SET state = 'retracted', done_at_ms = $1 \
+            "UPDATE actions SET state = 'retracted', done_at_ms = {} \
              WHERE key IN ({}) AND state = 'due' AND lease_owner IS NULL",
-            params(2, chunk.len())
+            params(marks, 1, 1),
+            params(marks, 2, chunk.len())
         );
         on_tx!(&mut *tx, t => {
             let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now_ms);

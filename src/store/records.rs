@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use anyhow::Context;
 
-use super::backend::{Cols, tuples};
+use super::backend::{Cols, Marks, tuples};
 use super::{CHUNK, Store, Tx, to_i64};
 use crate::domain::run::StopCause;
 use crate::domain::{IssueRecord, IssueRef, Lifecycle, RepoName, RunRecord, RunState};
@@ -230,7 +230,7 @@ impl Store {
         for chunk in issues.chunks(CHUNK) {
             let sql = format!(
                 "WHERE (repo, number) IN (VALUES {})",
-                tuples(chunk.len(), 2)
+                tuples(Marks::of_db(&self.db), chunk.len(), 2)
             );
             let binds = pairs(chunk)?;
             out.extend(on_pool!(&self.db, p => {
@@ -253,7 +253,7 @@ impl Store {
                 "SELECT {RUN_COLS} FROM runs r WHERE (repo, number) IN (VALUES {}) \
                  AND NOT EXISTS (SELECT 1 FROM runs n WHERE n.repo = r.repo AND n.number = r.number \
                  AND (n.created_at_ms > r.created_at_ms OR (n.created_at_ms = r.created_at_ms AND n.id > r.id)))",
-                tuples(chunk.len(), 2)
+                tuples(Marks::of_db(&self.db), chunk.len(), 2)
             );
             let binds = pairs(chunk)?;
             out.extend(on_pool!(&self.db, p => {
