@@ -238,6 +238,22 @@ async fn deliveries_sent_to_every_replica_land_once_and_each_issue_gets_one_comm
         stored, 10,
         "each delivery stored once, by whichever replica got it first"
     );
+    // `director status --json` reads the shared database like a local one.
+    let out = Command::new(env!("CARGO_BIN_EXE_director"))
+        .args(["status", "--json"])
+        .env("DIRECTOR_STORE__URL", &r.db)
+        .output()
+        .expect("status runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let queued = rows
+        .as_array()
+        .map(|a| a.iter().filter(|r| r["state"] == "queued").count());
+    assert_eq!(queued, Some(5), "{rows}");
 }
 
 #[tokio::test]
