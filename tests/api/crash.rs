@@ -15,7 +15,7 @@ use director::store::Store;
 use crate::fake_llm::FakeLlm;
 use crate::forge_helpers::{BOT, BOT_TOKEN, TRIGGER, WRITER};
 use crate::helpers::{SECRET, http_client};
-use crate::runs::{RUNNER, RUNNER_PASSWORD, agent_image, creations};
+use crate::runs::{RUNNER, RUNNER_PASSWORD, admit_runner, creations, runner_env};
 
 /// A forge, a model and a database that outlive the director processes started on them.
 struct World {
@@ -49,21 +49,8 @@ impl World {
 
     fn with_runs(mut self) -> Self {
         let repo = "acme/widgets".parse().expect("repo");
-        self.forge.grant(&repo, RUNNER, Permission::Write);
-        self.forge.set_password(RUNNER, RUNNER_PASSWORD);
-        for (k, v) in [
-            ("DIRECTOR_FORGE__RUNNER_LOGIN", RUNNER.to_owned()),
-            (
-                "DIRECTOR_FORGE__RUNNER_PASSWORD",
-                RUNNER_PASSWORD.to_owned(),
-            ),
-            ("DIRECTOR_RUNNER__IMAGE", agent_image()),
-            ("DIRECTOR_RUNNER__NETWORK", "host".to_owned()),
-            ("DIRECTOR_RUNNER__MEMORY_MB", "256".to_owned()),
-            ("DIRECTOR_RUNNER__TIMEOUT_SECS", "60".to_owned()),
-        ] {
-            self.env.push((k.into(), v));
-        }
+        admit_runner(&self.forge, &repo);
+        self.env.extend(runner_env());
         self
     }
 

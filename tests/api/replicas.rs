@@ -16,7 +16,6 @@ use crate::fake_llm::FakeLlm;
 use crate::forge_helpers::{BOT, BOT_TOKEN, TRIGGER, WRITER};
 use crate::helpers::{SECRET, http_client};
 use crate::pg::Pg;
-use crate::runs::{RUNNER, RUNNER_PASSWORD, agent_image};
 
 struct Replicas {
     forge: FakeForge,
@@ -331,22 +330,10 @@ async fn each_scan_period_runs_on_one_replica() {
 async fn run_admission_holds_across_replicas() {
     let mut r = Replicas::new(Pg::start()).await;
     let repo: director::domain::RepoName = "acme/widgets".parse().expect("repo");
-    r.forge.grant(&repo, RUNNER, Permission::Write);
-    r.forge.set_password(RUNNER, RUNNER_PASSWORD);
-    for (k, v) in [
-        ("DIRECTOR_FORGE__RUNNER_LOGIN", RUNNER.to_owned()),
-        (
-            "DIRECTOR_FORGE__RUNNER_PASSWORD",
-            RUNNER_PASSWORD.to_owned(),
-        ),
-        ("DIRECTOR_RUNNER__IMAGE", agent_image()),
-        ("DIRECTOR_RUNNER__NETWORK", "host".to_owned()),
-        ("DIRECTOR_RUNNER__MEMORY_MB", "256".to_owned()),
-        ("DIRECTOR_RUNNER__MAX_CONCURRENT", "1".to_owned()),
-        ("DIRECTOR_RUNNER__MAX_PER_REPO", "1".to_owned()),
-    ] {
-        r.set(k, &v);
-    }
+    crate::runs::admit_runner(&r.forge, &repo);
+    r.env.extend(crate::runs::runner_env());
+    r.set("DIRECTOR_RUNNER__MAX_CONCURRENT", "1");
+    r.set("DIRECTOR_RUNNER__MAX_PER_REPO", "1");
     for _ in 0..3 {
         r.start(None).await;
     }

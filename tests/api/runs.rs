@@ -133,6 +133,31 @@ pub fn creations(run_id: &str, since: i64) -> usize {
     .count()
 }
 
+/// What a `director serve` process needs to start runs with the test agent image, as the
+/// environment, after the forge has let the runner account in ([`admit_runner`]).
+pub fn runner_env() -> Vec<(String, String)> {
+    [
+        ("DIRECTOR_FORGE__RUNNER_LOGIN", RUNNER.to_owned()),
+        (
+            "DIRECTOR_FORGE__RUNNER_PASSWORD",
+            RUNNER_PASSWORD.to_owned(),
+        ),
+        ("DIRECTOR_RUNNER__IMAGE", agent_image()),
+        ("DIRECTOR_RUNNER__NETWORK", "host".to_owned()),
+        ("DIRECTOR_RUNNER__MEMORY_MB", "256".to_owned()),
+        ("DIRECTOR_RUNNER__TIMEOUT_SECS", "60".to_owned()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
+}
+
+/// The runner account: write access to `repo`, and a password to mint its tokens with.
+pub fn admit_runner(forge: &director::forge::fake::FakeForge, repo: &director::domain::RepoName) {
+    forge.grant(repo, RUNNER, Permission::Write);
+    forge.set_password(RUNNER, RUNNER_PASSWORD);
+}
+
 pub async fn spawn_runs(
     configure: impl FnOnce(&mut director::settings::Settings),
 ) -> (ForgeApp, crate::fake_llm::FakeLlm) {
