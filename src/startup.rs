@@ -571,14 +571,21 @@ pub async fn scan_once(settings: Settings) -> anyhow::Result<ScanReport> {
     let scanner = scanner(&settings, Some(&forge), &store, wake.clone())
         .context("nothing to scan: set scan.repos or scan.orgs")?;
     let report = scanner.scan_once().await?;
-    Consumer::new(
+    let shared = store.is_shared();
+    let mut consumer = Consumer::new(
         store,
         Policy::from_settings(&settings),
         crate::clock::system(),
         wake,
-    )
-    .drain()
-    .await?;
+    );
+    // Replicas serving the same database decide what was found; this one only if none
+    // holds the consumer lease (never a second consumer beside them).
+    if shared {
+        consumer = consumer.as_replica(&replica_name());
+    }
+    let drained = consumer.drain().await;
+    consumer.hand_over().await;
+    drained?;
     Ok(report)
 }
 

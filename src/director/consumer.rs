@@ -161,6 +161,11 @@ impl Consumer {
                 _ = tokio::time::sleep(poll) => {}
             }
         }
+        self.hand_over().await;
+    }
+
+    /// Gives the consumer lease up, if this replica holds it: another takes over at once.
+    pub async fn hand_over(&self) {
         if let Some(me) = &self.replica
             && let Err(error) = self.store.release_lease(LEASE, me).await
         {
