@@ -970,21 +970,21 @@ fn croner_check(expr: &str) -> Result<(), String> {
 /// alike on replicas whose schedules fired moments apart.
 pub fn nearest_occurrence_ms(expr: &str, now_ms: i64) -> Option<i64> {
     let cron = cron(expr).ok()?;
-    let now = chrono::DateTime::from_timestamp_millis(now_ms)?;
-    let before = cron.find_previous_occurrence(&now, true).ok();
-    let after = cron.find_next_occurrence(&now, false).ok();
-    let nearest = match (before, after) {
-        (Some(b), Some(a)) => {
-            if now - b <= a - now {
-                b
-            } else {
-                a
-            }
-        }
-        (Some(t), None) | (None, Some(t)) => t,
-        (None, None) => return None,
-    };
-    Some(nearest.timestamp_millis())
+    // Occurrences are whole seconds: search from the whole second, measure from `now`.
+    let second = chrono::DateTime::from_timestamp(now_ms.div_euclid(1000), 0)?;
+    let before = cron
+        .find_previous_occurrence(&second, true)
+        .ok()
+        .map(|t| t.timestamp_millis());
+    let after = cron
+        .find_next_occurrence(&second, false)
+        .ok()
+        .map(|t| t.timestamp_millis());
+    match (before, after) {
+        (Some(b), Some(a)) => Some(if now_ms - b <= a - now_ms { b } else { a }),
+        (Some(t), None) | (None, Some(t)) => Some(t),
+        (None, None) => None,
+    }
 }
 
 /// Environment pairs already filtered to `SECTION__KEY`, turned into nested figment values.
@@ -1060,4 +1060,25 @@ fn one_line(e: &figment::Error) -> String {
     e.to_string()
         .replace('\n', " ")
         .replace("key \"default.", "key \"")
+}
+
+#[cfg(test)]
+mod schedule_tests {
+    #[test]
+    fn a_scheduled_period_is_named_alike_by_replicas_firing_moments_apart() {
+        // An even second, on a schedule every 2 s: replicas firing around it name it alike.
+        let tick = 1_796_000_002_000;
+        for now in [tick - 400, tick - 1, tick, tick + 3, tick + 900] {
+            assert_eq!(
+                super::nearest_occurrence_ms("*/2 * * * * *", now),
+                Some(tick),
+                "{now}"
+            );
+        }
+        assert_eq!(
+            super::nearest_occurrence_ms("0 */5 * * * *", 1_796_000_299_500),
+            Some(1_796_000_400_000)
+        );
+        assert_eq!(super::nearest_occurrence_ms("not cron", tick), None);
+    }
 }

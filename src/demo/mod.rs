@@ -178,12 +178,18 @@ impl Seen {
         // pushed while it runs, it exits, then the pull request and the report follow.
         let mut early = Vec::new();
         let mut late = Vec::new();
+        // A branch pushed by a run the director has not yet seen start is told after its
+        // start, in a later look: the agent can push before its start is recorded.
+        let mut not_started = std::collections::HashSet::new();
         for issue in issues {
             let Ok(runs) = store.runs_of(issue).await else {
                 continue;
             };
             for run in runs {
                 let state = run.state.as_str().to_owned();
+                if state == "launching" {
+                    not_started.insert(run.branch.clone());
+                }
                 let before = self.runs.insert(run.id.clone(), state.clone());
                 if before.as_ref() == Some(&state) {
                     continue;
@@ -219,6 +225,9 @@ impl Seen {
             steps.say(&line);
         }
         for branch in forge.branches_of(repo) {
+            if not_started.contains(&branch) {
+                continue;
+            }
             if self.branches.insert(branch.clone()) && branch != "main" {
                 steps.say(&format!("branch pushed: {branch}"));
             }

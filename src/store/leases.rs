@@ -108,6 +108,18 @@ impl Store {
         Ok(usize::try_from(n).unwrap_or(0))
     }
 
+    /// The names of the claims that start with `prefix` (tests and benchmarks).
+    pub async fn claim_names_like(&self, prefix: &str) -> anyhow::Result<Vec<String>> {
+        Ok(on_pool!(&self.db, p => {
+            sqlx::query_scalar(
+                "SELECT name FROM leases WHERE substr(name, 1, length($1)) = $1 ORDER BY name",
+            )
+            .bind(prefix)
+            .fetch_all(p)
+            .await?
+        }))
+    }
+
     /// Who holds `name` now, if anyone.
     pub async fn lease_holder(&self, name: &str, now_ms: i64) -> anyhow::Result<Option<String>> {
         Ok(on_pool!(&self.db, p => {
