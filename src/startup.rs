@@ -516,7 +516,7 @@ async fn schedule_scans(
     Ok(())
 }
 
-/// The start-up full pass is left out by a replica starting within this of another's.
+/// The start-up full pass is claimed once per window this wide (the nearest window edge).
 const STARTUP_SCAN_WINDOW_MS: i64 = 600_000;
 
 /// A scheduled pass fires on every replica moments apart: it is named by the scheduled time

@@ -9,7 +9,7 @@ use crate::director::action::{Action, FeedbackSource, Planned};
 use crate::director::comments;
 use crate::domain::command::fix_request;
 use crate::domain::issue::CallWindow;
-use crate::domain::run::{RunOutcome, StopCause};
+use crate::domain::run::StopCause;
 use crate::domain::verdict::Verdict;
 use crate::domain::{
     Command, IssueRecord, IssueRef, Judgement, Lifecycle, RepoName, RunRecord, RunState,
@@ -863,10 +863,7 @@ impl<'a> Step<'a> {
                 ahead,
             )
         });
-        let declined = match run.result.as_ref().map(|r| &r.outcome) {
-            Some(RunOutcome::Blocked { reason }) => Some(reason.clone()),
-            _ => None,
-        };
+        let declined = run.declined_reason().map(str::to_owned);
         if run.stop_requested {
             self.end_cancelled(&id);
         } else if run.followup.is_some() {
@@ -1228,10 +1225,7 @@ impl<'a> Step<'a> {
         let summary = run.result.as_ref().and_then(|r| r.summary.clone());
         let usage = comments::usage_line(run.result.as_ref().and_then(|r| r.usage.as_ref()));
         let stopped = run.stopped;
-        let declined = match run.result.as_ref().map(|r| &r.outcome) {
-            Some(RunOutcome::Blocked { reason }) => Some(reason.clone()),
-            _ => None,
-        };
+        let declined = run.declined_reason().map(str::to_owned);
         if ahead > 0 && stopped.is_none() && declined.is_none() {
             let mut body = comments::followup_succeeded(&id, ahead, summary.as_deref());
             body.push_str(&usage);

@@ -145,7 +145,16 @@ impl Sim {
     }
 
     fn running() -> Self {
-        let mut s = Self::queued();
+        Self::running_with(policy())
+    }
+
+    /// Picked up, read GO, admitted and started as run `r1`, under `policy`.
+    fn running_with(policy: Policy) -> Self {
+        let mut s = Self::with(policy);
+        s.apply(&label("alice", &["headless"], T1));
+        s.apply(&judged(true));
+        s.read(go());
+        assert_eq!(s.state(), Lifecycle::Queued);
         s.apply(&admitted("r1"));
         s.apply(&report("r1", started()));
         assert_eq!(s.state(), Lifecycle::Running);
@@ -814,15 +823,10 @@ fn a_push_to_the_default_branch_the_forge_refused_is_named_in_the_report() {
 
 #[test]
 fn a_timed_out_run_is_reported_and_kept_when_asked() {
-    let mut s = Sim::with(Policy {
+    let mut s = Sim::running_with(Policy {
         keep_failed_secs: 60,
         ..policy()
     });
-    s.apply(&label("alice", &["headless"], T1));
-    s.apply(&judged(true));
-    s.read(go());
-    s.apply(&admitted("r1"));
-    s.apply(&report("r1", started()));
     s.apply(&report(
         "r1",
         RunReport::Exited {
@@ -1131,7 +1135,11 @@ const PR: u64 = 12;
 
 /// A run that opened pull request #12.
 fn with_pr() -> Sim {
-    let mut s = Sim::running();
+    with_pr_under(policy())
+}
+
+fn with_pr_under(policy: Policy) -> Sim {
+    let mut s = Sim::running_with(policy);
     s.apply(&report("r1", exited(0)));
     s.apply(&report("r1", RunReport::Judged { ahead: 1 }));
     s.apply(&report("r1", RunReport::PrOpened { number: PR }));
@@ -1388,18 +1396,10 @@ fn feedback_during_a_follow_up_waits_for_its_end() {
 
 #[test]
 fn the_follow_up_cap_waits_for_a_writers_retry() {
-    let mut s = Sim::with(Policy {
+    let mut s = with_pr_under(Policy {
         max_followups: 1,
         ..policy()
     });
-    s.apply(&label("alice", &["headless"], T1));
-    s.apply(&judged(true));
-    s.read(go());
-    s.apply(&admitted("r1"));
-    s.apply(&report("r1", started()));
-    s.apply(&report("r1", exited(0)));
-    s.apply(&report("r1", RunReport::Judged { ahead: 1 }));
-    s.apply(&report("r1", RunReport::PrOpened { number: PR }));
     s.apply(&fix("review:5", "one"));
     s.followup_running("r2");
     s.apply(&report("r2", exited(0)));

@@ -113,6 +113,14 @@ pub enum StopCause {
 }
 
 impl RunRecord {
+    /// Why the agent said it is blocked, when its result file says so.
+    pub fn declined_reason(&self) -> Option<&str> {
+        match self.result.as_ref().map(|r| &r.outcome) {
+            Some(RunOutcome::Blocked { reason }) => Some(reason),
+            _ => None,
+        }
+    }
+
     pub fn issue_ref(&self) -> IssueRef {
         IssueRef::new(self.repo.clone(), self.number)
     }

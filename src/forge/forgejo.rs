@@ -387,8 +387,6 @@ struct WirePull {
     #[serde(default)]
     merged: bool,
     #[serde(default)]
-    head: Option<WireHead>,
-    #[serde(default)]
     updated_at: Option<String>,
 }
 
@@ -396,14 +394,6 @@ struct WirePull {
 #[serde(default)]
 struct WireCommitRef {
     id: String,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct WireHead {
-    #[serde(rename = "ref")]
-    name: String,
-    sha: String,
 }
 
 #[derive(Deserialize)]
@@ -922,13 +912,10 @@ impl Forge for ForgejoClient {
                 None,
             )
             .await?;
-        let head = w.head.unwrap_or_default();
         Ok(PullRequest {
             number: w.number,
             state: w.state,
             merged: w.merged,
-            head_ref: head.name,
-            head_sha: head.sha,
             updated_at: w.updated_at,
         })
     }

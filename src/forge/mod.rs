@@ -149,8 +149,6 @@ pub struct PullRequest {
     /// `open` or `closed`.
     pub state: String,
     pub merged: bool,
-    pub head_ref: String,
-    pub head_sha: String,
     pub updated_at: Option<String>,
 }
 

@@ -97,17 +97,6 @@ impl Store {
         Ok(got.is_some())
     }
 
-    /// How many claims were made whose names start with `prefix` (tests and benchmarks).
-    pub async fn claims_like(&self, prefix: &str) -> anyhow::Result<usize> {
-        let n: i64 = on_pool!(&self.db, p => {
-            sqlx::query_scalar("SELECT COUNT(*) FROM leases WHERE substr(name, 1, length($1)) = $1")
-                .bind(prefix)
-                .fetch_one(p)
-                .await?
-        });
-        Ok(usize::try_from(n).unwrap_or(0))
-    }
-
     /// The names of the claims that start with `prefix` (tests and benchmarks).
     pub async fn claim_names_like(&self, prefix: &str) -> anyhow::Result<Vec<String>> {
         Ok(on_pool!(&self.db, p => {

@@ -34,6 +34,15 @@ fn pr_comments(t: &ForgeApp, pr: u64) -> Vec<String> {
         .collect()
 }
 
+/// The issue's row in `director status --json` (null when absent).
+fn status_row(status: &serde_json::Value, issue: &IssueRef) -> serde_json::Value {
+    status
+        .as_array()
+        .and_then(|a| a.iter().find(|i| i["number"] == issue.number))
+        .cloned()
+        .unwrap_or_default()
+}
+
 async fn runs(t: &ForgeApp, issue: &IssueRef) -> Vec<director::domain::RunRecord> {
     t.app.store.runs_of(issue).await.expect("runs")
 }
@@ -66,11 +75,7 @@ async fn a_merged_pr_makes_the_issue_merged_with_its_label_and_status() {
         Lifecycle::Merged
     );
     let status = status_json(&t).await;
-    let row = status
-        .as_array()
-        .and_then(|a| a.iter().find(|i| i["number"] == issue.number))
-        .cloned()
-        .unwrap_or_default();
+    let row = status_row(&status, &issue);
     assert_eq!(row["state"], "merged", "{status}");
     assert_eq!(row["pr"]["number"], pr, "{status}");
     t.assert_contract();
@@ -329,11 +334,7 @@ async fn the_result_file_puts_the_summary_in_the_pr_and_the_usage_in_the_report(
         "{report}"
     );
     let status = status_json(&t).await;
-    let row = status
-        .as_array()
-        .and_then(|a| a.iter().find(|i| i["number"] == issue.number))
-        .cloned()
-        .unwrap_or_default();
+    let row = status_row(&status, &issue);
     assert_eq!(row["run"]["usage"]["input_tokens"], 1000, "{status}");
 }
 
@@ -394,11 +395,7 @@ async fn no_new_run_starts_in_a_repository_with_enough_open_prs_and_the_status_s
         "{status}"
     );
     assert_eq!(position(low.number), Some(serde_json::json!(2)), "{status}");
-    let row = status
-        .as_array()
-        .and_then(|a| a.iter().find(|i| i["number"] == low.number))
-        .cloned()
-        .unwrap_or_default();
+    let row = status_row(&status, &low);
     assert!(
         row["waiting"]
             .as_str()

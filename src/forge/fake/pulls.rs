@@ -241,8 +241,6 @@ pub(super) fn pull(s: &State, repo: &RepoName, number: u64) -> Result<PullReques
         number,
         state: v["state"].as_str().unwrap_or_default().to_owned(),
         merged: v["merged"].as_bool().unwrap_or(false),
-        head_ref: v["head"]["ref"].as_str().unwrap_or_default().to_owned(),
-        head_sha: v["head"]["sha"].as_str().unwrap_or_default().to_owned(),
         updated_at: v["updated_at"].as_str().map(str::to_owned),
     })
 }
