@@ -362,6 +362,34 @@ impl Store {
         Ok(runs_where!(self, "WHERE id = $1", id)?.into_iter().next())
     }
 
+    /// The issue's lifecycle with the events still to consume and the actions still due, all
+    /// read by one statement, so the three agree (separate reads can straddle a commit that
+    /// moves work from one to the other). `None` while the issue is unknown.
+    pub async fn at_rest(&self, issue: &IssueRef) -> anyhow::Result<Option<(Lifecycle, i64, i64)>> {
+        on_pool!(&self.db, p => {
+            let row = sqlx::query(
+                "SELECT lifecycle, \
+                 (SELECT COUNT(*) FROM deliveries WHERE processed_at_ms IS NULL) AS pending, \
+                 (SELECT COUNT(*) FROM actions WHERE state = 'due') AS due \
+                 FROM issues WHERE repo = $1 AND number = $2",
+            )
+            .bind(issue.repo.to_string())
+            .bind(to_i64(issue.number)?)
+            .fetch_optional(p)
+            .await?;
+            row.map(|r| {
+                let lifecycle = r.text("lifecycle")?;
+                Ok((
+                    Lifecycle::parse(&lifecycle)
+                        .with_context(|| format!("stored lifecycle `{lifecycle}`"))?,
+                    r.int("pending")?,
+                    r.int("due")?,
+                ))
+            })
+            .transpose()
+        })
+    }
+
     /// A reading stored for this exact prompt text.
     pub async fn cached_reading(&self, sha256: &str) -> anyhow::Result<Option<(String, String)>> {
         on_pool!(&self.db, p => {

@@ -156,12 +156,9 @@ impl World {
         self.wait(
             &format!("{issue} is {state} and the outbox is empty"),
             || async {
-                let record = store.issue(issue).await.expect("query");
-                let pending = store.delivery_counts().await.expect("count").1;
                 // Every action done, also one waiting out a retry's backoff (after a restart
                 // an action may fail once, say before the bot's login is known again).
-                let due = store.due_actions().await.expect("count");
-                record.is_some_and(|r| r.lifecycle == state) && pending == 0 && due == 0
+                store.at_rest(issue).await.expect("query") == Some((state, 0, 0))
             },
         )
         .await;

@@ -164,12 +164,7 @@ impl Replicas {
     async fn settled(&self, store: &Store, issue: &IssueRef, state: Lifecycle) {
         self.wait(
             &format!("{issue} is {state} with nothing left to do"),
-            || async {
-                let record = store.issue(issue).await.ok().flatten();
-                let pending = store.pending_deliveries().await.unwrap_or(1);
-                let due = store.due_actions().await.unwrap_or(1);
-                record.is_some_and(|r| r.lifecycle == state) && pending == 0 && due == 0
-            },
+            || async { store.at_rest(issue).await.ok().flatten() == Some((state, 0, 0)) },
         )
         .await;
     }
