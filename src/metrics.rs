@@ -31,6 +31,9 @@ pub struct Metrics {
     pub store_up: IntGauge,
     /// Outages of the database seen, each counted once.
     pub store_outages: prometheus::IntCounter,
+    /// 1 while runs can be started (the container engine or the Kubernetes API answers and
+    /// allows what runs need), 0 when not; absent when runs are not configured.
+    pub runtime_up: IntGauge,
 }
 
 impl Metrics {
@@ -120,8 +123,14 @@ impl Metrics {
             "Database outages seen (each counted once)",
         )
         .expect("static metric definition");
+        let runtime_up = IntGauge::new(
+            "director_runtime_up",
+            "1 while runs can be started (the container runtime answers and allows them), else 0",
+        )
+        .expect("static metric definition");
         for c in [
             Box::new(deliveries.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(runtime_up.clone()),
             Box::new(store_up.clone()),
             Box::new(store_outages.clone()),
             Box::new(request_duration.clone()),
@@ -150,6 +159,7 @@ impl Metrics {
             actions_due,
             store_up,
             store_outages,
+            runtime_up,
         }
     }
 

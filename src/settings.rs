@@ -236,6 +236,37 @@ pub struct WebhookSettings {
     pub public_url: String,
 }
 
+/// Where runs go with `runner.kind = "kubernetes"`: one Job per run in `namespace`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KubernetesSettings {
+    /// The namespace the runs' Jobs, Pods and Secrets live in.
+    #[serde(deserialize_with = "lenient::string")]
+    pub namespace: String,
+    /// A kubeconfig file; empty: the in-cluster configuration (the director's own service
+    /// account), else the file `KUBECONFIG` names.
+    #[serde(deserialize_with = "lenient::string")]
+    pub kubeconfig: String,
+    /// The service account the runs' pods run as (its token is never mounted); empty: the
+    /// namespace's default.
+    #[serde(deserialize_with = "lenient::string")]
+    pub service_account: String,
+    /// A finished Job is deleted by Kubernetes this long after it ends, should the director
+    /// not have removed it itself.
+    pub ttl_secs_after_finished: u32,
+}
+
+impl Default for KubernetesSettings {
+    fn default() -> Self {
+        Self {
+            namespace: "default".into(),
+            kubeconfig: String::new(),
+            service_account: String::new(),
+            ttl_secs_after_finished: 86_400,
+        }
+    }
+}
+
 /// The read-only status page (`GET /status`, `GET /status.json`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -480,7 +511,8 @@ impl Default for PreflightSettings {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RunnerSettings {
-    /// `docker` (Kubernetes Jobs later).
+    /// `docker` (the local engine, through its socket) or `kubernetes` (Jobs; see
+    /// `[kubernetes]`).
     #[serde(deserialize_with = "lenient::string")]
     pub kind: String,
     /// Start coder runs for queued issues.
@@ -587,6 +619,7 @@ pub struct Settings {
     pub labels: LabelSettings,
     pub preflight: PreflightSettings,
     pub runner: RunnerSettings,
+    pub kubernetes: KubernetesSettings,
     pub status: StatusSettings,
 }
 
@@ -831,11 +864,21 @@ impl Settings {
             ));
         }
         let r = &self.runner;
-        if r.kind != "docker" {
-            return Err(invalid(
-                "runner.kind",
-                format!("`{}`: only docker is supported so far", r.kind),
-            ));
+        match r.kind.as_str() {
+            "docker" => {}
+            "kubernetes" if cfg!(feature = "kubernetes") => self.validate_kubernetes()?,
+            "kubernetes" => {
+                return Err(invalid(
+                    "runner.kind",
+                    "this build has no Kubernetes support (built without the `kubernetes` feature)",
+                ));
+            }
+            other => {
+                return Err(invalid(
+                    "runner.kind",
+                    format!("`{other}`: must be docker or kubernetes"),
+                ));
+            }
         }
         if r.timeout_secs == 0 {
             return Err(invalid("runner.timeout_secs", "must be greater than 0"));
@@ -1004,6 +1047,73 @@ fn is_secret_key(section: &str, key: &str) -> bool {
 }
 
 /// `runner.user` names root: uid 0 (any number of zeros) or `root`, as user or group.
+impl Settings {
+    /// What a Kubernetes run needs that a Docker one does not: a numeric user (a pod's
+    /// `runAsUser`), a namespace that can be a name, and no host bind mounts.
+    fn validate_kubernetes(&self) -> Result<(), SettingsError> {
+        let k = &self.kubernetes;
+        if !is_dns_label(&k.namespace) {
+            return Err(invalid(
+                "kubernetes.namespace",
+                format!(
+                    "`{}` is not a namespace name (lower-case letters, digits and `-`, at most 63)",
+                    k.namespace
+                ),
+            ));
+        }
+        if !k.service_account.is_empty() && !is_dns_subdomain(&k.service_account) {
+            return Err(invalid(
+                "kubernetes.service_account",
+                format!("`{}` is not a service account name", k.service_account),
+            ));
+        }
+        if !k.kubeconfig.is_empty() && !Path::new(&k.kubeconfig).is_file() {
+            return Err(invalid(
+                "kubernetes.kubeconfig",
+                format!("{} does not exist", k.kubeconfig),
+            ));
+        }
+        if numeric_user(&self.runner.user).is_none() {
+            return Err(invalid(
+                "runner.user",
+                format!(
+                    "`{}`: a Kubernetes run needs a numeric uid:gid (its pod's runAsUser and runAsGroup)",
+                    self.runner.user
+                ),
+            ));
+        }
+        if !self.runner.mounts.is_empty() {
+            return Err(invalid(
+                "runner.mounts",
+                "host bind mounts are Docker's; a Kubernetes run gets only its workspace and task (put tools in the image)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `uid:gid` (or a lone `uid`, the group the same) as numbers, when both are.
+pub fn numeric_user(user: &str) -> Option<(i64, i64)> {
+    let (uid, gid) = user.split_once(':').unwrap_or((user, user));
+    Some((uid.trim().parse().ok()?, gid.trim().parse().ok()?))
+}
+
+/// An RFC 1123 label: what a namespace name must be.
+fn is_dns_label(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+}
+
+/// An RFC 1123 subdomain: dot-separated labels, at most 253 in all.
+fn is_dns_subdomain(name: &str) -> bool {
+    name.len() <= 253 && name.split('.').all(is_dns_label)
+}
+
 fn is_root(user: &str) -> bool {
     user.split(':').any(|part| {
         let p = part.trim();

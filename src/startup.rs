@@ -93,8 +93,8 @@ fn preflight_act(settings: &Settings, metrics: &Metrics) -> anyhow::Result<Optio
     PreflightAct::new(provider, settings.preflight.clone(), Some(metrics.clone())).map(Some)
 }
 
-/// The container runtime: the override, else the Docker engine when runs are configured.
-/// `Err` carries why the engine is unavailable (intake and pre-flights go on without it).
+/// The container runtime: the override, else the one `runner.kind` names, when runs are
+/// configured. `Err` carries why it cannot be used (intake and pre-flights go on without it).
 async fn runtime(
     settings: &Settings,
     overrides: &Overrides,
@@ -109,6 +109,19 @@ async fn runtime(
                 .map(|mounts| (runtime.clone(), mounts)),
         );
     }
+    #[cfg(feature = "kubernetes")]
+    if settings.runner.kind == "kubernetes" {
+        return Some(
+            crate::runtime::kubernetes::KubeRuntime::connect(
+                settings.runner.clone(),
+                settings.kubernetes.clone(),
+            )
+            .await
+            // Runs on Kubernetes have no host bind mounts (refused by the settings).
+            .map(|k| (Arc::new(k) as Arc<dyn Runtime>, Vec::new()))
+            .map_err(|e| e.to_string()),
+        );
+    }
     Some(
         match DockerRuntime::connect(settings.runner.clone()).await {
             Ok(docker) => {
@@ -119,6 +132,50 @@ async fn runtime(
             Err(e) => Err(e.to_string()),
         },
     )
+}
+
+/// Asks the runtime whether runs can start, now and every `period`, into `/readyz`'s
+/// `runtime` and `director_runtime_up`; a change is logged once.
+fn monitor_runtime(
+    runtime: Arc<dyn Runtime>,
+    state: Arc<RwLock<String>>,
+    metrics: Metrics,
+    period: Duration,
+    shutdown: CancellationToken,
+) {
+    tokio::spawn(async move {
+        let mut was_up = None;
+        loop {
+            let checked = tokio::select! {
+                () = shutdown.cancelled() => return,
+                checked = tokio::time::timeout(period, runtime.check()) => checked,
+            };
+            let checked = checked.unwrap_or_else(|_| {
+                Err(crate::runtime::RuntimeError::Unavailable(
+                    "the runtime did not answer in time".into(),
+                ))
+            });
+            let up = checked.is_ok();
+            match &checked {
+                Ok(()) => set(&state, "ok"),
+                Err(e) => set(&state, &format!("unavailable: {e}")),
+            }
+            metrics.runtime_up.set(i64::from(up));
+            if was_up != Some(up) {
+                match checked {
+                    Ok(()) => tracing::info!("the container runtime can start runs"),
+                    Err(error) => {
+                        tracing::error!(%error, "the container runtime cannot start runs now")
+                    }
+                }
+                was_up = Some(up);
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(period) => {}
+            }
+        }
+    });
 }
 
 impl Application {
@@ -197,6 +254,13 @@ impl Application {
             let runs = match runtime(&settings, &overrides).await {
                 Some(Ok((runtime, mounts))) => {
                     set(&runtime_state, "ok");
+                    monitor_runtime(
+                        runtime.clone(),
+                        runtime_state.clone(),
+                        metrics.clone(),
+                        Duration::from_secs(30),
+                        shutdown.clone(),
+                    );
                     let watcher_wake = Arc::new(Notify::new());
                     wakes.watcher = Some(watcher_wake.clone());
                     listeners.runs = Some(watcher_wake.clone());
@@ -230,7 +294,8 @@ impl Application {
                     })
                 }
                 Some(Err(error)) => {
-                    tracing::error!(%error, "the container engine is unavailable: no runs start");
+                    tracing::error!(%error, "the container runtime is unavailable: no runs start");
+                    metrics.runtime_up.set(0);
                     set(&runtime_state, &format!("unavailable: {error}"));
                     None
                 }

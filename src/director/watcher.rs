@@ -175,11 +175,7 @@ impl Watcher {
         // The run's own account of itself; unreadable or absent is simply not reported.
         let result = match self
             .runtime
-            .read_file(
-                &container,
-                crate::director::act::run::RESULT_PATH,
-                RESULT_MAX_BYTES,
-            )
+            .read_file(&container, self.runtime.result_path(), RESULT_MAX_BYTES)
             .await
         {
             Ok(Some(bytes)) => parse_result(&bytes),

@@ -199,6 +199,14 @@ fn first_file(archive: &[u8], max_bytes: usize) -> Option<Vec<u8>> {
 
 #[async_trait]
 impl Runtime for DockerRuntime {
+    async fn check(&self) -> Result<(), RuntimeError> {
+        self.docker
+            .ping()
+            .await
+            .map(|_| ())
+            .map_err(|e| RuntimeError::Unavailable(e.to_string()))
+    }
+
     async fn create(&self, spec: &RunSpec) -> Result<String, RuntimeError> {
         let name = container_name(&spec.run_id);
         let options = CreateContainerOptions {

@@ -5,6 +5,8 @@
 pub mod docker;
 #[cfg(any(test, feature = "fake-forge"))]
 pub mod fake;
+#[cfg(feature = "kubernetes")]
+pub mod kubernetes;
 pub mod mounts;
 
 use std::collections::HashMap;
@@ -14,6 +16,10 @@ use async_trait::async_trait;
 
 /// The label every run container carries.
 pub const RUN_LABEL: &str = "director.run-id";
+
+/// Where a run may leave its result file (`DIRECTOR_RESULT_FILE`) on Docker: beside the
+/// task, in the container's own volume, so it outlives the container's end.
+pub const RESULT_PATH: &str = "/task/result/result.json";
 
 /// Everything needed to create one run's container.
 #[derive(Clone, Debug)]
@@ -78,6 +84,15 @@ pub enum RuntimeError {
 
 #[async_trait]
 pub trait Runtime: Send + Sync {
+    /// Where a run of this runtime leaves its result file, for `DIRECTOR_RESULT_FILE` and
+    /// [`Runtime::read_file`].
+    fn result_path(&self) -> &'static str {
+        RESULT_PATH
+    }
+    /// Whether runs can be started now; `Err` says why not (for `/readyz` and the metrics).
+    async fn check(&self) -> Result<(), RuntimeError> {
+        Ok(())
+    }
     /// Creates the container (not started) and copies the task file in; returns its id.
     async fn create(&self, spec: &RunSpec) -> Result<String, RuntimeError>;
     async fn start(&self, id: &str) -> Result<(), RuntimeError>;

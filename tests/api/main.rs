@@ -1,5 +1,7 @@
 //! One integration-test binary: each module spawns the real app against fakes.
 
+#[cfg(feature = "kubernetes")]
+mod fake_kube;
 mod fake_llm;
 mod forge_helpers;
 mod helpers;
@@ -13,6 +15,8 @@ mod fake_runs;
 mod git;
 mod hooks;
 mod incremental;
+#[cfg(feature = "kubernetes")]
+mod kube;
 mod outbox;
 mod pg;
 mod preflight;

@@ -26,9 +26,7 @@ struct TrustedText {
 
 /// Where the task file lands inside the container.
 pub const TASK_PATH: &str = "/task/task.md";
-/// Where a run may leave its result file (`DIRECTOR_RESULT_FILE`): beside the task, in the
-/// container's own volume, so it outlives the container's end.
-pub const RESULT_PATH: &str = "/task/result/result.json";
+pub use crate::runtime::RESULT_PATH;
 const TOKEN_PREFIX: &str = "director-run-";
 
 /// The name of a run's token: `director-run-<run id>-<director id>`. The director id tells
@@ -595,7 +593,10 @@ impl RunAct {
             ("DIRECTOR_API_URL".to_owned(), format!("{base}/api/v1")),
             ("DIRECTOR_TOKEN".to_owned(), token.expose().to_owned()),
             ("DIRECTOR_TASK_FILE".to_owned(), TASK_PATH.to_owned()),
-            ("DIRECTOR_RESULT_FILE".to_owned(), RESULT_PATH.to_owned()),
+            (
+                "DIRECTOR_RESULT_FILE".to_owned(),
+                self.runtime.result_path().to_owned(),
+            ),
             ("HOME".to_owned(), self.settings.workspace.clone()),
         ];
         let (name, email) = self.git_identity();
@@ -627,7 +628,7 @@ impl RunAct {
             task_path: TASK_PATH.to_owned(),
             task: task.into_bytes(),
             mounts: self.mounts.clone(),
-            result_path: Some(RESULT_PATH.to_owned()),
+            result_path: Some(self.runtime.result_path().to_owned()),
         }
     }
 }

@@ -1,0 +1,762 @@
+//! The Kubernetes implementation of [`Runtime`], over kube: one Job per run in
+//! `kubernetes.namespace`, named `director-run-<run id>` (the API server refuses a second
+//! object of that name, so one run id never gets two Jobs).
+//!
+//! - The Job is created suspended (Docker's "created, not started"), and started by lifting
+//!   the suspension; `backoffLimit: 0`, so a failed pod is the run's end, never a retry.
+//! - Nothing secret is a literal value in the Job: the run's environment (its token among it)
+//!   and its task file are in a Secret of the same name, which the pod reads through
+//!   `envFrom` and a volume, and which the Job owns (deleted with it).
+//! - The pod is hardened as a Docker run is: a numeric non-root user, no privilege
+//!   escalation, every capability dropped, a read-only root filesystem, seccomp
+//!   `RuntimeDefault`, an `emptyDir` workspace, resource limits, no service account token,
+//!   no service links.
+//! - A run's end is watched (a watch on the Job and its pods, no polling); the result file is
+//!   the container's termination message (`/dev/termination-log`: Kubernetes keeps up to
+//!   4 KiB of it after the pod ends).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::{AsyncBufReadExt as _, StreamExt as _};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
+use kube::runtime::WatchStreamExt as _;
+use kube::runtime::watcher;
+use kube::{Client, Config};
+use serde_json::json;
+
+use super::{Exit, RUN_LABEL, RunContainer, RunSpec, Runtime, RuntimeError, WaitLimits};
+use crate::settings::{KubernetesSettings, RunnerSettings, numeric_user};
+
+/// Where a Kubernetes run leaves its result: its container's termination message file, which
+/// the kubelet makes writable whatever the user and keeps (up to 4 KiB) after the pod ends.
+pub const TERMINATION_LOG: &str = "/dev/termination-log";
+/// The run's container in its pod.
+const CONTAINER: &str = "agent";
+/// The Secret's key holding the task file.
+const TASK_KEY: &str = "task.md";
+
+/// The Job (and Secret) name of a run.
+pub fn job_name(run_id: &str) -> String {
+    format!("director-run-{run_id}")
+}
+
+/// `value` as a label value: at most 63 characters of `[A-Za-z0-9._-]`, beginning and ending
+/// with a letter or digit (`owner/name` becomes `owner.name`).
+pub fn label_value(value: &str) -> String {
+    let mapped: String = value
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '.'
+            }
+        })
+        .collect();
+    let trim = |s: &str| {
+        s.trim_matches(|c: char| !c.is_ascii_alphanumeric())
+            .to_owned()
+    };
+    let mut out = trim(&mapped);
+    if out.len() > 63 {
+        out.truncate(63);
+        out = trim(&out);
+    }
+    out
+}
+
+pub struct KubeRuntime {
+    client: Client,
+    namespace: String,
+    runner: RunnerSettings,
+    settings: KubernetesSettings,
+    /// Log tails read just before a pod was deleted (a stop at a limit), since the pod's log
+    /// goes with it.
+    kept_logs: Mutex<HashMap<String, String>>,
+}
+
+fn api_error(e: kube::Error) -> RuntimeError {
+    match e {
+        kube::Error::Api(r) if r.code == 404 => RuntimeError::NotFound(r.message),
+        kube::Error::Api(r) => RuntimeError::Engine(format!(
+            "the Kubernetes API answered {}: {}",
+            r.code, r.message
+        )),
+        e => RuntimeError::Unavailable(format!("the Kubernetes API: {e}")),
+    }
+}
+
+fn is_code(e: &kube::Error, code: u16) -> bool {
+    matches!(e, kube::Error::Api(r) if r.code == code)
+}
+
+/// Deletion that tolerates what is already gone.
+fn gone_ok<T>(r: Result<T, kube::Error>) -> Result<(), RuntimeError> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(e) if is_code(&e, 404) => Ok(()),
+        Err(e) => Err(api_error(e)),
+    }
+}
+
+/// How a Job ended, when it has.
+#[derive(Debug, PartialEq, Eq)]
+enum JobEnd {
+    Complete,
+    DeadlineExceeded,
+    Failed,
+}
+
+fn job_end(job: &Job) -> Option<JobEnd> {
+    let conditions = job.status.as_ref()?.conditions.as_ref()?;
+    conditions
+        .iter()
+        .filter(|c| c.status == "True")
+        .find_map(|c| match (c.type_.as_str(), c.reason.as_deref()) {
+            ("Complete", _) => Some(JobEnd::Complete),
+            ("Failed", Some("DeadlineExceeded")) => Some(JobEnd::DeadlineExceeded),
+            ("Failed", _) => Some(JobEnd::Failed),
+            _ => None,
+        })
+}
+
+fn job_suspended(job: &Job) -> bool {
+    job.spec.as_ref().and_then(|s| s.suspend).unwrap_or(false)
+}
+
+fn job_never_started(job: &Job) -> bool {
+    job_suspended(job)
+        && job
+            .status
+            .as_ref()
+            .and_then(|s| s.start_time.as_ref())
+            .is_none()
+}
+
+/// The run container's status in its pod.
+fn agent_status(pod: &Pod) -> Option<&k8s_openapi::api::core::v1::ContainerStatus> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == CONTAINER)
+}
+
+fn exit_code(pod: &Pod) -> Option<i64> {
+    let terminated = agent_status(pod)?.state.as_ref()?.terminated.as_ref()?;
+    Some(i64::from(terminated.exit_code))
+}
+
+/// Why a pod's container cannot start, when it never will without a person: an image that
+/// cannot be pulled, or a configuration the kubelet refuses.
+fn stuck(pod: &Pod) -> Option<String> {
+    let waiting = agent_status(pod)?.state.as_ref()?.waiting.as_ref()?;
+    let reason = waiting.reason.as_deref()?;
+    matches!(
+        reason,
+        "ErrImagePull"
+            | "ImagePullBackOff"
+            | "InvalidImageName"
+            | "CreateContainerConfigError"
+            | "CreateContainerError"
+    )
+    .then(|| match waiting.message.as_deref() {
+        Some(m) if !m.is_empty() => format!("{reason}: {m}"),
+        _ => reason.to_owned(),
+    })
+}
+
+fn running(pod: &Pod) -> bool {
+    agent_status(pod)
+        .and_then(|s| s.state.as_ref())
+        .is_some_and(|s| s.running.is_some())
+}
+
+impl KubeRuntime {
+    /// A client from `kubernetes.kubeconfig`, else the in-cluster configuration, else the
+    /// file `KUBECONFIG` names. Nothing is asked of the API server here: see [`Runtime::check`].
+    pub async fn connect(
+        runner: RunnerSettings,
+        settings: KubernetesSettings,
+    ) -> Result<Self, RuntimeError> {
+        let unavailable = |e: String| RuntimeError::Unavailable(e);
+        let mut config = if !settings.kubeconfig.is_empty() {
+            let file = kube::config::Kubeconfig::read_from(&settings.kubeconfig)
+                .map_err(|e| unavailable(format!("kubernetes.kubeconfig: {e}")))?;
+            Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| unavailable(format!("kubernetes.kubeconfig: {e}")))?
+        } else if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
+            Config::incluster()
+                .map_err(|e| unavailable(format!("in-cluster configuration: {e}")))?
+        } else if std::env::var_os("KUBECONFIG").is_some() {
+            Config::from_kubeconfig(&kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| unavailable(format!("KUBECONFIG: {e}")))?
+        } else {
+            return Err(unavailable(
+                "no Kubernetes configuration: not in a cluster, and neither kubernetes.kubeconfig nor KUBECONFIG is set".into(),
+            ));
+        };
+        config.connect_timeout = Some(Duration::from_secs(10));
+        config.default_namespace = settings.namespace.clone();
+        let client = Client::try_from(config)
+            .map_err(|e| unavailable(format!("the Kubernetes client: {e}")))?;
+        Ok(Self {
+            client,
+            namespace: settings.namespace.clone(),
+            runner,
+            settings,
+            kept_logs: Mutex::default(),
+        })
+    }
+
+    fn jobs(&self) -> Api<Job> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    fn secrets(&self) -> Api<Secret> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// The labels a run's Job and pod carry: the spec's, made label-safe.
+    fn labels(spec: &RunSpec) -> BTreeMap<String, String> {
+        spec.labels
+            .iter()
+            .map(|(k, v)| (k.clone(), label_value(v)))
+            .chain([(RUN_LABEL.to_owned(), label_value(&spec.run_id))])
+            .collect()
+    }
+
+    /// The Job of a run: suspended, one pod, no retry, the deadline and the hardening.
+    pub fn job(&self, spec: &RunSpec) -> Result<Job, RuntimeError> {
+        let r = &self.runner;
+        let (uid, gid) = numeric_user(&r.user).ok_or_else(|| {
+            RuntimeError::Engine(format!("runner.user `{}` is not a numeric uid:gid", r.user))
+        })?;
+        let name = job_name(&spec.run_id);
+        let labels = Self::labels(spec);
+        let task_dir = std::path::Path::new(&spec.task_path)
+            .parent()
+            .map_or_else(|| "/task".to_owned(), |p| p.display().to_string());
+        let task_file = std::path::Path::new(&spec.task_path)
+            .file_name()
+            .and_then(|f| f.to_str())
+            .unwrap_or(TASK_KEY);
+        let limits = json!({
+            "memory": format!("{}Mi", r.memory_mb),
+            "cpu": format!("{}m", (r.cpus * 1000.0).round().max(1.0) as u64),
+        });
+        let mut container = json!({
+            "name": CONTAINER,
+            "image": spec.image,
+            "workingDir": r.workspace,
+            "envFrom": [{ "secretRef": { "name": name } }],
+            "resources": { "limits": limits, "requests": limits },
+            "securityContext": {
+                "runAsNonRoot": true,
+                "runAsUser": uid,
+                "runAsGroup": gid,
+                "allowPrivilegeEscalation": false,
+                "privileged": false,
+                "readOnlyRootFilesystem": r.read_only_rootfs,
+                "capabilities": { "drop": ["ALL"] },
+                "seccompProfile": { "type": "RuntimeDefault" },
+            },
+            "volumeMounts": [
+                { "name": "workspace", "mountPath": r.workspace },
+                { "name": "task", "mountPath": task_dir, "readOnly": true },
+            ],
+            "terminationMessagePath": TERMINATION_LOG,
+            "terminationMessagePolicy": "File",
+        });
+        if !spec.command.is_empty() {
+            // Docker's `cmd`: the image's entry point stays, its default arguments do not.
+            container["args"] = json!(spec.command);
+        }
+        let mut pod = json!({
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": false,
+            "enableServiceLinks": false,
+            "terminationGracePeriodSeconds": r.stop_grace_secs,
+            "securityContext": {
+                "runAsNonRoot": true,
+                "runAsUser": uid,
+                "runAsGroup": gid,
+                "fsGroup": gid,
+                "seccompProfile": { "type": "RuntimeDefault" },
+            },
+            "containers": [container],
+            "volumes": [
+                { "name": "workspace", "emptyDir": { "sizeLimit": format!("{}Mi", r.workspace_mb) } },
+                { "name": "task", "secret": {
+                    "secretName": name,
+                    "items": [{ "key": TASK_KEY, "path": task_file, "mode": 0o444 }],
+                    "defaultMode": 0o444,
+                } },
+            ],
+        });
+        if !self.settings.service_account.is_empty() {
+            pod["serviceAccountName"] = json!(self.settings.service_account);
+        }
+        let job = json!({
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": { "name": name, "namespace": self.namespace, "labels": labels },
+            "spec": {
+                "suspend": true,
+                "backoffLimit": 0,
+                // A backstop: the director stops the run itself at `timeout_secs` (keeping its
+                // log tail); the cluster ends it should the director be away then.
+                "activeDeadlineSeconds": r.timeout_secs.max(1) + r.stop_grace_secs + 60,
+                "ttlSecondsAfterFinished": self.settings.ttl_secs_after_finished,
+                "template": { "metadata": { "labels": labels }, "spec": pod },
+            },
+        });
+        serde_json::from_value(job)
+            .map_err(|e| RuntimeError::Engine(format!("building the run's Job: {e}")))
+    }
+
+    /// The run's Secret: its environment, one key per variable, and the task file; owned by
+    /// the Job (`uid`), so it goes when the Job goes.
+    pub fn secret(&self, spec: &RunSpec, job_uid: &str) -> Result<Secret, RuntimeError> {
+        let name = job_name(&spec.run_id);
+        let mut data: BTreeMap<String, ByteString> = spec
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), ByteString(v.clone().into_bytes())))
+            .collect();
+        data.insert(TASK_KEY.to_owned(), ByteString(spec.task.clone()));
+        let secret = json!({
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "Opaque",
+            "metadata": {
+                "name": name,
+                "namespace": self.namespace,
+                "labels": Self::labels(spec),
+                "ownerReferences": [{
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "name": name,
+                    "uid": job_uid,
+                    "blockOwnerDeletion": true,
+                }],
+            },
+        });
+        let mut secret: Secret = serde_json::from_value(secret)
+            .map_err(|e| RuntimeError::Engine(format!("building the run's Secret: {e}")))?;
+        secret.data = Some(data);
+        Ok(secret)
+    }
+
+    /// The run's pods, newest first.
+    async fn pods_of(&self, job: &str) -> Result<Vec<Pod>, RuntimeError> {
+        let Some(run_id) = job.strip_prefix("director-run-") else {
+            return Ok(Vec::new());
+        };
+        let mut pods = self
+            .pods()
+            .list(&ListParams::default().labels(&format!("{RUN_LABEL}={run_id}")))
+            .await
+            .map_err(api_error)?
+            .items;
+        pods.sort_by(|a, b| {
+            b.metadata
+                .creation_timestamp
+                .cmp(&a.metadata.creation_timestamp)
+        });
+        Ok(pods)
+    }
+
+    fn pod_name(pod: &Pod) -> String {
+        pod.metadata.name.clone().unwrap_or_default()
+    }
+
+    /// Stops the run at a limit: its log tail is kept, then its pods are deleted with
+    /// `grace` between the stop signal and the kill, and the Job is suspended so that nothing
+    /// replaces them.
+    async fn stop(&self, job: &str, grace: Duration) -> Result<(), RuntimeError> {
+        if let Ok(tail) = self.logs_tail(job, self.runner.log_tail_lines).await
+            && let Ok(mut kept) = self.kept_logs.lock()
+        {
+            kept.insert(job.to_owned(), tail);
+        }
+        let grace = u32::try_from(grace.as_secs()).unwrap_or(u32::MAX);
+        for pod in self.pods_of(job).await? {
+            gone_ok(
+                self.pods()
+                    .delete(
+                        &Self::pod_name(&pod),
+                        &DeleteParams {
+                            grace_period_seconds: Some(grace),
+                            ..DeleteParams::default()
+                        },
+                    )
+                    .await,
+            )?;
+        }
+        gone_ok(
+            self.jobs()
+                .patch(
+                    job,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "spec": { "suspend": true } })),
+                )
+                .await,
+        )?;
+        Ok(())
+    }
+
+    /// The exit code of the run's newest pod, once it has one.
+    async fn final_code(&self, job: &str) -> Result<Option<i64>, RuntimeError> {
+        Ok(self.pods_of(job).await?.iter().find_map(exit_code))
+    }
+}
+
+#[async_trait]
+impl Runtime for KubeRuntime {
+    fn result_path(&self) -> &'static str {
+        TERMINATION_LOG
+    }
+
+    /// A dry-run creation of a Job and a Secret in the namespace, and a listing of the runs:
+    /// a missing namespace, RBAC that forbids any of them, or an unreachable API server is
+    /// told here, before a run needs it.
+    async fn check(&self) -> Result<(), RuntimeError> {
+        let probe = RunSpec {
+            run_id: "probe".into(),
+            image: if self.runner.image.is_empty() {
+                "probe".into()
+            } else {
+                self.runner.image.clone()
+            },
+            command: Vec::new(),
+            env: Vec::new(),
+            labels: HashMap::new(),
+            task_path: "/task/task.md".into(),
+            task: Vec::new(),
+            mounts: Vec::new(),
+            result_path: None,
+        };
+        let dry = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        self.jobs()
+            .create(&dry, &self.job(&probe)?)
+            .await
+            .map_err(|e| described(e, "create Jobs"))?;
+        let mut secret = self.secret(&probe, "00000000-0000-0000-0000-000000000000")?;
+        secret.metadata.owner_references = None;
+        self.secrets()
+            .create(&dry, &secret)
+            .await
+            .map_err(|e| described(e, "create Secrets"))?;
+        self.jobs()
+            .list(&ListParams::default().labels(RUN_LABEL).limit(1))
+            .await
+            .map_err(|e| described(e, "list Jobs"))?;
+        Ok(())
+    }
+
+    async fn create(&self, spec: &RunSpec) -> Result<String, RuntimeError> {
+        let name = job_name(&spec.run_id);
+        let job = match self
+            .jobs()
+            .create(&PostParams::default(), &self.job(spec)?)
+            .await
+        {
+            Ok(job) => job,
+            // The name is the run id: a Job of this run exists already (an earlier attempt's).
+            Err(e) if is_code(&e, 409) => return Err(RuntimeError::Exists(spec.run_id.clone())),
+            Err(e) => return Err(api_error(e)),
+        };
+        let uid = job.metadata.uid.clone().unwrap_or_default();
+        let secret = self.secret(spec, &uid)?;
+        let created = match self.secrets().create(&PostParams::default(), &secret).await {
+            // A Secret left by an attempt whose Job is gone: it is replaced, never reused.
+            Err(e) if is_code(&e, 409) => {
+                match gone_ok(self.secrets().delete(&name, &DeleteParams::default()).await) {
+                    Ok(()) => self.secrets().create(&PostParams::default(), &secret).await,
+                    Err(e) => {
+                        let _ = self.remove(&name).await;
+                        return Err(e);
+                    }
+                }
+            }
+            other => other,
+        };
+        if let Err(e) = created {
+            let _ = self.remove(&name).await;
+            return Err(api_error(e));
+        }
+        Ok(name)
+    }
+
+    async fn start(&self, id: &str) -> Result<(), RuntimeError> {
+        // An earlier attempt may have died between the Job and its Secret: the pod would wait
+        // for the Secret for good.
+        match self.secrets().get_opt(id).await.map_err(api_error)? {
+            Some(_) => {}
+            None => {
+                return Err(RuntimeError::Engine(format!(
+                    "the run's Secret {id} is missing (an earlier attempt stopped between creating the Job and its Secret)"
+                )));
+            }
+        }
+        self.jobs()
+            .patch(
+                id,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "spec": { "suspend": false } })),
+            )
+            .await
+            .map_err(api_error)?;
+        Ok(())
+    }
+
+    async fn wait(&self, id: &str, limits: WaitLimits) -> Result<Exit, RuntimeError> {
+        let run_id = id.strip_prefix("director-run-").unwrap_or(id).to_owned();
+        let deadline = tokio::time::Instant::now() + limits.timeout;
+        let mut job_events = std::pin::pin!(kube::runtime::watcher::watch_object(self.jobs(), id));
+        let mut pod_events = std::pin::pin!(
+            watcher(
+                self.pods(),
+                watcher::Config::default().labels(&format!("{RUN_LABEL}={run_id}")),
+            )
+            .default_backoff()
+            .applied_objects()
+        );
+        // Output since the pod started, to tell a run that works from one that is wedged.
+        let mut output: Option<futures_util::stream::BoxStream<'static, ()>> = None;
+        let mut following: Option<String> = None;
+        let mut last_output = tokio::time::Instant::now();
+        let mut seen_job = false;
+        let cause = loop {
+            let idle_at = limits
+                .idle
+                .filter(|_| following.is_some())
+                .map(|d| last_output + d);
+            let wake = idle_at.map_or(deadline, |i| i.min(deadline));
+            tokio::select! {
+                event = job_events.next() => match event {
+                    Some(Ok(Some(job))) => {
+                        seen_job = true;
+                        match job_end(&job) {
+                            Some(JobEnd::DeadlineExceeded) => return Ok(Exit::TimedOut),
+                            Some(JobEnd::Complete) => {
+                                return Ok(Exit::Code(self.final_code(id).await?.unwrap_or(0)));
+                            }
+                            Some(JobEnd::Failed) => {
+                                return Ok(Exit::Code(self.final_code(id).await?.unwrap_or(-1)));
+                            }
+                            None => {}
+                        }
+                    }
+                    Some(Ok(None)) => {
+                        return Err(RuntimeError::NotFound(format!("the Job {id} was deleted")));
+                    }
+                    Some(Err(e)) if !seen_job => {
+                        return Err(RuntimeError::Unavailable(format!("watching the Job {id}: {e}")));
+                    }
+                    // The watch reconnects by itself; an error in between is not the run's end.
+                    Some(Err(e)) => tracing::debug!(error = %e, "the Job watch was interrupted"),
+                    None => return Err(RuntimeError::Engine("the Job watch ended".into())),
+                },
+                pod = pod_events.next() => {
+                    if let Some(Ok(pod)) = pod {
+                        if let Some(why) = stuck(&pod) {
+                            tracing::warn!(job = %id, %why, "the run's pod cannot start");
+                            if let Ok(mut kept) = self.kept_logs.lock() {
+                                kept.insert(id.to_owned(), format!("the run's pod could not start: {why}"));
+                            }
+                            self.kill(id).await?;
+                            return Ok(Exit::Code(-1));
+                        }
+                        let name = Self::pod_name(&pod);
+                        if limits.idle.is_some() && running(&pod) && following.as_deref() != Some(&name) {
+                            let params = LogParams {
+                                container: Some(CONTAINER.into()),
+                                follow: true,
+                                tail_lines: Some(0),
+                                ..LogParams::default()
+                            };
+                            if let Ok(stream) = self.pods().log_stream(&name, &params).await {
+                                output = Some(stream.lines().map(|_| ()).boxed());
+                                following = Some(name);
+                                last_output = tokio::time::Instant::now();
+                            }
+                        }
+                    }
+                }
+                chunk = async { output.as_mut()?.next().await }, if output.is_some() => {
+                    match chunk {
+                        Some(()) => last_output = tokio::time::Instant::now(),
+                        // The log stream ended: only the wall clock counts now.
+                        None => output = None,
+                    }
+                }
+                _ = tokio::time::sleep_until(wake) => {
+                    break if tokio::time::Instant::now() >= deadline {
+                        Exit::TimedOut
+                    } else {
+                        Exit::Idle
+                    };
+                }
+            }
+        };
+        self.stop(id, limits.grace).await?;
+        Ok(cause)
+    }
+
+    async fn read_file(
+        &self,
+        id: &str,
+        path: &str,
+        max_bytes: usize,
+    ) -> Result<Option<Vec<u8>>, RuntimeError> {
+        if path != TERMINATION_LOG {
+            // An ended pod's files are gone; only its termination message is kept.
+            return Ok(None);
+        }
+        let message = self.pods_of(id).await?.iter().find_map(|pod| {
+            agent_status(pod)?
+                .state
+                .as_ref()?
+                .terminated
+                .as_ref()?
+                .message
+                .clone()
+        });
+        Ok(message
+            .map(String::into_bytes)
+            .filter(|m| !m.is_empty() && m.len() <= max_bytes))
+    }
+
+    async fn logs_tail(&self, id: &str, lines: usize) -> Result<String, RuntimeError> {
+        let kept = self.kept_logs.lock().ok().and_then(|mut k| k.remove(id));
+        let Some(pod) = self.pods_of(id).await?.into_iter().next() else {
+            return Ok(kept.unwrap_or_default());
+        };
+        let params = LogParams {
+            container: Some(CONTAINER.into()),
+            tail_lines: Some(i64::try_from(lines).unwrap_or(i64::MAX)),
+            ..LogParams::default()
+        };
+        match self.pods().logs(&Self::pod_name(&pod), &params).await {
+            Ok(log) => Ok(log),
+            Err(e) => match kept {
+                Some(k) => Ok(k),
+                None => match stuck(&pod) {
+                    Some(why) => Ok(format!("the run's pod could not start: {why}")),
+                    None => Err(api_error(e)),
+                },
+            },
+        }
+    }
+
+    /// Cancel: the Job goes at once, its pods with it (foreground propagation).
+    async fn kill(&self, id: &str) -> Result<(), RuntimeError> {
+        gone_ok(
+            self.jobs()
+                .delete(
+                    id,
+                    &DeleteParams {
+                        grace_period_seconds: Some(0),
+                        ..DeleteParams::foreground()
+                    },
+                )
+                .await,
+        )
+    }
+
+    async fn remove(&self, id: &str) -> Result<(), RuntimeError> {
+        gone_ok(self.jobs().delete(id, &DeleteParams::background()).await)?;
+        gone_ok(self.secrets().delete(id, &DeleteParams::default()).await)?;
+        if let Ok(mut kept) = self.kept_logs.lock() {
+            kept.remove(id);
+        }
+        Ok(())
+    }
+
+    async fn list_runs(&self) -> Result<Vec<RunContainer>, RuntimeError> {
+        let jobs = self
+            .jobs()
+            .list(&ListParams::default().labels(RUN_LABEL))
+            .await
+            .map_err(api_error)?;
+        Ok(jobs
+            .items
+            .into_iter()
+            .filter_map(|job| {
+                let run_id = job.metadata.labels.as_ref()?.get(RUN_LABEL)?.clone();
+                let name = job.metadata.name.clone()?;
+                // Only the director's own naming: a Job someone labelled by hand is not a run.
+                (name == job_name(&run_id)).then(|| RunContainer {
+                    running: !job_suspended(&job) && job_end(&job).is_none(),
+                    never_started: job_never_started(&job),
+                    id: name,
+                    run_id,
+                })
+            })
+            .collect())
+    }
+
+    /// What the run was given: its Secret's variables (the task file left out).
+    async fn env(&self, id: &str) -> Result<Vec<(String, String)>, RuntimeError> {
+        let Some(secret) = self.secrets().get_opt(id).await.map_err(api_error)? else {
+            return Ok(Vec::new());
+        };
+        Ok(secret
+            .data
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(k, _)| k != TASK_KEY)
+            .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+            .collect())
+    }
+}
+
+/// An API error told as what the director could not do.
+fn described(e: kube::Error, what: &str) -> RuntimeError {
+    match &e {
+        kube::Error::Api(r) if r.code == 403 => RuntimeError::Engine(format!(
+            "the director may not {what} in its runs namespace (RBAC): {}",
+            r.message
+        )),
+        kube::Error::Api(r) if r.code == 404 => RuntimeError::Engine(format!(
+            "cannot {what}: {} (does the runs namespace exist?)",
+            r.message
+        )),
+        _ => api_error(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_label_safe() {
+        assert_eq!(label_value("owner/name"), "owner.name");
+        assert_eq!(label_value("-a b-"), "a.b");
+        assert_eq!(label_value("_x_"), "x");
+        let long = "a/".repeat(60);
+        let v = label_value(&long);
+        assert!(v.len() <= 63, "{v}");
+        assert!(v.ends_with('a'));
+        assert_eq!(label_value("///"), "");
+    }
+}
