@@ -186,6 +186,10 @@ pub struct StoreSettings {
         serialize_with = "masked_store_url"
     )]
     pub url: String,
+    /// A file holding `store.url` (a PostgreSQL URL carries its password): when set, the URL
+    /// is read from it and `store.url` is not used.
+    #[serde(deserialize_with = "lenient::opt_string")]
+    pub url_file: Option<String>,
     pub synchronous: Synchronous,
     /// Processed deliveries, old pre-flight call records and finished actions are pruned
     /// after this many days.
@@ -216,6 +220,7 @@ impl Default for StoreSettings {
     fn default() -> Self {
         Self {
             url: "sqlite://director.db".into(),
+            url_file: None,
             synchronous: Synchronous::Full,
             retention_days: 30,
         }
@@ -727,6 +732,9 @@ impl Settings {
             "status.token",
             "status.token_file",
         )?;
+        if let Some(file) = &self.store.url_file {
+            self.store.url = read("store.url_file", file)?.trim().to_owned();
+        }
         if let Some(file) = &self.webhook.secrets_file {
             let text = read("webhook.secrets_file", file)?;
             self.webhook.secrets.extend(

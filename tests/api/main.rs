@@ -6,6 +6,7 @@ mod fake_llm;
 mod forge_helpers;
 mod helpers;
 
+mod chart;
 mod config;
 mod contract;
 mod crash;

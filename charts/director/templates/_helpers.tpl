@@ -1,0 +1,123 @@
+{{/* The release's name for every object, at most 63 characters. */}}
+{{- define "director.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "director.selectorLabels" -}}
+app.kubernetes.io/name: {{ default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "director.labels" -}}
+{{ include "director.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "director.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "director.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "director.runsNamespace" -}}
+{{- default .Release.Namespace .Values.runs.namespace -}}
+{{- end -}}
+
+{{- define "director.runsServiceAccountName" -}}
+{{- if .Values.runs.serviceAccount.create -}}
+{{- default (printf "%s-run" (include "director.fullname" .) | trunc 63 | trimSuffix "-") .Values.runs.serviceAccount.name -}}
+{{- else -}}
+{{- .Values.runs.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Whether the store is PostgreSQL: a storeUrl given here or in an existing Secret. */}}
+{{- define "director.postgres" -}}
+{{- $s := .Values.secrets.storeUrl -}}
+{{- if or $s.value $s.existingSecret -}}true{{- end -}}
+{{- end -}}
+
+{{/* The secret values the chart stores itself, by key. */}}
+{{- define "director.ownSecrets" -}}
+{{- $out := dict -}}
+{{- range $name, $s := .Values.secrets -}}
+{{- if and $s.value (not $s.existingSecret) -}}
+{{- $_ := set $out $s.key $s.value -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/*
+The configuration file: the values' `config`, with what the chart decides merged over it.
+Rendered by hand rather than with toToml, which writes every number as a float (3.0), and
+the director's whole-number keys refuse floats.
+*/}}
+{{- define "director.config" -}}
+{{- $files := dict "forgeToken" (list "forge" "token_file") "runnerPassword" (list "forge" "runner_password_file") "webhookSecrets" (list "webhook" "secrets_file") "preflightApiKey" (list "preflight" "api_key_file") "statusToken" (list "status" "token_file") "storeUrl" (list "store" "url_file") -}}
+{{- $chart := dict "server" (dict "listen" (printf "0.0.0.0:%v" (int .Values.service.port)) "log_format" "json") "runner" (dict "kind" "kubernetes") "kubernetes" (dict "namespace" (include "director.runsNamespace" .) "kubeconfig" "" "service_account" (include "director.runsServiceAccountName" .) "ttl_secs_after_finished" (int .Values.runs.ttlSecondsAfterFinished)) -}}
+{{- if not (include "director.postgres" .) -}}
+{{- $_ := set $chart "store" (dict "url" "sqlite:///data/director.db") -}}
+{{- end -}}
+{{- range $name, $where := $files -}}
+{{- $s := index $.Values.secrets $name -}}
+{{- if or $s.value $s.existingSecret -}}
+{{- $section := index $where 0 -}}
+{{- if not (hasKey $chart $section) -}}{{- $_ := set $chart $section dict -}}{{- end -}}
+{{- $_ := set (index $chart $section) (index $where 1) (printf "/run/secrets/director/%s" $s.key) -}}
+{{- end -}}
+{{- end -}}
+{{- $secretKeys := dict "forge" (list "token" "runner_password" "token_file" "runner_password_file") "webhook" (list "secrets" "secrets_file") "preflight" (list "api_key" "api_key_file") "status" (list "token" "token_file") "store" (list "url" "url_file") -}}
+{{- range $section, $names := $secretKeys -}}
+{{- $table := index (default dict $.Values.config) $section -}}
+{{- if kindIs "map" $table -}}
+{{- range $name := $names -}}
+{{- if hasKey $table $name -}}
+{{- fail (printf "config.%s.%s holds a secret (or its file), which a ConfigMap must not: give it under `secrets` (see the chart's README)" $section $name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $config := mergeOverwrite (deepCopy (default dict .Values.config)) $chart -}}
+{{- range $section := keys $config | sortAlpha }}
+[{{ $section }}]
+{{- $table := index $config $section }}
+{{- if not (kindIs "map" $table) }}
+{{- fail (printf "config.%s must be a table of keys (director.toml has sections only)" $section) }}
+{{- end }}
+{{- range $key := keys $table | sortAlpha }}
+{{ $key }} = {{ include "director.tomlValue" (index $table $key) }}
+{{- end }}
+{{ end }}
+{{- end -}}
+
+{{- define "director.tomlValue" -}}
+{{- if kindIs "string" . -}}
+{{ toJson . }}
+{{- else if kindIs "bool" . -}}
+{{ . }}
+{{- else if or (kindIs "float64" .) (kindIs "float32" .) -}}
+{{- if eq (float64 (int64 .)) (float64 .) -}}{{ int64 . }}{{- else -}}{{ . }}{{- end -}}
+{{- else if or (kindIs "int" .) (kindIs "int64" .) -}}
+{{ . }}
+{{- else if kindIs "slice" . -}}
+[{{ range $i, $e := . }}{{ if $i }}, {{ end }}{{ include "director.tomlValue" $e }}{{ end }}]
+{{- else if kindIs "invalid" . -}}
+""
+{{- else -}}
+{{ fail (printf "config: a value of kind %s cannot go into director.toml" (kindOf .)) }}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,397 @@
+//! The Helm chart, rendered offline (Helm's SDK through helm-python-sdk) and every manifest
+//! validated against Kubernetes' own strict schemas (kubernetes-validate), by
+//! `tests/chart/render.py`. The Python comes from `DIRECTOR_CHART_PYTHON`, else the virtual
+//! environment `tests/chart/setup.sh` makes (`.ci/run` makes it).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn python() -> PathBuf {
+    if let Ok(p) = std::env::var("DIRECTOR_CHART_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let venv = root().join("target/chart-venv/bin/python");
+    assert!(
+        venv.exists(),
+        "the chart tests need helm-python-sdk and kubernetes-validate: run tests/chart/setup.sh (or set DIRECTOR_CHART_PYTHON)"
+    );
+    venv
+}
+
+/// The chart rendered with `values` as release `director` in namespace `forge`.
+fn render(values: Value) -> Value {
+    let out = Command::new(python())
+        .arg(root().join("tests/chart/render.py"))
+        .arg(root().join("charts/director"))
+        .arg(values.to_string())
+        .output()
+        .expect("the renderer runs");
+    assert!(
+        out.status.success(),
+        "render.py failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON from render.py")
+}
+
+/// Renders, and checks what every accepted rendering must be: valid, lint-clean.
+fn rendered(values: Value) -> Vec<Value> {
+    let out = render(values);
+    assert_eq!(out["ok"], true, "refused: {}", out["error"]);
+    assert_eq!(out["invalid"], json!([]), "invalid manifests");
+    assert_eq!(out["lint"]["errors"], json!([]), "lint errors");
+    let severe: Vec<&Value> = out["lint"]["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["severity"].as_i64().unwrap_or(0) >= 2)
+        .collect();
+    assert!(severe.is_empty(), "lint warnings: {severe:?}");
+    out["manifests"].as_array().cloned().unwrap_or_default()
+}
+
+fn refused(values: Value) -> String {
+    let out = render(values);
+    assert_eq!(out["ok"], false, "rendered what it should refuse");
+    out["error"].as_str().unwrap_or_default().to_owned()
+}
+
+fn find<'a>(manifests: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    manifests.iter().filter(|m| m["kind"] == kind).collect()
+}
+
+fn one<'a>(manifests: &'a [Value], kind: &str) -> &'a Value {
+    let all = find(manifests, kind);
+    assert_eq!(all.len(), 1, "one {kind}: {all:?}");
+    all[0]
+}
+
+fn director_toml(manifests: &[Value]) -> String {
+    one(manifests, "ConfigMap")["data"]["director.toml"]
+        .as_str()
+        .expect("director.toml")
+        .to_owned()
+}
+
+#[test]
+fn the_default_shape_is_one_hardened_replica_on_sqlite_with_least_privilege_rbac() {
+    let m = rendered(json!({}));
+    let deployment = one(&m, "Deployment");
+    let spec = &deployment["spec"];
+    assert_eq!(spec["replicas"], 1);
+    assert_eq!(
+        spec["strategy"]["type"], "Recreate",
+        "one SQLite file, one process"
+    );
+    let pod = &spec["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert!(pod["securityContext"]["runAsUser"].as_i64().unwrap_or(0) > 0);
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let c = &pod["containers"][0];
+    let sc = &c["securityContext"];
+    assert_eq!(sc["runAsNonRoot"], true);
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert!(c["resources"]["limits"]["memory"].is_string());
+    assert!(c["env"].is_null(), "no secret as an environment variable");
+    let pvc = one(&m, "PersistentVolumeClaim");
+    let claims: Vec<&Value> = pod["volumes"]
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .filter(|v| v["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"])
+        .collect();
+    assert_eq!(claims.len(), 1, "the database's volume is mounted");
+    assert!(
+        find(&m, "Secret").is_empty(),
+        "no secret given, none stored"
+    );
+    let toml = director_toml(&m);
+    assert!(
+        toml.contains("url = \"sqlite:///data/director.db\""),
+        "{toml}"
+    );
+    assert!(toml.contains("kind = \"kubernetes\""), "{toml}");
+    assert!(toml.contains("listen = \"0.0.0.0:8080\""), "{toml}");
+    assert_eq!(one(&m, "Service")["spec"]["ports"][0]["port"], 8080);
+
+    // RBAC: one namespaced Role with exactly what the runtime uses; no wildcard, nothing
+    // cluster-wide.
+    assert!(find(&m, "ClusterRole").is_empty() && find(&m, "ClusterRoleBinding").is_empty());
+    let role = one(&m, "Role");
+    assert_eq!(role["metadata"]["namespace"], "forge");
+    let mut granted = Vec::new();
+    for rule in role["rules"].as_array().expect("rules") {
+        for field in ["apiGroups", "resources", "verbs"] {
+            assert!(
+                !rule[field]
+                    .as_array()
+                    .expect(field)
+                    .iter()
+                    .any(|v| v == "*"),
+                "a wildcard in {rule}"
+            );
+        }
+        for group in rule["apiGroups"].as_array().expect("groups") {
+            for resource in rule["resources"].as_array().expect("resources") {
+                for verb in rule["verbs"].as_array().expect("verbs") {
+                    granted.push(format!(
+                        "{}/{}:{}",
+                        group.as_str().unwrap_or(""),
+                        resource.as_str().unwrap_or(""),
+                        verb.as_str().unwrap_or("")
+                    ));
+                }
+            }
+        }
+    }
+    granted.sort();
+    let expected = [
+        "/pods/log:get",
+        "/pods:delete",
+        "/pods:get",
+        "/pods:list",
+        "/pods:watch",
+        "/secrets:create",
+        "/secrets:delete",
+        "/secrets:get",
+        "batch/jobs:create",
+        "batch/jobs:delete",
+        "batch/jobs:get",
+        "batch/jobs:list",
+        "batch/jobs:patch",
+        "batch/jobs:watch",
+    ];
+    assert_eq!(granted, expected);
+    let binding = one(&m, "RoleBinding");
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    assert_eq!(binding["subjects"][0]["name"], pod["serviceAccountName"]);
+    // The runs' own account can do nothing and never gets a token mounted.
+    let run_account = find(&m, "ServiceAccount")
+        .into_iter()
+        .find(|sa| sa["automountServiceAccountToken"] == false)
+        .expect("the runs' service account");
+    assert!(
+        toml.contains(&format!(
+            "service_account = \"{}\"",
+            run_account["metadata"]["name"].as_str().unwrap_or("?")
+        )),
+        "{toml}"
+    );
+}
+
+#[test]
+fn several_replicas_use_postgresql_from_a_secret_file_never_from_the_configmap() {
+    let url = "postgres://director:pg-pass-93c1@db.forge.svc:5432/director";
+    let m = rendered(json!({
+        "replicaCount": 3,
+        "secrets": {
+            "storeUrl": { "value": url, "key": "store-url" },
+            "forgeToken": { "existingSecret": "forge-bot", "key": "token" },
+            "webhookSecrets": { "value": "hook-secret-1\nhook-secret-2", "key": "webhook-secrets" },
+        },
+        "config": { "forge": { "url": "https://forgejo.example.org" }, "scan": { "repos": ["acme/widgets"] } },
+    }));
+    let deployment = one(&m, "Deployment");
+    assert_eq!(deployment["spec"]["replicas"], 3);
+    assert_ne!(deployment["spec"]["strategy"]["type"], "Recreate");
+    assert!(
+        find(&m, "PersistentVolumeClaim").is_empty(),
+        "no SQLite volume"
+    );
+    let toml = director_toml(&m);
+    assert!(
+        !toml.contains("pg-pass"),
+        "the password is not in the ConfigMap"
+    );
+    assert!(!toml.contains("sqlite"), "{toml}");
+    assert!(
+        toml.contains("url_file = \"/run/secrets/director/store-url\""),
+        "{toml}"
+    );
+    assert!(
+        toml.contains("token_file = \"/run/secrets/director/token\""),
+        "{toml}"
+    );
+    assert!(
+        toml.contains("secrets_file = \"/run/secrets/director/webhook-secrets\""),
+        "{toml}"
+    );
+    assert!(
+        !toml.contains("runner_password_file"),
+        "absent secrets are not named"
+    );
+    let secret = one(&m, "Secret");
+    use base64::Engine as _;
+    let stored = base64::engine::general_purpose::STANDARD
+        .decode(secret["data"]["store-url"].as_str().expect("store-url"))
+        .expect("base64");
+    assert_eq!(stored, url.as_bytes());
+    assert!(
+        secret["data"]["token"].is_null(),
+        "an existing Secret's key is not copied"
+    );
+    let pod = &deployment["spec"]["template"]["spec"];
+    let projected = pod["volumes"]
+        .as_array()
+        .and_then(|v| v.iter().find(|v| v["name"] == "secrets"))
+        .expect("the secrets volume");
+    let sources: Vec<&str> = projected["projected"]["sources"]
+        .as_array()
+        .expect("sources")
+        .iter()
+        .filter_map(|s| s["secret"]["name"].as_str())
+        .collect();
+    assert!(sources.contains(&"forge-bot"), "{sources:?}");
+    assert!(sources.contains(&secret["metadata"]["name"].as_str().unwrap_or("?")));
+    let mount = pod["containers"][0]["volumeMounts"]
+        .as_array()
+        .and_then(|v| v.iter().find(|v| v["name"] == "secrets"))
+        .expect("mounted");
+    assert_eq!(mount["readOnly"], true);
+}
+
+#[test]
+fn the_chart_refuses_several_replicas_on_sqlite_secrets_in_the_configmap_and_bad_values() {
+    let e = refused(json!({ "replicaCount": 2 }));
+    assert!(e.contains("PostgreSQL"), "{e}");
+    let e = refused(
+        json!({ "replicaCount": 2, "secrets": { "storeUrl": { "value": "sqlite:///x", "key": "store-url" } } }),
+    );
+    assert!(e.contains("postgres://"), "{e}");
+    let e = refused(json!({ "config": { "forge": { "token": "literal-token" } } }));
+    assert!(e.contains("config.forge.token"), "{e}");
+    assert!(
+        !e.contains("literal-token"),
+        "the refusal does not echo the secret"
+    );
+    let e = refused(json!({ "config": { "store": { "url": "postgres://u:p@h/d" } } }));
+    assert!(e.contains("config.store.url"), "{e}");
+    let e = refused(json!({ "replicaCount": "three" }));
+    assert!(e.contains("replicaCount"), "{e}");
+    let e = refused(json!({ "replicas": 3 }));
+    assert!(e.contains("replicas"), "an unknown value is refused: {e}");
+    let e = refused(json!({ "runs": { "namespace": "Not_A_Name" } }));
+    assert!(e.contains("namespace"), "{e}");
+}
+
+#[test]
+fn runs_in_their_own_namespace_get_the_role_there_and_options_render_valid() {
+    let m = rendered(json!({
+        "runs": { "namespace": "director-runs" },
+        "serviceMonitor": { "enabled": true, "labels": { "release": "prom" } },
+        "networkPolicy": { "enabled": true, "ingressFrom": [ { "namespaceSelector": { "matchLabels": { "name": "forgejo" } } } ] },
+        "config": { "runner": { "max_followups": 3, "cpus": 1.5, "image": "agent:1" } },
+    }));
+    let role = one(&m, "Role");
+    assert_eq!(role["metadata"]["namespace"], "director-runs");
+    let binding = one(&m, "RoleBinding");
+    assert_eq!(binding["metadata"]["namespace"], "director-runs");
+    assert_eq!(binding["subjects"][0]["namespace"], "forge");
+    let toml = director_toml(&m);
+    assert!(toml.contains("namespace = \"director-runs\""), "{toml}");
+    assert!(
+        toml.contains("max_followups = 3\n"),
+        "whole numbers stay whole: {toml}"
+    );
+    assert!(toml.contains("cpus = 1.5"), "{toml}");
+    let monitor = one(&m, "ServiceMonitor");
+    assert_eq!(monitor["spec"]["endpoints"][0]["path"], "/metrics");
+    assert_eq!(monitor["metadata"]["labels"]["release"], "prom");
+    let policy = one(&m, "NetworkPolicy");
+    assert_eq!(policy["spec"]["ingress"][0]["ports"][0]["port"], "http");
+}
+
+#[test]
+fn the_rendered_configuration_is_accepted_by_the_director_itself() {
+    let m = rendered(json!({
+        "secrets": {
+            "forgeToken": { "value": "bot-token-1", "key": "forge-token" },
+            "runnerPassword": { "value": "runner-pass-1", "key": "runner-password" },
+            "webhookSecrets": { "value": "hook-1", "key": "webhook-secrets" },
+        },
+        "config": {
+            "forge": { "url": "https://forgejo.example.org" },
+            "scan": { "repos": ["acme/widgets"] },
+            "runner": { "image": "agent:1", "max_followups": 2, "timeout_secs": 1800 },
+        },
+    }));
+    // The pod's files, here: the mounted secrets and the database directory.
+    let dir = tempfile::tempdir().expect("dir");
+    let secrets = dir.path().join("secrets");
+    std::fs::create_dir(&secrets).expect("mkdir");
+    for (k, v) in [
+        ("forge-token", "bot-token-1"),
+        ("runner-password", "runner-pass-1"),
+        ("webhook-secrets", "hook-1"),
+    ] {
+        std::fs::write(secrets.join(k), v).expect("write");
+    }
+    let toml = director_toml(&m)
+        .replace("/run/secrets/director", &secrets.display().to_string())
+        .replace(
+            "/data/director.db",
+            &dir.path().join("d.db").display().to_string(),
+        );
+    let config = dir.path().join("director.toml");
+    std::fs::write(&config, &toml).expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_director"))
+        .args(["check-config", "--config"])
+        .arg(&config)
+        .output()
+        .expect("check-config runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}\n{toml}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("kubernetes"), "{stdout}");
+    assert!(!stdout.contains("bot-token-1") && !stdout.contains("runner-pass-1"));
+}
+
+#[test]
+fn the_charts_readme_lists_every_value() {
+    let out = render(json!({}));
+    let readme = std::fs::read_to_string(root().join("charts/director/README.md")).expect("README");
+    let mut missing = Vec::new();
+    fn walk(prefix: &str, v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::Object(map) if !map.is_empty() && prefix != "config" => {
+                for (k, v) in map {
+                    let key = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    walk(&key, v, out);
+                }
+            }
+            _ => out.push(prefix.to_owned()),
+        }
+    }
+    let mut keys = Vec::new();
+    walk("", &out["defaults"], &mut keys);
+    assert!(keys.len() > 30, "{keys:?}");
+    for key in keys {
+        if !readme.contains(&format!("`{key}`")) {
+            missing.push(key);
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "values the README does not list: {missing:?}"
+    );
+}
