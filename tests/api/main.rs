@@ -15,6 +15,7 @@ mod durability;
 mod fake_runs;
 mod git;
 mod hooks;
+mod image;
 mod incremental;
 #[cfg(feature = "kubernetes")]
 mod kube;

@@ -1,0 +1,20 @@
+# The director's image: build, then a minimal runtime with the binary and the C runtime it
+# links, running as a numeric non-root user, with no shell.
+#   docker build -t director .
+# (No registry on your machine? tests/image/build-local.sh builds an equivalent image from a
+# binary built here.)
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+COPY . .
+# The service only: Docker and Kubernetes runtimes, no demo, no test fakes.
+RUN cargo build --release --locked --no-default-features --features kubernetes --bin director \
+ && cp target/release/director /director
+
+# glibc, libgcc, CA certificates, /etc/passwd with `nonroot` (65532); no shell, no package manager.
+FROM gcr.io/distroless/cc-debian12:nonroot
+COPY --from=build /director /usr/local/bin/director
+USER 65532:65532
+WORKDIR /data
+EXPOSE 8080
+ENTRYPOINT ["/usr/local/bin/director"]
+CMD ["serve", "--config", "/etc/director/director.toml"]
