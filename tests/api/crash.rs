@@ -434,3 +434,127 @@ async fn a_token_printed_before_a_restart_is_redacted_in_the_report_after_it() {
     }
     assert!(w.forge.tokens_of(RUNNER).is_empty());
 }
+
+/// Runs as Jobs on the fake Kubernetes API server, which outlives the processes too.
+#[cfg(feature = "kubernetes")]
+mod kubernetes {
+    use super::*;
+    use crate::fake_kube::FakeKube;
+
+    const NS: &str = "runs";
+
+    fn with_kube(mut w: World, fake: &FakeKube) -> World {
+        let repo = "acme/widgets".parse().expect("repo");
+        admit_runner(&w.forge, &repo);
+        w.env.extend(
+            [
+                ("DIRECTOR_FORGE__RUNNER_LOGIN", RUNNER.to_owned()),
+                (
+                    "DIRECTOR_FORGE__RUNNER_PASSWORD",
+                    RUNNER_PASSWORD.to_owned(),
+                ),
+                ("DIRECTOR_RUNNER__KIND", "kubernetes".to_owned()),
+                (
+                    "DIRECTOR_RUNNER__IMAGE",
+                    "registry.example/agent:1".to_owned(),
+                ),
+                ("DIRECTOR_RUNNER__TIMEOUT_SECS", "600".to_owned()),
+                ("DIRECTOR_KUBERNETES__NAMESPACE", NS.to_owned()),
+                (
+                    "DIRECTOR_KUBERNETES__KUBECONFIG",
+                    fake.kubeconfig.display().to_string(),
+                ),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v)),
+        );
+        w
+    }
+
+    fn jobs_created(fake: &FakeKube) -> usize {
+        fake.requests()
+            .iter()
+            .filter(|r| {
+                r.method == "POST" && r.path.ends_with("/jobs") && !r.query.contains("dryRun")
+            })
+            .count()
+    }
+
+    /// Plays the run's pod to a pushed branch and a clean exit.
+    async fn run_the_pod(w: &World, fake: &FakeKube) {
+        let job = {
+            let find = || {
+                fake.jobs(NS).into_iter().find_map(|j| {
+                    let name = j["metadata"]["name"].as_str()?.to_owned();
+                    (!fake.pods_of(NS, &name).is_empty()).then_some(name)
+                })
+            };
+            w.wait("the run's pod", || async { find().is_some() }).await;
+            find().unwrap_or_default()
+        };
+        let env = fake.pod_env(NS, &job).expect("the pod's environment");
+        let body = serde_json::json!({
+            "content": "aGVsbG8K",
+            "message": "agent work",
+            "branch": env["DIRECTOR_BASE_BRANCH"],
+            "new_branch": env["DIRECTOR_BRANCH"],
+        });
+        let pushed = http_client()
+            .post(format!(
+                "{}/repos/{}/contents/agent.txt",
+                env["DIRECTOR_API_URL"], env["DIRECTOR_REPO"]
+            ))
+            .header("Authorization", format!("token {}", env["DIRECTOR_TOKEN"]))
+            .json(&body)
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success());
+        assert!(pushed, "the pod's token pushes");
+        fake.run_pod(NS, &job).expect("runs");
+        fake.finish(NS, &job, 0, "");
+    }
+
+    async fn survives(point: &str) {
+        let fake = FakeKube::start();
+        let w = with_kube(World::new("Fine.\n\nGO"), &fake);
+        let store = w.store().await;
+        let child = w.start(Some(point)).await;
+        let issue = w.labelled("Survive", "Print each step.").await;
+        w.kill_at(child, point).await;
+        assert_eq!(jobs_created(&fake), 1);
+
+        let child = w.start(None).await;
+        run_the_pod(&w, &fake).await;
+        w.settle(&store, &issue, Lifecycle::Succeeded).await;
+        let runs = store.runs_of(&issue).await.expect("runs");
+        assert_eq!(runs.len(), 1);
+        assert_eq!(runs[0].state, RunState::Succeeded);
+        assert_eq!(jobs_created(&fake), 1, "one Job for the run, ever");
+        assert_eq!(w.forge.pulls_of(&issue.repo).len(), 1);
+        assert!(w.forge.tokens_of(RUNNER).is_empty(), "no token left alive");
+        assert_eq!(
+            w.forge.minted_tokens().len(),
+            1,
+            "one token for the one run"
+        );
+        w.wait("the Job and its Secret are removed", || async {
+            fake.jobs(NS).is_empty()
+                && fake
+                    .secret(NS, &format!("director-run-{}", runs[0].id))
+                    .is_none()
+        })
+        .await;
+        stop(child);
+        w.assert_contract();
+    }
+
+    #[tokio::test]
+    async fn killed_between_creating_the_job_and_starting_it_starts_that_job_once() {
+        survives("after_container_created").await;
+    }
+
+    #[tokio::test]
+    async fn killed_right_after_the_job_started_adopts_it_and_creates_no_second() {
+        survives("after_container_started").await;
+    }
+}

@@ -312,6 +312,7 @@ impl RunAct {
             ),
             Err(e) => return Err(e.into()),
         };
+        crate::failpoint::hit("after_container_created").await;
         self.runtime.start(&id).await?;
         crate::failpoint::hit(if run.followup.is_some() {
             "after_followup_started"
