@@ -6,7 +6,7 @@
 //!   the suspension; `backoffLimit: 0`, so a failed pod is the run's end, never a retry.
 //! - Nothing secret is a literal value in the Job: the run's environment (its token among it)
 //!   and its task file are in a Secret of the same name, which the pod reads through
-//!   `envFrom` and a volume, and which the Job owns (deleted with it).
+//!   `secretKeyRef`s and a volume, and which the Job owns (deleted with it).
 //! - The pod is hardened as a Docker run is: a numeric non-root user, no privilege
 //!   escalation, every capability dropped, a read-only root filesystem, seccomp
 //!   `RuntimeDefault`, an `emptyDir` workspace, resource limits, no service account token,
@@ -262,7 +262,12 @@ impl KubeRuntime {
             "name": CONTAINER,
             "image": spec.image,
             "workingDir": r.workspace,
-            "envFrom": [{ "secretRef": { "name": name } }],
+            // Each variable by name, its value from the Secret (never `envFrom`: the task
+            // file's key would become a variable where names are relaxed).
+            "env": spec.env.iter().map(|(k, _)| json!({
+                "name": k,
+                "valueFrom": { "secretKeyRef": { "name": name, "key": k } },
+            })).collect::<Vec<_>>(),
             "resources": { "limits": limits, "requests": limits },
             "securityContext": {
                 "runAsNonRoot": true,

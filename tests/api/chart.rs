@@ -12,7 +12,7 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn python() -> PathBuf {
+pub fn python() -> PathBuf {
     if let Ok(p) = std::env::var("DIRECTOR_CHART_PYTHON") {
         return PathBuf::from(p);
     }
@@ -22,6 +22,26 @@ fn python() -> PathBuf {
         "the chart tests need helm-python-sdk and kubernetes-validate: run tests/chart/setup.sh (or set DIRECTOR_CHART_PYTHON)"
     );
     venv
+}
+
+/// What Kubernetes' strict schemas find wrong with `manifests`.
+pub fn invalid(manifests: &[Value]) -> Vec<String> {
+    use std::io::Write as _;
+    let mut child = Command::new(python())
+        .arg(root().join("tests/chart/validate.py"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the validator runs");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(Value::from(manifests.to_vec()).to_string().as_bytes())
+        .expect("write");
+    let out = child.wait_with_output().expect("validated");
+    assert!(out.status.success());
+    serde_json::from_slice(&out.stdout).expect("JSON from validate.py")
 }
 
 /// The chart rendered with `values` as release `director` in namespace `forge`.

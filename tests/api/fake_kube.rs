@@ -388,22 +388,32 @@ impl FakeKube {
         })
     }
 
-    /// The environment the kubelet would give the Job's pod: its `envFrom` Secret's data.
+    /// The environment the kubelet would give the Job's pod: literal values, and values
+    /// from a Secret's key.
     pub fn pod_env(&self, ns: &str, job: &str) -> Option<BTreeMap<String, String>> {
         use base64::Engine as _;
-        let secret = self.secret(ns, job)?;
-        let data = secret["data"].as_object()?;
-        Some(
-            data.iter()
-                .filter(|(k, _)| k.as_str() != "task.md")
-                .map(|(k, v)| {
+        let job = self.job(ns, job)?;
+        let env = job["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array()?
+            .clone();
+        let mut out = BTreeMap::new();
+        for var in env {
+            let name = var["name"].as_str()?.to_owned();
+            let value = match var["value"].as_str() {
+                Some(v) => v.to_owned(),
+                None => {
+                    let r = &var["valueFrom"]["secretKeyRef"];
+                    let secret = self.secret(ns, r["name"].as_str()?)?;
+                    let encoded = secret["data"][r["key"].as_str()?].as_str()?.to_owned();
                     let bytes = base64::engine::general_purpose::STANDARD
-                        .decode(v.as_str().unwrap_or(""))
-                        .unwrap_or_default();
-                    (k.clone(), String::from_utf8_lossy(&bytes).into_owned())
-                })
-                .collect(),
-        )
+                        .decode(encoded)
+                        .ok()?;
+                    String::from_utf8_lossy(&bytes).into_owned()
+                }
+            };
+            out.insert(name, value);
+        }
+        Some(out)
     }
 
     /// The kubelet starts the Job's pod: `Err` when its Secret is missing (the pod then waits
@@ -416,8 +426,9 @@ impl FakeKube {
                 .next()
                 .ok_or_else(|| format!("no pod for {job}"))?;
             let mut pod = s.get("pods", ns, &pod_name).cloned().ok_or("no pod")?;
-            let secret = pod["spec"]["containers"][0]["envFrom"][0]["secretRef"]["name"]
-                .as_str()
+            let secret = pod["spec"]["volumes"]
+                .as_array()
+                .and_then(|v| v.iter().find_map(|v| v["secret"]["secretName"].as_str()))
                 .unwrap_or("")
                 .to_owned();
             if s.get("secrets", ns, &secret).is_none() {

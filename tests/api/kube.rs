@@ -154,8 +154,14 @@ async fn a_run_is_a_suspended_hardened_job_whose_secrets_are_only_in_its_owned_s
         !text.contains("Print each step"),
         "the task is not in the Job"
     );
-    assert!(c["env"].is_null(), "no literal environment values");
-    assert_eq!(c["envFrom"][0]["secretRef"]["name"], id.as_str());
+    let vars = c["env"].as_array().expect("the environment");
+    assert_eq!(vars.len(), 3);
+    for var in vars {
+        assert!(var["value"].is_null(), "a literal value: {var}");
+        assert_eq!(var["valueFrom"]["secretKeyRef"]["name"], id.as_str());
+        assert_eq!(var["valueFrom"]["secretKeyRef"]["key"], var["name"]);
+    }
+    assert!(c["envFrom"].is_null());
     let secret = fake.secret(NS, &id).expect("the run's Secret");
     let owner = &secret["metadata"]["ownerReferences"][0];
     assert_eq!(owner["kind"], "Job");
@@ -169,6 +175,9 @@ async fn a_run_is_a_suspended_hardened_job_whose_secrets_are_only_in_its_owned_s
         .decode(task)
         .expect("base64");
     assert_eq!(task, TASK.as_bytes());
+    // What the runtime sends is what Kubernetes' own schemas accept, strictly.
+    let problems = crate::chart::invalid(&[job.clone(), secret.clone()]);
+    assert!(problems.is_empty(), "{problems:?}");
     assert_eq!(
         rt.env(&id)
             .await
