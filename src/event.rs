@@ -294,6 +294,9 @@ pub enum RunReport {
         /// The result file the run left, when readable.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         result: Option<RunResult>,
+        /// What the egress proxy refused it: (`host:port`, how many times).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        egress_refused: Vec<(String, u64)>,
     },
     /// Commits the run's branch has that the base has not.
     Judged { ahead: u64 },

@@ -6,6 +6,7 @@ pub mod clock;
 pub mod demo;
 pub mod director;
 pub mod domain;
+pub mod egress;
 pub mod event;
 pub mod failpoint;
 pub mod forge;

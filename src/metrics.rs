@@ -34,6 +34,9 @@ pub struct Metrics {
     /// 1 while runs can be started (the container engine or the Kubernetes API answers and
     /// allows what runs need), 0 when not; absent when runs are not configured.
     pub runtime_up: IntGauge,
+    /// Requests the egress proxy refused, by reason: not_allowed, forbidden_address,
+    /// unauthenticated, malformed.
+    pub egress_refused: IntCounterVec,
 }
 
 impl Metrics {
@@ -128,8 +131,17 @@ impl Metrics {
             "1 while runs can be started (the container runtime answers and allows them), else 0",
         )
         .expect("static metric definition");
+        let egress_refused = IntCounterVec::new(
+            Opts::new(
+                "director_egress_refused_total",
+                "Requests of runs the egress proxy refused, by reason",
+            ),
+            &["reason"],
+        )
+        .expect("static metric definition");
         for c in [
             Box::new(deliveries.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(egress_refused.clone()),
             Box::new(runtime_up.clone()),
             Box::new(store_up.clone()),
             Box::new(store_outages.clone()),
@@ -160,6 +172,7 @@ impl Metrics {
             store_up,
             store_outages,
             runtime_up,
+            egress_refused,
         }
     }
 

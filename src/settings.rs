@@ -259,6 +259,16 @@ pub struct KubernetesSettings {
     /// A finished Job is deleted by Kubernetes this long after it ends, should the director
     /// not have removed it itself.
     pub ttl_secs_after_finished: u32,
+    /// With `runner.egress = "allowlist"`: the name runs reach the director's egress proxy
+    /// by (its Service, e.g. `director.forge.svc`).
+    #[serde(deserialize_with = "lenient::string")]
+    pub proxy_host: String,
+    /// Where the director's pods are, and their labels (`key=value`), for the runs'
+    /// NetworkPolicy: egress only to those pods' proxy port, and DNS.
+    #[serde(deserialize_with = "lenient::string")]
+    pub proxy_namespace: String,
+    #[serde(deserialize_with = "lenient::list")]
+    pub proxy_pod_labels: Vec<String>,
 }
 
 impl Default for KubernetesSettings {
@@ -268,6 +278,9 @@ impl Default for KubernetesSettings {
             kubeconfig: String::new(),
             service_account: String::new(),
             ttl_secs_after_finished: 86_400,
+            proxy_host: String::new(),
+            proxy_namespace: String::new(),
+            proxy_pod_labels: Vec::new(),
         }
     }
 }
@@ -528,9 +541,24 @@ pub struct RunnerSettings {
     /// The command to run; empty: the image's own entry point.
     #[serde(deserialize_with = "lenient::list")]
     pub command: Vec<String>,
-    /// A Docker network mode or network name: `bridge`, `host`, `none`, ...
+    /// A Docker network mode or network name: `bridge`, `host`, `none`, ... (with
+    /// `egress = "open"` only).
     #[serde(deserialize_with = "lenient::string")]
     pub network: String,
+    /// `allowlist`: a run reaches only the forge, the model endpoint and `egress_allow`,
+    /// through the director's egress proxy; `open`: whatever `network` gives it.
+    #[serde(deserialize_with = "lenient::string")]
+    pub egress: String,
+    /// `host:port` entries (`*.example.org:443`, `[2001:db8::1]:443`, `10.0.0.5:22`) an
+    /// allow-listed run may reach besides the forge and the model endpoint.
+    #[serde(deserialize_with = "lenient::list")]
+    pub egress_allow: Vec<String>,
+    /// The egress proxy's port (on the runs' network; in a cluster, on the director's pod).
+    pub egress_proxy_port: u16,
+    /// Docker: the internal network (no route out) allow-listed runs are attached to; the
+    /// director creates it.
+    #[serde(deserialize_with = "lenient::string")]
+    pub egress_network: String,
     /// `uid:gid` the run's process has; never root by default.
     #[serde(deserialize_with = "lenient::string")]
     pub user: String,
@@ -588,6 +616,10 @@ impl Default for RunnerSettings {
             image: String::new(),
             command: Vec::new(),
             network: "bridge".into(),
+            egress: "allowlist".into(),
+            egress_allow: Vec::new(),
+            egress_proxy_port: 3128,
+            egress_network: "director-egress".into(),
             user: "1000:1000".into(),
             memory_mb: 4096,
             cpus: 2.0,
@@ -888,6 +920,7 @@ impl Settings {
                 ));
             }
         }
+        self.validate_egress()?;
         if r.timeout_secs == 0 {
             return Err(invalid("runner.timeout_secs", "must be greater than 0"));
         }
@@ -1095,6 +1128,73 @@ impl Settings {
                 "runner.mounts",
                 "host bind mounts are Docker's; a Kubernetes run gets only its workspace and task (put tools in the image)",
             ));
+        }
+        Ok(())
+    }
+}
+
+impl Settings {
+    /// Whether runs are allow-listed (`runner.egress = "allowlist"`).
+    pub fn egress_confined(&self) -> bool {
+        self.runner.egress == "allowlist"
+    }
+
+    fn validate_egress(&self) -> Result<(), SettingsError> {
+        let r = &self.runner;
+        match r.egress.as_str() {
+            "allowlist" | "open" => {}
+            other => {
+                return Err(invalid(
+                    "runner.egress",
+                    format!("`{other}`: must be allowlist or open"),
+                ));
+            }
+        }
+        for entry in &r.egress_allow {
+            entry
+                .parse::<crate::egress::Entry>()
+                .map_err(|e| invalid("runner.egress_allow", e))?;
+        }
+        if !self.egress_confined() {
+            return Ok(());
+        }
+        if r.egress_proxy_port == 0 {
+            return Err(invalid(
+                "runner.egress_proxy_port",
+                "must be a port (1-65535)",
+            ));
+        }
+        if r.kind == "docker" && r.network != "bridge" {
+            return Err(invalid(
+                "runner.network",
+                format!(
+                    "`{}` applies with runner.egress = \"open\" only: an allow-listed run is attached to runner.egress_network (`{}`) and reaches the outside through the egress proxy",
+                    r.network, r.egress_network
+                ),
+            ));
+        }
+        if r.kind == "docker" && r.egress_network.trim().is_empty() {
+            return Err(invalid("runner.egress_network", "must name a network"));
+        }
+        if r.kind == "kubernetes" {
+            let k = &self.kubernetes;
+            if k.proxy_host.trim().is_empty() {
+                return Err(invalid(
+                    "kubernetes.proxy_host",
+                    "required with runner.egress = \"allowlist\": the name runs reach the director's egress proxy by (its Service)",
+                ));
+            }
+            if k.proxy_pod_labels.is_empty()
+                || k.proxy_pod_labels.iter().any(|l| {
+                    l.split_once('=')
+                        .is_none_or(|(key, _)| key.trim().is_empty())
+                })
+            {
+                return Err(invalid(
+                    "kubernetes.proxy_pod_labels",
+                    "required with runner.egress = \"allowlist\": the director's pod labels, as key=value, for the runs' NetworkPolicy",
+                ));
+            }
         }
         Ok(())
     }

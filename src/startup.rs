@@ -134,6 +134,61 @@ async fn runtime(
     )
 }
 
+/// The egress proxy allow-listed runs go through: where the runtime says it must listen,
+/// the allow-list (plus the forge and the model endpoint, minus the director's own
+/// listeners), the credentials key from the database. `Err` says why there is none.
+async fn egress_proxy(
+    settings: &Settings,
+    runtime: &dyn Runtime,
+    store: &Store,
+    metrics: &Metrics,
+    shutdown: &CancellationToken,
+) -> Result<crate::director::act::run::RunEgress, String> {
+    use crate::egress::{Entry, Policy, proxy::Proxy};
+    let port = settings.runner.egress_proxy_port;
+    let point = runtime
+        .prepare_egress(port)
+        .await
+        .map_err(|e| format!("the runs' network could not be prepared: {e}"))?;
+    let mut always = Vec::new();
+    let origin = |url: &str| {
+        let u = reqwest::Url::parse(url).ok()?;
+        Some(Entry::exact(u.host_str()?, u.port_or_known_default()?))
+    };
+    always.extend(origin(&settings.forge.url));
+    if settings.preflight.provider != "command" {
+        always.extend(origin(&settings.preflight.base_url));
+    }
+    let mut guarded: Vec<std::net::SocketAddr> =
+        settings.server.listen.parse().into_iter().collect();
+    guarded.push(std::net::SocketAddr::new(point.listen, port));
+    if let Ok(host) = std::env::var("DOCKER_HOST")
+        && let Some(authority) = host.strip_prefix("tcp://")
+        && let Ok(addrs) = tokio::net::lookup_host(authority.trim_end_matches('/')).await
+    {
+        guarded.extend(addrs);
+    }
+    let policy = Policy::new(&settings.runner.egress_allow, always, guarded)?;
+    let key = store
+        .egress_key()
+        .await
+        .map_err(|e| format!("the egress key could not be read: {e:#}"))?;
+    let (proxy, listener) = Proxy::bind(
+        std::net::SocketAddr::new(point.listen, port),
+        policy,
+        key,
+        Arc::new(store.clone()),
+        Some(metrics.egress_refused.clone()),
+    )
+    .await?;
+    tracing::info!(listen = %proxy.local_addr(), "egress proxy listening for allow-listed runs");
+    proxy.clone().serve(listener, shutdown.clone());
+    Ok(crate::director::act::run::RunEgress {
+        proxy,
+        host: point.host,
+    })
+}
+
 /// Asks the runtime whether runs can start, now and every `period`, into `/readyz`'s
 /// `runtime` and `director_runtime_up`; a change is logged once.
 fn monitor_runtime(
@@ -254,6 +309,16 @@ impl Application {
             let runs = match runtime(&settings, &overrides).await {
                 Some(Ok((runtime, mounts))) => {
                     set(&runtime_state, "ok");
+                    let egress = match settings.egress_confined() {
+                        true => Some(
+                            egress_proxy(&settings, runtime.as_ref(), &store, &metrics, &shutdown)
+                                .await,
+                        ),
+                        false => None,
+                    };
+                    if let Some(Err(error)) = &egress {
+                        tracing::error!(%error, "no run starts: runs are allow-listed and the egress proxy is not there");
+                    }
                     monitor_runtime(
                         runtime.clone(),
                         runtime_state.clone(),
@@ -272,7 +337,11 @@ impl Application {
                         secrets.clone(),
                         watcher_wake,
                         consumer_wake.clone(),
-                    );
+                    )
+                    .with_egress(match &egress {
+                        Some(Ok(e)) => Some(e.proxy.clone()),
+                        _ => None,
+                    });
                     tokio::spawn(Arc::new(watcher).run(shutdown.clone()));
                     consumer = consumer.with_admission(Limits {
                         max_concurrent: settings.runner.max_concurrent.max(1),
@@ -291,6 +360,7 @@ impl Application {
                         mounts,
                         secrets,
                         director_id: store.director_id().await?,
+                        egress,
                     })
                 }
                 Some(Err(error)) => {

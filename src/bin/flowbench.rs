@@ -154,6 +154,7 @@ async fn start(
         Some(image) => {
             cmd.env("DIRECTOR_RUNNER__IMAGE", image)
                 .env("DIRECTOR_RUNNER__NETWORK", "host")
+                .env("DIRECTOR_RUNNER__EGRESS", "open")
                 .env("DIRECTOR_RUNNER__MEMORY_MB", "256")
                 .env("DIRECTOR_RUNNER__MAX_CONCURRENT", "1");
         }

@@ -46,6 +46,7 @@ fn main() -> anyhow::Result<()> {
         let runner = RunnerSettings {
             image: image.clone(),
             network: "host".into(),
+            egress: "open".into(),
             memory_mb: 256,
             cpus: 1.0,
             max_concurrent: 1,
@@ -66,6 +67,7 @@ fn main() -> anyhow::Result<()> {
                 task: b"task".to_vec(),
                 mounts: vec![],
                 result_path: Some(director::director::act::run::RESULT_PATH.into()),
+                confined: false,
             };
             // Measured like the director's launch: from the request to the engine's StartedAt.
             let t_us = chrono::Utc::now().timestamp_micros();

@@ -146,6 +146,8 @@ fn settings(
         Some(image) => {
             s.runner.image = image.to_owned();
             s.runner.network = "host".into();
+            // The demo's agent talks to the in-process fake forge on loopback directly.
+            s.runner.egress = "open".into();
             s.runner.timeout_secs = 120;
             s.runner.memory_mb = 256;
             s.runner.cpus = 1.0;

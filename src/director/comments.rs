@@ -210,6 +210,38 @@ pub fn pr_body(issue_number: u64, run_id: &str, verdict: &str, summary: Option<&
 }
 
 /// A line naming the model usage the run reported, or nothing.
+/// What the egress proxy refused the run, one line per destination; empty when nothing was.
+pub fn egress_refused(refused: &[(String, u64)]) -> String {
+    if refused.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "\n\n**Network access refused** by the egress policy (widen `runner.egress_allow` on purpose if the run needs one):\n",
+    );
+    const SHOWN: usize = 20;
+    for (destination, n) in refused.iter().take(SHOWN) {
+        let times = if *n == 1 {
+            "once".to_owned()
+        } else {
+            format!("{n} times")
+        };
+        // A destination is the run's own words: code-formatted, backticks and line breaks out.
+        let shown: String = destination
+            .chars()
+            .filter(|c| !c.is_control() && *c != '`')
+            .take(300)
+            .collect();
+        out.push_str(&format!("- `{shown}`: {times}\n"));
+    }
+    if refused.len() > SHOWN {
+        out.push_str(&format!(
+            "- and {} more destinations\n",
+            refused.len() - SHOWN
+        ));
+    }
+    out
+}
+
 pub fn usage_line(usage: Option<&crate::domain::run::Usage>) -> String {
     match usage.and_then(crate::domain::run::Usage::describe) {
         Some(u) => format!("\n\nThe agent reported using {u}."),

@@ -743,12 +743,14 @@ impl<'a> Step<'a> {
                 log,
                 stopped,
                 result,
+                egress_refused,
             } if launched => {
                 // Stored before stop causes were named: a time-out.
                 let stopped = stopped.or(timed_out.then_some(StopCause::Timeout));
                 if let Some(run) = self.run.as_mut() {
                     run.result = result.clone();
                     run.stopped = stopped;
+                    run.egress_refused = egress_refused.clone();
                 }
                 self.exited(*code, log);
             }
@@ -935,6 +937,7 @@ impl<'a> Step<'a> {
         run.detail = Some(detail);
         run.finished_at_ms = Some(self.now);
         let id = run.id.clone();
+        let report = report + &comments::egress_refused(&run.egress_refused);
         let followup_of = run.followup.as_ref().map(|f| f.pr);
         let keep = matches!(state, RunState::Failed | RunState::TimedOut) && keep_ms > 0;
         // The token first, then the people; the container last (an engine that is down must

@@ -328,6 +328,7 @@ fn exited(code: i64) -> RunReport {
         log: "did things".into(),
         stopped: None,
         result: None,
+        egress_refused: Vec::new(),
     }
 }
 
@@ -794,6 +795,7 @@ fn a_push_to_the_default_branch_the_forge_refused_is_named_in_the_report() {
         log: " ! [remote rejected] HEAD -> main (pre-receive hook declined)".into(),
         stopped: None,
         result: None,
+        egress_refused: Vec::new(),
     };
     let mut s = Sim::running();
     s.apply(&report("r1", refused(1)));
@@ -835,6 +837,7 @@ fn a_timed_out_run_is_reported_and_kept_when_asked() {
             log: "thinking".into(),
             stopped: None,
             result: None,
+            egress_refused: Vec::new(),
         },
     ));
     // A stopped run's branch is judged too: work it pushed is named, not lost.
@@ -1488,6 +1491,7 @@ fn exited_with(result: crate::domain::run::RunResult, stopped: Option<StopCause>
         log: "worked".into(),
         stopped,
         result: Some(result),
+        egress_refused: Vec::new(),
     }
 }
 

@@ -29,6 +29,8 @@ pub struct Watcher {
     wake: Arc<Notify>,
     consumer: Arc<Notify>,
     watched: Mutex<HashSet<String>>,
+    /// With allow-listed runs: the egress proxy, whose refusals the report lists.
+    egress: Option<Arc<crate::egress::proxy::Proxy>>,
 }
 
 impl Watcher {
@@ -50,7 +52,14 @@ impl Watcher {
             wake,
             consumer,
             watched: Mutex::default(),
+            egress: None,
         }
+    }
+
+    /// Runs are allow-listed through `proxy`.
+    pub fn with_egress(mut self, proxy: Option<Arc<crate::egress::proxy::Proxy>>) -> Self {
+        self.egress = proxy;
+        self
     }
 
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
@@ -147,6 +156,9 @@ impl Watcher {
                     self.secrets.remember(&run.id, &v);
                 }
             }
+            if let Some(proxy) = &self.egress {
+                self.secrets.remember(&run.id, &proxy.password(&run.id));
+            }
         }
         let limit = Duration::from_secs(self.settings.timeout_secs);
         let elapsed_ms = run
@@ -185,6 +197,16 @@ impl Watcher {
                 None
             }
         };
+        let egress_refused = match &self.egress {
+            Some(proxy) => {
+                proxy.flush().await;
+                self.store.egress_refusals(&run.id).await.unwrap_or_else(|e| {
+                    tracing::warn!(error = %format!("{e:#}"), "cannot read the run's egress refusals");
+                    Vec::new()
+                })
+            }
+            None => Vec::new(),
+        };
         let (code, stopped) = match exit {
             Exit::Code(code) => (Some(code), None),
             Exit::TimedOut => (None, Some(StopCause::Timeout)),
@@ -196,6 +218,7 @@ impl Watcher {
             log,
             stopped,
             result,
+            egress_refused,
         })
     }
 }
@@ -208,5 +231,6 @@ fn gone() -> RunReport {
         log: String::new(),
         stopped: None,
         result: None,
+        egress_refused: Vec::new(),
     }
 }

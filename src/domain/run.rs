@@ -100,6 +100,9 @@ pub struct RunRecord {
     /// Why the director stopped it before it ended by itself.
     #[serde(default)]
     pub stopped: Option<StopCause>,
+    /// What the egress proxy refused it: (`host:port`, how many times), as it ended.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub egress_refused: Vec<(String, u64)>,
 }
 
 /// Why a run was stopped (a stop signal first, then `runner.stop_grace_secs` to push).
@@ -146,6 +149,7 @@ impl RunRecord {
             followup: None,
             result: None,
             stopped: None,
+            egress_refused: Vec::new(),
         }
     }
 }

@@ -12,15 +12,16 @@ use bollard::Docker;
 use bollard::errors::Error as DockerError;
 use bollard::models::{
     ContainerCreateBody, ContainerSummaryStateEnum, HostConfig, Mount, MountType,
+    NetworkConnectRequest, NetworkCreateRequest,
 };
 use bollard::query_parameters::{
-    CreateContainerOptions, DownloadFromContainerOptions, KillContainerOptions,
-    ListContainersOptions, LogsOptions, RemoveContainerOptions, StopContainerOptions,
-    UploadToContainerOptions, WaitContainerOptions,
+    CreateContainerOptions, DownloadFromContainerOptions, InspectNetworkOptions,
+    KillContainerOptions, ListContainersOptions, LogsOptions, RemoveContainerOptions,
+    StopContainerOptions, UploadToContainerOptions, WaitContainerOptions,
 };
 use futures_util::StreamExt;
 
-use super::{Exit, RunContainer, RunSpec, Runtime, RuntimeError, WaitLimits};
+use super::{EgressPoint, Exit, RunContainer, RunSpec, Runtime, RuntimeError, WaitLimits};
 use crate::settings::RunnerSettings;
 
 pub use super::RUN_LABEL;
@@ -138,7 +139,11 @@ impl DockerRuntime {
                 security_opt: Some(vec!["no-new-privileges:true".into()]),
                 readonly_rootfs: Some(s.read_only_rootfs),
                 tmpfs: Some(tmpfs),
-                network_mode: Some(s.network.clone()),
+                network_mode: Some(if spec.confined {
+                    s.egress_network.clone()
+                } else {
+                    s.network.clone()
+                }),
                 mounts: Some(mounts),
                 ..Default::default()
             }),
@@ -205,6 +210,88 @@ impl Runtime for DockerRuntime {
             .await
             .map(|_| ())
             .map_err(|e| RuntimeError::Unavailable(e.to_string()))
+    }
+
+    /// The internal network confined runs join (created when missing; one that exists must
+    /// be internal), and the director's address on it: the bridge's gateway on the host, or,
+    /// when the director itself runs in a container, that container joined to the network.
+    async fn prepare_egress(&self, _port: u16) -> Result<EgressPoint, RuntimeError> {
+        let name = &self.settings.egress_network;
+        let network = match self
+            .docker
+            .inspect_network(name, None::<InspectNetworkOptions>)
+            .await
+        {
+            Ok(n) => n,
+            Err(DockerError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => {
+                self.docker
+                    .create_network(NetworkCreateRequest {
+                        name: name.clone(),
+                        driver: Some("bridge".into()),
+                        internal: Some(true),
+                        labels: Some(HashMap::from([(
+                            "director.egress".to_owned(),
+                            "internal".to_owned(),
+                        )])),
+                        ..Default::default()
+                    })
+                    .await
+                    .map_err(engine)?;
+                self.docker
+                    .inspect_network(name, None::<InspectNetworkOptions>)
+                    .await
+                    .map_err(engine)?
+            }
+            Err(e) => return Err(engine(e)),
+        };
+        if network.internal != Some(true) {
+            return Err(RuntimeError::Engine(format!(
+                "the network `{name}` exists and is not internal: confined runs would have a route out (remove it, or name another in runner.egress_network)"
+            )));
+        }
+        let own = std::fs::read_to_string("/proc/self/mountinfo")
+            .ok()
+            .and_then(|m| super::mounts::own_container_id(&m));
+        let ip = match own {
+            Some(id) => {
+                // Joined already is fine.
+                let _ = self
+                    .docker
+                    .connect_network(
+                        name,
+                        NetworkConnectRequest {
+                            container: id.clone(),
+                            ..Default::default()
+                        },
+                    )
+                    .await;
+                let me = self
+                    .docker
+                    .inspect_container(&id, None)
+                    .await
+                    .map_err(engine)?;
+                me.network_settings
+                    .and_then(|n| n.networks)
+                    .and_then(|n| n.get(name).and_then(|e| e.ip_address.clone()))
+                    .filter(|ip| !ip.is_empty())
+            }
+            None => network
+                .ipam
+                .and_then(|i| i.config)
+                .and_then(|c| c.into_iter().find_map(|c| c.gateway))
+                .filter(|g| !g.is_empty()),
+        };
+        let ip = ip.ok_or_else(|| {
+            RuntimeError::Engine(format!(
+                "the network `{name}` gives the director no address"
+            ))
+        })?;
+        let listen = ip
+            .parse()
+            .map_err(|e| RuntimeError::Engine(format!("`{ip}` on `{name}`: {e}")))?;
+        Ok(EgressPoint { listen, host: ip })
     }
 
     async fn create(&self, spec: &RunSpec) -> Result<String, RuntimeError> {

@@ -141,6 +141,14 @@ impl FakeRuntime {
 
 #[async_trait]
 impl Runtime for FakeRuntime {
+    /// A fake run is a task of this process: the proxy listens on loopback.
+    async fn prepare_egress(&self, _port: u16) -> Result<super::EgressPoint, RuntimeError> {
+        Ok(super::EgressPoint {
+            listen: std::net::Ipv4Addr::LOCALHOST.into(),
+            host: "127.0.0.1".into(),
+        })
+    }
+
     async fn create(&self, spec: &RunSpec) -> Result<String, RuntimeError> {
         self.check()?;
         self.with(|s| {

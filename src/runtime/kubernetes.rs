@@ -24,13 +24,16 @@ use futures_util::{AsyncBufReadExt as _, StreamExt as _};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher;
 use kube::{Client, Config};
 use serde_json::json;
 
-use super::{Exit, RUN_LABEL, RunContainer, RunSpec, Runtime, RuntimeError, WaitLimits};
+use super::{
+    EgressPoint, Exit, RUN_LABEL, RunContainer, RunSpec, Runtime, RuntimeError, WaitLimits,
+};
 use crate::settings::{KubernetesSettings, RunnerSettings, numeric_user};
 
 /// Where a Kubernetes run leaves its result: its container's termination message file, which
@@ -228,6 +231,75 @@ impl KubeRuntime {
 
     fn secrets(&self) -> Api<Secret> {
         Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    fn policies(&self) -> Api<NetworkPolicy> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    fn confined(&self) -> bool {
+        self.runner.egress == "allowlist"
+    }
+
+    /// The NetworkPolicy of a confined run's pod: no ingress; egress only to the director's
+    /// pods on the proxy port, and to the cluster's DNS. Owned by the Job.
+    pub fn network_policy(
+        &self,
+        spec: &RunSpec,
+        job_uid: &str,
+    ) -> Result<NetworkPolicy, RuntimeError> {
+        let name = job_name(&spec.run_id);
+        let director_ns = if self.settings.proxy_namespace.is_empty() {
+            self.namespace.clone()
+        } else {
+            self.settings.proxy_namespace.clone()
+        };
+        let director_pods: BTreeMap<String, String> = self
+            .settings
+            .proxy_pod_labels
+            .iter()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+            .collect();
+        let policy = json!({
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": {
+                "name": name,
+                "namespace": self.namespace,
+                "labels": Self::labels(spec),
+                "ownerReferences": [{
+                    "apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": job_uid,
+                    "blockOwnerDeletion": true,
+                }],
+            },
+            "spec": {
+                "podSelector": { "matchLabels": { RUN_LABEL: label_value(&spec.run_id) } },
+                "policyTypes": ["Ingress", "Egress"],
+                "ingress": [],
+                "egress": [
+                    {
+                        "to": [{
+                            "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": director_ns } },
+                            "podSelector": { "matchLabels": director_pods },
+                        }],
+                        "ports": [{ "protocol": "TCP", "port": self.runner.egress_proxy_port }],
+                    },
+                    {
+                        "to": [{
+                            "namespaceSelector": {},
+                            "podSelector": { "matchLabels": { "k8s-app": "kube-dns" } },
+                        }],
+                        "ports": [
+                            { "protocol": "UDP", "port": 53 },
+                            { "protocol": "TCP", "port": 53 },
+                        ],
+                    },
+                ],
+            },
+        });
+        serde_json::from_value(policy)
+            .map_err(|e| RuntimeError::Engine(format!("building the run's NetworkPolicy: {e}")))
     }
 
     /// The labels a run's Job and pod carry: the spec's, made label-safe.
@@ -454,6 +526,7 @@ impl Runtime for KubeRuntime {
             task: Vec::new(),
             mounts: Vec::new(),
             result_path: None,
+            confined: false,
         };
         let dry = PostParams {
             dry_run: true,
@@ -469,11 +542,28 @@ impl Runtime for KubeRuntime {
             .create(&dry, &secret)
             .await
             .map_err(|e| described(e, "create Secrets"))?;
+        if self.confined() {
+            let mut policy = self.network_policy(&probe, "00000000-0000-0000-0000-000000000000")?;
+            policy.metadata.owner_references = None;
+            self.policies()
+                .create(&dry, &policy)
+                .await
+                .map_err(|e| described(e, "create NetworkPolicies"))?;
+        }
         self.jobs()
             .list(&ListParams::default().labels(RUN_LABEL).limit(1))
             .await
             .map_err(|e| described(e, "list Jobs"))?;
         Ok(())
+    }
+
+    /// The proxy listens on every address of the director's pod; runs reach it by
+    /// `kubernetes.proxy_host` (its Service), and only it (their NetworkPolicy).
+    async fn prepare_egress(&self, _port: u16) -> Result<EgressPoint, RuntimeError> {
+        Ok(EgressPoint {
+            listen: std::net::Ipv4Addr::UNSPECIFIED.into(),
+            host: self.settings.proxy_host.clone(),
+        })
     }
 
     async fn create(&self, spec: &RunSpec) -> Result<String, RuntimeError> {
@@ -506,6 +596,38 @@ impl Runtime for KubeRuntime {
         if let Err(e) = created {
             let _ = self.remove(&name).await;
             return Err(api_error(e));
+        }
+        // A confined run's pod never runs without its NetworkPolicy: made before the start.
+        if spec.confined {
+            let policy = self.network_policy(spec, &uid)?;
+            let made = match self
+                .policies()
+                .create(&PostParams::default(), &policy)
+                .await
+            {
+                Err(e) if is_code(&e, 409) => {
+                    match gone_ok(
+                        self.policies()
+                            .delete(&name, &DeleteParams::default())
+                            .await,
+                    ) {
+                        Ok(()) => {
+                            self.policies()
+                                .create(&PostParams::default(), &policy)
+                                .await
+                        }
+                        Err(e) => {
+                            let _ = self.remove(&name).await;
+                            return Err(e);
+                        }
+                    }
+                }
+                other => other,
+            };
+            if let Err(e) = made {
+                let _ = self.remove(&name).await;
+                return Err(described(e, "create NetworkPolicies"));
+            }
         }
         Ok(name)
     }
@@ -690,6 +812,9 @@ impl Runtime for KubeRuntime {
     async fn remove(&self, id: &str) -> Result<(), RuntimeError> {
         gone_ok(self.jobs().delete(id, &DeleteParams::background()).await)?;
         gone_ok(self.secrets().delete(id, &DeleteParams::default()).await)?;
+        if self.confined() {
+            gone_ok(self.policies().delete(id, &DeleteParams::default()).await)?;
+        }
         if let Ok(mut kept) = self.kept_logs.lock() {
             kept.remove(id);
         }

@@ -38,6 +38,10 @@ pub struct RunSpec {
     /// Where the run may leave its result file (a writable directory beside the task file,
     /// kept after the container ends so the director can read it).
     pub result_path: Option<String>,
+    /// The run may reach only the egress proxy (`runner.egress = "allowlist"`): on Docker
+    /// its container joins the internal `runner.egress_network`; on Kubernetes its pod gets
+    /// a NetworkPolicy.
+    pub confined: bool,
 }
 
 /// How long a run may go on.
@@ -70,6 +74,15 @@ pub enum Exit {
     Idle,
 }
 
+/// Where the egress proxy must listen for confined runs to reach it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EgressPoint {
+    /// The address to bind.
+    pub listen: std::net::IpAddr,
+    /// The name or address runs reach it by.
+    pub host: String,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
     #[error("the container engine is unavailable: {0}")]
@@ -92,6 +105,14 @@ pub trait Runtime: Send + Sync {
     /// Whether runs can be started now; `Err` says why not (for `/readyz` and the metrics).
     async fn check(&self) -> Result<(), RuntimeError> {
         Ok(())
+    }
+    /// Makes ready what confined runs need (Docker: the internal network) and says where
+    /// the egress proxy must listen.
+    async fn prepare_egress(&self, port: u16) -> Result<EgressPoint, RuntimeError> {
+        let _ = port;
+        Err(RuntimeError::Engine(
+            "this runtime cannot confine runs to the egress proxy".into(),
+        ))
     }
     /// Creates the container (not started) and copies the task file in; returns its id.
     async fn create(&self, spec: &RunSpec) -> Result<String, RuntimeError>;

@@ -30,9 +30,19 @@ const SQLITE: &[(i64, &str)] = &[
         include_str!("../../migrations/sqlite/0007_pull_follow_through.sql"),
     ),
     (8, include_str!("../../migrations/sqlite/0008_leases.sql")),
+    (
+        9,
+        include_str!("../../migrations/sqlite/0009_egress_refusals.sql"),
+    ),
 ];
 
-const POSTGRES: &[(i64, &str)] = &[(1, include_str!("../../migrations/postgres/0001_schema.sql"))];
+const POSTGRES: &[(i64, &str)] = &[
+    (1, include_str!("../../migrations/postgres/0001_schema.sql")),
+    (
+        2,
+        include_str!("../../migrations/postgres/0002_egress_refusals.sql"),
+    ),
+];
 
 /// The advisory lock key the migration run holds on PostgreSQL ("director" in ASCII).
 const MIGRATION_LOCK: i64 = 0x6469_7265_6374_6f72;

@@ -413,6 +413,68 @@ impl Store {
         Ok(id)
     }
 
+    /// The key run proxy passwords are made with: made once, at random, and kept in the
+    /// database, so every replica checks the same passwords, also after a restart.
+    pub async fn egress_key(&self) -> anyhow::Result<Vec<u8>> {
+        let fresh = hex::encode(rand::random::<[u8; 32]>());
+        let mut tx = self.begin(true).await?;
+        on_tx!(&mut tx, t => {
+            sqlx::query(
+                "INSERT INTO meta (key, value) VALUES ('egress_key', $1) ON CONFLICT DO NOTHING",
+            )
+            .bind(&fresh)
+            .execute(&mut **t)
+            .await?;
+        });
+        tx.commit().await?;
+        let key: String = on_pool!(&self.db, p => {
+            sqlx::query_scalar("SELECT value FROM meta WHERE key = 'egress_key'")
+                .fetch_one(p)
+                .await?
+        });
+        hex::decode(key).map_err(|e| anyhow::anyhow!("the stored egress key is not hex: {e}"))
+    }
+
+    /// Adds to the egress refusals of runs: (run id, `host:port`) → how many more.
+    pub async fn add_egress_refusals(
+        &self,
+        refusals: &std::collections::BTreeMap<(String, String), u32>,
+    ) -> anyhow::Result<()> {
+        let mut tx = self.relaxed().await?;
+        for ((run_id, destination), n) in refusals {
+            on_tx!(&mut tx, t => {
+                sqlx::query(
+                    "INSERT INTO egress_refusals (run_id, destination, count) VALUES ($1, $2, $3) \
+                     ON CONFLICT (run_id, destination) DO UPDATE \
+                     SET count = egress_refusals.count + excluded.count",
+                )
+                .bind(run_id)
+                .bind(destination)
+                .bind(i64::from(*n))
+                .execute(&mut **t)
+                .await?;
+            });
+        }
+        tx.commit().await
+    }
+
+    /// What the egress proxy refused the run: (`host:port`, how many times), most first.
+    pub async fn egress_refusals(&self, run_id: &str) -> anyhow::Result<Vec<(String, u64)>> {
+        let rows: Vec<(String, i64)> = on_pool!(&self.db, p => {
+            sqlx::query_as(
+                "SELECT destination, count FROM egress_refusals WHERE run_id = $1 \
+                 ORDER BY count DESC, destination",
+            )
+            .bind(run_id)
+            .fetch_all(p)
+            .await?
+        });
+        Ok(rows
+            .into_iter()
+            .map(|(d, n)| (d, u64::try_from(n).unwrap_or(0)))
+            .collect())
+    }
+
     /// Whether the database answered the last health check: errors while it does not are
     /// the outage, already reported once, and need not be logged as new failures.
     pub fn is_up(&self) -> bool {

@@ -10,7 +10,7 @@ use crate::domain::run::StopCause;
 use crate::domain::{IssueRecord, IssueRef, Lifecycle, RepoName, RunRecord, RunState};
 
 const COLS: &str = "repo, number, title, state, labels, forge_updated_at, last_change_ms, lifecycle, trigger_present, trigger_actor, trigger_trusted, untrusted_notice, preflight, version, blocked, pr";
-const RUN_COLS: &str = "id, repo, number, state, branch, base_branch, container_id, pr_number, detail, created_at_ms, started_at_ms, finished_at_ms, exit_code, log_tail, stop_requested, followup, result, stopped";
+const RUN_COLS: &str = "id, repo, number, state, branch, base_branch, container_id, pr_number, detail, created_at_ms, started_at_ms, finished_at_ms, exit_code, log_tail, stop_requested, followup, result, stopped, egress_refused";
 const ACTIVE_RUN: &str = "state IN ('launching', 'running', 'exited')";
 
 /// Pre-flight calls within a window.
@@ -69,18 +69,22 @@ pub(super) async fn upsert_run(tx: &mut Tx<'_>, run: &RunRecord) -> anyhow::Resu
         .map(serde_json::to_string)
         .transpose()?;
     let result = run.result.as_ref().map(serde_json::to_string).transpose()?;
+    let egress_refused = (!run.egress_refused.is_empty())
+        .then(|| serde_json::to_string(&run.egress_refused))
+        .transpose()?;
     on_tx!(tx, t => {
         sqlx::query(
             "INSERT INTO runs (id, repo, number, state, branch, base_branch, container_id, pr_number, \
              detail, created_at_ms, started_at_ms, finished_at_ms, exit_code, log_tail, stop_requested, \
-             followup, result, stopped) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) \
+             followup, result, stopped, egress_refused) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19) \
              ON CONFLICT (id) DO UPDATE SET state = excluded.state, base_branch = excluded.base_branch, \
              container_id = excluded.container_id, pr_number = excluded.pr_number, \
              detail = excluded.detail, started_at_ms = excluded.started_at_ms, \
              finished_at_ms = excluded.finished_at_ms, exit_code = excluded.exit_code, \
              log_tail = excluded.log_tail, stop_requested = excluded.stop_requested, \
-             followup = excluded.followup, result = excluded.result, stopped = excluded.stopped",
+             followup = excluded.followup, result = excluded.result, stopped = excluded.stopped, \
+             egress_refused = excluded.egress_refused",
         )
         .bind(&run.id)
         .bind(run.repo.to_string())
@@ -100,6 +104,7 @@ pub(super) async fn upsert_run(tx: &mut Tx<'_>, run: &RunRecord) -> anyhow::Resu
         .bind(&followup)
         .bind(&result)
         .bind(run.stopped.map(stop_cause_str))
+        .bind(&egress_refused)
         .execute(&mut **t)
         .await?;
     });
@@ -182,6 +187,7 @@ fn run_from_row(row: &impl Cols) -> anyhow::Result<RunRecord> {
             Some("idle") => Some(StopCause::Idle),
             _ => None,
         },
+        egress_refused: json_column(row, "egress_refused")?.unwrap_or_default(),
     })
 }
 

@@ -146,6 +146,18 @@ fn the_default_shape_is_one_hardened_replica_on_sqlite_with_least_privilege_rbac
     assert!(toml.contains("kind = \"kubernetes\""), "{toml}");
     assert!(toml.contains("listen = \"0.0.0.0:8080\""), "{toml}");
     assert_eq!(one(&m, "Service")["spec"]["ports"][0]["port"], 8080);
+    // Allow-listed runs (the default) reach the proxy through the Service, by the name the
+    // configuration gives them, and only the director's pods (their NetworkPolicy).
+    assert_eq!(one(&m, "Service")["spec"]["ports"][1]["port"], 3128);
+    assert!(
+        toml.contains("proxy_host = \"director.forge.svc\""),
+        "{toml}"
+    );
+    assert!(
+        toml.contains("\"app.kubernetes.io/name=director\""),
+        "{toml}"
+    );
+    assert!(toml.contains("egress_proxy_port = 3128"), "{toml}");
 
     // RBAC: one namespaced Role with exactly what the runtime uses; no wildcard, nothing
     // cluster-wide.
@@ -193,6 +205,8 @@ fn the_default_shape_is_one_hardened_replica_on_sqlite_with_least_privilege_rbac
         "batch/jobs:list",
         "batch/jobs:patch",
         "batch/jobs:watch",
+        "networking.k8s.io/networkpolicies:create",
+        "networking.k8s.io/networkpolicies:delete",
     ];
     assert_eq!(granted, expected);
     let binding = one(&m, "RoleBinding");

@@ -454,6 +454,7 @@ mod kubernetes {
                     RUNNER_PASSWORD.to_owned(),
                 ),
                 ("DIRECTOR_RUNNER__KIND", "kubernetes".to_owned()),
+                ("DIRECTOR_RUNNER__EGRESS", "open".to_owned()),
                 (
                     "DIRECTOR_RUNNER__IMAGE",
                     "registry.example/agent:1".to_owned(),

@@ -73,6 +73,7 @@ fn resource_kind(resource: &str) -> (&'static str, &'static str, &'static str) {
     match resource {
         "jobs" => ("jobs", "Job", "batch/v1"),
         "pods" => ("pods", "Pod", "v1"),
+        "networkpolicies" => ("networkpolicies", "NetworkPolicy", "networking.k8s.io/v1"),
         _ => ("secrets", "Secret", "v1"),
     }
 }
@@ -379,6 +380,10 @@ impl FakeKube {
         self.with(|s| s.get("secrets", ns, name).cloned())
     }
 
+    pub fn network_policy(&self, ns: &str, name: &str) -> Option<Value> {
+        self.with(|s| s.get("networkpolicies", ns, name).cloned())
+    }
+
     pub fn pods_of(&self, ns: &str, job: &str) -> Vec<Value> {
         self.with(|s| {
             s.pods_of_job(ns, job)
@@ -530,11 +535,13 @@ pub fn kubeconfig_yaml(url: &str) -> String {
 fn route(path: &str) -> Option<(String, &'static str, Option<String>, Option<String>)> {
     let rest = path
         .strip_prefix("/apis/batch/v1/namespaces/")
+        .or_else(|| path.strip_prefix("/apis/networking.k8s.io/v1/namespaces/"))
         .or_else(|| path.strip_prefix("/api/v1/namespaces/"))?;
     let mut parts = rest.split('/');
     let ns = parts.next()?.to_owned();
     let resource = match parts.next()? {
         "jobs" if path.starts_with("/apis/batch/v1/") => "jobs",
+        "networkpolicies" if path.starts_with("/apis/networking.k8s.io/v1/") => "networkpolicies",
         "pods" if path.starts_with("/api/v1/") => "pods",
         "secrets" if path.starts_with("/api/v1/") => "secrets",
         _ => return None,
@@ -690,7 +697,7 @@ async fn handle(req: HttpRequest, body: Bytes, data: web::Data<Shared>) -> HttpR
                 // The garbage collector: Secrets owned by the object always go; pods of a Job
                 // only with a propagation policy (the API's default for Jobs orphans them).
                 for (r, owned) in s.owned_by(&ns, &uid) {
-                    if r == "secrets" || policy == "Foreground" || policy == "Background" {
+                    if r != "pods" || policy == "Foreground" || policy == "Background" {
                         s.remove(r, &ns, &owned);
                     }
                 }
@@ -773,6 +780,11 @@ fn create(
         "secrets" => serde_json::from_value::<k8s_openapi::api::core::v1::Secret>(object.clone())
             .map(|_| ())
             .map_err(|e| e.to_string()),
+        "networkpolicies" => serde_json::from_value::<
+            k8s_openapi::api::networking::v1::NetworkPolicy,
+        >(object.clone())
+        .map(|_| ())
+        .map_err(|e| e.to_string()),
         _ => Ok(()),
     };
     if let Err(e) = valid {

@@ -30,6 +30,8 @@ pub fn test_settings(dir: &TempDir) -> Settings {
     settings.scan.enabled = false;
     // Only watched repositories are acted on.
     settings.scan.repos = vec!["acme/widgets".parse().expect("repo")];
+    // Runs reach the fakes on loopback directly; the egress tests confine them.
+    settings.runner.egress = "open".into();
     settings
 }
 

@@ -44,6 +44,7 @@ fn kube_settings(fake: &FakeKube, namespace: &str) -> KubernetesSettings {
         kubeconfig: fake.kubeconfig.display().to_string(),
         service_account: "director-runs".into(),
         ttl_secs_after_finished: 600,
+        ..KubernetesSettings::default()
     }
 }
 
@@ -73,6 +74,7 @@ fn spec(run_id: &str) -> RunSpec {
         task: TASK.as_bytes().to_vec(),
         mounts: Vec::new(),
         result_path: Some(TERMINATION_LOG.into()),
+        confined: false,
     }
 }
 
@@ -600,4 +602,122 @@ async fn forbidden_jobs_are_told_in_readyz_and_metrics_and_the_run_fails_on_the_
         "the minted token is revoked"
     );
     assert!(fake.jobs(NS).is_empty());
+}
+
+fn confined_runner() -> RunnerSettings {
+    RunnerSettings {
+        egress: "allowlist".into(),
+        egress_proxy_port: 3128,
+        ..runner()
+    }
+}
+
+fn confined_settings(fake: &FakeKube) -> KubernetesSettings {
+    KubernetesSettings {
+        proxy_host: "director.forge.svc".into(),
+        proxy_namespace: "forge".into(),
+        proxy_pod_labels: vec![
+            "app.kubernetes.io/name=director".into(),
+            "app.kubernetes.io/instance=director".into(),
+        ],
+        ..kube_settings(fake, NS)
+    }
+}
+
+#[tokio::test]
+async fn a_confined_runs_pod_gets_a_network_policy_to_the_proxy_and_dns_only_before_it_starts() {
+    let fake = FakeKube::start();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let rt = KubeRuntime::connect(confined_runner(), confined_settings(&fake))
+        .await
+        .expect("client");
+    rt.check().await.expect("allowed");
+    let point = rt.prepare_egress(3128).await.expect("egress");
+    assert_eq!(point.host, "director.forge.svc");
+    assert!(point.listen.is_unspecified());
+    let confined = RunSpec {
+        confined: true,
+        ..spec("999999999999")
+    };
+    let id = rt.create(&confined).await.expect("created");
+    let policy = fake
+        .network_policy(NS, &id)
+        .expect("the run's NetworkPolicy");
+    let job = fake.job(NS, &id).expect("job");
+    assert_eq!(
+        job["spec"]["suspend"], true,
+        "the policy is there before the pod"
+    );
+    assert_eq!(
+        policy["metadata"]["ownerReferences"][0]["uid"],
+        job["metadata"]["uid"]
+    );
+    let p = &policy["spec"];
+    assert_eq!(
+        p["podSelector"]["matchLabels"]["director.run-id"], "999999999999",
+        "it selects the run's pod"
+    );
+    assert_eq!(
+        job["spec"]["template"]["metadata"]["labels"]["director.run-id"],
+        "999999999999"
+    );
+    assert_eq!(p["policyTypes"], serde_json::json!(["Ingress", "Egress"]));
+    assert_eq!(
+        p["ingress"],
+        serde_json::json!([]),
+        "nothing reaches the run"
+    );
+    let egress = p["egress"].as_array().expect("egress rules");
+    assert_eq!(
+        egress.len(),
+        2,
+        "the proxy and DNS, nothing else: {egress:?}"
+    );
+    let proxy = &egress[0];
+    assert_eq!(
+        proxy["to"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "forge"
+    );
+    assert_eq!(
+        proxy["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/name"],
+        "director"
+    );
+    assert_eq!(
+        proxy["ports"],
+        serde_json::json!([{ "protocol": "TCP", "port": 3128 }])
+    );
+    assert!(proxy["to"][0]["ipBlock"].is_null());
+    let dns = &egress[1];
+    assert_eq!(
+        dns["to"][0]["podSelector"]["matchLabels"]["k8s-app"],
+        "kube-dns"
+    );
+    let ports: Vec<i64> = dns["ports"]
+        .as_array()
+        .expect("ports")
+        .iter()
+        .filter_map(|p| p["port"].as_i64())
+        .collect();
+    assert_eq!(ports, [53, 53]);
+    let problems = crate::chart::invalid(std::slice::from_ref(&policy));
+    assert!(problems.is_empty(), "{problems:?}");
+    rt.remove(&id).await.expect("removed");
+    assert!(fake.network_policy(NS, &id).is_none());
+
+    // A policy that cannot be made: the run is not created at all.
+    fake.forbid("create", "networkpolicies");
+    let err = rt.check().await.expect_err("told");
+    assert!(err.to_string().contains("NetworkPolicies"), "{err}");
+    let err = rt
+        .create(&RunSpec {
+            confined: true,
+            ..spec("aaaaaaaaaaaa")
+        })
+        .await;
+    assert!(err.is_err());
+    assert!(
+        fake.job(NS, "director-run-aaaaaaaaaaaa").is_none(),
+        "no Job left to start unconfined"
+    );
+    assert!(fake.secret(NS, "director-run-aaaaaaaaaaaa").is_none());
 }

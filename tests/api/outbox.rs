@@ -113,6 +113,7 @@ fn exited(issue: &IssueRef, n: u32, at: i64) -> NewDelivery {
                 log: String::new(),
                 stopped: None,
                 result: None,
+                egress_refused: Vec::new(),
             },
         },
         at,

@@ -144,6 +144,7 @@ pub fn runner_env() -> Vec<(String, String)> {
         ),
         ("DIRECTOR_RUNNER__IMAGE", agent_image()),
         ("DIRECTOR_RUNNER__NETWORK", "host".to_owned()),
+        ("DIRECTOR_RUNNER__EGRESS", "open".to_owned()),
         ("DIRECTOR_RUNNER__MEMORY_MB", "256".to_owned()),
         ("DIRECTOR_RUNNER__TIMEOUT_SECS", "60".to_owned()),
     ]
@@ -547,6 +548,7 @@ async fn a_director_killed_mid_run_adopts_the_run_after_restart_and_one_containe
             .env("DIRECTOR_PREFLIGHT__MODEL", "fake-model")
             .env("DIRECTOR_RUNNER__IMAGE", &image)
             .env("DIRECTOR_RUNNER__NETWORK", "host")
+            .env("DIRECTOR_RUNNER__EGRESS", "open")
             .env("DIRECTOR_RUNNER__MEMORY_MB", "256")
             .env("RUST_LOG", "info")
             .stdout(std::process::Stdio::null())

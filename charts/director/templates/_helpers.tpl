@@ -17,6 +17,15 @@ app.kubernetes.io/name: {{ default .Chart.Name .Values.nameOverride | trunc 63 |
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* The selector labels as key=value strings, for the runs' NetworkPolicy. */}}
+{{- define "director.selectorLabelList" -}}
+{{- $out := list -}}
+{{- range $k, $v := include "director.selectorLabels" . | fromYaml -}}
+{{- $out = append $out (printf "%s=%s" $k $v) -}}
+{{- end -}}
+{{- toJson (sortAlpha $out) -}}
+{{- end -}}
+
 {{- define "director.labels" -}}
 {{ include "director.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
@@ -68,7 +77,8 @@ the director's whole-number keys refuse floats.
 */}}
 {{- define "director.config" -}}
 {{- $files := dict "forgeToken" (list "forge" "token_file") "runnerPassword" (list "forge" "runner_password_file") "webhookSecrets" (list "webhook" "secrets_file") "preflightApiKey" (list "preflight" "api_key_file") "statusToken" (list "status" "token_file") "storeUrl" (list "store" "url_file") -}}
-{{- $chart := dict "server" (dict "listen" (printf "0.0.0.0:%v" (int .Values.service.port)) "log_format" "json") "runner" (dict "kind" "kubernetes") "kubernetes" (dict "namespace" (include "director.runsNamespace" .) "kubeconfig" "" "service_account" (include "director.runsServiceAccountName" .) "ttl_secs_after_finished" (int .Values.runs.ttlSecondsAfterFinished)) -}}
+{{- $chart := dict "server" (dict "listen" (printf "0.0.0.0:%v" (int .Values.service.port)) "log_format" "json") "runner" (dict "kind" "kubernetes") "kubernetes" (dict "namespace" (include "director.runsNamespace" .) "kubeconfig" "" "service_account" (include "director.runsServiceAccountName" .) "ttl_secs_after_finished" (int .Values.runs.ttlSecondsAfterFinished) "proxy_host" (printf "%s.%s.svc" (include "director.fullname" .) .Release.Namespace) "proxy_namespace" .Release.Namespace "proxy_pod_labels" (include "director.selectorLabelList" . | fromJsonArray)) -}}
+{{- $_ := set (index $chart "runner") "egress_proxy_port" (int .Values.runs.egressProxyPort) -}}
 {{- if not (include "director.postgres" .) -}}
 {{- $_ := set $chart "store" (dict "url" "sqlite:///data/director.db") -}}
 {{- end -}}

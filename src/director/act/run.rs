@@ -55,6 +55,33 @@ pub struct RunAct {
     pub secrets: Arc<Secrets>,
     /// Names this director in the tokens it mints.
     pub director_id: String,
+    /// With `runner.egress = "allowlist"`: the egress proxy runs reach the outside through,
+    /// or why it could not be had (then no run starts: never with open egress by accident).
+    pub egress: Option<Result<RunEgress, String>>,
+}
+
+/// The egress proxy as runs see it.
+#[derive(Clone)]
+pub struct RunEgress {
+    pub proxy: Arc<crate::egress::proxy::Proxy>,
+    /// The name or address runs reach the proxy by.
+    pub host: String,
+}
+
+impl RunEgress {
+    /// The proxy variables of a run, upper and lower case (tools read either).
+    pub fn environment(&self, run_id: &str) -> Vec<(String, String)> {
+        let url = self.proxy.url_for(run_id, &self.host);
+        let mut env = Vec::new();
+        for name in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"] {
+            env.push((name.to_owned(), url.clone()));
+            env.push((name.to_ascii_lowercase(), url.clone()));
+        }
+        // Nothing bypasses the proxy: the forge may be on this machine's loopback.
+        env.push(("NO_PROXY".to_owned(), String::new()));
+        env.push(("no_proxy".to_owned(), String::new()));
+        env
+    }
 }
 
 /// Every secret value given to a run, to redact from what it printed.
@@ -248,6 +275,11 @@ impl RunAct {
             return Ok(report(RunReport::Stale));
         }
         run.base_branch = self.base_branch(acts, &run).await?;
+        if let Some(Err(why)) = &self.egress {
+            return Ok(report(RunReport::Refused {
+                why: format!("runs are allow-listed (runner.egress) and {why}"),
+            }));
+        }
         if let Some(why) = self.runner_role_refusal(acts, &run).await? {
             return Ok(report(RunReport::Refused { why }));
         }
@@ -615,6 +647,15 @@ impl RunAct {
             ));
         }
         env.extend(self.secrets.passthrough.iter().cloned());
+        let confined = match &self.egress {
+            Some(Ok(egress)) => {
+                self.secrets
+                    .remember(&run.id, &egress.proxy.password(&run.id));
+                env.extend(egress.environment(&run.id));
+                true
+            }
+            _ => false,
+        };
         let labels = HashMap::from([
             (RUN_LABEL.to_owned(), run.id.clone()),
             ("director.repo".to_owned(), repo),
@@ -630,6 +671,7 @@ impl RunAct {
             task: task.into_bytes(),
             mounts: self.mounts.clone(),
             result_path: Some(self.runtime.result_path().to_owned()),
+            confined,
         }
     }
 }
