@@ -111,6 +111,16 @@ pub struct RunRow {
     /// The model usage the run reported in its result file.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// What the egress proxy refused the run, once it ended.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub egress_refused: Vec<Refusal>,
+}
+
+/// A destination the egress proxy refused a run, and how many times.
+#[derive(Clone, Debug, Serialize)]
+pub struct Refusal {
+    pub destination: String,
+    pub count: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -179,6 +189,14 @@ fn run_row(run: &RunRecord, web: Option<&str>, now_ms: i64) -> RunRow {
         detail: run.detail.clone(),
         followup_of: run.followup.as_ref().map(|f| f.pr),
         usage: run.result.as_ref().and_then(|r| r.usage.clone()),
+        egress_refused: run
+            .egress_refused
+            .iter()
+            .map(|(destination, count)| Refusal {
+                destination: destination.clone(),
+                count: *count,
+            })
+            .collect(),
     }
 }
 
@@ -329,6 +347,14 @@ pub fn render(rows: &[Row], json: bool) -> anyhow::Result<String> {
             }
             if let Some(u) = run.usage.as_ref().and_then(Usage::describe) {
                 out.push_str(&format!(", used {u}"));
+            }
+            if !run.egress_refused.is_empty() {
+                let shown: Vec<String> = run
+                    .egress_refused
+                    .iter()
+                    .map(|r| format!("{} ({}x)", r.destination, r.count))
+                    .collect();
+                out.push_str(&format!(", egress refused: {}", shown.join(", ")));
             }
             out.push('\n');
         }

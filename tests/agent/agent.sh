@@ -47,8 +47,28 @@ with_git() {
   exit 0
 }
 
+# Behind the egress proxy (runner.egress = "allowlist"): the allowed destination answers
+# through the proxy, the refused one does not, neither answers without the proxy; then the
+# forge, through the proxy, with plain git.
+egress() {
+  allowed=$(sed -n 's/.*allowed: \([0-9.:]*\).*/\1/p' "$DIRECTOR_TASK_FILE" | head -n 1)
+  refused=$(sed -n 's/.*refused: \([0-9.:]*\).*/\1/p' "$DIRECTOR_TASK_FILE" | head -n 1)
+  fail=""
+  timeout 10 wget -q -O /dev/null "http://$allowed/agent.sh" || fail="$fail allowed-not-reached"
+  timeout 10 wget -q -O /dev/null "http://$refused/" && fail="$fail refused-reached"
+  timeout 5 wget -q -Y off -O /dev/null "http://$allowed/agent.sh" && fail="$fail direct-reached"
+  timeout 5 wget -q -Y off -O /dev/null "http://$refused/" && fail="$fail direct-refused-reached"
+  if [ -n "$fail" ]; then
+    echo "EGRESS:$fail"
+    exit 1
+  fi
+  echo "egress: allowed through the proxy, refused through it, no direct route"
+  with_git
+}
+
 case "$mode" in
   git|git-main) with_git ;;
+  egress) egress ;;
   result)
     # The run's own account, left where the director reads it after the container ends.
     printf '%s' '{"outcome":"done","summary":"Wrote agent.txt.","usage":{"input_tokens":321,"output_tokens":45}}' \

@@ -12,6 +12,7 @@ mod contract;
 mod crash;
 mod demo;
 mod durability;
+mod egress;
 mod fake_runs;
 mod git;
 mod hooks;
