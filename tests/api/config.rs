@@ -284,3 +284,77 @@ fn a_postgres_store_url_is_accepted_and_its_password_never_shown() {
         assert!(!err.contains("pg-pass-5e1"), "{bad}: {err}");
     }
 }
+
+#[test]
+fn egress_is_allow_listed_by_default_and_a_bad_entry_or_a_contradiction_is_refused_by_name() {
+    let out = director()
+        .args(["check-config", "--config", &example()])
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(printed.contains("egress = \"allowlist\""), "{printed}");
+    for (vars, names) in [
+        (
+            vec![(
+                "DIRECTOR_RUNNER__EGRESS_ALLOW",
+                "api.example.org:443,example.org",
+            )],
+            "example.org",
+        ),
+        (
+            vec![("DIRECTOR_RUNNER__EGRESS_ALLOW", "*.org:443")],
+            "*.org:443",
+        ),
+        (
+            vec![("DIRECTOR_RUNNER__EGRESS_ALLOW", "2001:db8::1:443")],
+            "2001:db8::1:443",
+        ),
+        (vec![("DIRECTOR_RUNNER__EGRESS", "closed")], "runner.egress"),
+        (vec![("DIRECTOR_RUNNER__NETWORK", "host")], "runner.network"),
+        (
+            vec![("DIRECTOR_RUNNER__EGRESS_PROXY_PORT", "0")],
+            "runner.egress_proxy_port",
+        ),
+        (
+            vec![("DIRECTOR_RUNNER__KIND", "kubernetes")],
+            "kubernetes.proxy_host",
+        ),
+    ] {
+        let mut cmd = director();
+        cmd.args(["check-config", "--config", &example()]);
+        for (k, v) in &vars {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().expect("runs");
+        assert_eq!(out.status.code(), Some(2), "{vars:?} was accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(names),
+            "{vars:?}: does not name {names}: {err}"
+        );
+        if names.contains(':') || names == "example.org" {
+            assert!(err.contains("runner.egress_allow"), "{err}");
+        }
+    }
+    // Open egress keeps the network of one's choosing.
+    let out = director()
+        .args(["check-config", "--config", &example()])
+        .env("DIRECTOR_RUNNER__EGRESS", "open")
+        .env("DIRECTOR_RUNNER__NETWORK", "host")
+        .env(
+            "DIRECTOR_RUNNER__EGRESS_ALLOW",
+            "*.example.org:443,10.0.0.5:22",
+        )
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

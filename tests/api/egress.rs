@@ -13,7 +13,10 @@ use crate::git::git_agent_image;
 use crate::runs::{agent_image, labelled, run_comments, spawn_runs, wait_ended};
 
 fn docker(args: &[&str]) -> (bool, String) {
-    let out = Command::new("docker").args(args).output().expect("docker runs");
+    let out = Command::new("docker")
+        .args(args)
+        .output()
+        .expect("docker runs");
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).trim().to_owned(),
@@ -30,15 +33,19 @@ struct Target {
 impl Target {
     fn start() -> Self {
         let (ok, id) = docker(&[
-            "run", "-d", "--rm", &agent_image(), "httpd", "-f", "-p", "8000", "-h", "/",
+            "run",
+            "-d",
+            "--rm",
+            &agent_image(),
+            "httpd",
+            "-f",
+            "-p",
+            "8000",
+            "-h",
+            "/",
         ]);
         assert!(ok, "the target starts: {id}");
-        let (_, ip) = docker(&[
-            "inspect",
-            "-f",
-            "{{.NetworkSettings.IPAddress}}",
-            &id,
-        ]);
+        let (_, ip) = docker(&["inspect", "-f", "{{.NetworkSettings.IPAddress}}", &id]);
         assert!(!ip.is_empty(), "the target has an address");
         Self { id, ip }
     }
@@ -69,7 +76,10 @@ fn free_port() -> u16 {
 #[tokio::test]
 async fn an_allow_listed_run_reaches_only_what_is_allowed_through_the_proxy_and_ends_in_a_pr() {
     let target = Target::start();
-    let network = Network(format!("director-egress-test-{:08x}", rand::random::<u32>()));
+    let network = Network(format!(
+        "director-egress-test-{:08x}",
+        rand::random::<u32>()
+    ));
     let allowed = format!("{}:8000", target.ip);
     let refused = format!("{}:8001", target.ip);
     let image = git_agent_image();
@@ -87,7 +97,10 @@ async fn an_allow_listed_run_reaches_only_what_is_allowed_through_the_proxy_and_
     let root = tempfile::tempdir().expect("dir");
     t.forge.serve_git(&t.repo, root.path()).expect("git serves");
     let (ok, internal) = docker(&["network", "inspect", "-f", "{{.Internal}}", &network.0]);
-    assert!(ok && internal == "true", "the runs' network is internal: {internal}");
+    assert!(
+        ok && internal == "true",
+        "the runs' network is internal: {internal}"
+    );
 
     let issue = labelled(
         &t,
@@ -98,7 +111,11 @@ async fn an_allow_listed_run_reaches_only_what_is_allowed_through_the_proxy_and_
     let record = wait_ended(&t, &issue).await;
     let reports = run_comments(&t, &issue);
     assert_eq!(record.lifecycle, Lifecycle::Succeeded, "{reports:?}");
-    assert_eq!(t.forge.pulls_of(&t.repo).len(), 1, "git reached the forge through the proxy");
+    assert_eq!(
+        t.forge.pulls_of(&t.repo).len(),
+        1,
+        "git reached the forge through the proxy"
+    );
 
     // The report names what was refused, and how often; the allowed one is not there.
     assert_eq!(reports.len(), 1);
@@ -121,5 +138,396 @@ async fn an_allow_listed_run_reaches_only_what_is_allowed_through_the_proxy_and_
     t.wait_for_metric(r#"director_egress_refused_total{reason="not_allowed"} 1"#)
         .await;
     // The proxy's credentials never reach the report.
-    assert!(!report.contains(&format!("run-{}:", runs[0].id)), "{report}");
+    assert!(
+        !report.contains(&format!("run-{}:", runs[0].id)),
+        "{report}"
+    );
+}
+
+// ---- the proxy itself, in this process, as an attacker inside a run would use it ----
+
+mod proxy {
+    use std::collections::BTreeMap;
+    use std::net::SocketAddr;
+    use std::sync::{Arc, Mutex};
+
+    use base64::Engine as _;
+    use director::egress::proxy::{Ledger, Proxy};
+    use director::egress::{Entry, Policy};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio_util::sync::CancellationToken;
+
+    #[derive(Default)]
+    struct Book {
+        ended: Mutex<Vec<String>>,
+        refusals: Mutex<BTreeMap<(String, String), u32>>,
+    }
+
+    #[async_trait::async_trait]
+    impl Ledger for Book {
+        async fn active(&self, run_id: &str) -> bool {
+            run_id.starts_with("run")
+                && !self.ended.lock().expect("lock").iter().any(|r| r == run_id)
+        }
+        async fn add_refusals(
+            &self,
+            refusals: &BTreeMap<(String, String), u32>,
+        ) -> anyhow::Result<()> {
+            let mut mine = self.refusals.lock().expect("lock");
+            for (k, n) in refusals {
+                *mine.entry(k.clone()).or_default() += n;
+            }
+            Ok(())
+        }
+    }
+
+    /// An origin that records the first request it gets and answers `hello`.
+    async fn origin() -> (SocketAddr, Arc<Mutex<String>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let seen = Arc::new(Mutex::new(String::new()));
+        let keep = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let keep = keep.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    let n = s.read(&mut buf).await.unwrap_or(0);
+                    *keep.lock().expect("lock") = String::from_utf8_lossy(&buf[..n]).into_owned();
+                    let _ = s
+                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello")
+                        .await;
+                });
+            }
+        });
+        (addr, seen)
+    }
+
+    struct Setup {
+        proxy: Arc<Proxy>,
+        book: Arc<Book>,
+        origin: SocketAddr,
+        seen: Arc<Mutex<String>>,
+        director: SocketAddr,
+    }
+
+    async fn setup() -> Setup {
+        let (origin, seen) = origin().await;
+        // Stands for the director's own HTTP listener.
+        let director = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let director_addr = director.local_addr().expect("addr");
+        std::mem::forget(director);
+        let policy = Policy::new(
+            &[
+                format!("127.0.0.1:{}", director_addr.port()),
+                "169.254.169.254:80".into(),
+                "*.example.invalid:443".into(),
+            ],
+            vec![Entry::exact("127.0.0.1", origin.port())],
+            vec![director_addr],
+        )
+        .expect("policy");
+        let book = Arc::new(Book::default());
+        let (proxy, listener) = Proxy::bind(
+            "127.0.0.1:0".parse().expect("addr"),
+            policy,
+            b"test-key".to_vec(),
+            book.clone(),
+            None,
+        )
+        .await
+        .expect("binds");
+        proxy.clone().serve(listener, CancellationToken::new());
+        Setup {
+            proxy,
+            book,
+            origin,
+            seen,
+            director: director_addr,
+        }
+    }
+
+    fn auth(user: &str, password: &str) -> String {
+        format!(
+            "Proxy-Authorization: Basic {}\r\n",
+            base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+        )
+    }
+
+    /// Sends `head` to the proxy and returns everything it answers.
+    async fn ask(proxy: &Proxy, head: &str) -> String {
+        let mut s = TcpStream::connect(proxy.local_addr())
+            .await
+            .expect("connect");
+        s.write_all(head.as_bytes()).await.expect("write");
+        let mut out = Vec::new();
+        let _ =
+            tokio::time::timeout(std::time::Duration::from_secs(10), s.read_to_end(&mut out)).await;
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[tokio::test]
+    async fn a_runs_request_to_an_allowed_origin_is_forwarded_in_origin_form_without_its_credentials()
+     {
+        let s = setup().await;
+        let pw = s.proxy.password("run1");
+        let head = format!(
+            "GET http://127.0.0.1:{}/repo.git/info/refs?service=git-upload-pack HTTP/1.1\r\nHost: 127.0.0.1\r\n{}Proxy-Connection: keep-alive\r\n\r\n",
+            s.origin.port(),
+            auth("run-run1", &pw)
+        );
+        let answer = ask(&s.proxy, &head).await;
+        assert!(
+            answer.starts_with("HTTP/1.1 200") && answer.ends_with("hello"),
+            "{answer}"
+        );
+        let seen = s.seen.lock().expect("lock").clone();
+        assert!(
+            seen.starts_with("GET /repo.git/info/refs?service=git-upload-pack HTTP/1.1\r\n"),
+            "{seen}"
+        );
+        assert!(
+            !seen.to_ascii_lowercase().contains("proxy-"),
+            "credentials stay with the proxy: {seen}"
+        );
+        assert!(seen.contains("Connection: close"), "{seen}");
+        // CONNECT: a tunnel to the allowed origin.
+        let mut t = TcpStream::connect(s.proxy.local_addr())
+            .await
+            .expect("connect");
+        t.write_all(
+            format!(
+                "CONNECT 127.0.0.1:{} HTTP/1.1\r\n{}\r\n",
+                s.origin.port(),
+                auth("run-run1", &pw)
+            )
+            .as_bytes(),
+        )
+        .await
+        .expect("write");
+        let mut buf = vec![0u8; 39];
+        t.read_exact(&mut buf).await.expect("established");
+        assert!(String::from_utf8_lossy(&buf).starts_with("HTTP/1.1 200 Connection established"));
+        t.write_all(b"PING / HTTP/1.1\r\n\r\n")
+            .await
+            .expect("write");
+        let mut rest = Vec::new();
+        let _ = t.read_to_end(&mut rest).await;
+        assert!(String::from_utf8_lossy(&rest).ends_with("hello"));
+        assert!(
+            s.seen.lock().expect("lock").starts_with("PING /"),
+            "the tunnel carried the bytes"
+        );
+        assert!(s.book.refusals.lock().expect("lock").is_empty());
+    }
+
+    #[tokio::test]
+    async fn without_right_credentials_or_after_the_run_ended_the_proxy_answers_407() {
+        let s = setup().await;
+        let url = format!("GET http://127.0.0.1:{}/ HTTP/1.1\r\n", s.origin.port());
+        for head in [
+            format!("{url}\r\n"),
+            format!("{url}{}\r\n", auth("run-run1", "guess")),
+            // Another run's password.
+            format!("{url}{}\r\n", auth("run-run1", &s.proxy.password("run2"))),
+            format!("{url}{}\r\n", auth("bob", &s.proxy.password("bob"))),
+            format!("{url}Proxy-Authorization: Basic !!!\r\n\r\n"),
+        ] {
+            let answer = ask(&s.proxy, &head).await;
+            assert!(answer.starts_with("HTTP/1.1 407"), "{head:?}: {answer}");
+            assert!(answer.contains("Proxy-Authenticate: Basic"), "{answer}");
+        }
+        s.book.ended.lock().expect("lock").push("run3".into());
+        let answer = ask(
+            &s.proxy,
+            &format!("{url}{}\r\n", auth("run-run3", &s.proxy.password("run3"))),
+        )
+        .await;
+        assert!(
+            answer.starts_with("HTTP/1.1 407") && answer.contains("ended"),
+            "{answer}"
+        );
+        assert!(
+            s.seen.lock().expect("lock").is_empty(),
+            "nothing reached the origin"
+        );
+    }
+
+    #[tokio::test]
+    async fn refused_destinations_are_counted_per_run_and_never_reached() {
+        let s = setup().await;
+        let a = auth("run-run1", &s.proxy.password("run1"));
+        for (head, why) in [
+            (
+                format!("CONNECT example.org:443 HTTP/1.1\r\n{a}\r\n"),
+                "allow-list",
+            ),
+            (
+                format!("CONNECT example.org:443 HTTP/1.1\r\n{a}\r\n"),
+                "allow-list",
+            ),
+            (
+                format!(
+                    "GET http://127.0.0.1:{}/ HTTP/1.1\r\n{a}\r\n",
+                    s.origin.port() + 1
+                ),
+                "allow-list",
+            ),
+            (
+                format!("GET http://169.254.169.254/latest/meta-data/ HTTP/1.1\r\n{a}\r\n"),
+                "metadata",
+            ),
+            (
+                format!(
+                    "CONNECT 127.0.0.1:{} HTTP/1.1\r\n{a}\r\n",
+                    s.director.port()
+                ),
+                "own listeners",
+            ),
+            (
+                format!("CONNECT [::ffff:169.254.169.254]:80 HTTP/1.1\r\n{a}\r\n"),
+                "allow-list",
+            ),
+            (
+                format!("CONNECT nowhere.example.invalid:443 HTTP/1.1\r\n{a}\r\n"),
+                "resolved to no address",
+            ),
+        ] {
+            let answer = ask(&s.proxy, &head).await;
+            assert!(answer.starts_with("HTTP/1.1 403"), "{head:?}: {answer}");
+            assert!(answer.contains(why), "{head:?}: {answer}");
+        }
+        s.proxy.flush().await;
+        let refusals = s.book.refusals.lock().expect("lock").clone();
+        let got: Vec<(String, u32)> = refusals.into_iter().map(|((_, d), n)| (d, n)).collect();
+        assert!(got.contains(&("example.org:443".to_owned(), 2)), "{got:?}");
+        assert!(
+            got.contains(&("169.254.169.254:80".to_owned(), 1)),
+            "{got:?}"
+        );
+        assert!(
+            got.contains(&(format!("127.0.0.1:{}", s.director.port()), 1)),
+            "{got:?}"
+        );
+        assert!(
+            s.seen.lock().expect("lock").is_empty(),
+            "nothing reached the origin"
+        );
+        // Garbage is a 400, never a crash, and the proxy goes on serving.
+        for junk in ["\r\n\r\n", "GET\r\n\r\n", "GET https://x/ HTTP/1.1\r\n\r\n"] {
+            let answer = ask(&s.proxy, junk).await;
+            assert!(answer.starts_with("HTTP/1.1 4"), "{junk:?}: {answer}");
+        }
+        let mut big = "GET http://x/ HTTP/1.1\r\n".to_owned();
+        big.push_str(&"X-Pad: aaaaaaaaaaaaaaaa\r\n".repeat(2000));
+        let answer = ask(&s.proxy, &big).await;
+        assert!(
+            answer.starts_with("HTTP/1.1 400"),
+            "an oversized head: {answer}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_proxy_that_cannot_listen_refuses_every_run_and_never_starts_one_with_open_egress() {
+    // Another process holds the proxy's port.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = taken.local_addr().expect("addr").port();
+    let (t, _llm, fake) = crate::fake_runs::spawn(|s| {
+        s.runner.egress = "allowlist".into();
+        s.runner.egress_proxy_port = port;
+    })
+    .await;
+    let issue = crate::fake_runs::labelled(&t, "Add --verbose", "Print each step.").await;
+    let record = wait_ended(&t, &issue).await;
+    assert_ne!(record.lifecycle, Lifecycle::Succeeded);
+    let reports = crate::fake_runs::reports(&t, &issue);
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert!(
+        reports[0].contains("egress proxy cannot listen"),
+        "the report says why: {}",
+        reports[0]
+    );
+    let runs = crate::fake_runs::run_ids(&t, &issue).await;
+    assert_eq!(fake.creations(&runs[0]), 0, "no container, confined or not");
+    assert!(t.forge.minted_tokens().is_empty(), "no token was minted");
+    drop(taken);
+}
+
+#[tokio::test]
+async fn an_allow_listed_fake_run_gets_the_proxy_in_its_environment_and_nothing_that_bypasses_it() {
+    let port = free_port();
+    let (t, _llm, fake) = crate::fake_runs::spawn(|s| {
+        s.runner.egress = "allowlist".into();
+        s.runner.egress_proxy_port = port;
+    })
+    .await;
+    let issue = crate::fake_runs::labelled(&t, "Add --verbose", "mode: hang").await;
+    let id = {
+        let mut id = None;
+        wait_until_some(&mut id, || async {
+            crate::fake_runs::run_ids(&t, &issue)
+                .await
+                .pop()
+                .filter(|i| fake.starts(i) == 1)
+        })
+        .await;
+        id.unwrap_or_default()
+    };
+    let spec = fake.spec_of(&id).expect("the run's spec");
+    assert!(spec.confined);
+    let env = |k: &str| crate::fake_runs::env(&spec, k).to_owned();
+    let url = env("HTTP_PROXY");
+    assert!(url.starts_with(&format!("http://run-{id}:")), "{url}");
+    assert!(url.ends_with(&format!("@127.0.0.1:{port}")), "{url}");
+    for k in [
+        "HTTPS_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ] {
+        assert_eq!(env(k), url, "{k}");
+    }
+    assert_eq!(env("NO_PROXY"), "", "nothing bypasses the proxy");
+    assert_eq!(env("no_proxy"), "");
+    // The proxy knows the run by those credentials, and refuses what is not allowed.
+    let client = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::all(&url).expect("proxy"))
+        .build()
+        .expect("client");
+    let refused = client
+        .get("http://blocked.example.invalid:8080/")
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(refused.status(), 403);
+    let forge = client
+        .get(format!("{}/repos/acme/widgets", env("DIRECTOR_API_URL")))
+        .header("Authorization", format!("token {}", env("DIRECTOR_TOKEN")))
+        .send()
+        .await
+        .expect("answered");
+    assert!(
+        forge.status().is_success(),
+        "the forge through the proxy: {}",
+        forge.status()
+    );
+}
+
+async fn wait_until_some<T, F, Fut>(slot: &mut Option<T>, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    while tokio::time::Instant::now() < deadline {
+        if let Some(v) = f().await {
+            *slot = Some(v);
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("timed out");
 }
