@@ -214,7 +214,13 @@ impl Proxy {
                 if !opened || (!rest.is_empty() && server.write_all(&rest).await.is_err()) {
                     return;
                 }
-                let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                let _ = tokio::io::copy_bidirectional_with_sizes(
+                    &mut client,
+                    &mut server,
+                    64 * 1024,
+                    64 * 1024,
+                )
+                .await;
             }
             Err(refused) => {
                 self.count(refused.reason);
