@@ -657,7 +657,9 @@ impl Runtime for KubeRuntime {
     async fn wait(&self, id: &str, limits: WaitLimits) -> Result<Exit, RuntimeError> {
         let run_id = id.strip_prefix("director-run-").unwrap_or(id).to_owned();
         let deadline = tokio::time::Instant::now() + limits.timeout;
-        let mut job_events = std::pin::pin!(kube::runtime::watcher::watch_object(self.jobs(), id));
+        // Reconnects back off: an API server that is down is not asked in a tight loop.
+        let mut job_events =
+            std::pin::pin!(kube::runtime::watcher::watch_object(self.jobs(), id).default_backoff());
         let mut pod_events = std::pin::pin!(
             watcher(
                 self.pods(),

@@ -375,7 +375,8 @@ impl Store {
     }
 
     /// Deletes up to `batch` rows of each kind older than `before_ms`: consumed deliveries
-    /// (set-aside ones are kept), finished actions, pre-flight call records. Returns how many.
+    /// (set-aside ones are kept), finished actions, pre-flight call records, expired leases,
+    /// the egress refusals of ended runs. Returns how many.
     pub async fn prune(&self, before_ms: i64, batch: u32) -> anyhow::Result<u64> {
         let mut deleted = 0;
         for sql in [
@@ -387,6 +388,9 @@ impl Store {
              WHERE at_ms < $1 LIMIT $2)",
             "DELETE FROM leases WHERE name IN (SELECT name FROM leases \
              WHERE until_ms < $1 LIMIT $2)",
+            // A run's refusals are in its record once it ended.
+            "DELETE FROM egress_refusals WHERE run_id IN (SELECT id FROM runs \
+             WHERE finished_at_ms IS NOT NULL AND finished_at_ms < $1 LIMIT $2)",
         ] {
             // One short transaction per statement: intake waits for at most one batch.
             let mut tx = self.relaxed().await?;
