@@ -35,7 +35,7 @@ pub struct Metrics {
     /// allows what runs need), 0 when not; absent when runs are not configured.
     pub runtime_up: IntGauge,
     /// Requests the egress proxy refused, by reason: not_allowed, forbidden_address,
-    /// unauthenticated, malformed.
+    /// unauthenticated, malformed, busy.
     pub egress_refused: IntCounterVec,
 }
 

@@ -51,6 +51,9 @@ impl Ledger for Store {
 const HEAD_MAX: usize = 16 * 1024;
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections served at once, all runs together: a run opening connections without end
+/// gets 503s, and the director keeps its file descriptors.
+const MAX_CONNECTIONS: usize = 1024;
 
 pub struct Proxy {
     policy: Policy,
@@ -136,6 +139,7 @@ impl Proxy {
                 }
             }
         });
+        let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
         tokio::spawn(async move {
             loop {
                 let accepted = tokio::select! {
@@ -143,9 +147,19 @@ impl Proxy {
                     a = listener.accept() => a,
                 };
                 match accepted {
-                    Ok((stream, _)) => {
+                    Ok((mut stream, _)) => {
+                        let Ok(slot) = slots.clone().try_acquire_owned() else {
+                            self.count("busy");
+                            let _ = stream
+                                .write_all(b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+                                .await;
+                            continue;
+                        };
                         let this = self.clone();
-                        tokio::spawn(async move { this.handle(stream).await });
+                        tokio::spawn(async move {
+                            this.handle(stream).await;
+                            drop(slot);
+                        });
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "the egress proxy could not accept");
