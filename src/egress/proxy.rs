@@ -26,26 +26,14 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
 use super::{Policy, split_host_port};
-use crate::store::Store;
 
-/// Where refusals go, and whether a run may still use the proxy.
+/// Where refusals go, and whether a run may still use the proxy (the store, in the director).
 #[async_trait::async_trait]
 pub trait Ledger: Send + Sync {
     /// Whether the run exists and has not ended.
     async fn active(&self, run_id: &str) -> bool;
     /// Adds refusals: (run id, `host:port`) → how many.
     async fn add_refusals(&self, refusals: &BTreeMap<(String, String), u32>) -> anyhow::Result<()>;
-}
-
-#[async_trait::async_trait]
-impl Ledger for Store {
-    async fn active(&self, run_id: &str) -> bool {
-        matches!(self.run(run_id).await, Ok(Some(run)) if run.finished_at_ms.is_none())
-    }
-
-    async fn add_refusals(&self, refusals: &BTreeMap<(String, String), u32>) -> anyhow::Result<()> {
-        self.add_egress_refusals(refusals).await
-    }
 }
 
 const HEAD_MAX: usize = 16 * 1024;

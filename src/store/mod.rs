@@ -459,6 +459,7 @@ impl Store {
     }
 
     /// What the egress proxy refused the run: (`host:port`, how many times), most first.
+    /// (The proxy's [`crate::egress::proxy::Ledger`] is the store.)
     pub async fn egress_refusals(&self, run_id: &str) -> anyhow::Result<Vec<(String, u64)>> {
         let rows: Vec<(String, i64)> = on_pool!(&self.db, p => {
             sqlx::query_as(
@@ -590,5 +591,19 @@ impl Store {
         events::set_aside(&mut tx, &commit.dead, now_ms).await?;
         tx.commit().await?;
         Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::egress::proxy::Ledger for Store {
+    async fn active(&self, run_id: &str) -> bool {
+        matches!(self.run(run_id).await, Ok(Some(run)) if run.finished_at_ms.is_none())
+    }
+
+    async fn add_refusals(
+        &self,
+        refusals: &std::collections::BTreeMap<(String, String), u32>,
+    ) -> anyhow::Result<()> {
+        self.add_egress_refusals(refusals).await
     }
 }
