@@ -390,21 +390,24 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<()> {
     }
 
     let issues = [verbose.clone(), rewrite.clone()];
-    let lifecycle = |i: IssueRef| {
-        let store = store.clone();
-        async move { store.issue(&i).await.ok().flatten().map(|r| r.lifecycle) }
-    };
     let mut seen = Seen::default();
     let deadline = Instant::now() + Duration::from_secs(180);
     loop {
         seen.report(&steps, &forge, &store, &repo, &issues).await;
         // Done when both issues reached their end and nothing is left to do (the report
-        // posted, the labels set).
-        let quiet = store.due_actions().await.is_ok_and(|n| n == 0)
-            && store.pending_deliveries().await.is_ok_and(|n| n == 0);
-        if quiet
-            && done(lifecycle(verbose.clone()).await, runs)
-            && lifecycle(rewrite.clone()).await == Some(Lifecycle::NoGo)
+        // posted, the labels set): each read in one statement, so an action's end and the
+        // outcome event it leaves are never seen apart.
+        let at_rest = |i: IssueRef| {
+            let store = store.clone();
+            async move {
+                match store.at_rest(&i).await {
+                    Ok(Some((state, 0, 0))) => Some(state),
+                    _ => None,
+                }
+            }
+        };
+        if done(at_rest(verbose.clone()).await, runs)
+            && at_rest(rewrite.clone()).await == Some(Lifecycle::NoGo)
         {
             seen.report(&steps, &forge, &store, &repo, &issues).await;
             break;
