@@ -21,7 +21,9 @@ use bollard::query_parameters::{
 };
 use futures_util::StreamExt;
 
-use super::{EgressPoint, Exit, RunContainer, RunSpec, Runtime, RuntimeError, WaitLimits};
+use super::{
+    EgressPoint, Exit, RunContainer, RunSpec, Runtime, RuntimeError, WaitLimits, Watchdog,
+};
 use crate::settings::RunnerSettings;
 
 pub use super::RUN_LABEL;
@@ -360,7 +362,7 @@ impl Runtime for DockerRuntime {
             condition: "not-running".into(),
         };
         let mut stream = self.docker.wait_container(id, Some(options));
-        let deadline = tokio::time::Instant::now() + limits.timeout;
+        let mut watchdog = Watchdog::new(&limits);
         // Output since now, to tell a run that works from one that is wedged.
         let mut output = limits.idle.map(|_| {
             self.docker.logs(
@@ -374,10 +376,8 @@ impl Runtime for DockerRuntime {
                 }),
             )
         });
-        let mut last_output = tokio::time::Instant::now();
         let cause = loop {
-            let idle_at = limits.idle.map(|d| last_output + d);
-            let wake = idle_at.map_or(deadline, |i| i.min(deadline));
+            let wake = watchdog.wake(output.is_some());
             tokio::select! {
                 waited = stream.next() => return match waited {
                     Some(Ok(r)) => Ok(Exit::Code(r.status_code)),
@@ -392,18 +392,12 @@ impl Runtime for DockerRuntime {
                 },
                 chunk = async { output.as_mut()?.next().await }, if output.is_some() => {
                     match chunk {
-                        Some(Ok(_)) => last_output = tokio::time::Instant::now(),
+                        Some(Ok(_)) => watchdog.output(),
                         // The log stream ended or failed: only the wall clock counts now.
                         _ => output = None,
                     }
                 }
-                _ = tokio::time::sleep_until(wake) => {
-                    break if tokio::time::Instant::now() >= deadline {
-                        Exit::TimedOut
-                    } else {
-                        Exit::Idle
-                    };
-                }
+                _ = tokio::time::sleep_until(wake) => break watchdog.cause(),
             }
         };
         self.stop(id, limits.grace).await?;

@@ -33,6 +33,7 @@ use serde_json::json;
 
 use super::{
     EgressPoint, Exit, RUN_LABEL, RunContainer, RunSpec, Runtime, RuntimeError, WaitLimits,
+    Watchdog,
 };
 use crate::settings::{KubernetesSettings, RunnerSettings, numeric_user};
 
@@ -656,7 +657,7 @@ impl Runtime for KubeRuntime {
 
     async fn wait(&self, id: &str, limits: WaitLimits) -> Result<Exit, RuntimeError> {
         let run_id = id.strip_prefix("director-run-").unwrap_or(id).to_owned();
-        let deadline = tokio::time::Instant::now() + limits.timeout;
+        let mut watchdog = Watchdog::new(&limits);
         // Reconnects back off: an API server that is down is not asked in a tight loop.
         let mut job_events =
             std::pin::pin!(kube::runtime::watcher::watch_object(self.jobs(), id).default_backoff());
@@ -671,14 +672,9 @@ impl Runtime for KubeRuntime {
         // Output since the pod started, to tell a run that works from one that is wedged.
         let mut output: Option<futures_util::stream::BoxStream<'static, ()>> = None;
         let mut following: Option<String> = None;
-        let mut last_output = tokio::time::Instant::now();
         let mut seen_job = false;
         let cause = loop {
-            let idle_at = limits
-                .idle
-                .filter(|_| following.is_some())
-                .map(|d| last_output + d);
-            let wake = idle_at.map_or(deadline, |i| i.min(deadline));
+            let wake = watchdog.wake(following.is_some());
             tokio::select! {
                 event = job_events.next() => match event {
                     Some(Ok(Some(job))) => {
@@ -725,25 +721,19 @@ impl Runtime for KubeRuntime {
                             if let Ok(stream) = self.pods().log_stream(&name, &params).await {
                                 output = Some(stream.lines().map(|_| ()).boxed());
                                 following = Some(name);
-                                last_output = tokio::time::Instant::now();
+                                watchdog.output();
                             }
                         }
                     }
                 }
                 chunk = async { output.as_mut()?.next().await }, if output.is_some() => {
                     match chunk {
-                        Some(()) => last_output = tokio::time::Instant::now(),
+                        Some(()) => watchdog.output(),
                         // The log stream ended: only the wall clock counts now.
                         None => output = None,
                     }
                 }
-                _ = tokio::time::sleep_until(wake) => {
-                    break if tokio::time::Instant::now() >= deadline {
-                        Exit::TimedOut
-                    } else {
-                        Exit::Idle
-                    };
-                }
+                _ = tokio::time::sleep_until(wake) => break watchdog.cause(),
             }
         };
         self.stop(id, limits.grace).await?;
@@ -775,7 +765,7 @@ impl Runtime for KubeRuntime {
     }
 
     async fn logs_tail(&self, id: &str, lines: usize) -> Result<String, RuntimeError> {
-        let kept = self.kept_logs.lock().ok().and_then(|mut k| k.remove(id));
+        let kept = self.kept_logs.lock().ok().and_then(|k| k.get(id).cloned());
         let Some(pod) = self.pods_of(id).await?.into_iter().next() else {
             return Ok(kept.unwrap_or_default());
         };

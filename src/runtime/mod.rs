@@ -55,6 +55,48 @@ pub struct WaitLimits {
     pub grace: Duration,
 }
 
+/// The two limits of a run being waited for: the wall clock, and silence once its output is
+/// followed. Both runtimes wait on [`Watchdog::wake`] beside the run's own events.
+#[derive(Debug)]
+pub struct Watchdog {
+    deadline: tokio::time::Instant,
+    idle: Option<Duration>,
+    last_output: tokio::time::Instant,
+}
+
+impl Watchdog {
+    pub fn new(limits: &WaitLimits) -> Self {
+        let now = tokio::time::Instant::now();
+        Self {
+            deadline: now + limits.timeout,
+            idle: limits.idle,
+            last_output: now,
+        }
+    }
+
+    /// The run printed something.
+    pub fn output(&mut self) {
+        self.last_output = tokio::time::Instant::now();
+    }
+
+    /// When a limit passes: the deadline, or the idle limit when `following` output.
+    pub fn wake(&self, following: bool) -> tokio::time::Instant {
+        match self.idle.filter(|_| following) {
+            Some(d) => (self.last_output + d).min(self.deadline),
+            None => self.deadline,
+        }
+    }
+
+    /// Which limit passed, once [`Watchdog::wake`] came.
+    pub fn cause(&self) -> Exit {
+        if tokio::time::Instant::now() >= self.deadline {
+            Exit::TimedOut
+        } else {
+            Exit::Idle
+        }
+    }
+}
+
 /// A container the runtime found that belongs to a run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RunContainer {
