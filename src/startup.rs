@@ -309,12 +309,13 @@ impl Application {
             let runs = match runtime(&settings, &overrides).await {
                 Some(Ok((runtime, mounts))) => {
                     set(&runtime_state, "ok");
-                    let egress = match settings.egress_confined() {
-                        true => Some(
+                    let egress = if settings.egress_confined() {
+                        Some(
                             egress_proxy(&settings, runtime.as_ref(), &store, &metrics, &shutdown)
                                 .await,
-                        ),
-                        false => None,
+                        )
+                    } else {
+                        None
                     };
                     if let Some(Err(error)) = &egress {
                         tracing::error!(%error, "no run starts: runs are allow-listed and the egress proxy is not there");

@@ -264,6 +264,17 @@ impl Policy {
         resolved: &[SocketAddr],
     ) -> Result<SocketAddr, String> {
         let exact = self.allows_name(host, port)?;
+        self.pick(host, resolved, exact)
+    }
+
+    /// The first of the addresses `host` resolved to that may be connected to (`exact`: an
+    /// entry names the host), or why none may.
+    pub fn pick(
+        &self,
+        host: &str,
+        resolved: &[SocketAddr],
+        exact: bool,
+    ) -> Result<SocketAddr, String> {
         let mut last = format!("{host} resolved to no address");
         for addr in resolved {
             match self.allows_address(*addr, exact) {

@@ -321,14 +321,11 @@ impl Proxy {
             Ok(addrs) => addrs.collect(),
             Err(_) => Vec::new(),
         };
-        let mut last = format!("{host} resolved to no address");
-        for addr in &resolved {
-            match self.policy.allows_address(*addr, exact) {
-                Ok(()) => return Ok((forward, *addr)),
-                Err(why) => last = why,
-            }
+        // The name was checked first: an unlisted one is never even resolved.
+        match self.policy.pick(&host, &resolved, exact) {
+            Ok(addr) => Ok((forward, addr)),
+            Err(why) => Err(refuse("forbidden_address", why)),
         }
-        Err(refuse("forbidden_address", last))
     }
 
     fn refused(&self, run_id: &str, destination: &str) {

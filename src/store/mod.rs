@@ -394,45 +394,36 @@ impl Store {
     /// This director's id: made once, at random, and kept in the database.
     /// Replicas sharing a PostgreSQL database share it: they are one director.
     pub async fn director_id(&self) -> anyhow::Result<String> {
-        let fresh = format!("{:08x}", rand::random::<u32>());
-        let mut tx = self.begin(true).await?;
-        on_tx!(&mut tx, t => {
-            sqlx::query(
-                "INSERT INTO meta (key, value) VALUES ('director_id', $1) ON CONFLICT DO NOTHING",
-            )
-            .bind(&fresh)
-            .execute(&mut **t)
-            .await?;
-        });
-        tx.commit().await?;
-        let id: String = on_pool!(&self.db, p => {
-            sqlx::query_scalar("SELECT value FROM meta WHERE key = 'director_id'")
-                .fetch_one(p)
-                .await?
-        });
-        Ok(id)
+        self.made_once("director_id", format!("{:08x}", rand::random::<u32>()))
+            .await
     }
 
     /// The key run proxy passwords are made with: made once, at random, and kept in the
     /// database, so every replica checks the same passwords, also after a restart.
     pub async fn egress_key(&self) -> anyhow::Result<Vec<u8>> {
-        let fresh = hex::encode(rand::random::<[u8; 32]>());
+        let key = self
+            .made_once("egress_key", hex::encode(rand::random::<[u8; 32]>()))
+            .await?;
+        hex::decode(key).map_err(|e| anyhow::anyhow!("the stored egress key is not hex: {e}"))
+    }
+
+    /// The value kept under `key`: `fresh` if none was (the first writer wins, durably).
+    async fn made_once(&self, key: &str, fresh: String) -> anyhow::Result<String> {
         let mut tx = self.begin(true).await?;
         on_tx!(&mut tx, t => {
-            sqlx::query(
-                "INSERT INTO meta (key, value) VALUES ('egress_key', $1) ON CONFLICT DO NOTHING",
-            )
-            .bind(&fresh)
-            .execute(&mut **t)
-            .await?;
+            sqlx::query("INSERT INTO meta (key, value) VALUES ($1, $2) ON CONFLICT DO NOTHING")
+                .bind(key)
+                .bind(&fresh)
+                .execute(&mut **t)
+                .await?;
         });
         tx.commit().await?;
-        let key: String = on_pool!(&self.db, p => {
-            sqlx::query_scalar("SELECT value FROM meta WHERE key = 'egress_key'")
+        Ok(on_pool!(&self.db, p => {
+            sqlx::query_scalar("SELECT value FROM meta WHERE key = $1")
+                .bind(key)
                 .fetch_one(p)
                 .await?
-        });
-        hex::decode(key).map_err(|e| anyhow::anyhow!("the stored egress key is not hex: {e}"))
+        }))
     }
 
     /// Adds to the egress refusals of runs: (run id, `host:port`) → how many more.

@@ -430,6 +430,39 @@ async fn the_director_id_is_made_once_and_shared_by_every_replica() {
 }
 
 #[tokio::test]
+async fn the_egress_key_is_made_once_and_refusals_add_up_per_run_and_destination() {
+    let b = backends().await;
+    for (name, url) in &b.urls {
+        let first = open(url).await.egress_key().await.expect("key");
+        let second = open(url).await.egress_key().await.expect("key");
+        assert_eq!(
+            first, second,
+            "{name}: every replica checks the same passwords"
+        );
+        assert_eq!(first.len(), 32, "{name}");
+        let store = open(url).await;
+        let batch = |n| {
+            std::collections::BTreeMap::from([
+                (("run1".to_owned(), "example.org:443".to_owned()), n),
+                (("run2".to_owned(), "example.org:443".to_owned()), 1),
+            ])
+        };
+        store.add_egress_refusals(&batch(2)).await.expect("added");
+        store.add_egress_refusals(&batch(3)).await.expect("added");
+        assert_eq!(
+            store.egress_refusals("run1").await.expect("read"),
+            vec![("example.org:443".to_owned(), 5)],
+            "{name}"
+        );
+        assert_eq!(
+            store.egress_refusals("run2").await.expect("read"),
+            vec![("example.org:443".to_owned(), 2)],
+            "{name}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn pre_flight_calls_are_counted_per_window_and_old_rows_pruned() {
     let b = backends().await;
     for (name, url) in &b.urls {
