@@ -464,17 +464,14 @@ async fn an_allow_listed_fake_run_gets_the_proxy_in_its_environment_and_nothing_
     })
     .await;
     let issue = crate::fake_runs::labelled(&t, "Add --verbose", "mode: hang").await;
-    let id = {
-        let mut id = None;
-        wait_until_some(&mut id, || async {
-            crate::fake_runs::run_ids(&t, &issue)
-                .await
-                .pop()
-                .filter(|i| fake.starts(i) == 1)
-        })
-        .await;
-        id.unwrap_or_default()
+    let started = || async {
+        crate::fake_runs::run_ids(&t, &issue)
+            .await
+            .pop()
+            .filter(|i| fake.starts(i) == 1)
     };
+    crate::helpers::wait_until("the run starts", || async { started().await.is_some() }).await;
+    let id = started().await.unwrap_or_default();
     let spec = fake.spec_of(&id).expect("the run's spec");
     assert!(spec.confined);
     let env = |k: &str| crate::fake_runs::env(&spec, k).to_owned();
@@ -514,20 +511,4 @@ async fn an_allow_listed_fake_run_gets_the_proxy_in_its_environment_and_nothing_
         "the forge through the proxy: {}",
         forge.status()
     );
-}
-
-async fn wait_until_some<T, F, Fut>(slot: &mut Option<T>, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-    while tokio::time::Instant::now() < deadline {
-        if let Some(v) = f().await {
-            *slot = Some(v);
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    panic!("timed out");
 }

@@ -205,17 +205,7 @@ async fn a_started_job_is_watched_to_its_end_with_its_log_and_result_and_removed
         "the Job controller made one pod"
     );
     fake.run_pod(NS, &id).expect("the pod runs");
-    let waiting = tokio::spawn({
-        let rt = runtime(&fake).await;
-        let id = id.clone();
-        async move { rt.wait(&id, limits()).await }
-    });
-    wait_until("the Job is watched", || async {
-        fake.requests()
-            .iter()
-            .any(|r| r.path.ends_with("/jobs") && r.query.contains("watch=true"))
-    })
-    .await;
+    let waiting = waiting_on(&fake, &id).await;
     for n in 0..5 {
         fake.log(NS, &id, &format!("step {n}"));
     }
@@ -269,6 +259,23 @@ async fn a_started_job_is_watched_to_its_end_with_its_log_and_result_and_removed
     rt.remove(&id).await.expect("gone already is fine");
 }
 
+/// A wait for the run's Job on a runtime of its own, once its watch is open.
+async fn waiting_on(
+    fake: &FakeKube,
+    id: &str,
+) -> tokio::task::JoinHandle<Result<Exit, RuntimeError>> {
+    let rt = runtime(fake).await;
+    let job = id.to_owned();
+    let waiting = tokio::spawn(async move { rt.wait(&job, limits()).await });
+    wait_until("the Job is watched", || async {
+        fake.requests()
+            .iter()
+            .any(|r| r.path.ends_with("/jobs") && r.query.contains("watch=true"))
+    })
+    .await;
+    waiting
+}
+
 fn requests_to(fake: &FakeKube, method: &str, suffix: &str) -> Vec<crate::fake_kube::Recorded> {
     fake.requests()
         .into_iter()
@@ -315,18 +322,8 @@ async fn cancel_deletes_the_job_in_the_foreground_and_the_watch_ends() {
     let id = rt.create(&spec("333333333333")).await.expect("created");
     rt.start(&id).await.expect("started");
     fake.run_pod(NS, &id).expect("runs");
-    let waiting = tokio::spawn({
-        let rt = runtime(&fake).await;
-        let id = id.clone();
-        async move { rt.wait(&id, limits()).await }
-    });
     // The watch is open before the cancel.
-    wait_until("the Job is watched", || async {
-        fake.requests()
-            .iter()
-            .any(|r| r.path.ends_with("/jobs") && r.query.contains("watch=true"))
-    })
-    .await;
+    let waiting = waiting_on(&fake, &id).await;
     rt.kill(&id).await.expect("killed");
     let delete = requests_to(&fake, "DELETE", &format!("/jobs/{id}"));
     assert_eq!(delete[0].body["propagationPolicy"], "Foreground");
