@@ -109,6 +109,25 @@ fn gone_ok<T>(r: Result<T, kube::Error>) -> Result<(), RuntimeError> {
     }
 }
 
+/// Creates `object`, replacing one of the same name an earlier attempt left (its Job is
+/// gone, or this one is new): never reused.
+async fn created_anew<K>(api: &Api<K>, name: &str, object: &K) -> Result<K, kube::Error>
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.create(&PostParams::default(), object).await {
+        Err(e) if is_code(&e, 409) => {
+            match api.delete(name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(e) if is_code(&e, 404) => {}
+                Err(e) => return Err(e),
+            }
+            api.create(&PostParams::default(), object).await
+        }
+        other => other,
+    }
+}
+
 /// How a Job ended, when it has.
 #[derive(Debug, PartialEq, Eq)]
 enum JobEnd {
@@ -580,55 +599,24 @@ impl Runtime for KubeRuntime {
             Err(e) => return Err(api_error(e)),
         };
         let uid = job.metadata.uid.clone().unwrap_or_default();
-        let secret = self.secret(spec, &uid)?;
-        let created = match self.secrets().create(&PostParams::default(), &secret).await {
-            // A Secret left by an attempt whose Job is gone: it is replaced, never reused.
-            Err(e) if is_code(&e, 409) => {
-                match gone_ok(self.secrets().delete(&name, &DeleteParams::default()).await) {
-                    Ok(()) => self.secrets().create(&PostParams::default(), &secret).await,
-                    Err(e) => {
-                        let _ = self.remove(&name).await;
-                        return Err(e);
-                    }
-                }
-            }
-            other => other,
-        };
-        if let Err(e) = created {
-            let _ = self.remove(&name).await;
-            return Err(api_error(e));
-        }
-        // A confined run's pod never runs without its NetworkPolicy: made before the start.
-        if spec.confined {
-            let policy = self.network_policy(spec, &uid)?;
-            let made = match self
-                .policies()
-                .create(&PostParams::default(), &policy)
+        // Whatever of the run cannot be made takes the Job down with it: nothing half-made
+        // is ever started.
+        let made = async {
+            created_anew(&self.secrets(), &name, &self.secret(spec, &uid)?)
                 .await
-            {
-                Err(e) if is_code(&e, 409) => {
-                    match gone_ok(
-                        self.policies()
-                            .delete(&name, &DeleteParams::default())
-                            .await,
-                    ) {
-                        Ok(()) => {
-                            self.policies()
-                                .create(&PostParams::default(), &policy)
-                                .await
-                        }
-                        Err(e) => {
-                            let _ = self.remove(&name).await;
-                            return Err(e);
-                        }
-                    }
-                }
-                other => other,
-            };
-            if let Err(e) = made {
-                let _ = self.remove(&name).await;
-                return Err(described(e, "create NetworkPolicies"));
+                .map_err(|e| described(e, "create Secrets"))?;
+            // A confined run's pod never runs without its NetworkPolicy: made before the start.
+            if spec.confined {
+                created_anew(&self.policies(), &name, &self.network_policy(spec, &uid)?)
+                    .await
+                    .map_err(|e| described(e, "create NetworkPolicies"))?;
             }
+            Ok::<(), RuntimeError>(())
+        }
+        .await;
+        if let Err(e) = made {
+            let _ = self.remove(&name).await;
+            return Err(e);
         }
         Ok(name)
     }
