@@ -251,6 +251,10 @@ impl Proxy {
             why: why.to_owned(),
         };
         let text = std::str::from_utf8(head).map_err(|_| bad("the request head is not UTF-8"))?;
+        // A lone CR or LF would split differently at the origin: one request here, two there.
+        if text.replace("\r\n", "").contains(['\r', '\n']) {
+            return Err(bad("a line break that is not CRLF"));
+        }
         let mut lines = text.split("\r\n");
         let request_line = lines.next().unwrap_or_default();
         let mut parts = request_line.split(' ');

@@ -415,10 +415,24 @@ mod proxy {
             "nothing reached the origin"
         );
         // Garbage is a 400, never a crash, and the proxy goes on serving.
-        for junk in ["\r\n\r\n", "GET\r\n\r\n", "GET https://x/ HTTP/1.1\r\n\r\n"] {
+        let smuggled = format!(
+            "GET http://127.0.0.1:{}/ HTTP/1.1\r\n{a}X-A: b\nGET http://127.0.0.1:{}/x HTTP/1.1\r\n\r\n",
+            s.origin.port(),
+            s.origin.port()
+        );
+        for junk in [
+            "\r\n\r\n",
+            "GET\r\n\r\n",
+            "GET https://x/ HTTP/1.1\r\n\r\n",
+            smuggled.as_str(),
+        ] {
             let answer = ask(&s.proxy, junk).await;
             assert!(answer.starts_with("HTTP/1.1 4"), "{junk:?}: {answer}");
         }
+        assert!(
+            s.seen.lock().expect("lock").is_empty(),
+            "a smuggled request never reaches the origin"
+        );
         let mut big = "GET http://x/ HTTP/1.1\r\n".to_owned();
         big.push_str(&"X-Pad: aaaaaaaaaaaaaaaa\r\n".repeat(2000));
         let answer = ask(&s.proxy, &big).await;
