@@ -118,6 +118,12 @@ fn hooks(action: HooksAction) -> ExitCode {
         eprintln!("error: configuration key `{key}`: {why}");
         ExitCode::from(2)
     };
+    if settings.forge.kind == director::settings::ForgeKind::Github {
+        return refuse(
+            "forge.kind",
+            "`director hooks` manages Forgejo repository webhooks; a GitHub App has one webhook, set in the App's settings (Webhook URL: this director's /webhooks/github, with a secret from webhook.secrets)",
+        );
+    }
     if settings.webhook.public_url.is_empty() {
         return refuse(
             "webhook.public_url",

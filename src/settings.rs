@@ -323,7 +323,39 @@ fn repo_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<RepoName>, D::Error>
 pub enum ForgeKind {
     #[default]
     Forgejo,
+    /// GitHub or GitHub Enterprise Server, as a GitHub App (`[github]`).
+    Github,
 }
+
+impl ForgeKind {
+    /// The forge's name in messages.
+    pub fn display_name(self) -> &'static str {
+        match self {
+            Self::Forgejo => "Forgejo",
+            Self::Github => "GitHub",
+        }
+    }
+}
+
+/// The GitHub App the director acts as with `forge.kind = "github"`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GithubSettings {
+    /// The App's numeric id (its settings page shows it).
+    pub app_id: u64,
+    /// The App's private key (PEM, as GitHub hands it out); never shown.
+    pub private_key: Secret,
+    #[serde(deserialize_with = "lenient::opt_string")]
+    pub private_key_file: Option<String>,
+    /// The installation to act through; 0: looked up per repository
+    /// (`GET /repos/{owner}/{repo}/installation`).
+    pub installation_id: u64,
+}
+
+/// How long a GitHub installation token lives, and so the longest run GitHub allows here
+/// (less a margin for the director's own checks before and after the run).
+pub const GITHUB_TOKEN_LIFETIME_SECS: u64 = 3600;
+pub const GITHUB_MAX_RUN_SECS: u64 = 3300;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -349,6 +381,22 @@ pub struct ForgeSettings {
     pub timeout_secs: u64,
     /// Attempts per request on connection errors, 5xx and 429.
     pub max_attempts: u32,
+}
+
+impl ForgeSettings {
+    /// The forge's web address (for links): `forge.url` on Forgejo; on GitHub the site
+    /// matching the API base (`https://api.github.com` is `https://github.com`, GitHub
+    /// Enterprise Server's `https://HOST/api/v3` is `https://HOST`).
+    pub fn web_url(&self) -> String {
+        let url = self.url.trim_end_matches('/');
+        if self.kind != ForgeKind::Github {
+            return url.to_owned();
+        }
+        match reqwest::Url::parse(url) {
+            Ok(u) if u.host_str() == Some("api.github.com") => "https://github.com".to_owned(),
+            _ => url.strip_suffix("/api/v3").unwrap_or(url).to_owned(),
+        }
+    }
 }
 
 impl Default for ForgeSettings {
@@ -657,6 +705,7 @@ pub struct Settings {
     pub preflight: PreflightSettings,
     pub runner: RunnerSettings,
     pub kubernetes: KubernetesSettings,
+    pub github: GithubSettings,
     pub status: StatusSettings,
 }
 
@@ -753,6 +802,12 @@ impl Settings {
             "forge.runner_password_file",
         )?;
         one(
+            &mut self.github.private_key,
+            &self.github.private_key_file,
+            "github.private_key",
+            "github.private_key_file",
+        )?;
+        one(
             &mut self.preflight.api_key,
             &self.preflight.api_key_file,
             "preflight.api_key",
@@ -784,6 +839,7 @@ impl Settings {
         [
             &self.forge.token,
             &self.forge.runner_password,
+            &self.github.private_key,
             &self.preflight.api_key,
             &self.status.token,
         ]
@@ -854,7 +910,9 @@ impl Settings {
                 ));
             }
         }
-        if !self.forge.url.is_empty() && self.forge.token.is_empty() {
+        if self.forge.kind == ForgeKind::Github {
+            self.validate_github()?;
+        } else if !self.forge.url.is_empty() && self.forge.token.is_empty() {
             return Err(invalid(
                 "forge.token",
                 "required when forge.url is set (or use forge.token_file)",
@@ -1004,6 +1062,7 @@ impl Settings {
             }
         }
         if !self.forge.url.is_empty()
+            && self.forge.kind == ForgeKind::Forgejo
             && r.enabled
             && !r.image.is_empty()
             && (self.forge.runner_login.is_empty() || self.forge.runner_password.is_empty())
@@ -1078,6 +1137,7 @@ struct EnvPairs(Vec<(String, String)>);
 const SECRET_KEYS: &[(&str, &str)] = &[
     ("forge", "token"),
     ("forge", "runner_password"),
+    ("github", "private_key"),
     ("preflight", "api_key"),
     ("webhook", "secrets"),
     ("status", "token"),
@@ -1091,6 +1151,57 @@ fn is_secret_key(section: &str, key: &str) -> bool {
 impl Settings {
     /// What a Kubernetes run needs that a Docker one does not: a numeric user (a pod's
     /// `runAsUser`), a namespace that can be a name, and no host bind mounts.
+    /// `forge.kind = "github"`: the App's id and key, and runs that fit in a token's hour.
+    fn validate_github(&self) -> Result<(), SettingsError> {
+        if !cfg!(feature = "github") {
+            return Err(invalid(
+                "forge.kind",
+                "this build has no GitHub support (built without the `github` feature)",
+            ));
+        }
+        if self.forge.url.is_empty() {
+            return Err(invalid(
+                "forge.url",
+                "required with forge.kind = \"github\": https://api.github.com, or https://HOST/api/v3 for GitHub Enterprise Server",
+            ));
+        }
+        let g = &self.github;
+        if g.app_id == 0 {
+            return Err(invalid(
+                "github.app_id",
+                "required with forge.kind = \"github\" (the App's numeric id)",
+            ));
+        }
+        if g.private_key.is_empty() {
+            return Err(invalid(
+                "github.private_key",
+                "required with forge.kind = \"github\" (or use github.private_key_file)",
+            ));
+        }
+        #[cfg(feature = "github")]
+        if let Err(why) = crate::forge::github::check_private_key(&g.private_key) {
+            return Err(invalid("github.private_key", why));
+        }
+        if !self.forge.token.is_empty() {
+            return Err(invalid(
+                "forge.token",
+                "not used with forge.kind = \"github\": the director acts as the App (github.app_id, github.private_key)",
+            ));
+        }
+        let r = &self.runner;
+        if r.enabled && !r.image.is_empty() && r.timeout_secs > GITHUB_MAX_RUN_SECS {
+            return Err(invalid(
+                "runner.timeout_secs",
+                format!(
+                    "{} is longer than a run can push on GitHub: its installation token expires {} minutes after it is minted, so runs are limited to {GITHUB_MAX_RUN_SECS} s",
+                    r.timeout_secs,
+                    GITHUB_TOKEN_LIFETIME_SECS / 60
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     fn validate_kubernetes(&self) -> Result<(), SettingsError> {
         let k = &self.kubernetes;
         if !is_dns_label(&k.namespace) {

@@ -29,7 +29,7 @@ use crate::metrics::Metrics;
 use crate::preflight::providers;
 use crate::runtime::Runtime;
 use crate::runtime::docker::DockerRuntime;
-use crate::settings::Settings;
+use crate::settings::{ForgeKind, Settings};
 use crate::store::Store;
 
 pub struct Application {
@@ -58,8 +58,18 @@ pub fn forge_client(
     if settings.forge.url.is_empty() {
         return Ok(None);
     }
-    let client = ForgejoClient::new(&settings.forge, metrics)?;
-    Ok(Some(Arc::new(client)))
+    match settings.forge.kind {
+        ForgeKind::Forgejo => Ok(Some(Arc::new(ForgejoClient::new(
+            &settings.forge,
+            metrics,
+        )?))),
+        #[cfg(feature = "github")]
+        ForgeKind::Github => Ok(Some(Arc::new(crate::forge::github::GithubClient::new(
+            settings, metrics,
+        )?))),
+        #[cfg(not(feature = "github"))]
+        ForgeKind::Github => anyhow::bail!("this build has no GitHub support"),
+    }
 }
 
 /// The scanner, when a forge and something to watch are configured.
@@ -263,7 +273,7 @@ impl Application {
         let forge = forge_client(&settings, Some(metrics.clone()))?;
         let bot_login = Arc::new(RwLock::new(settings.forge.bot_login.clone()));
         if let Some(forge) = &forge
-            && !settings.forge.token.is_empty()
+            && (!settings.forge.token.is_empty() || settings.forge.kind == ForgeKind::Github)
         {
             tokio::spawn(learn_bot_login(
                 forge.clone(),
@@ -357,7 +367,6 @@ impl Application {
                             password: settings.forge.runner_password.clone(),
                         },
                         settings: settings.runner.clone(),
-                        forge_url: settings.forge.url.clone(),
                         mounts,
                         secrets,
                         director_id: store.director_id().await?,

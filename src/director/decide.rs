@@ -40,8 +40,10 @@ pub struct Policy {
     pub keep_failed_secs: u64,
     /// `runner.max_followups`.
     pub max_followups: u32,
-    /// The forge's web address, for links to branches.
+    /// The forge's web address, for links to branches, and which forge it is (the links'
+    /// shape).
     pub forge_url: String,
+    pub forge_kind: crate::settings::ForgeKind,
 }
 
 impl Policy {
@@ -58,7 +60,8 @@ impl Policy {
             idle_timeout_secs: settings.runner.idle_timeout_secs,
             keep_failed_secs: settings.runner.keep_failed_secs,
             max_followups: settings.runner.max_followups,
-            forge_url: settings.forge.url.clone(),
+            forge_url: settings.forge.web_url(),
+            forge_kind: settings.forge.kind,
         }
     }
 }
@@ -859,6 +862,7 @@ impl<'a> Step<'a> {
         let branch_note = (ahead > 0).then(|| {
             comments::branch_note(
                 &self.policy.forge_url,
+                self.policy.forge_kind,
                 &run.repo,
                 &run.base_branch,
                 &run.branch,

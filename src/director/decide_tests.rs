@@ -24,6 +24,7 @@ fn policy() -> Policy {
         keep_failed_secs: 0,
         max_followups: 3,
         forge_url: "http://forge.example".into(),
+        forge_kind: crate::settings::ForgeKind::Forgejo,
     }
 }
 

@@ -153,7 +153,8 @@ impl Watcher {
             // Adopted after a restart: what the run was given is in its environment.
             for (k, v) in env {
                 if k == "DIRECTOR_TOKEN" {
-                    self.secrets.remember(&run.id, &v);
+                    self.secrets
+                        .remember_token(&run.id, &crate::settings::Secret::new(v));
                 }
             }
             if let Some(proxy) = &self.egress {

@@ -16,8 +16,8 @@ use serde_json::{Value, json};
 
 use super::{
     Branch, Comment, Forge, ForgeError, Hook, HookSpec, Issue, IssueChanges, Label, MintedToken,
-    Permission, PullRequest, RUN_TOKEN_SCOPE, Repository, Review, ReviewComment, RunnerAccount,
-    TimelineEntry,
+    Permission, PullRequest, RUN_TOKEN_SCOPE, Repository, Review, ReviewComment, RunEndpoints,
+    RunnerAccount, TimelineEntry,
 };
 use crate::domain::{IssueRef, RepoName};
 use crate::metrics::Metrics;
@@ -1177,6 +1177,36 @@ impl Forge for ForgejoClient {
         let path = format!("{}/hooks/{id}", repo_path(repo));
         self.delete_idempotent("/repos/{owner}/{repo}/hooks/{id}", &path)
             .await
+    }
+
+    fn run_endpoints(&self, repo: &RepoName, runner: &RunnerAccount) -> RunEndpoints {
+        run_endpoints(self.api.trim_end_matches("/api/v1"), repo, runner)
+    }
+}
+
+/// A Forgejo run: clone and push over HTTP as the runner account with its run token, the
+/// token `write:repository` alone, commits by the runner with Forgejo's no-reply address.
+pub fn run_endpoints(base: &str, repo: &RepoName, runner: &RunnerAccount) -> RunEndpoints {
+    let base = base.trim_end_matches('/');
+    let url = reqwest::Url::parse(base).ok();
+    let host = url
+        .as_ref()
+        .and_then(|u| u.host_str().map(str::to_owned))
+        .unwrap_or_else(|| "localhost".to_owned());
+    RunEndpoints {
+        clone_url: format!("{base}/{repo}.git"),
+        api_url: format!("{base}/api/v1"),
+        git_origin: url
+            .map(|u| u.origin().ascii_serialization())
+            .unwrap_or_else(|| base.to_owned()),
+        git_user: runner.login.clone(),
+        author: (
+            runner.login.clone(),
+            format!("{}@noreply.{host}", runner.login),
+        ),
+        token_scopes: vec![RUN_TOKEN_SCOPE.to_owned()],
+        runner_account: true,
+        name: "Forgejo",
     }
 }
 

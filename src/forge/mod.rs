@@ -4,6 +4,7 @@
 #[cfg(any(test, feature = "fake-forge"))]
 pub mod fake;
 pub mod forgejo;
+pub mod github;
 pub mod payload;
 pub mod signature;
 
@@ -269,6 +270,26 @@ impl ForgeError {
     }
 }
 
+/// How a run reaches its repository on this forge, and what its token must look like.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunEndpoints {
+    pub clone_url: String,
+    pub api_url: String,
+    /// `scheme://host[:port]`: the one place git may send the run token.
+    pub git_origin: String,
+    /// The user name git sends with the token.
+    pub git_user: String,
+    /// The default author of the run's commits (name, email).
+    pub author: (String, String),
+    /// The permissions a minted run token must report, exactly (sorted).
+    pub token_scopes: Vec<String>,
+    /// Run tokens are the runner account's (whose role is then checked); else the forge's
+    /// App is the run's identity.
+    pub runner_account: bool,
+    /// The forge's name in messages.
+    pub name: &'static str,
+}
+
 /// The calls the director makes to a forge, and no others.
 #[async_trait]
 pub trait Forge: Send + Sync {
@@ -396,4 +417,10 @@ pub trait Forge: Send + Sync {
         events: &[String],
     ) -> Result<Hook, ForgeError>;
     async fn delete_hook(&self, repo: &RepoName, id: u64) -> Result<(), ForgeError>;
+    /// Where a run of `repo` clones from and pushes to, as whom, with what token.
+    fn run_endpoints(&self, repo: &RepoName, runner: &RunnerAccount) -> RunEndpoints;
+    /// A run token minted before a restart, read back from its run, so
+    /// [`Forge::delete_run_token`] can revoke it where the forge needs the token itself
+    /// (GitHub). Forgejo deletes tokens by name and ignores this.
+    fn hold_run_token(&self, _name: &str, _token: &crate::settings::Secret) {}
 }

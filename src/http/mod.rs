@@ -55,6 +55,7 @@ impl AppState {
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/webhooks/forgejo", web::post().to(webhook::receive))
+        .route("/webhooks/github", web::post().to(webhook::receive_github))
         .route("/healthz", web::get().to(healthz))
         .route("/readyz", web::get().to(readyz))
         .route("/metrics", web::get().to(metrics))

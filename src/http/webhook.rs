@@ -1,5 +1,7 @@
-//! `POST /webhooks/forgejo`: read the raw body within the size limit, verify its signature,
-//! parse it, store it durably, answer. Nothing else happens here; the consumer decides.
+//! `POST /webhooks/forgejo` and `POST /webhooks/github`: read the raw body within the size
+//! limit, verify its signature, parse it into the director's typed event, store it durably,
+//! answer. Nothing else happens here; the consumer decides. The two differ only in their
+//! headers and body shapes ([`Flavour`]).
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -8,9 +10,11 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::AppState;
-use crate::forge::payload::{EventKind, parse_typed};
+use crate::event::ForgeEvent;
+use crate::forge::payload::{EventKind, PayloadError, parse_typed};
 use crate::forge::signature::{SignatureHeaders, verify};
 use crate::intake::Stored;
+use crate::settings::ForgeKind;
 use crate::store::NewDelivery;
 
 fn header<'a>(req: &'a HttpRequest, name: &str) -> Option<&'a str> {
@@ -38,24 +42,91 @@ async fn read_limited(mut payload: web::Payload, limit: usize) -> Result<web::By
     Ok(body.freeze())
 }
 
+/// What differs between the forges' webhooks.
+struct Flavour {
+    kind: ForgeKind,
+    /// Where the event's name is, first found wins.
+    event_headers: &'static [&'static str],
+    delivery_headers: &'static [&'static str],
+    signature: for<'a> fn(&'a HttpRequest) -> SignatureHeaders<'a>,
+    /// The metric label of a used event; `None`: not used (answered and dropped).
+    used: fn(&str) -> Option<&'static str>,
+    parse: fn(&str, &[u8]) -> Result<ForgeEvent, PayloadError>,
+}
+
+const FORGEJO: Flavour = Flavour {
+    kind: ForgeKind::Forgejo,
+    event_headers: &[
+        "X-Forgejo-Event-Type",
+        "X-Gitea-Event-Type",
+        "X-Forgejo-Event",
+        "X-Gitea-Event",
+    ],
+    delivery_headers: &[
+        "X-Forgejo-Delivery",
+        "X-Gitea-Delivery",
+        "X-GitHub-Delivery",
+    ],
+    signature: |req| SignatureHeaders {
+        forgejo: header(req, "X-Forgejo-Signature"),
+        gitea: header(req, "X-Gitea-Signature"),
+        hub_sha256: header(req, "X-Hub-Signature-256"),
+    },
+    used: |event| EventKind::from_header(event).map(EventKind::as_str),
+    parse: |event, body| match EventKind::from_header(event) {
+        Some(kind) => parse_typed(event, kind, body),
+        None => Err(PayloadError::Invalid(
+            "X-Forgejo-Event-Type",
+            event.to_owned(),
+        )),
+    },
+};
+
+const GITHUB: Flavour = Flavour {
+    kind: ForgeKind::Github,
+    event_headers: &["X-GitHub-Event"],
+    delivery_headers: &["X-GitHub-Delivery"],
+    signature: |req| SignatureHeaders {
+        hub_sha256: header(req, "X-Hub-Signature-256"),
+        ..Default::default()
+    },
+    used: |event| match event {
+        "issues" => Some("issues"),
+        "issue_comment" => Some("issue_comment"),
+        "pull_request" => Some("pull_request"),
+        "pull_request_review" => Some("pull_request_review"),
+        _ => None,
+    },
+    parse: crate::forge::github::payload::parse,
+};
+
 pub async fn receive(
     req: HttpRequest,
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> HttpResponse {
+    receive_as(&FORGEJO, req, payload, state).await
+}
+
+pub async fn receive_github(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> HttpResponse {
+    receive_as(&GITHUB, req, payload, state).await
+}
+
+async fn receive_as(
+    flavour: &Flavour,
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> HttpResponse {
     let metrics = &state.metrics;
-    let event_header = first_header(
-        &req,
-        &[
-            "X-Forgejo-Event-Type",
-            "X-Gitea-Event-Type",
-            "X-Forgejo-Event",
-            "X-Gitea-Event",
-        ],
-    )
-    .unwrap_or("")
-    .to_owned();
-    let event_label = EventKind::from_header(&event_header).map_or("other", EventKind::as_str);
+    let event_header = first_header(&req, flavour.event_headers)
+        .unwrap_or("")
+        .to_owned();
+    let event_label = (flavour.used)(&event_header).unwrap_or("other");
     let count = |outcome: &str| {
         metrics
             .deliveries
@@ -86,12 +157,11 @@ pub async fn receive(
         }
     };
 
-    let headers = SignatureHeaders {
-        forgejo: header(&req, "X-Forgejo-Signature"),
-        gitea: header(&req, "X-Gitea-Signature"),
-        hub_sha256: header(&req, "X-Hub-Signature-256"),
-    };
-    if let Err(e) = verify(headers, &body, &state.settings.webhook.secrets) {
+    if let Err(e) = verify(
+        (flavour.signature)(&req),
+        &body,
+        &state.settings.webhook.secrets,
+    ) {
         count("unauthorized");
         tracing::warn!(reason = %e, "webhook signature rejected");
         return answer(StatusCode::UNAUTHORIZED, "rejected", e.to_string());
@@ -102,18 +172,31 @@ pub async fn receive(
         return answer(
             StatusCode::BAD_REQUEST,
             "rejected",
-            "missing X-Forgejo-Event-Type header",
+            format!("missing {} header", flavour.event_headers[0]),
         );
     }
-    let Some(kind) = EventKind::from_header(&event_header) else {
+    if (flavour.used)(&event_header).is_none() {
         count("ignored");
         return answer(
             StatusCode::OK,
             "ignored",
             format!("event type `{event_header}` is not used"),
         );
-    };
-    let event = match parse_typed(&event_header, kind, &body) {
+    }
+    if state.settings.forge.kind != flavour.kind {
+        // Signed, but this director acts on the other forge: the names would mean nothing.
+        count("wrong_forge");
+        return answer(
+            StatusCode::BAD_REQUEST,
+            "rejected",
+            format!(
+                "this director serves {} (forge.kind); {} webhooks are not taken",
+                state.settings.forge.kind.display_name(),
+                flavour.kind.display_name()
+            ),
+        );
+    }
+    let event = match (flavour.parse)(&event_header, &body) {
         Ok(event) => event,
         Err(e) => {
             count("bad_request");
@@ -140,21 +223,14 @@ pub async fn receive(
     }
 
     let content_sha256 = hex::encode(Sha256::digest(&body));
-    let delivery_id = first_header(
-        &req,
-        &[
-            "X-Forgejo-Delivery",
-            "X-Gitea-Delivery",
-            "X-GitHub-Delivery",
-        ],
-    )
-    .map(str::trim)
-    .filter(|id| !id.is_empty() && id.len() <= 200)
-    .map_or_else(|| format!("sha256:{content_sha256}"), str::to_owned);
+    let delivery_id = first_header(&req, flavour.delivery_headers)
+        .map(str::trim)
+        .filter(|id| !id.is_empty() && id.len() <= 200)
+        .map_or_else(|| format!("sha256:{content_sha256}"), str::to_owned);
     let span = tracing::info_span!(
         "delivery",
         delivery = %delivery_id,
-        event = kind.as_str(),
+        event = event.kind.as_str(),
         repo = %event.issue.repo,
         issue = event.issue.number,
     );

@@ -397,6 +397,61 @@ fn the_rendered_configuration_is_accepted_by_the_director_itself() {
 }
 
 #[test]
+fn a_github_app_release_mounts_its_key_as_a_file_and_the_director_accepts_it() {
+    let key = std::fs::read_to_string(root().join("tests/fixtures/github/test-app-key.pem"))
+        .expect("test key");
+    let m = rendered(json!({
+        "secrets": {
+            "githubPrivateKey": { "value": key, "key": "github-private-key" },
+            "webhookSecrets": { "value": "hook-1", "key": "webhook-secrets" },
+        },
+        "config": {
+            "forge": { "kind": "github", "url": "https://api.github.com" },
+            "github": { "app_id": 4242 },
+            "scan": { "repos": ["acme/widgets"] },
+            "runner": { "image": "agent:1", "timeout_secs": 1800 },
+        },
+    }));
+    let toml = director_toml(&m);
+    assert!(
+        toml.contains("private_key_file = \"/run/secrets/director/github-private-key\""),
+        "{toml}"
+    );
+    assert!(!toml.contains("PRIVATE KEY"), "never in the ConfigMap");
+    let dir = tempfile::tempdir().expect("dir");
+    let secrets = dir.path().join("secrets");
+    std::fs::create_dir(&secrets).expect("mkdir");
+    std::fs::write(secrets.join("github-private-key"), &key).expect("write");
+    std::fs::write(secrets.join("webhook-secrets"), "hook-1").expect("write");
+    let toml = toml
+        .replace("/run/secrets/director", &secrets.display().to_string())
+        .replace(
+            "/data/director.db",
+            &dir.path().join("d.db").display().to_string(),
+        );
+    let config = dir.path().join("director.toml");
+    std::fs::write(&config, &toml).expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_director"))
+        .args(["check-config", "--config"])
+        .arg(&config)
+        .output()
+        .expect("check-config runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}\n{toml}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!stdout.contains("PRIVATE KEY"), "{stdout}");
+    // The key under `config` is refused, and not echoed.
+    let why = refused(
+        json!({ "config": { "github": { "private_key": "-----BEGIN RSA PRIVATE KEY-----x" } } }),
+    );
+    assert!(why.contains("config.github.private_key"), "{why}");
+    assert!(!why.contains("BEGIN RSA"), "{why}");
+}
+
+#[test]
 fn the_charts_readme_lists_every_value() {
     let out = render(json!({}));
     let readme = std::fs::read_to_string(root().join("charts/director/README.md")).expect("README");

@@ -1,5 +1,7 @@
 //! One integration-test binary: each module spawns the real app against fakes.
 
+#[cfg(feature = "github")]
+mod fake_github;
 #[cfg(feature = "kubernetes")]
 mod fake_kube;
 mod fake_llm;
@@ -15,6 +17,8 @@ mod durability;
 mod egress;
 mod fake_runs;
 mod git;
+#[cfg(feature = "github")]
+mod github;
 mod hooks;
 mod image;
 mod incremental;

@@ -11,7 +11,7 @@ use base64::Engine as _;
 use super::Acts;
 use crate::domain::{IssueRecord, IssueRef, RunRecord, RunState};
 use crate::event::{Event, RunReport};
-use crate::forge::{Branch, Permission, RUN_TOKEN_SCOPE, RunnerAccount};
+use crate::forge::{Branch, Permission, RunEndpoints, RunnerAccount};
 use crate::preflight::prompt::strip_hidden;
 use crate::runtime::{RUN_LABEL, RunSpec, Runtime, RuntimeError};
 use crate::settings::{RunnerSettings, Secret};
@@ -49,7 +49,6 @@ pub struct RunAct {
     pub runtime: Arc<dyn Runtime>,
     pub runner: RunnerAccount,
     pub settings: RunnerSettings,
-    pub forge_url: String,
     /// Host paths for `runner.mounts` (translated once at start).
     pub mounts: Vec<(String, String, bool)>,
     pub secrets: Arc<Secrets>,
@@ -88,6 +87,8 @@ impl RunEgress {
 #[derive(Default)]
 pub struct Secrets {
     by_run: RwLock<HashMap<String, Vec<String>>>,
+    /// Each active run's forge token (GitHub revokes a token only when shown it).
+    tokens: RwLock<HashMap<String, Secret>>,
     /// `runner.env_passthrough`, from the director's own environment.
     pub passthrough: Vec<(String, String)>,
 }
@@ -96,6 +97,7 @@ impl Secrets {
     pub fn new(passthrough: Vec<(String, String)>) -> Self {
         Self {
             by_run: RwLock::default(),
+            tokens: RwLock::default(),
             passthrough,
         }
     }
@@ -112,9 +114,24 @@ impl Secrets {
         }
     }
 
+    /// The run's forge token: redacted like every secret, and kept to revoke it.
+    pub fn remember_token(&self, run_id: &str, token: &Secret) {
+        self.remember(run_id, token.expose());
+        if let Ok(mut t) = self.tokens.write() {
+            t.insert(run_id.to_owned(), token.clone());
+        }
+    }
+
+    pub fn token(&self, run_id: &str) -> Option<Secret> {
+        self.tokens.read().ok()?.get(run_id).cloned()
+    }
+
     pub fn forget(&self, run_id: &str) {
         if let Ok(mut s) = self.by_run.write() {
             s.remove(run_id);
+        }
+        if let Ok(mut t) = self.tokens.write() {
+            t.remove(run_id);
         }
     }
 
@@ -280,7 +297,10 @@ impl RunAct {
                 why: format!("runs are allow-listed (runner.egress) and {why}"),
             }));
         }
-        if let Some(why) = self.runner_role_refusal(acts, &run).await? {
+        let endpoints = acts.forge.run_endpoints(&run.repo, &self.runner);
+        if endpoints.runner_account
+            && let Some(why) = self.runner_role_refusal(acts, &run).await?
+        {
             return Ok(report(RunReport::Refused { why }));
         }
         // A token's value cannot be read back: one an earlier attempt minted is replaced.
@@ -294,10 +314,10 @@ impl RunAct {
             .mint_run_token(&self.runner, &run.repo, &name)
             .await
             .context("minting the run token")?;
-        self.secrets.remember(run_id, minted.token.expose());
-        // Forgejo's answer must show the restriction asked for: an older one ignores it.
+        self.secrets.remember_token(run_id, &minted.token);
+        // The forge's answer must show the restriction asked for: an older Forgejo ignores it.
         let restricted = minted.repositories.as_deref() == Some(std::slice::from_ref(&run.repo));
-        if !restricted || minted.scopes != [RUN_TOKEN_SCOPE] {
+        if !restricted || minted.scopes != endpoints.token_scopes {
             let repositories = minted
                 .repositories
                 .as_ref()
@@ -307,10 +327,17 @@ impl RunAct {
                         .collect::<Vec<_>>()
                         .join(", ")
                 });
+            let hint = if endpoints.runner_account {
+                "; repository-restricted tokens need Forgejo 15 or later"
+            } else {
+                ""
+            };
             return Ok(report(RunReport::Refused {
                 why: format!(
-                    "Forgejo did not restrict the run token to {} with the scope `{RUN_TOKEN_SCOPE}` alone (it answered repositories: {repositories}; scopes: {}); repository-restricted tokens need Forgejo 15 or later",
+                    "{} did not restrict the run token to {} with `{}` alone (it answered repositories: {repositories}; permissions: {}){hint}",
+                    endpoints.name,
                     run.repo,
+                    endpoints.token_scopes.join(", "),
                     minted.scopes.join(", ")
                 ),
             }));
@@ -321,7 +348,7 @@ impl RunAct {
             .branch_as(&minted.token, &run.repo, &run.base_branch)
             .await
             .context("checking the default branch with the run token")?;
-        if let Some(why) = self.pr_only_refusal(&run, branch.as_ref()) {
+        if let Some(why) = self.pr_only_refusal(&run, branch.as_ref(), &endpoints) {
             return Ok(report(RunReport::Refused { why }));
         }
         if let Some(f) = run.followup.as_mut() {
@@ -336,7 +363,7 @@ impl RunAct {
         let task = self
             .task(acts, &run, &issue, &trusted.title, &trusted.body)
             .await?;
-        let spec = self.spec(&run, &minted.token, task);
+        let spec = self.spec(&run, &minted.token, task, &endpoints);
         let id = match self.runtime.create(&spec).await {
             Ok(id) => id,
             Err(RuntimeError::Exists(_)) => anyhow::bail!(
@@ -383,7 +410,12 @@ impl RunAct {
 
     /// Why the run token is not PR-only, if it is not. A branch the token cannot see, or a
     /// field the forge left out, fails closed.
-    fn pr_only_refusal(&self, run: &RunRecord, branch: Option<&Branch>) -> Option<String> {
+    fn pr_only_refusal(
+        &self,
+        run: &RunRecord,
+        branch: Option<&Branch>,
+        endpoints: &RunEndpoints,
+    ) -> Option<String> {
         if self.settings.allow_unprotected_default_branch {
             return None;
         }
@@ -401,6 +433,11 @@ impl RunAct {
                 (false, true) => "merge into",
             },
         };
+        if !endpoints.runner_account {
+            return Some(format!(
+                "the App's run token can {can} `{base}`: protect the default branch with a branch protection or an active ruleset that requires a pull request with an approving review and lets the App never bypass it (or set runner.allow_unprotected_default_branch)"
+            ));
+        }
         Some(format!(
             "the runner account `{}` can {can} `{base}`: protect the default branch against it, for pushes and merges (or set runner.allow_unprotected_default_branch)",
             self.runner.login
@@ -519,9 +556,12 @@ impl RunAct {
     }
 
     pub async fn revoke(&self, acts: &Acts, run_id: &str) -> anyhow::Result<()> {
-        acts.forge
-            .delete_run_token(&self.runner, &token_name(&self.director_id, run_id))
-            .await?;
+        let name = token_name(&self.director_id, run_id);
+        if let Some(token) = self.secrets.token(run_id) {
+            // After a restart only the run's environment had it (the watcher read it back).
+            acts.forge.hold_run_token(&name, &token);
+        }
+        acts.forge.delete_run_token(&self.runner, &name).await?;
         self.secrets.forget(run_id);
         Ok(())
     }
@@ -582,48 +622,36 @@ impl RunAct {
         Ok(task)
     }
 
-    /// `scheme://host[:port]` of the forge: where git may send the run token.
-    fn forge_origin(&self) -> String {
-        reqwest::Url::parse(&self.forge_url)
-            .map(|u| u.origin().ascii_serialization())
-            .unwrap_or_else(|_| self.forge_url.trim_end_matches('/').to_owned())
-    }
-
-    /// The author of a run's commits: `runner.git_author_*`, else the runner account and its
-    /// Forgejo no-reply address.
-    fn git_identity(&self) -> (String, String) {
-        let login = &self.runner.login;
+    /// The author of a run's commits: `runner.git_author_*`, else the forge's default (the
+    /// runner account and its no-reply address on Forgejo, the App's bot on GitHub).
+    fn git_identity(&self, endpoints: &RunEndpoints) -> (String, String) {
         let name = match self.settings.git_author_name.trim() {
-            "" => login.clone(),
+            "" => endpoints.author.0.clone(),
             n => n.to_owned(),
         };
         let email = match self.settings.git_author_email.trim() {
-            "" => {
-                let host = reqwest::Url::parse(&self.forge_url)
-                    .ok()
-                    .and_then(|u| u.host_str().map(str::to_owned))
-                    .unwrap_or_else(|| "localhost".to_owned());
-                format!("{login}@noreply.{host}")
-            }
+            "" => endpoints.author.1.clone(),
             e => e.to_owned(),
         };
         (name, email)
     }
 
-    fn spec(&self, run: &RunRecord, token: &Secret, task: String) -> RunSpec {
+    fn spec(
+        &self,
+        run: &RunRecord,
+        token: &Secret,
+        task: String,
+        endpoints: &RunEndpoints,
+    ) -> RunSpec {
         let repo = run.repo.to_string();
-        let base = self.forge_url.trim_end_matches('/');
         let mut env = vec![
             ("DIRECTOR_RUN_ID".to_owned(), run.id.clone()),
             ("DIRECTOR_REPO".to_owned(), repo.clone()),
             ("DIRECTOR_ISSUE".to_owned(), run.number.to_string()),
             ("DIRECTOR_BASE_BRANCH".to_owned(), run.base_branch.clone()),
             ("DIRECTOR_BRANCH".to_owned(), run.branch.clone()),
-            (
-                "DIRECTOR_CLONE_URL".to_owned(),
-                format!("{base}/{repo}.git"),
-            ),
-            ("DIRECTOR_API_URL".to_owned(), format!("{base}/api/v1")),
+            ("DIRECTOR_CLONE_URL".to_owned(), endpoints.clone_url.clone()),
+            ("DIRECTOR_API_URL".to_owned(), endpoints.api_url.clone()),
             ("DIRECTOR_TOKEN".to_owned(), token.expose().to_owned()),
             ("DIRECTOR_TASK_FILE".to_owned(), TASK_PATH.to_owned()),
             (
@@ -632,10 +660,10 @@ impl RunAct {
             ),
             ("HOME".to_owned(), self.settings.workspace.clone()),
         ];
-        let (name, email) = self.git_identity();
+        let (name, email) = self.git_identity(endpoints);
         env.extend(crate::domain::run::git_environment(
-            &self.forge_origin(),
-            &self.runner.login,
+            &endpoints.git_origin,
+            &endpoints.git_user,
             &name,
             &email,
         ));

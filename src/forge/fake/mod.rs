@@ -1818,6 +1818,10 @@ impl Forge for FakeForge {
             Err(e) => Err(refused("DELETE", format!("{repo}/hooks/{id}"), e)),
         }
     }
+
+    fn run_endpoints(&self, repo: &RepoName, runner: &super::RunnerAccount) -> super::RunEndpoints {
+        super::forgejo::run_endpoints("http://fake-forge.invalid", repo, runner)
+    }
 }
 
 pub(crate) fn to_hook(h: &FHook) -> Hook {

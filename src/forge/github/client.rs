@@ -1,0 +1,1795 @@
+//! The GitHub implementation of [`Forge`], as a GitHub App through octocrab: a short-lived
+//! JWT for the App's own routes, installation tokens (minted and cached by octocrab until
+//! shortly before they expire) for everything else, and per-run installation tokens limited
+//! to one repository and `contents: write`, revoked when the run ends.
+//!
+//! Requests are octocrab's raw calls with our own types (two of its typed models do not fit
+//! GitHub's real answers; see DEPENDENCIES.md). Rate limits are honoured per credential:
+//! `Retry-After` and `x-ratelimit-reset` when limited, and the remaining budget spread over
+//! the time to the reset once it runs low, so the director slows down before the limit
+//! instead of hammering into it. Errors name the method and path, never a token or the key.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use http::{Method, StatusCode};
+use http_body_util::BodyExt;
+use octocrab::Octocrab;
+use octocrab::models::{AppId, InstallationId};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::domain::{IssueRef, RepoName};
+use crate::forge::{
+    Branch, Comment, Forge, ForgeError, Hook, HookSpec, Issue, IssueChanges, Label, MintedToken,
+    Permission, PullRequest, Repository, Review, ReviewComment, RunEndpoints, RunnerAccount,
+    TimelineEntry,
+};
+use crate::metrics::Metrics;
+use crate::settings::{GithubSettings, Secret, Settings};
+
+/// GitHub's largest page.
+pub const PAGE_SIZE: usize = 100;
+/// The permission a run token carries, and nothing else (GitHub adds `metadata: read` to
+/// every token).
+pub const RUN_TOKEN_PERMISSIONS: &[&str] = &["contents:write", "metadata:read"];
+/// The longest wait for a rate limit the client sits out; a longer one is an error.
+const MAX_RATE_WAIT: Duration = Duration::from_secs(120);
+/// Below this many requests left, the rest are spread over the time to the reset.
+const RESERVE: u64 = 100;
+
+/// Whether `key` is an RSA private key in PEM form (what GitHub hands out), without ever
+/// showing any of it.
+pub fn check_private_key(key: &Secret) -> Result<(), String> {
+    jsonwebtoken::EncodingKey::from_rsa_pem(key.expose().trim().as_bytes())
+        .map(|_| ())
+        .map_err(|_| {
+            "is not an RSA private key in PEM form (the .pem file GitHub gives for the App)"
+                .to_owned()
+        })
+}
+
+/// The web address matching an API base (see [`crate::settings::ForgeSettings::web_url`]).
+pub fn web_base(api: &str) -> String {
+    crate::settings::ForgeSettings {
+        kind: crate::settings::ForgeKind::Github,
+        url: api.to_owned(),
+        ..Default::default()
+    }
+    .web_url()
+}
+
+/// Percent-encoding of a path segment or query value (all but RFC 3986's unreserved).
+fn enc(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn query(pairs: &[(&str, String)]) -> String {
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{k}={}", enc(v)))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+fn repo_path(repo: &RepoName) -> String {
+    format!("/repos/{}/{}", enc(repo.owner()), enc(repo.name()))
+}
+
+/// Who a request is made as.
+#[derive(Clone, Copy)]
+enum As<'a> {
+    /// The App itself (its JWT): `/app...` and the installation look-ups.
+    App,
+    /// An installation's token (octocrab mints and caches it).
+    Installation(u64),
+    /// A token the director holds (a run's).
+    Token(&'a Secret),
+}
+
+impl As<'_> {
+    fn gate_key(&self) -> String {
+        match self {
+            Self::App => "app".to_owned(),
+            Self::Installation(id) => format!("installation:{id}"),
+            // A run token has its own budget; they are short-lived, so one gate for all.
+            Self::Token(_) => "run-token".to_owned(),
+        }
+    }
+}
+
+/// The body of a 2xx answer.
+struct Answer {
+    body: Vec<u8>,
+}
+
+pub struct GithubClient {
+    app: Octocrab,
+    fixed_installation: Option<u64>,
+    /// `owner/repo` (or `org:NAME`) to its installation, as GitHub said.
+    installations: Mutex<HashMap<String, u64>>,
+    clients: Mutex<HashMap<u64, Octocrab>>,
+    /// Label ids to names per repository: GitHub adds and removes labels by name.
+    label_names: Mutex<HashMap<(String, u64), String>>,
+    /// Run tokens minted by this process, by name: GitHub revokes a token only when shown it.
+    run_tokens: Mutex<HashMap<String, Secret>>,
+    /// The App's bot login (`<slug>[bot]`), once known.
+    bot: Mutex<Option<String>>,
+    /// Owners whose issues the incremental scan searches (the watched ones).
+    owners: Vec<String>,
+    api: String,
+    max_attempts: u32,
+    backoff_base: Duration,
+    metrics: Option<Metrics>,
+    /// Per credential: no request before this instant (a rate limit, or a budget running low).
+    gates: Mutex<HashMap<String, Instant>>,
+    last_date: Mutex<Option<chrono::DateTime<chrono::Utc>>>,
+}
+
+impl GithubClient {
+    pub fn new(settings: &Settings, metrics: Option<Metrics>) -> anyhow::Result<Self> {
+        let g: &GithubSettings = &settings.github;
+        let key = jsonwebtoken::EncodingKey::from_rsa_pem(g.private_key.expose().trim().as_bytes())
+            .map_err(|_| {
+                anyhow::anyhow!("github.private_key is not an RSA private key in PEM form")
+            })?;
+        let timeout = Duration::from_secs(settings.forge.timeout_secs);
+        let api = settings.forge.url.trim_end_matches('/').to_owned();
+        let app = Octocrab::builder()
+            .base_uri(api.as_str())
+            .map_err(|_| anyhow::anyhow!("forge.url `{api}` is not a usable API base"))?
+            .set_connect_timeout(Some(timeout.min(Duration::from_secs(10))))
+            .set_read_timeout(Some(timeout))
+            .set_write_timeout(Some(timeout))
+            .add_header(
+                http::header::USER_AGENT,
+                concat!("director/", env!("CARGO_PKG_VERSION")).to_owned(),
+            )
+            .app(AppId(g.app_id), key)
+            .build()
+            .map_err(|_| anyhow::anyhow!("cannot build the GitHub client"))?;
+        let mut owners: Vec<String> = settings
+            .scan
+            .repos
+            .iter()
+            .map(|r| r.owner().to_owned())
+            .chain(settings.scan.orgs.iter().cloned())
+            .collect();
+        owners.sort_by_key(|o| o.to_ascii_lowercase());
+        owners.dedup_by(|a, b| a.eq_ignore_ascii_case(b));
+        Ok(Self {
+            app,
+            fixed_installation: (g.installation_id != 0).then_some(g.installation_id),
+            installations: Mutex::default(),
+            clients: Mutex::default(),
+            label_names: Mutex::default(),
+            run_tokens: Mutex::default(),
+            bot: Mutex::new(None),
+            owners,
+            api,
+            max_attempts: settings.forge.max_attempts.max(1),
+            backoff_base: Duration::from_millis(250),
+            metrics,
+            gates: Mutex::default(),
+            last_date: Mutex::new(None),
+        })
+    }
+
+    /// Shortens the backoff between attempts (tests).
+    pub fn with_backoff_base(mut self, base: Duration) -> Self {
+        self.backoff_base = base;
+        self
+    }
+
+    fn count(&self, endpoint: &str, status: &str) {
+        if let Some(m) = &self.metrics {
+            m.forge_requests
+                .with_label_values(&[endpoint, status])
+                .inc();
+        }
+    }
+
+    fn client(&self, who: As<'_>) -> Result<Octocrab, String> {
+        match who {
+            As::App => Ok(self.app.clone()),
+            As::Installation(id) => {
+                let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(c) = clients.get(&id) {
+                    return Ok(c.clone());
+                }
+                let c = self
+                    .app
+                    .installation(InstallationId(id))
+                    .map_err(|_| "cannot act as the installation".to_owned())?;
+                clients.insert(id, c.clone());
+                Ok(c)
+            }
+            As::Token(token) => self
+                .app
+                .user_access_token(token.expose().to_owned())
+                .map_err(|_| "cannot use the token".to_owned()),
+        }
+    }
+
+    /// Waits out the credential's gate; `Err` with the wait when it is too long to sit out.
+    async fn pass_gate(&self, key: &str) -> Result<(), Duration> {
+        let until = self
+            .gates
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .copied();
+        if let Some(until) = until {
+            let wait = until.saturating_duration_since(Instant::now());
+            if wait > MAX_RATE_WAIT {
+                return Err(wait);
+            }
+            if !wait.is_zero() {
+                tracing::debug!(
+                    wait_ms = wait.as_millis() as u64,
+                    "pacing GitHub requests to its rate limit"
+                );
+                tokio::time::sleep(wait).await;
+            }
+        }
+        Ok(())
+    }
+
+    fn set_gate(&self, key: &str, until: Instant) {
+        let mut gates = self.gates.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = gates.entry(key.to_owned()).or_insert(until);
+        *slot = (*slot).max(until);
+    }
+
+    /// Reads the rate-limit headers: a budget running low spaces the next requests over the
+    /// time left to the reset. Returns how long to wait before retrying when this answer is
+    /// a rate limit (403 or 429 with the signs of one).
+    fn read_limits(
+        &self,
+        key: &str,
+        status: StatusCode,
+        headers: &http::HeaderMap,
+    ) -> Option<Duration> {
+        let number = |name: &str| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        let remaining = number("x-ratelimit-remaining");
+        let until_reset = number("x-ratelimit-reset").map(|reset| {
+            let now = chrono::Utc::now().timestamp();
+            Duration::from_secs(
+                u64::try_from(i64::try_from(reset).unwrap_or(i64::MAX) - now).unwrap_or(0),
+            )
+        });
+        let retry_after = number("retry-after").map(Duration::from_secs);
+        if let (Some(left), Some(reset)) = (remaining, until_reset)
+            && left < RESERVE
+        {
+            let spacing = if left == 0 {
+                reset
+            } else {
+                reset / u32::try_from(left + 1).unwrap_or(u32::MAX)
+            };
+            self.set_gate(key, Instant::now() + spacing);
+        }
+        let limited = status == StatusCode::TOO_MANY_REQUESTS
+            || (status == StatusCode::FORBIDDEN && (retry_after.is_some() || remaining == Some(0)));
+        if !limited {
+            return None;
+        }
+        // GitHub: wait `Retry-After` when given; else until the reset when none are left;
+        // else at least a minute.
+        let wait = retry_after
+            .or(if remaining == Some(0) {
+                until_reset
+            } else {
+                None
+            })
+            .unwrap_or(Duration::from_secs(60));
+        self.set_gate(key, Instant::now() + wait);
+        Some(wait)
+    }
+
+    fn backoff(&self, attempt: u32) -> Duration {
+        use rand::Rng;
+        let cap = self.backoff_base.saturating_mul(1 << attempt.min(6));
+        cap.mul_f64(rand::rng().random_range(0.5..=1.0))
+    }
+
+    /// Sends one request as `who`, retrying what is safe to retry; `endpoint` is the path
+    /// template used as the metric label. Any 2xx is returned; other answers are errors.
+    async fn send(
+        &self,
+        who: As<'_>,
+        method: Method,
+        endpoint: &'static str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Answer, ForgeError> {
+        let err_path = path.split('?').next().unwrap_or(path).to_owned();
+        let transport = |reason: String| ForgeError::Transport {
+            method: method.to_string(),
+            path: err_path.clone(),
+            reason,
+        };
+        let client = self.client(who).map_err(&transport)?;
+        let key = who.gate_key();
+        // A POST that reached GitHub may have taken effect: repeat it only on a rate limit
+        // (nothing was done) or when it never left.
+        let idempotent = method != Method::POST;
+        let mut attempt = 1;
+        loop {
+            if let Err(wait) = self.pass_gate(&key).await {
+                self.count(endpoint, "rate_limited");
+                return Err(ForgeError::Status {
+                    method: method.to_string(),
+                    path: err_path,
+                    status: 429,
+                    message: format!(
+                        "GitHub's rate limit for this credential resets in {} s; not asking before then",
+                        wait.as_secs()
+                    ),
+                });
+            }
+            let uri = path.to_owned();
+            let outcome = match method {
+                Method::GET => client._get(uri).await,
+                Method::POST => client._post(uri, body).await,
+                Method::PATCH => client._patch(uri, body).await,
+                Method::PUT => client._put(uri, body).await,
+                Method::DELETE => client._delete(uri, body).await,
+                _ => return Err(transport("unsupported method".into())),
+            };
+            let retry_in = match outcome {
+                Ok(resp) => {
+                    let status = resp.status();
+                    self.count(endpoint, status.as_str());
+                    let headers = resp.headers().clone();
+                    if let Some(date) = headers
+                        .get(http::header::DATE)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| chrono::DateTime::parse_from_rfc2822(v).ok())
+                    {
+                        let date = date.with_timezone(&chrono::Utc);
+                        let mut last = self.last_date.lock().unwrap_or_else(|e| e.into_inner());
+                        *last = Some(last.map_or(date, |l| l.max(date)));
+                    }
+                    let limited = self.read_limits(&key, status, &headers);
+                    let retry = limited.or_else(|| {
+                        (matches!(status.as_u16(), 502..=504)
+                            || (idempotent && status.is_server_error()))
+                        .then(|| self.backoff(attempt))
+                    });
+                    match retry {
+                        Some(wait) if attempt < self.max_attempts && wait <= MAX_RATE_WAIT => {
+                            Some(wait)
+                        }
+                        _ => {
+                            let body = read_body(resp).await.map_err(&transport)?;
+                            return classify(&method, &err_path, status, body);
+                        }
+                    }
+                }
+                Err(e) => {
+                    self.count(endpoint, "error");
+                    // octocrab's error may carry the URL; ours has only the path.
+                    let reason = transport_reason(&e);
+                    if !idempotent || attempt >= self.max_attempts {
+                        return Err(transport(reason));
+                    }
+                    Some(self.backoff(attempt))
+                }
+            };
+            if let Some(wait) = retry_in {
+                tracing::debug!(%method, path = %err_path, attempt, wait_ms = wait.as_millis() as u64, "GitHub request will be retried");
+                tokio::time::sleep(wait).await;
+                attempt += 1;
+            }
+        }
+    }
+
+    async fn json<T: DeserializeOwned>(
+        &self,
+        who: As<'_>,
+        method: Method,
+        endpoint: &'static str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<T, ForgeError> {
+        let answer = self.send(who, method.clone(), endpoint, path, body).await?;
+        decode(&method, path, &answer.body)
+    }
+
+    /// Every page of a list (`per_page=100`), read until a page comes back short.
+    async fn all_pages<T: DeserializeOwned>(
+        &self,
+        who: As<'_>,
+        endpoint: &'static str,
+        path: &str,
+        params: &[(&str, String)],
+    ) -> Result<Vec<T>, ForgeError> {
+        let mut out = Vec::new();
+        for page in 1..=1000usize {
+            let mut q = params.to_vec();
+            q.push(("per_page", PAGE_SIZE.to_string()));
+            q.push(("page", page.to_string()));
+            let items: Vec<T> = self
+                .json(
+                    who,
+                    Method::GET,
+                    endpoint,
+                    &format!("{path}?{}", query(&q)),
+                    None,
+                )
+                .await?;
+            let short = items.len() < PAGE_SIZE;
+            out.extend(items);
+            if short {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The installation that covers `repo`: `github.installation_id`, else GitHub's answer
+    /// (kept).
+    async fn installation(&self, repo: &RepoName) -> Result<u64, ForgeError> {
+        if let Some(id) = self.fixed_installation {
+            return Ok(id);
+        }
+        let key = repo.to_string().to_ascii_lowercase();
+        if let Some(id) = self.cached_installation(&key) {
+            return Ok(id);
+        }
+        let path = format!("{}/installation", repo_path(repo));
+        let found: Result<RawInstallation, _> = self
+            .json(
+                As::App,
+                Method::GET,
+                "/repos/{o}/{r}/installation",
+                &path,
+                None,
+            )
+            .await;
+        let id = match found {
+            Ok(i) => i.id,
+            Err(e) if e.is_not_found() => {
+                return Err(ForgeError::Status {
+                    method: "GET".into(),
+                    path,
+                    status: 404,
+                    message: format!("the GitHub App is not installed on {repo}"),
+                });
+            }
+            Err(e) => return Err(e),
+        };
+        self.installations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, id);
+        Ok(id)
+    }
+
+    /// The installation on an account (organisation, else user).
+    async fn owner_installation(&self, owner: &str) -> Result<u64, ForgeError> {
+        if let Some(id) = self.fixed_installation {
+            return Ok(id);
+        }
+        let key = format!("owner:{}", owner.to_ascii_lowercase());
+        if let Some(id) = self.cached_installation(&key) {
+            return Ok(id);
+        }
+        let org = format!("/orgs/{}/installation", enc(owner));
+        let id = match self
+            .json::<RawInstallation>(As::App, Method::GET, "/orgs/{org}/installation", &org, None)
+            .await
+        {
+            Ok(i) => i.id,
+            Err(e) if e.is_not_found() => {
+                let user = format!("/users/{}/installation", enc(owner));
+                match self
+                    .json::<RawInstallation>(
+                        As::App,
+                        Method::GET,
+                        "/users/{username}/installation",
+                        &user,
+                        None,
+                    )
+                    .await
+                {
+                    Ok(i) => i.id,
+                    Err(e) if e.is_not_found() => {
+                        return Err(ForgeError::Status {
+                            method: "GET".into(),
+                            path: user,
+                            status: 404,
+                            message: format!(
+                                "the GitHub App is not installed on the account {owner}"
+                            ),
+                        });
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        self.installations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, id);
+        Ok(id)
+    }
+
+    fn cached_installation(&self, key: &str) -> Option<u64> {
+        self.installations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .copied()
+    }
+
+    async fn on(&self, repo: &RepoName) -> Result<As<'static>, ForgeError> {
+        Ok(As::Installation(self.installation(repo).await?))
+    }
+
+    /// The App's bot login, `<slug>[bot]` (asked once).
+    async fn bot_login(&self) -> Result<String, ForgeError> {
+        if let Some(b) = self.bot.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            return Ok(b);
+        }
+        let app: RawApp = self
+            .json(As::App, Method::GET, "/app", "/app", None)
+            .await
+            .map_err(|e| match e {
+                ForgeError::Status {
+                    status: 401,
+                    method,
+                    path,
+                    ..
+                } => ForgeError::Status {
+                    method,
+                    path,
+                    status: 401,
+                    message:
+                        "GitHub refused the App's JWT: check github.app_id and github.private_key"
+                            .into(),
+                },
+                other => other,
+            })?;
+        let login = format!("{}[bot]", app.slug);
+        *self.bot.lock().unwrap_or_else(|e| e.into_inner()) = Some(login.clone());
+        Ok(login)
+    }
+
+    async fn label_name(&self, repo: &RepoName, id: u64) -> Result<String, ForgeError> {
+        let key = (repo.to_string(), id);
+        if let Some(n) = self
+            .label_names
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
+            return Ok(n.clone());
+        }
+        let labels: Vec<RawLabel> = self
+            .all_pages(
+                self.on(repo).await?,
+                "/repos/{o}/{r}/labels",
+                &format!("{}/labels", repo_path(repo)),
+                &[],
+            )
+            .await?;
+        for l in &labels {
+            self.remember_label(repo, l.id, &l.name);
+        }
+        labels
+            .into_iter()
+            .find(|l| l.id == id)
+            .map(|l| l.name)
+            .ok_or_else(|| ForgeError::NotFound {
+                method: "GET".into(),
+                path: format!("{}/labels", repo_path(repo)),
+            })
+    }
+
+    fn remember_label(&self, repo: &RepoName, id: u64, name: &str) {
+        self.label_names
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((repo.to_string(), id), name.to_owned());
+    }
+
+    /// Whether a ruleset's `pull_request` rule (with an approving review) binds the token's
+    /// holder: GitHub says per ruleset whether the one asking may bypass it.
+    async fn ruleset_binds(
+        &self,
+        token: &Secret,
+        repo: &RepoName,
+        branch: &str,
+    ) -> Result<bool, ForgeError> {
+        let path = format!("{}/rules/branches/{}", repo_path(repo), enc(branch));
+        let rules: Vec<RawRule> = self
+            .all_pages(
+                As::Token(token),
+                "/repos/{o}/{r}/rules/branches/{branch}",
+                &path,
+                &[],
+            )
+            .await?;
+        for rule in rules.iter().filter(|r| {
+            r.kind == "pull_request"
+                && r.parameters
+                    .as_ref()
+                    .and_then(|p| p.get("required_approving_review_count"))
+                    .and_then(Value::as_u64)
+                    .is_some_and(|n| n >= 1)
+        }) {
+            let Some(id) = rule.ruleset_id else { continue };
+            let set: RawRuleset = self
+                .json(
+                    As::Token(token),
+                    Method::GET,
+                    "/repos/{o}/{r}/rulesets/{ruleset_id}",
+                    &format!("{}/rulesets/{id}", repo_path(repo)),
+                    None,
+                )
+                .await?;
+            if set.enforcement == "active"
+                && set.current_user_can_bypass.as_deref() == Some("never")
+            {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Whether a classic branch protection requires a pull request with an approving review
+    /// and lets no App bypass it (read with the director's installation token: it needs the
+    /// `administration: read` permission the run token never has).
+    async fn protection_binds(&self, repo: &RepoName, branch: &str) -> Result<bool, ForgeError> {
+        let path = format!("{}/branches/{}/protection", repo_path(repo), enc(branch));
+        let found: Result<RawProtection, _> = self
+            .json(
+                self.on(repo).await?,
+                Method::GET,
+                "/repos/{o}/{r}/branches/{branch}/protection",
+                &path,
+                None,
+            )
+            .await;
+        let p = match found {
+            Ok(p) => p,
+            // Not protected, or the App may not read the protection: it does not count.
+            Err(ForgeError::NotFound { .. } | ForgeError::Forbidden { .. }) => return Ok(false),
+            Err(ForgeError::Status { status: 403, .. }) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        let Some(reviews) = p.required_pull_request_reviews else {
+            return Ok(false);
+        };
+        if reviews.required_approving_review_count < 1 {
+            return Ok(false);
+        }
+        let bot = self.bot_login().await?;
+        let slug = bot.trim_end_matches("[bot]");
+        let bypass = reviews
+            .bypass_pull_request_allowances
+            .is_some_and(|b| b.apps.iter().any(|a| a.slug.eq_ignore_ascii_case(slug)));
+        Ok(!bypass)
+    }
+}
+
+fn transport_reason(e: &octocrab::Error) -> String {
+    let text = format!("{e}");
+    if text.to_ascii_lowercase().contains("timed out") || text.contains("Elapsed") {
+        "timed out".to_owned()
+    } else if text.to_ascii_lowercase().contains("connect") {
+        "could not connect to GitHub".to_owned()
+    } else {
+        "the request failed".to_owned()
+    }
+}
+
+async fn read_body(
+    resp: http::Response<http_body_util::combinators::BoxBody<bytes::Bytes, octocrab::Error>>,
+) -> Result<Vec<u8>, String> {
+    let limited = http_body_util::Limited::new(resp.into_body(), crate::limits::FORGE_BODY_BYTES);
+    limited
+        .collect()
+        .await
+        .map(|c| c.to_bytes().to_vec())
+        .map_err(|_| "the answer could not be read (or was too large)".to_owned())
+}
+
+fn classify(
+    method: &Method,
+    path: &str,
+    status: StatusCode,
+    body: Vec<u8>,
+) -> Result<Answer, ForgeError> {
+    if status.is_success() {
+        return Ok(Answer { body });
+    }
+    let (method, path) = (method.to_string(), path.to_owned());
+    let text = String::from_utf8_lossy(&body);
+    let message = serde_json::from_str::<Value>(&text)
+        .ok()
+        .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_owned))
+        .unwrap_or_else(|| text.into_owned());
+    let message = crate::limits::shorten(&message, 200);
+    Err(match status {
+        StatusCode::NOT_FOUND => ForgeError::NotFound { method, path },
+        _ => ForgeError::Status {
+            method,
+            path,
+            status: status.as_u16(),
+            message: match status {
+                StatusCode::UNAUTHORIZED => format!(
+                    "GitHub refused the credentials ({message}): check github.app_id and github.private_key"
+                ),
+                _ => message,
+            },
+        },
+    })
+}
+
+fn decode<T: DeserializeOwned>(method: &Method, path: &str, body: &[u8]) -> Result<T, ForgeError> {
+    serde_json::from_slice(body).map_err(|e| ForgeError::Decode {
+        method: method.to_string(),
+        path: path.split('?').next().unwrap_or(path).to_owned(),
+        reason: e.to_string(),
+    })
+}
+
+// ---- GitHub's answers, reduced to what the director reads ----
+
+#[derive(Deserialize)]
+struct RawInstallation {
+    id: u64,
+}
+
+#[derive(Deserialize)]
+struct RawApp {
+    slug: String,
+}
+
+#[derive(Deserialize, Default)]
+struct RawUser {
+    #[serde(default)]
+    login: String,
+}
+
+#[derive(Deserialize)]
+struct RawLabel {
+    id: u64,
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct RawIssue {
+    number: u64,
+    #[serde(default)]
+    title: String,
+    #[serde(default)]
+    body: Option<String>,
+    #[serde(default)]
+    state: String,
+    #[serde(default)]
+    labels: Vec<RawLabel>,
+    #[serde(default)]
+    user: Option<RawUser>,
+    #[serde(default)]
+    updated_at: String,
+    #[serde(default)]
+    pull_request: Option<Value>,
+    /// Search results only: `https://api.github.com/repos/OWNER/NAME`.
+    #[serde(default)]
+    repository_url: String,
+}
+
+impl From<RawIssue> for Issue {
+    fn from(r: RawIssue) -> Self {
+        Issue {
+            number: r.number,
+            title: r.title,
+            body: r.body.unwrap_or_default(),
+            state: r.state,
+            labels: r
+                .labels
+                .into_iter()
+                .map(|l| Label {
+                    id: l.id,
+                    name: l.name,
+                })
+                .collect(),
+            author: r.user.unwrap_or_default().login,
+            updated_at: r.updated_at,
+            is_pull: r.pull_request.is_some_and(|p| !p.is_null()),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct RawComment {
+    id: u64,
+    #[serde(default)]
+    body: Option<String>,
+    #[serde(default)]
+    user: Option<RawUser>,
+    #[serde(default)]
+    created_at: String,
+    #[serde(default)]
+    updated_at: String,
+}
+
+impl From<RawComment> for Comment {
+    fn from(c: RawComment) -> Self {
+        Comment {
+            id: c.id,
+            author: c.user.unwrap_or_default().login,
+            body: c.body.unwrap_or_default(),
+            created_at: c.created_at,
+            updated_at: c.updated_at,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct RawEvent {
+    #[serde(default)]
+    event: String,
+    #[serde(default)]
+    actor: Option<RawUser>,
+    #[serde(default)]
+    label: Option<RawEventLabel>,
+    #[serde(default)]
+    created_at: String,
+}
+
+#[derive(Deserialize)]
+struct RawEventLabel {
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct RawPermission {
+    permission: String,
+    #[serde(default)]
+    role_name: String,
+}
+
+#[derive(Deserialize)]
+struct RawRepository {
+    full_name: String,
+    #[serde(default)]
+    default_branch: String,
+    #[serde(default = "yes")]
+    private: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Deserialize)]
+struct RawBranch {
+    name: String,
+    commit: RawSha,
+}
+
+#[derive(Deserialize)]
+struct RawSha {
+    sha: String,
+}
+
+#[derive(Deserialize)]
+struct RawCompare {
+    ahead_by: u64,
+}
+
+#[derive(Deserialize)]
+struct RawPull {
+    number: u64,
+    state: String,
+    #[serde(default)]
+    merged: bool,
+    #[serde(default)]
+    merged_at: Option<String>,
+    #[serde(default)]
+    updated_at: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawReview {
+    id: u64,
+    #[serde(default)]
+    user: Option<RawUser>,
+    #[serde(default)]
+    state: String,
+    #[serde(default)]
+    body: Option<String>,
+    #[serde(default)]
+    submitted_at: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawReviewComment {
+    path: String,
+    #[serde(default)]
+    body: String,
+    #[serde(default)]
+    line: Option<u64>,
+    #[serde(default)]
+    original_line: Option<u64>,
+    #[serde(default)]
+    side: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawToken {
+    token: String,
+    #[serde(default)]
+    permissions: HashMap<String, String>,
+    #[serde(default)]
+    repositories: Option<Vec<RawRepository>>,
+}
+
+#[derive(Deserialize)]
+struct RawRule {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    parameters: Option<Value>,
+    #[serde(default)]
+    ruleset_id: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct RawRuleset {
+    #[serde(default)]
+    enforcement: String,
+    #[serde(default)]
+    current_user_can_bypass: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawProtection {
+    #[serde(default)]
+    required_pull_request_reviews: Option<RawReviewRule>,
+}
+
+#[derive(Deserialize)]
+struct RawReviewRule {
+    #[serde(default)]
+    required_approving_review_count: u64,
+    #[serde(default)]
+    bypass_pull_request_allowances: Option<RawAllowances>,
+}
+
+#[derive(Deserialize)]
+struct RawAllowances {
+    #[serde(default)]
+    apps: Vec<RawApp>,
+}
+
+#[derive(Deserialize)]
+struct RawSearch {
+    #[serde(default)]
+    total_count: u64,
+    #[serde(default)]
+    items: Vec<RawIssue>,
+}
+
+/// `owner/name` from a search item's `repository_url` (`.../repos/OWNER/NAME`).
+fn repo_of_url(url: &str) -> Option<RepoName> {
+    let mut parts = url.trim_end_matches('/').rsplit('/');
+    let name = parts.next()?;
+    let owner = parts.next()?;
+    (parts.next()? == "repos").then_some(())?;
+    RepoName::new(owner, name).ok()
+}
+
+/// GitHub's review states in the words the director uses (Forgejo's).
+fn review_state(state: &str) -> String {
+    match state {
+        "CHANGES_REQUESTED" => "REQUEST_CHANGES".to_owned(),
+        "COMMENTED" => "COMMENT".to_owned(),
+        other => other.to_owned(),
+    }
+}
+
+fn not_supported(what: &str) -> ForgeError {
+    ForgeError::Status {
+        method: String::new(),
+        path: String::new(),
+        status: 501,
+        message: format!(
+            "{what}: a GitHub App's webhook is set once, in the App's settings (Webhook URL: this director's /webhooks/github)"
+        ),
+    }
+}
+
+#[async_trait]
+impl Forge for GithubClient {
+    async fn current_user(&self) -> Result<String, ForgeError> {
+        self.bot_login().await
+    }
+
+    async fn repository(&self, repo: &RepoName) -> Result<Repository, ForgeError> {
+        let r: RawRepository = self
+            .json(
+                self.on(repo).await?,
+                Method::GET,
+                "/repos/{o}/{r}",
+                &repo_path(repo),
+                None,
+            )
+            .await?;
+        Ok(Repository {
+            name: r.full_name.parse().unwrap_or_else(|_| repo.clone()),
+            default_branch: r.default_branch,
+            private: r.private,
+        })
+    }
+
+    async fn open_issues_with_label(
+        &self,
+        repo: &RepoName,
+        label: &str,
+    ) -> Result<Vec<Issue>, ForgeError> {
+        let items: Vec<RawIssue> = self
+            .all_pages(
+                self.on(repo).await?,
+                "/repos/{o}/{r}/issues",
+                &format!("{}/issues", repo_path(repo)),
+                &[("labels", label.to_owned()), ("state", "open".to_owned())],
+            )
+            .await?;
+        Ok(items
+            .into_iter()
+            .map(Issue::from)
+            .filter(|i| !i.is_pull)
+            .collect())
+    }
+
+    async fn issue(&self, issue: &IssueRef) -> Result<Issue, ForgeError> {
+        let raw: RawIssue = self
+            .json(
+                self.on(&issue.repo).await?,
+                Method::GET,
+                "/repos/{o}/{r}/issues/{n}",
+                &format!("{}/issues/{}", repo_path(&issue.repo), issue.number),
+                None,
+            )
+            .await?;
+        Ok(raw.into())
+    }
+
+    async fn comments(&self, issue: &IssueRef) -> Result<Vec<Comment>, ForgeError> {
+        let raw: Vec<RawComment> = self
+            .all_pages(
+                self.on(&issue.repo).await?,
+                "/repos/{o}/{r}/issues/{n}/comments",
+                &format!(
+                    "{}/issues/{}/comments",
+                    repo_path(&issue.repo),
+                    issue.number
+                ),
+                &[],
+            )
+            .await?;
+        Ok(raw.into_iter().map(Comment::from).collect())
+    }
+
+    async fn timeline(&self, issue: &IssueRef) -> Result<Vec<TimelineEntry>, ForgeError> {
+        let raw: Vec<RawEvent> = self
+            .all_pages(
+                self.on(&issue.repo).await?,
+                "/repos/{o}/{r}/issues/{n}/events",
+                &format!("{}/issues/{}/events", repo_path(&issue.repo), issue.number),
+                &[],
+            )
+            .await?;
+        Ok(raw
+            .into_iter()
+            .map(|e| {
+                let labelled = matches!(e.event.as_str(), "labeled" | "unlabeled");
+                TimelineEntry {
+                    kind: if labelled {
+                        "label".to_owned()
+                    } else {
+                        e.event.clone()
+                    },
+                    actor: e.actor.unwrap_or_default().login,
+                    label: e.label.filter(|_| labelled).map(|l| l.name),
+                    added: e.event == "labeled",
+                    created_at: e.created_at,
+                }
+            })
+            .collect())
+    }
+
+    async fn permission(&self, repo: &RepoName, user: &str) -> Result<Permission, ForgeError> {
+        let path = format!("{}/collaborators/{}/permission", repo_path(repo), enc(user));
+        match self
+            .json::<RawPermission>(
+                self.on(repo).await?,
+                Method::GET,
+                "/repos/{o}/{r}/collaborators/{username}/permission",
+                &path,
+                None,
+            )
+            .await
+        {
+            // `maintain` is reported as `write` in `permission`; the role says it too.
+            Ok(p) if p.role_name == "maintain" => Ok(Permission::Write),
+            Ok(p) => Ok(match p.permission.as_str() {
+                "admin" => Permission::Admin,
+                "write" | "maintain" => Permission::Write,
+                "read" | "triage" => Permission::Read,
+                _ => Permission::None,
+            }),
+            Err(e) if e.is_not_found() => Ok(Permission::None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn ensure_label(
+        &self,
+        repo: &RepoName,
+        name: &str,
+        color: &str,
+        description: &str,
+    ) -> Result<Label, ForgeError> {
+        let who = self.on(repo).await?;
+        let path = format!("{}/labels/{}", repo_path(repo), enc(name));
+        let found = self
+            .json::<RawLabel>(
+                who,
+                Method::GET,
+                "/repos/{o}/{r}/labels/{name}",
+                &path,
+                None,
+            )
+            .await;
+        let label = match found {
+            Ok(l) => l,
+            Err(e) if e.is_not_found() => {
+                let body = json!({
+                    "name": name,
+                    "color": color.trim_start_matches('#'),
+                    "description": description,
+                });
+                match self
+                    .json::<RawLabel>(
+                        who,
+                        Method::POST,
+                        "/repos/{o}/{r}/labels",
+                        &format!("{}/labels", repo_path(repo)),
+                        Some(&body),
+                    )
+                    .await
+                {
+                    Ok(l) => l,
+                    // Created meanwhile (another replica): read it.
+                    Err(ForgeError::Status { status: 422, .. }) => {
+                        self.json(
+                            who,
+                            Method::GET,
+                            "/repos/{o}/{r}/labels/{name}",
+                            &path,
+                            None,
+                        )
+                        .await?
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        self.remember_label(repo, label.id, &label.name);
+        Ok(Label {
+            id: label.id,
+            name: label.name,
+        })
+    }
+
+    async fn add_label(&self, issue: &IssueRef, label_id: u64) -> Result<(), ForgeError> {
+        let name = self.label_name(&issue.repo, label_id).await?;
+        self.send(
+            self.on(&issue.repo).await?,
+            Method::POST,
+            "/repos/{o}/{r}/issues/{n}/labels",
+            &format!("{}/issues/{}/labels", repo_path(&issue.repo), issue.number),
+            Some(&json!({ "labels": [name] })),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn remove_label(&self, issue: &IssueRef, label_id: u64) -> Result<(), ForgeError> {
+        let name = self.label_name(&issue.repo, label_id).await?;
+        match self
+            .send(
+                self.on(&issue.repo).await?,
+                Method::DELETE,
+                "/repos/{o}/{r}/issues/{n}/labels/{name}",
+                &format!(
+                    "{}/issues/{}/labels/{}",
+                    repo_path(&issue.repo),
+                    issue.number,
+                    enc(&name)
+                ),
+                None,
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn create_comment(&self, issue: &IssueRef, body: &str) -> Result<Comment, ForgeError> {
+        let raw: RawComment = self
+            .json(
+                self.on(&issue.repo).await?,
+                Method::POST,
+                "/repos/{o}/{r}/issues/{n}/comments",
+                &format!(
+                    "{}/issues/{}/comments",
+                    repo_path(&issue.repo),
+                    issue.number
+                ),
+                Some(&json!({ "body": body })),
+            )
+            .await?;
+        Ok(raw.into())
+    }
+
+    async fn edit_comment(
+        &self,
+        repo: &RepoName,
+        comment_id: u64,
+        body: &str,
+    ) -> Result<Comment, ForgeError> {
+        let raw: RawComment = self
+            .json(
+                self.on(repo).await?,
+                Method::PATCH,
+                "/repos/{o}/{r}/issues/comments/{id}",
+                &format!("{}/issues/comments/{comment_id}", repo_path(repo)),
+                Some(&json!({ "body": body })),
+            )
+            .await?;
+        Ok(raw.into())
+    }
+
+    async fn issues_created_by(
+        &self,
+        repo: &RepoName,
+        login: &str,
+    ) -> Result<Vec<Issue>, ForgeError> {
+        let items: Vec<RawIssue> = self
+            .all_pages(
+                self.on(repo).await?,
+                "/repos/{o}/{r}/issues",
+                &format!("{}/issues", repo_path(repo)),
+                &[("creator", login.to_owned()), ("state", "all".to_owned())],
+            )
+            .await?;
+        Ok(items
+            .into_iter()
+            .map(Issue::from)
+            .filter(|i| !i.is_pull)
+            .collect())
+    }
+
+    async fn create_issue(
+        &self,
+        repo: &RepoName,
+        title: &str,
+        body: &str,
+    ) -> Result<u64, ForgeError> {
+        let raw: RawIssue = self
+            .json(
+                self.on(repo).await?,
+                Method::POST,
+                "/repos/{o}/{r}/issues",
+                &format!("{}/issues", repo_path(repo)),
+                Some(&json!({ "title": title, "body": body })),
+            )
+            .await?;
+        Ok(raw.number)
+    }
+
+    async fn branch(&self, repo: &RepoName, name: &str) -> Result<Option<Branch>, ForgeError> {
+        let path = format!("{}/branches/{}", repo_path(repo), enc(name));
+        match self
+            .json::<RawBranch>(
+                self.on(repo).await?,
+                Method::GET,
+                "/repos/{o}/{r}/branches/{branch}",
+                &path,
+                None,
+            )
+            .await
+        {
+            Ok(b) => Ok(Some(Branch {
+                name: b.name,
+                commit: b.commit.sha,
+                // The App's own view is not a PR-only check (that is `branch_as`).
+                user_can_push: true,
+                user_can_merge: true,
+            })),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// PR-only, as GitHub can show it: the branch counts as closed to the token's holder
+    /// when an active ruleset requires a pull request with an approving review and GitHub
+    /// says the holder can never bypass it, or a classic protection requires one and names
+    /// no bypass for this App. Anything else (including what cannot be read) is "can push".
+    async fn branch_as(
+        &self,
+        token: &Secret,
+        repo: &RepoName,
+        name: &str,
+    ) -> Result<Option<Branch>, ForgeError> {
+        let path = format!("{}/branches/{}", repo_path(repo), enc(name));
+        let b: RawBranch = match self
+            .json(
+                As::Token(token),
+                Method::GET,
+                "/repos/{o}/{r}/branches/{branch}",
+                &path,
+                None,
+            )
+            .await
+        {
+            Ok(b) => b,
+            Err(e) if e.is_not_found() => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let closed = self.ruleset_binds(token, repo, name).await?
+            || self.protection_binds(repo, name).await?;
+        Ok(Some(Branch {
+            name: b.name,
+            commit: b.commit.sha,
+            user_can_push: !closed,
+            user_can_merge: !closed,
+        }))
+    }
+
+    async fn commits_ahead(
+        &self,
+        repo: &RepoName,
+        base: &str,
+        head: &str,
+    ) -> Result<u64, ForgeError> {
+        let c: RawCompare = self
+            .json(
+                self.on(repo).await?,
+                Method::GET,
+                "/repos/{o}/{r}/compare/{basehead}",
+                &format!("{}/compare/{}...{}", repo_path(repo), enc(base), enc(head)),
+                None,
+            )
+            .await?;
+        Ok(c.ahead_by)
+    }
+
+    async fn find_pull(
+        &self,
+        repo: &RepoName,
+        base: &str,
+        head: &str,
+    ) -> Result<Option<u64>, ForgeError> {
+        let pulls: Vec<RawPull> = self
+            .all_pages(
+                self.on(repo).await?,
+                "/repos/{o}/{r}/pulls",
+                &format!("{}/pulls", repo_path(repo)),
+                &[
+                    ("head", format!("{}:{head}", repo.owner())),
+                    ("base", base.to_owned()),
+                    ("state", "open".to_owned()),
+                ],
+            )
+            .await?;
+        Ok(pulls.first().map(|p| p.number))
+    }
+
+    async fn create_pull(
+        &self,
+        repo: &RepoName,
+        head: &str,
+        base: &str,
+        title: &str,
+        body: &str,
+    ) -> Result<u64, ForgeError> {
+        let p: RawPull = self
+            .json(
+                self.on(repo).await?,
+                Method::POST,
+                "/repos/{o}/{r}/pulls",
+                &format!("{}/pulls", repo_path(repo)),
+                Some(&json!({ "title": title, "head": head, "base": base, "body": body })),
+            )
+            .await?;
+        Ok(p.number)
+    }
+
+    async fn pull(&self, repo: &RepoName, number: u64) -> Result<PullRequest, ForgeError> {
+        let p: RawPull = self
+            .json(
+                self.on(repo).await?,
+                Method::GET,
+                "/repos/{o}/{r}/pulls/{n}",
+                &format!("{}/pulls/{number}", repo_path(repo)),
+                None,
+            )
+            .await?;
+        Ok(PullRequest {
+            number: p.number,
+            state: p.state,
+            merged: p.merged || p.merged_at.is_some(),
+            updated_at: p.updated_at,
+        })
+    }
+
+    async fn reviews(&self, repo: &RepoName, number: u64) -> Result<Vec<Review>, ForgeError> {
+        let raw: Vec<RawReview> = self
+            .all_pages(
+                self.on(repo).await?,
+                "/repos/{o}/{r}/pulls/{n}/reviews",
+                &format!("{}/pulls/{number}/reviews", repo_path(repo)),
+                &[],
+            )
+            .await?;
+        Ok(raw
+            .into_iter()
+            .map(|r| Review {
+                id: r.id,
+                user: r.user.unwrap_or_default().login,
+                state: review_state(&r.state),
+                body: r.body.unwrap_or_default(),
+                submitted_at: r.submitted_at,
+            })
+            .collect())
+    }
+
+    async fn review_comments(
+        &self,
+        repo: &RepoName,
+        number: u64,
+        review: u64,
+    ) -> Result<Vec<ReviewComment>, ForgeError> {
+        let raw: Vec<RawReviewComment> = self
+            .all_pages(
+                self.on(repo).await?,
+                "/repos/{o}/{r}/pulls/{n}/reviews/{id}/comments",
+                &format!(
+                    "{}/pulls/{number}/reviews/{review}/comments",
+                    repo_path(repo)
+                ),
+                &[],
+            )
+            .await?;
+        Ok(raw
+            .into_iter()
+            .map(|c| {
+                let left = c.side.as_deref() == Some("LEFT");
+                ReviewComment {
+                    path: c.path,
+                    body: c.body,
+                    line: if left {
+                        None
+                    } else {
+                        c.line.or(c.original_line)
+                    },
+                    old_line: if left {
+                        c.line.or(c.original_line)
+                    } else {
+                        None
+                    },
+                }
+            })
+            .collect())
+    }
+
+    /// An installation token for `repo` alone with `contents: write` (GitHub adds
+    /// `metadata: read`): never `administration`, `workflows` or `secrets`. The runner
+    /// account is not used on GitHub: the App is the run's identity.
+    async fn mint_run_token(
+        &self,
+        _runner: &RunnerAccount,
+        repo: &RepoName,
+        name: &str,
+    ) -> Result<MintedToken, ForgeError> {
+        let installation = self.installation(repo).await?;
+        let body = json!({
+            "repositories": [repo.name()],
+            "permissions": { "contents": "write" },
+        });
+        let raw: RawToken = self
+            .json(
+                As::App,
+                Method::POST,
+                "/app/installations/{installation_id}/access_tokens",
+                &format!("/app/installations/{installation}/access_tokens"),
+                Some(&body),
+            )
+            .await?;
+        let token = Secret::new(raw.token);
+        self.run_tokens
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_owned(), token.clone());
+        let mut scopes: Vec<String> = raw
+            .permissions
+            .iter()
+            .map(|(k, v)| format!("{k}:{v}"))
+            .collect();
+        scopes.sort();
+        Ok(MintedToken {
+            id: 0,
+            name: name.to_owned(),
+            token,
+            repositories: raw.repositories.map(|list| {
+                list.iter()
+                    .filter_map(|r| r.full_name.parse().ok())
+                    .collect()
+            }),
+            scopes,
+        })
+    }
+
+    /// The run tokens this process minted and has not revoked (GitHub cannot list them).
+    async fn runner_tokens(
+        &self,
+        _runner: &RunnerAccount,
+    ) -> Result<Vec<(u64, String)>, ForgeError> {
+        Ok(self
+            .run_tokens
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .map(|n| (0, n.clone()))
+            .collect())
+    }
+
+    /// Revokes the token (`DELETE /installation/token`, with the token itself). A token this
+    /// process neither minted nor was given back ([`Forge::hold_run_token`]: a run adopted
+    /// after a restart) cannot be shown to GitHub: it expires by itself within the hour,
+    /// which is also the longest a run may last here.
+    async fn delete_run_token(
+        &self,
+        _runner: &RunnerAccount,
+        name: &str,
+    ) -> Result<(), ForgeError> {
+        let token = self
+            .run_tokens
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned();
+        let Some(token) = token else {
+            return Ok(());
+        };
+        match self
+            .send(
+                As::Token(&token),
+                Method::DELETE,
+                "/installation/token",
+                "/installation/token",
+                None,
+            )
+            .await
+        {
+            // 401: revoked or expired already.
+            Ok(_) | Err(ForgeError::Status { status: 401, .. }) => {}
+            Err(e) => return Err(e),
+        }
+        self.run_tokens
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
+        Ok(())
+    }
+
+    async fn org_repos(&self, org: &str) -> Result<Vec<RepoName>, ForgeError> {
+        let installation = self.owner_installation(org).await?;
+        let repos: Vec<RawRepository> = self
+            .all_pages(
+                As::Installation(installation),
+                "/orgs/{org}/repos",
+                &format!("/orgs/{}/repos", enc(org)),
+                &[],
+            )
+            .await?;
+        Ok(repos
+            .into_iter()
+            .filter_map(|r| r.full_name.parse().ok())
+            .collect())
+    }
+
+    /// One search per watched owner (`is:issue updated:>=SINCE user:OWNER`), every page.
+    /// GitHub's search shows at most 1,000 results: more than that is an error, and the full
+    /// pass catches up.
+    async fn issues_updated_since(
+        &self,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<IssueChanges, ForgeError> {
+        let mut issues = Vec::new();
+        let stamp = since.format("%Y-%m-%dT%H:%M:%SZ");
+        for owner in &self.owners {
+            let who = As::Installation(self.owner_installation(owner).await?);
+            let q = format!("is:issue updated:>={stamp} user:{owner}");
+            for page in 1..=10usize {
+                let path = format!(
+                    "/search/issues?{}",
+                    query(&[
+                        ("q", q.clone()),
+                        ("sort", "updated".to_owned()),
+                        ("order", "asc".to_owned()),
+                        ("per_page", PAGE_SIZE.to_string()),
+                        ("page", page.to_string()),
+                    ])
+                );
+                let found: RawSearch = self
+                    .json(who, Method::GET, "/search/issues", &path, None)
+                    .await?;
+                if found.total_count > 1000 {
+                    return Err(ForgeError::Status {
+                        method: "GET".into(),
+                        path: "/search/issues".into(),
+                        status: 422,
+                        message: format!(
+                            "{} issues of {owner} changed since {stamp}, more than GitHub's search shows; the full pass reads them",
+                            found.total_count
+                        ),
+                    });
+                }
+                let short = found.items.len() < PAGE_SIZE;
+                for item in found.items {
+                    if let Some(repo) = repo_of_url(&item.repository_url) {
+                        let issue = Issue::from(item);
+                        if !issue.is_pull {
+                            issues.push((repo, issue));
+                        }
+                    }
+                }
+                if short {
+                    break;
+                }
+            }
+        }
+        Ok(IssueChanges {
+            issues,
+            server_time: *self.last_date.lock().unwrap_or_else(|e| e.into_inner()),
+        })
+    }
+
+    async fn server_time(&self) -> Result<Option<chrono::DateTime<chrono::Utc>>, ForgeError> {
+        Ok(*self.last_date.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    async fn hooks(&self, _repo: &RepoName) -> Result<Vec<Hook>, ForgeError> {
+        Err(not_supported("listing repository webhooks"))
+    }
+
+    async fn create_hook(&self, _repo: &RepoName, _spec: &HookSpec) -> Result<Hook, ForgeError> {
+        Err(not_supported("creating a repository webhook"))
+    }
+
+    async fn edit_hook(
+        &self,
+        _repo: &RepoName,
+        _id: u64,
+        _url: &str,
+        _events: &[String],
+    ) -> Result<Hook, ForgeError> {
+        Err(not_supported("repairing a repository webhook"))
+    }
+
+    async fn delete_hook(&self, _repo: &RepoName, _id: u64) -> Result<(), ForgeError> {
+        Err(not_supported("deleting a repository webhook"))
+    }
+
+    fn hold_run_token(&self, name: &str, token: &Secret) {
+        self.run_tokens
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(name.to_owned())
+            .or_insert_with(|| token.clone());
+    }
+
+    fn run_endpoints(&self, repo: &RepoName, _runner: &RunnerAccount) -> RunEndpoints {
+        let web = web_base(&self.api);
+        let bot = self
+            .bot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .unwrap_or_else(|| "director[bot]".to_owned());
+        let host = reqwest::Url::parse(&web)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_owned))
+            .unwrap_or_else(|| "github.com".to_owned());
+        RunEndpoints {
+            clone_url: format!("{web}/{repo}.git"),
+            api_url: self.api.clone(),
+            git_origin: reqwest::Url::parse(&web)
+                .map(|u| u.origin().ascii_serialization())
+                .unwrap_or(web.clone()),
+            // GitHub takes an installation token as the password of `x-access-token`.
+            git_user: "x-access-token".to_owned(),
+            author: (bot.clone(), format!("{bot}@users.noreply.{host}")),
+            token_scopes: RUN_TOKEN_PERMISSIONS
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect(),
+            runner_account: false,
+            name: "GitHub",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn web_addresses_follow_the_api_base() {
+        assert_eq!(web_base("https://api.github.com"), "https://github.com");
+        assert_eq!(web_base("https://api.github.com/"), "https://github.com");
+        assert_eq!(
+            web_base("https://ghe.example/api/v3"),
+            "https://ghe.example"
+        );
+        assert_eq!(web_base("http://127.0.0.1:9000"), "http://127.0.0.1:9000");
+    }
+
+    #[test]
+    fn search_items_name_their_repository() {
+        assert_eq!(
+            repo_of_url("https://api.github.com/repos/acme/widgets").map(|r| r.to_string()),
+            Some("acme/widgets".to_owned())
+        );
+        assert!(repo_of_url("https://api.github.com/users/acme").is_none());
+        assert!(repo_of_url("").is_none());
+    }
+
+    #[test]
+    fn a_bad_key_is_refused_without_being_shown() {
+        let key = Secret::new(
+            "-----BEGIN RSA PRIVATE KEY-----\nnot-a-key-SECRETBYTES\n-----END RSA PRIVATE KEY-----",
+        );
+        let err = check_private_key(&key).expect_err("refused");
+        assert!(!err.contains("SECRETBYTES"));
+    }
+
+    #[test]
+    fn values_are_percent_encoded() {
+        assert_eq!(enc("a b/c"), "a%20b%2Fc");
+        assert_eq!(
+            query(&[("q", "is:issue user:acme".into())]),
+            "q=is%3Aissue%20user%3Aacme"
+        );
+    }
+}

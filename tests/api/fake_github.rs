@@ -1,0 +1,1871 @@
+//! `FakeGitHub`: a stateful GitHub on loopback for the GitHub backend. It holds users and
+//! their roles, one App (whose RS256 JWT it verifies against the App's public key),
+//! installations, installation tokens (whose repository and permission limits it enforces
+//! on every later request, and which expire and can be revoked), repositories with issues,
+//! labels, comments, issue events, commits and branches (classic protection and rulesets),
+//! git refs, contents, compare, pull requests and reviews. The App's own writes come back as
+//! signed webhooks, as GitHub sends them. Rate limits can be scripted.
+//!
+//! Every request is checked against GitHub's REST description (the subset the director uses
+//! of `api.github.com.json`, `tests/fixtures/github/api.github.com.subset.json`): the method
+//! and path template exist, query parameters are declared with the right type, and a JSON
+//! body fits the declared schema. What does not fit is kept in `violations`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use actix_web::web::Bytes;
+use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+use director::http::signature::sign;
+use serde_json::{Value, json};
+
+pub const APP_ID: u64 = 4242;
+pub const APP_SLUG: &str = "director-app";
+pub const BOT: &str = "director-app[bot]";
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/github");
+
+/// The App's private key, as the operator gives it to the director.
+pub fn app_key() -> String {
+    std::fs::read_to_string(format!("{FIXTURES}/test-app-key.pem")).expect("test key")
+}
+
+/// Another RSA key: a JWT signed with it is not the App's.
+pub fn other_key() -> String {
+    std::fs::read_to_string(format!("{FIXTURES}/other-app-key.pem")).expect("other key")
+}
+
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    pub method: String,
+    pub path: String,
+    pub query: String,
+    pub body: Value,
+    /// `app`, `token:<installation>` or `none`.
+    pub auth: String,
+}
+
+/// An installation token as the fake minted it.
+#[derive(Clone, Debug)]
+pub struct Token {
+    pub value: String,
+    pub installation: u64,
+    /// `None`: every repository of the installation.
+    pub repositories: Option<Vec<String>>,
+    pub permissions: BTreeMap<String, String>,
+    pub expires_at: chrono::DateTime<chrono::Utc>,
+    pub revoked: bool,
+}
+
+struct Installation {
+    account: String,
+    repos: Vec<String>,
+    permissions: BTreeMap<String, String>,
+}
+
+#[derive(Clone)]
+struct IssueS {
+    number: u64,
+    title: String,
+    body: Option<String>,
+    state: String,
+    labels: Vec<String>,
+    author: String,
+    updated_at: String,
+    pull: Option<PullS>,
+}
+
+#[derive(Clone)]
+struct PullS {
+    head: String,
+    base: String,
+    merged: bool,
+}
+
+#[derive(Clone)]
+struct CommentS {
+    id: u64,
+    number: u64,
+    author: String,
+    body: String,
+    created_at: String,
+    updated_at: String,
+}
+
+#[derive(Clone)]
+struct EventS {
+    number: u64,
+    event: String,
+    actor: String,
+    label: Option<String>,
+    created_at: String,
+}
+
+struct ReviewS {
+    id: u64,
+    number: u64,
+    user: String,
+    state: String,
+    body: String,
+    comments: Vec<(String, String, u64)>,
+}
+
+struct Ruleset {
+    id: u64,
+    enforcement: String,
+    approvals: u64,
+    app_can_bypass: bool,
+}
+
+#[derive(Default)]
+struct Repo {
+    id: u64,
+    private: bool,
+    default_branch: String,
+    labels: Vec<(u64, String, String)>,
+    issues: BTreeMap<u64, IssueS>,
+    comments: Vec<CommentS>,
+    events: Vec<EventS>,
+    reviews: Vec<ReviewS>,
+    /// sha → parent.
+    commits: HashMap<String, Option<String>>,
+    branches: BTreeMap<String, String>,
+    files: BTreeMap<(String, String), String>,
+    /// Classic protection of the default branch: (approvals, apps that may bypass).
+    protection: Option<(u64, Vec<String>)>,
+    rulesets: Vec<Ruleset>,
+    next_number: u64,
+}
+
+#[derive(Default)]
+struct Rates {
+    /// The next answers are 429 with `Retry-After: 1`.
+    limited: u32,
+    /// `x-ratelimit-remaining` and reset (epoch seconds) to report.
+    remaining: Option<(u64, i64)>,
+}
+
+#[derive(Default)]
+struct State {
+    installations: BTreeMap<u64, Installation>,
+    tokens: Vec<Token>,
+    /// (repo, user) → role name (`admin`, `maintain`, `write`, `triage`, `read`).
+    roles: HashMap<(String, String), String>,
+    repos: BTreeMap<String, Repo>,
+    next_id: u64,
+    requests: Vec<Recorded>,
+    violations: Vec<String>,
+    webhook: Option<(String, String)>,
+    webhooks_on: bool,
+    rates: Rates,
+}
+
+fn now() -> String {
+    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+fn user(login: &str) -> Value {
+    let kind = if login.ends_with("[bot]") {
+        "Bot"
+    } else {
+        "User"
+    };
+    json!({ "login": login, "id": login.len(), "type": kind })
+}
+
+impl State {
+    fn id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    fn repo(&mut self, name: &str) -> Option<&mut Repo> {
+        self.repos.get_mut(&name.to_ascii_lowercase())
+    }
+
+    fn role(&self, repo: &str, login: &str) -> Option<String> {
+        self.roles
+            .get(&(repo.to_ascii_lowercase(), login.to_owned()))
+            .cloned()
+    }
+
+    fn issue_json(&self, repo: &str, i: &IssueS) -> Value {
+        let r = &self.repos[&repo.to_ascii_lowercase()];
+        let labels: Vec<Value> = i
+            .labels
+            .iter()
+            .map(|n| {
+                let id = r
+                    .labels
+                    .iter()
+                    .find(|(_, name, _)| name == n)
+                    .map_or(0, |(id, _, _)| *id);
+                json!({ "id": id, "name": n })
+            })
+            .collect();
+        let mut v = json!({
+            "id": i.number * 1000,
+            "number": i.number,
+            "title": i.title,
+            "body": i.body,
+            "state": i.state,
+            "labels": labels,
+            "user": user(&i.author),
+            "updated_at": i.updated_at,
+            "repository_url": format!("https://api.github.com/repos/{repo}"),
+        });
+        if i.pull.is_some() {
+            v["pull_request"] =
+                json!({ "url": format!("https://api.github.com/repos/{repo}/pulls/{}", i.number) });
+        }
+        v
+    }
+
+    fn pull_json(&self, repo: &str, i: &IssueS) -> Value {
+        let p = i.pull.clone().unwrap_or(PullS {
+            head: String::new(),
+            base: String::new(),
+            merged: false,
+        });
+        json!({
+            "number": i.number, "title": i.title, "body": i.body, "state": i.state,
+            "merged": p.merged, "merged_at": if p.merged { Some(i.updated_at.clone()) } else { None },
+            "updated_at": i.updated_at, "user": user(&i.author),
+            "head": { "ref": p.head, "repo": { "full_name": repo } },
+            "base": { "ref": p.base, "repo": { "full_name": repo } },
+        })
+    }
+
+    /// Ancestors of `sha`, itself included.
+    fn history(repo: &Repo, sha: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut at = Some(sha.to_owned());
+        while let Some(s) = at {
+            if out.contains(&s) {
+                break;
+            }
+            at = repo.commits.get(&s).cloned().flatten();
+            out.push(s);
+        }
+        out
+    }
+}
+
+/// The App's webhook echo of a change, queued to send after the answer.
+struct Echo {
+    event: &'static str,
+    body: Value,
+}
+
+pub struct FakeGitHub {
+    state: Arc<Mutex<State>>,
+    echoes: tokio::sync::mpsc::UnboundedSender<Echo>,
+    handle: actix_web::dev::ServerHandle,
+    pub url: String,
+}
+
+impl Drop for FakeGitHub {
+    fn drop(&mut self) {
+        let handle = self.handle.clone();
+        tokio::spawn(async move { handle.stop(false).await });
+    }
+}
+
+type Shared = (Arc<Mutex<State>>, tokio::sync::mpsc::UnboundedSender<Echo>);
+
+impl FakeGitHub {
+    pub async fn start() -> Self {
+        let state = Arc::new(Mutex::new(State {
+            webhooks_on: true,
+            ..State::default()
+        }));
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Echo>();
+        {
+            let state = state.clone();
+            tokio::spawn(async move {
+                let client = reqwest::Client::new();
+                while let Some(echo) = rx.recv().await {
+                    let target = {
+                        let s = state.lock().expect("lock");
+                        s.webhook.clone().filter(|_| s.webhooks_on)
+                    };
+                    let Some((url, secret)) = target else {
+                        continue;
+                    };
+                    let body = echo.body.to_string();
+                    let _ = client
+                        .post(&url)
+                        .header("Content-Type", "application/json")
+                        .header("X-GitHub-Event", echo.event)
+                        .header("X-GitHub-Delivery", uuid_like())
+                        .header(
+                            "X-Hub-Signature-256",
+                            format!("sha256={}", sign(&secret, body.as_bytes())),
+                        )
+                        .header("User-Agent", "GitHub-Hookshot/fake")
+                        .body(body)
+                        .send()
+                        .await;
+                }
+            });
+        }
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let data = web::Data::new((state.clone(), tx.clone()));
+        let server = HttpServer::new(move || {
+            App::new()
+                .app_data(data.clone())
+                .app_data(web::PayloadConfig::new(16 * 1024 * 1024))
+                .default_service(web::to(handle))
+        })
+        .listen(listener)
+        .expect("listen")
+        .workers(1)
+        .disable_signals()
+        .run();
+        let handle = server.handle();
+        tokio::spawn(server);
+        Self {
+            state,
+            echoes: tx,
+            handle,
+            url: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
+        let mut s = self.state.lock().expect("lock");
+        f(&mut s)
+    }
+
+    /// A repository with one commit on `main`.
+    pub fn create_repo(&self, full_name: &str) {
+        self.with(|s| {
+            let id = s.id();
+            let mut repo = Repo {
+                id,
+                private: false,
+                default_branch: "main".into(),
+                next_number: 1,
+                ..Repo::default()
+            };
+            repo.commits.insert("c0".into(), None);
+            repo.branches.insert("main".into(), "c0".into());
+            s.repos.insert(full_name.to_ascii_lowercase(), repo);
+        });
+    }
+
+    /// Installs the App on `account` for `repos`, with the App's usual permissions.
+    pub fn install(&self, account: &str, repos: &[&str]) -> u64 {
+        self.with(|s| {
+            let id = 100 + s.id();
+            let permissions = [
+                ("administration", "read"),
+                ("contents", "write"),
+                ("issues", "write"),
+                ("metadata", "read"),
+                ("pull_requests", "write"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+            s.installations.insert(
+                id,
+                Installation {
+                    account: account.to_owned(),
+                    repos: repos.iter().map(|r| r.to_ascii_lowercase()).collect(),
+                    permissions,
+                },
+            );
+            id
+        })
+    }
+
+    /// Sets what the installation was granted of one permission (`read`, `write`, or
+    /// anything else for none): tokens can never get more.
+    pub fn set_permission(&self, installation: u64, permission: &str, level: &str) {
+        self.with(|s| {
+            if let Some(i) = s.installations.get_mut(&installation) {
+                if level == "read" || level == "write" {
+                    i.permissions
+                        .insert(permission.to_owned(), level.to_owned());
+                } else {
+                    i.permissions.remove(permission);
+                }
+            }
+        });
+    }
+
+    pub fn grant(&self, repo: &str, login: &str, role: &str) {
+        self.with(|s| {
+            s.roles.insert(
+                (repo.to_ascii_lowercase(), login.to_owned()),
+                role.to_owned(),
+            );
+        });
+    }
+
+    /// Classic protection on the default branch: a pull request with `approvals` approving
+    /// reviews, `bypass_apps` (slugs) exempt.
+    pub fn protect(&self, repo: &str, approvals: u64, bypass_apps: &[&str]) {
+        self.with(|s| {
+            if let Some(r) = s.repo(repo) {
+                r.protection = Some((
+                    approvals,
+                    bypass_apps.iter().map(|a| (*a).to_owned()).collect(),
+                ));
+            }
+        });
+    }
+
+    /// A ruleset on the default branch requiring a pull request with `approvals` reviews.
+    pub fn ruleset(&self, repo: &str, enforcement: &str, approvals: u64, app_can_bypass: bool) {
+        self.with(|s| {
+            let id = s.id();
+            if let Some(r) = s.repo(repo) {
+                r.rulesets.push(Ruleset {
+                    id,
+                    enforcement: enforcement.to_owned(),
+                    approvals,
+                    app_can_bypass,
+                });
+            }
+        });
+    }
+
+    pub fn set_webhook(&self, url: &str, secret: &str) {
+        self.with(|s| s.webhook = Some((url.to_owned(), secret.to_owned())));
+    }
+
+    /// Webhooks lost (an outage of the receiver, say): nothing is sent while off.
+    pub fn set_webhooks(&self, on: bool) {
+        self.with(|s| s.webhooks_on = on);
+    }
+
+    /// The next `n` answers are 429 with `Retry-After: 1`.
+    pub fn rate_limit_next(&self, n: u32) {
+        self.with(|s| s.rates.limited = n);
+    }
+
+    /// Every answer reports `remaining` requests left until `reset_in` seconds from now.
+    pub fn report_remaining(&self, remaining: u64, reset_in: i64) {
+        self.with(|s| {
+            s.rates.remaining = Some((remaining, chrono::Utc::now().timestamp() + reset_in))
+        });
+    }
+
+    pub fn open_issue(&self, repo: &str, author: &str, title: &str, body: &str) -> u64 {
+        let (number, echo) = self.with(|s| {
+            let r = s.repo(repo).expect("repo");
+            let number = r.next_number;
+            r.next_number += 1;
+            let issue = IssueS {
+                number,
+                title: title.to_owned(),
+                body: Some(body.to_owned()),
+                state: "open".into(),
+                labels: Vec::new(),
+                author: author.to_owned(),
+                updated_at: now(),
+                pull: None,
+            };
+            r.issues.insert(number, issue.clone());
+            let echo = issues_echo(s, repo, &issue, "opened", author, None);
+            (number, echo)
+        });
+        let _ = self.echoes.send(echo);
+        number
+    }
+
+    /// `actor` puts `label` on the issue (creating the label as needed): an event, and a
+    /// webhook.
+    pub fn label(&self, actor: &str, repo: &str, number: u64, label: &str) {
+        let echo = self.with(|s| {
+            let id = s.id();
+            let r = s.repo(repo).expect("repo");
+            if !r.labels.iter().any(|(_, n, _)| n == label) {
+                r.labels.push((id, label.to_owned(), "ededed".into()));
+            }
+            let at = now();
+            let i = r.issues.get_mut(&number).expect("issue");
+            if !i.labels.iter().any(|l| l == label) {
+                i.labels.push(label.to_owned());
+            }
+            i.updated_at = at.clone();
+            let issue = i.clone();
+            r.events.push(EventS {
+                number,
+                event: "labeled".into(),
+                actor: actor.to_owned(),
+                label: Some(label.to_owned()),
+                created_at: at,
+            });
+            issues_echo(s, repo, &issue, "labeled", actor, Some(label))
+        });
+        let _ = self.echoes.send(echo);
+    }
+
+    /// `actor` takes `label` off.
+    pub fn unlabel(&self, actor: &str, repo: &str, number: u64, label: &str) {
+        let echo = self.with(|s| {
+            let r = s.repo(repo).expect("repo");
+            let at = now();
+            let i = r.issues.get_mut(&number).expect("issue");
+            i.labels.retain(|l| l != label);
+            i.updated_at = at.clone();
+            let issue = i.clone();
+            r.events.push(EventS {
+                number,
+                event: "unlabeled".into(),
+                actor: actor.to_owned(),
+                label: Some(label.to_owned()),
+                created_at: at,
+            });
+            issues_echo(s, repo, &issue, "unlabeled", actor, Some(label))
+        });
+        let _ = self.echoes.send(echo);
+    }
+
+    /// `actor` replaces the issue's body (an `issues` `edited` webhook).
+    pub fn edit_issue(&self, actor: &str, repo: &str, number: u64, body: &str) {
+        let echo = self.with(|s| {
+            let r = s.repo(repo).expect("repo");
+            let i = r.issues.get_mut(&number).expect("issue");
+            let before = i.body.clone();
+            i.body = Some(body.to_owned());
+            i.updated_at = now();
+            let issue = i.clone();
+            let mut echo = issues_echo(s, repo, &issue, "edited", actor, None);
+            echo.body["changes"] = json!({ "body": { "from": before } });
+            echo
+        });
+        let _ = self.echoes.send(echo);
+    }
+
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.with(|s| s.requests.clone())
+    }
+
+    pub fn violations(&self) -> Vec<String> {
+        self.with(|s| s.violations.clone())
+    }
+
+    pub fn tokens(&self) -> Vec<Token> {
+        self.with(|s| s.tokens.clone())
+    }
+
+    /// (author, body) of the issue's comments, oldest first.
+    pub fn comments(&self, repo: &str, number: u64) -> Vec<(String, String)> {
+        self.with(|s| {
+            s.repo(repo)
+                .map(|r| {
+                    r.comments
+                        .iter()
+                        .filter(|c| c.number == number)
+                        .map(|c| (c.author.clone(), c.body.clone()))
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+    }
+
+    pub fn labels_of(&self, repo: &str, number: u64) -> Vec<String> {
+        self.with(|s| {
+            s.repo(repo)
+                .and_then(|r| r.issues.get(&number).map(|i| i.labels.clone()))
+                .unwrap_or_default()
+        })
+    }
+
+    /// (number, head, base, body) of the repository's pull requests.
+    pub fn pulls(&self, repo: &str) -> Vec<(u64, String, String, String)> {
+        self.with(|s| {
+            s.repo(repo)
+                .map(|r| {
+                    r.issues
+                        .values()
+                        .filter_map(|i| {
+                            i.pull.as_ref().map(|p| {
+                                (
+                                    i.number,
+                                    p.head.clone(),
+                                    p.base.clone(),
+                                    i.body.clone().unwrap_or_default(),
+                                )
+                            })
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+    }
+
+    /// A branch's head commit.
+    pub fn branch_head(&self, repo: &str, branch: &str) -> Option<String> {
+        self.with(|s| s.repo(repo).and_then(|r| r.branches.get(branch).cloned()))
+    }
+}
+
+fn uuid_like() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+fn issues_echo(
+    s: &State,
+    repo: &str,
+    issue: &IssueS,
+    action: &str,
+    sender: &str,
+    label: Option<&str>,
+) -> Echo {
+    let mut body = json!({
+        "action": action,
+        "issue": s.issue_json(repo, issue),
+        "repository": { "full_name": repo, "name": repo.split('/').nth(1), "private": false },
+        "sender": user(sender),
+        "installation": { "id": s.installations.keys().next() },
+    });
+    if let Some(l) = label {
+        body["label"] = json!({ "name": l });
+    }
+    Echo {
+        event: "issues",
+        body,
+    }
+}
+
+// ---- the contract: GitHub's REST description, the subset the director uses ----
+
+struct Operation {
+    method: String,
+    template: String,
+    segments: Vec<String>,
+    params: Vec<Value>,
+    body: Option<Value>,
+}
+
+struct Spec {
+    operations: Vec<Operation>,
+    components: Value,
+}
+
+fn spec() -> &'static Spec {
+    static SPEC: OnceLock<Spec> = OnceLock::new();
+    SPEC.get_or_init(|| {
+        let text = std::fs::read_to_string(format!("{FIXTURES}/api.github.com.subset.json"))
+            .expect("GitHub's description");
+        let doc: Value = serde_json::from_str(&text).expect("json");
+        let mut operations = Vec::new();
+        for (template, item) in doc["paths"].as_object().into_iter().flatten() {
+            for (method, op) in item.as_object().into_iter().flatten() {
+                let params = op["parameters"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|p| match p["$ref"].as_str() {
+                        Some(r) => doc["components"]["parameters"]
+                            [r.rsplit('/').next().unwrap_or_default()]
+                        .clone(),
+                        None => p,
+                    })
+                    .collect();
+                let body = op["requestBody"]["content"]["application/json"]["schema"].clone();
+                operations.push(Operation {
+                    method: method.to_ascii_uppercase(),
+                    template: template.clone(),
+                    segments: template
+                        .trim_matches('/')
+                        .split('/')
+                        .map(str::to_owned)
+                        .collect(),
+                    params,
+                    body: (!body.is_null()).then_some(body),
+                });
+            }
+        }
+        Spec {
+            operations,
+            components: doc["components"].clone(),
+        }
+    })
+}
+
+fn type_fits(kind: &str, value: &str) -> bool {
+    match kind {
+        "integer" => value.parse::<i64>().is_ok(),
+        "number" => value.parse::<f64>().is_ok(),
+        "boolean" => value == "true" || value == "false",
+        _ => true,
+    }
+}
+
+impl Spec {
+    /// The template a request fits, or why it fits none. `segments` are percent-decoded.
+    /// A last `{ref}` or `{path}` takes the rest of the path (it may hold slashes).
+    fn check(
+        &self,
+        method: &str,
+        segments: &[String],
+        query: &[(String, String)],
+        body: Option<&Value>,
+    ) -> Result<String, String> {
+        let mut best: Option<(&Operation, usize)> = None;
+        for op in self.operations.iter().filter(|o| o.method == method) {
+            let greedy = op
+                .segments
+                .last()
+                .is_some_and(|l| l == "{ref}" || l == "{path}");
+            let fits_len = if greedy {
+                segments.len() >= op.segments.len()
+            } else {
+                segments.len() == op.segments.len()
+            };
+            if !fits_len {
+                continue;
+            }
+            let mut literal = 0;
+            let fits = op.segments.iter().zip(segments).all(|(t, s)| {
+                if let Some(name) = t.strip_prefix('{').and_then(|t| t.strip_suffix('}')) {
+                    let kind = op
+                        .params
+                        .iter()
+                        .find(|p| p["in"] == "path" && p["name"] == name)
+                        .and_then(|p| p["schema"]["type"].as_str())
+                        .unwrap_or("string");
+                    !s.is_empty() && type_fits(kind, s)
+                } else {
+                    literal += 1;
+                    t == s
+                }
+            });
+            if fits && best.is_none_or(|(_, l)| literal > l) {
+                best = Some((op, literal));
+            }
+        }
+        let (op, _) = best.ok_or_else(|| {
+            format!(
+                "{method} /{}: no such operation in GitHub's description",
+                segments.join("/")
+            )
+        })?;
+        let at = format!("{method} {}", op.template);
+        for (name, value) in query {
+            let param = op
+                .params
+                .iter()
+                .find(|p| p["in"] == "query" && p["name"] == name.as_str())
+                .ok_or_else(|| format!("{at}: undeclared query parameter `{name}`"))?;
+            let schema = &param["schema"];
+            let kind = schema["type"].as_str().unwrap_or("string");
+            if !type_fits(kind, value) {
+                return Err(format!("{at}: query `{name}={value}` is not {kind}"));
+            }
+            if let Some(allowed) = schema["enum"].as_array()
+                && !allowed.iter().any(|a| a.as_str() == Some(value))
+            {
+                return Err(format!(
+                    "{at}: query `{name}={value}` is not one of {allowed:?}"
+                ));
+            }
+            if let Some(max) = schema["maximum"].as_i64()
+                && value.parse::<i64>().is_ok_and(|v| v > max)
+            {
+                return Err(format!("{at}: query `{name}={value}` is over {max}"));
+            }
+        }
+        for p in op
+            .params
+            .iter()
+            .filter(|p| p["in"] == "query" && p["required"] == true)
+        {
+            let name = p["name"].as_str().unwrap_or_default();
+            if !query.iter().any(|(n, _)| n == name) {
+                return Err(format!("{at}: required query parameter `{name}` missing"));
+            }
+        }
+        match (&op.body, body) {
+            (None, Some(_)) => return Err(format!("{at}: takes no body")),
+            (Some(schema), Some(body)) => self.fits(schema, body, &format!("{at} body"))?,
+            _ => {}
+        }
+        Ok(op.template.clone())
+    }
+
+    fn resolve<'a>(&'a self, schema: &'a Value) -> &'a Value {
+        match schema["$ref"]
+            .as_str()
+            .and_then(|r| r.strip_prefix("#/components/schemas/"))
+        {
+            Some(name) => &self.components["schemas"][name],
+            None => schema,
+        }
+    }
+
+    fn fits(&self, schema: &Value, value: &Value, at: &str) -> Result<(), String> {
+        let schema = self.resolve(schema);
+        for (key, any) in [("oneOf", true), ("anyOf", true), ("allOf", false)] {
+            if let Some(options) = schema[key].as_array() {
+                let results: Vec<Result<(), String>> =
+                    options.iter().map(|o| self.fits(o, value, at)).collect();
+                let ok = if any {
+                    results.iter().any(Result::is_ok)
+                } else {
+                    results.iter().all(Result::is_ok)
+                };
+                if !ok {
+                    return Err(results
+                        .into_iter()
+                        .find_map(Result::err)
+                        .unwrap_or_else(|| format!("{at}: fits no `{key}` option")));
+                }
+                return Ok(());
+            }
+        }
+        if value.is_null() && schema["nullable"] == true {
+            return Ok(());
+        }
+        let kind = schema["type"].as_str().unwrap_or("");
+        let ok = match kind {
+            "object" => value.is_object(),
+            "array" => value.is_array(),
+            "string" => value.is_string(),
+            "integer" => value.is_i64() || value.is_u64(),
+            "number" => value.is_number(),
+            "boolean" => value.is_boolean(),
+            _ => true,
+        };
+        if !ok {
+            return Err(format!("{at}: expected {kind}, got {value}"));
+        }
+        if let (Some(allowed), Some(v)) = (schema["enum"].as_array(), value.as_str())
+            && !allowed.iter().any(|a| a.as_str() == Some(v))
+        {
+            return Err(format!("{at}: `{v}` is not one of {allowed:?}"));
+        }
+        if let Some(obj) = value.as_object() {
+            if let Some(props) = schema["properties"].as_object() {
+                for (key, v) in obj {
+                    let prop = props
+                        .get(key)
+                        .ok_or_else(|| format!("{at}: unknown field `{key}`"))?;
+                    self.fits(prop, v, &format!("{at}.{key}"))?;
+                }
+            }
+            for req in schema["required"].as_array().into_iter().flatten() {
+                let name = req.as_str().unwrap_or_default();
+                if !obj.contains_key(name) {
+                    return Err(format!("{at}: required field `{name}` missing"));
+                }
+            }
+        }
+        if let (Some(items), Some(arr)) = (schema.get("items"), value.as_array()) {
+            for (i, v) in arr.iter().enumerate() {
+                self.fits(items, v, &format!("{at}[{i}]"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+// ---- the HTTP face ----
+
+fn decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() + 1 && i + 3 <= bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+                out.push(u8::from_str_radix(hex, 16).unwrap_or(b'?'));
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn reply(code: u16, body: Value) -> HttpResponse {
+    HttpResponse::build(actix_web::http::StatusCode::from_u16(code).expect("status"))
+        .content_type("application/json")
+        .body(body.to_string())
+}
+
+fn message(code: u16, text: &str) -> HttpResponse {
+    reply(
+        code,
+        json!({ "message": text, "documentation_url": "https://docs.github.com/rest" }),
+    )
+}
+
+/// Who is asking.
+#[derive(Clone)]
+enum Caller {
+    App,
+    Token(Token),
+}
+
+fn verify_jwt(token: &str) -> Result<(), String> {
+    #[derive(serde::Deserialize)]
+    struct Claims {
+        iat: i64,
+        exp: i64,
+        iss: Value,
+    }
+    let public =
+        std::fs::read(format!("{FIXTURES}/test-app-key.pub.pem")).map_err(|e| e.to_string())?;
+    let key = jsonwebtoken::DecodingKey::from_rsa_pem(&public).map_err(|e| e.to_string())?;
+    let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::RS256);
+    // `iss` is the App id as a number, which the library reads only as a string: checked below.
+    validation.set_required_spec_claims(&["exp"]);
+    let data = jsonwebtoken::decode::<Claims>(token, &key, &validation)
+        .map_err(|e| format!("A JSON web token could not be decoded ({e})"))?;
+    let c = data.claims;
+    let iss = c
+        .iss
+        .as_u64()
+        .or_else(|| c.iss.as_str().and_then(|s| s.parse().ok()));
+    if iss != Some(APP_ID) {
+        return Err("'Issuer' claim ('iss') must be an Integer".into());
+    }
+    if c.exp - c.iat > 660 {
+        return Err("'Expiration time' claim ('exp') is too far in the future".into());
+    }
+    Ok(())
+}
+
+/// What a route needs of an installation token: (permission, write).
+fn needs(segments: &[String], method: &str) -> Option<(&'static str, bool)> {
+    let write = method != "GET";
+    let area = segments.get(3).map(String::as_str);
+    Some(match (segments.first().map(String::as_str), area) {
+        (Some("search"), _) => ("issues", false),
+        (Some("orgs"), _) => ("metadata", false),
+        (Some("repos"), None) => ("metadata", false),
+        (Some("repos"), Some("issues" | "labels")) => ("issues", write),
+        (Some("repos"), Some("pulls")) => ("pull_requests", write),
+        (Some("repos"), Some("branches")) if segments.len() > 5 => ("administration", write),
+        (Some("repos"), Some("branches" | "compare" | "git" | "contents")) => ("contents", write),
+        (Some("repos"), Some("collaborators" | "rules" | "rulesets")) => ("metadata", false),
+        _ => return None,
+    })
+}
+
+async fn handle(req: HttpRequest, body: Bytes, data: web::Data<Shared>) -> HttpResponse {
+    let (state, echoes) = (&data.0, &data.1);
+    let method = req.method().as_str().to_owned();
+    let path = req.path().to_owned();
+    let query_text = req.query_string().to_owned();
+    let query: Vec<(String, String)> = query_text
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (decode(k), decode(v))
+        })
+        .collect();
+    let json_body: Option<Value> = if body.is_empty() {
+        None
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(v) => Some(v),
+            Err(_) => return message(400, "Problems parsing JSON"),
+        }
+    };
+    let segments: Vec<String> = path.trim_matches('/').split('/').map(decode).collect();
+    let auth = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let mut s = state.lock().expect("lock");
+    // An empty JSON object is how a client says "no options".
+    let checked_body = json_body
+        .as_ref()
+        .filter(|b| b.as_object().is_none_or(|o| !o.is_empty()));
+    if let Err(v) = spec().check(&method, &segments, &query, checked_body) {
+        s.violations.push(v);
+    }
+    let caller = {
+        let credential = auth
+            .strip_prefix("Bearer ")
+            .or_else(|| auth.strip_prefix("token "))
+            .unwrap_or("");
+        if credential.is_empty() {
+            None
+        } else if credential.split('.').count() == 3 {
+            match verify_jwt(credential) {
+                Ok(()) => Some(Caller::App),
+                Err(e) => {
+                    s.requests.push(Recorded {
+                        method,
+                        path,
+                        query: query_text,
+                        body: json_body.unwrap_or(Value::Null),
+                        auth: format!("bad-jwt {e}"),
+                    });
+                    return message(401, &e);
+                }
+            }
+        } else {
+            match s.tokens.iter().find(|t| t.value == credential) {
+                Some(t) if t.revoked || t.expires_at < chrono::Utc::now() => {
+                    s.requests.push(Recorded {
+                        method,
+                        path,
+                        query: query_text,
+                        body: json_body.unwrap_or(Value::Null),
+                        auth: "dead-token".into(),
+                    });
+                    return message(401, "Bad credentials");
+                }
+                Some(t) => Some(Caller::Token(t.clone())),
+                None => {
+                    s.requests.push(Recorded {
+                        method,
+                        path,
+                        query: query_text,
+                        body: json_body.unwrap_or(Value::Null),
+                        auth: "unknown".into(),
+                    });
+                    return message(401, "Bad credentials");
+                }
+            }
+        }
+    };
+    s.requests.push(Recorded {
+        method: method.clone(),
+        path: path.clone(),
+        query: query_text.clone(),
+        body: json_body.clone().unwrap_or(Value::Null),
+        auth: match &caller {
+            None => "none".into(),
+            Some(Caller::App) => "app".into(),
+            Some(Caller::Token(t)) => format!("token:{}", t.installation),
+        },
+    });
+    if s.rates.limited > 0 {
+        s.rates.limited -= 1;
+        return HttpResponse::TooManyRequests()
+            .insert_header(("Retry-After", "1"))
+            .insert_header(("x-ratelimit-remaining", "0"))
+            .content_type("application/json")
+            .body(json!({ "message": "API rate limit exceeded" }).to_string());
+    }
+    let mut answer = route(
+        &mut s,
+        echoes,
+        &method,
+        &segments,
+        &query,
+        json_body.as_ref(),
+        caller,
+    );
+    answer.headers_mut().insert(
+        actix_web::http::header::DATE,
+        actix_web::http::header::HeaderValue::from_str(
+            &chrono::Utc::now().to_rfc2822().replace("+0000", "GMT"),
+        )
+        .expect("date"),
+    );
+    if let Some((remaining, reset)) = s.rates.remaining {
+        let h = answer.headers_mut();
+        h.insert(
+            actix_web::http::header::HeaderName::from_static("x-ratelimit-remaining"),
+            remaining.to_string().parse().expect("header"),
+        );
+        h.insert(
+            actix_web::http::header::HeaderName::from_static("x-ratelimit-reset"),
+            reset.to_string().parse().expect("header"),
+        );
+    }
+    answer
+}
+
+fn q<'a>(query: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    query
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// A page of `items` (`per_page` capped at 100, `page` from 1).
+fn page(items: Vec<Value>, query: &[(String, String)]) -> HttpResponse {
+    let per = q(query, "per_page")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30usize)
+        .clamp(1, 100);
+    let page = q(query, "page")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1usize)
+        .max(1);
+    let items: Vec<Value> = items.into_iter().skip((page - 1) * per).take(per).collect();
+    reply(200, Value::Array(items))
+}
+
+#[allow(clippy::too_many_lines)]
+fn route(
+    s: &mut State,
+    echoes: &tokio::sync::mpsc::UnboundedSender<Echo>,
+    method: &str,
+    seg: &[String],
+    query: &[(String, String)],
+    body: Option<&Value>,
+    caller: Option<Caller>,
+) -> HttpResponse {
+    let segs: Vec<&str> = seg.iter().map(String::as_str).collect();
+    // The App's own routes, with its JWT.
+    let app_route = matches!(segs.as_slice(), ["app", ..])
+        || matches!(
+            segs.as_slice(),
+            ["repos", _, _, "installation"]
+                | ["orgs", _, "installation"]
+                | ["users", _, "installation"]
+        );
+    if app_route {
+        if !matches!(caller, Some(Caller::App)) {
+            return message(401, "A JSON web token could not be decoded");
+        }
+        return app_routes(s, method, &segs, body);
+    }
+    if segs == ["installation", "token"] && method == "DELETE" {
+        let Some(Caller::Token(t)) = caller else {
+            return message(401, "Bad credentials");
+        };
+        for token in s.tokens.iter_mut().filter(|x| x.value == t.value) {
+            token.revoked = true;
+        }
+        return HttpResponse::NoContent().finish();
+    }
+    let token = match caller {
+        Some(Caller::Token(t)) => t,
+        Some(Caller::App) => {
+            return message(
+                401,
+                "A JSON web token cannot be used here: use an installation token",
+            );
+        }
+        None => return message(401, "Requires authentication"),
+    };
+    let inst = &s.installations[&token.installation];
+    let reaches = |repo: &str| {
+        let repo = repo.to_ascii_lowercase();
+        inst.repos.contains(&repo)
+            && token
+                .repositories
+                .as_ref()
+                .is_none_or(|list| list.iter().any(|r| r.eq_ignore_ascii_case(&repo)))
+    };
+    if let Some((perm, write)) = needs(seg, method) {
+        let have = token.permissions.get(perm).map(String::as_str);
+        let ok = perm == "metadata"
+            || match have {
+                Some("write") => true,
+                Some("read") => !write,
+                _ => false,
+            };
+        if !ok {
+            return message(403, "Resource not accessible by integration");
+        }
+    }
+    if segs.first() == Some(&"search") {
+        let text = q(query, "q").unwrap_or_default().to_owned();
+        let mut since = String::new();
+        let mut owner = String::new();
+        for term in text.split(' ') {
+            if let Some(v) = term.strip_prefix("updated:>=") {
+                since = v.to_owned();
+            } else if let Some(v) = term.strip_prefix("user:") {
+                owner = v.to_ascii_lowercase();
+            }
+        }
+        let mut items = Vec::new();
+        for (name, repo) in &s.repos {
+            if !name.starts_with(&format!("{owner}/")) || !reaches(name) {
+                continue;
+            }
+            for i in repo.issues.values() {
+                if i.pull.is_none() && i.updated_at >= since {
+                    items.push(s.issue_json(name, i));
+                }
+            }
+        }
+        let total = items.len();
+        let per = q(query, "per_page")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(30usize)
+            .clamp(1, 100);
+        let page = q(query, "page")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1usize)
+            .max(1);
+        let items: Vec<Value> = items.into_iter().skip((page - 1) * per).take(per).collect();
+        return reply(
+            200,
+            json!({ "total_count": total, "incomplete_results": false, "items": items }),
+        );
+    }
+    if let ["orgs", org, "repos"] = segs.as_slice() {
+        let names: Vec<Value> = s
+            .repos
+            .keys()
+            .filter(|n| n.starts_with(&format!("{}/", org.to_ascii_lowercase())) && reaches(n))
+            .map(|n| json!({ "full_name": n, "default_branch": "main", "private": false }))
+            .collect();
+        return page(names, query);
+    }
+    let ["repos", owner, name, rest @ ..] = segs.as_slice() else {
+        return message(404, "Not Found");
+    };
+    let full = format!("{owner}/{name}").to_ascii_lowercase();
+    if !s.repos.contains_key(&full) || !reaches(&full) {
+        return message(404, "Not Found");
+    }
+    let bot = BOT.to_owned();
+    let next_id = s.id();
+    match (method, rest) {
+        ("GET", []) => {
+            let r = &s.repos[&full];
+            reply(
+                200,
+                json!({ "id": r.id, "full_name": full, "name": name, "default_branch": r.default_branch, "private": r.private }),
+            )
+        }
+        ("GET", ["issues"]) => {
+            let r = &s.repos[&full];
+            let state = q(query, "state").unwrap_or("open");
+            let labels: Vec<&str> = q(query, "labels")
+                .map(|l| l.split(',').collect())
+                .unwrap_or_default();
+            let creator = q(query, "creator");
+            let items: Vec<Value> = r
+                .issues
+                .values()
+                .rev()
+                .filter(|i| state == "all" || i.state == state)
+                .filter(|i| labels.iter().all(|l| i.labels.iter().any(|x| x == l)))
+                .filter(|i| creator.is_none_or(|c| c == i.author))
+                .map(|i| s.issue_json(&full, i))
+                .collect();
+            page(items, query)
+        }
+        ("POST", ["issues"]) => {
+            let b = body.cloned().unwrap_or_default();
+            let r = s.repo(&full).expect("repo");
+            let number = r.next_number;
+            r.next_number += 1;
+            let issue = IssueS {
+                number,
+                title: b["title"].as_str().unwrap_or_default().to_owned(),
+                body: b["body"].as_str().map(str::to_owned),
+                state: "open".into(),
+                labels: Vec::new(),
+                author: bot.clone(),
+                updated_at: now(),
+                pull: None,
+            };
+            r.issues.insert(number, issue.clone());
+            let _ = echoes.send(issues_echo(s, &full, &issue, "opened", &bot, None));
+            reply(201, s.issue_json(&full, &issue))
+        }
+        ("GET", ["issues", n]) => {
+            let r = &s.repos[&full];
+            match n.parse::<u64>().ok().and_then(|n| r.issues.get(&n)) {
+                Some(i) => reply(200, s.issue_json(&full, i)),
+                None => message(404, "Not Found"),
+            }
+        }
+        ("GET", ["issues", n, "comments"]) => {
+            let n: u64 = n.parse().unwrap_or(0);
+            let items = s.repos[&full]
+                .comments
+                .iter()
+                .filter(|c| c.number == n)
+                .map(|c| json!({ "id": c.id, "body": c.body, "user": user(&c.author), "created_at": c.created_at, "updated_at": c.updated_at }))
+                .collect();
+            page(items, query)
+        }
+        ("POST", ["issues", n, "comments"]) => {
+            let n: u64 = n.parse().unwrap_or(0);
+            let text = body
+                .and_then(|b| b["body"].as_str())
+                .unwrap_or_default()
+                .to_owned();
+            let at = now();
+            let r = s.repo(&full).expect("repo");
+            let Some(issue) = r.issues.get_mut(&n) else {
+                return message(404, "Not Found");
+            };
+            issue.updated_at = at.clone();
+            let issue = issue.clone();
+            let c = CommentS {
+                id: next_id,
+                number: n,
+                author: bot.clone(),
+                body: text,
+                created_at: at.clone(),
+                updated_at: at,
+            };
+            r.comments.push(c.clone());
+            let cj = json!({ "id": c.id, "body": c.body, "user": user(&c.author), "created_at": c.created_at, "updated_at": c.updated_at });
+            let _ = echoes.send(Echo {
+                event: "issue_comment",
+                body: json!({ "action": "created", "issue": s.issue_json(&full, &issue), "comment": cj, "repository": { "full_name": full }, "sender": user(&bot) }),
+            });
+            reply(201, cj)
+        }
+        ("PATCH", ["issues", "comments", id]) => {
+            let id: u64 = id.parse().unwrap_or(0);
+            let text = body
+                .and_then(|b| b["body"].as_str())
+                .unwrap_or_default()
+                .to_owned();
+            let r = s.repo(&full).expect("repo");
+            match r.comments.iter_mut().find(|c| c.id == id) {
+                Some(c) if c.author == bot => {
+                    c.body = text;
+                    c.updated_at = now();
+                    reply(
+                        200,
+                        json!({ "id": c.id, "body": c.body, "user": user(&c.author), "created_at": c.created_at, "updated_at": c.updated_at }),
+                    )
+                }
+                Some(_) => message(403, "Resource not accessible by integration"),
+                None => message(404, "Not Found"),
+            }
+        }
+        ("GET", ["issues", n, "events"]) => {
+            let n: u64 = n.parse().unwrap_or(0);
+            let items = s.repos[&full]
+                .events
+                .iter()
+                .filter(|e| e.number == n)
+                .map(|e| {
+                    let mut v = json!({ "id": 1, "event": e.event, "actor": user(&e.actor), "created_at": e.created_at });
+                    if let Some(l) = &e.label {
+                        v["label"] = json!({ "name": l, "color": "ededed" });
+                    }
+                    v
+                })
+                .collect();
+            page(items, query)
+        }
+        ("GET", ["labels"]) => {
+            let items = s.repos[&full]
+                .labels
+                .iter()
+                .map(|(id, n, c)| json!({ "id": id, "name": n, "color": c }))
+                .collect();
+            page(items, query)
+        }
+        ("GET", ["labels", label]) => {
+            match s.repos[&full].labels.iter().find(|(_, n, _)| n == label) {
+                Some((id, n, c)) => reply(200, json!({ "id": id, "name": n, "color": c })),
+                None => message(404, "Not Found"),
+            }
+        }
+        ("POST", ["labels"]) => {
+            let b = body.cloned().unwrap_or_default();
+            let label = b["name"].as_str().unwrap_or_default().to_owned();
+            let color = b["color"].as_str().unwrap_or_default().to_owned();
+            if color.starts_with('#') {
+                return message(422, "Validation Failed: color");
+            }
+            let r = s.repo(&full).expect("repo");
+            if r.labels.iter().any(|(_, n, _)| *n == label) {
+                return message(422, "Validation Failed: already_exists");
+            }
+            r.labels.push((next_id, label.clone(), color.clone()));
+            reply(201, json!({ "id": next_id, "name": label, "color": color }))
+        }
+        ("POST", ["issues", n, "labels"]) => {
+            let n: u64 = n.parse().unwrap_or(0);
+            let names: Vec<String> = body
+                .and_then(|b| b["labels"].as_array())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let at = now();
+            let r = s.repo(&full).expect("repo");
+            let Some(issue) = r.issues.get_mut(&n) else {
+                return message(404, "Not Found");
+            };
+            let mut added = Vec::new();
+            for l in &names {
+                if !issue.labels.contains(l) {
+                    issue.labels.push(l.clone());
+                    added.push(l.clone());
+                }
+            }
+            issue.updated_at = at.clone();
+            let issue = issue.clone();
+            for l in &added {
+                if !r.labels.iter().any(|(_, x, _)| x == l) {
+                    r.labels.push((next_id, l.clone(), "ededed".into()));
+                }
+                r.events.push(EventS {
+                    number: n,
+                    event: "labeled".into(),
+                    actor: bot.clone(),
+                    label: Some(l.clone()),
+                    created_at: at.clone(),
+                });
+            }
+            for l in &added {
+                let _ = echoes.send(issues_echo(s, &full, &issue, "labeled", &bot, Some(l)));
+            }
+            let v = s.issue_json(&full, &issue);
+            reply(200, v["labels"].clone())
+        }
+        ("DELETE", ["issues", n, "labels", label]) => {
+            let n: u64 = n.parse().unwrap_or(0);
+            let at = now();
+            let r = s.repo(&full).expect("repo");
+            let Some(issue) = r.issues.get_mut(&n) else {
+                return message(404, "Not Found");
+            };
+            if !issue.labels.iter().any(|l| l == label) {
+                return message(404, "Label does not exist");
+            }
+            issue.labels.retain(|l| l != label);
+            issue.updated_at = at.clone();
+            let issue = issue.clone();
+            r.events.push(EventS {
+                number: n,
+                event: "unlabeled".into(),
+                actor: bot.clone(),
+                label: Some((*label).to_owned()),
+                created_at: at,
+            });
+            let _ = echoes.send(issues_echo(
+                s,
+                &full,
+                &issue,
+                "unlabeled",
+                &bot,
+                Some(label),
+            ));
+            let v = s.issue_json(&full, &issue);
+            reply(200, v["labels"].clone())
+        }
+        ("GET", ["collaborators", login, "permission"]) => {
+            let role = s.role(&full, login);
+            let (permission, role_name) = match role.as_deref() {
+                Some("admin") => ("admin", "admin"),
+                Some("maintain") => ("write", "maintain"),
+                Some("write") => ("write", "write"),
+                Some("triage") => ("read", "triage"),
+                Some("read") => ("read", "read"),
+                _ => ("read", "read"),
+            };
+            if role.is_none() && !login.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+                return message(404, "Not Found");
+            }
+            reply(
+                200,
+                json!({ "permission": permission, "role_name": role_name, "user": user(login) }),
+            )
+        }
+        ("GET", ["branches", branch]) => {
+            let r = &s.repos[&full];
+            match r.branches.get(*branch) {
+                Some(sha) => {
+                    let protected = *branch == r.default_branch && r.protection.is_some();
+                    reply(
+                        200,
+                        json!({ "name": branch, "commit": { "sha": sha }, "protected": protected,
+                        "protection": { "enabled": protected, "required_status_checks": { "enforcement_level": "off", "contexts": [] } },
+                        "protection_url": format!("https://api.github.com/repos/{full}/branches/{branch}/protection") }),
+                    )
+                }
+                None => message(404, "Branch not found"),
+            }
+        }
+        ("GET", ["branches", branch, "protection"]) => {
+            let r = &s.repos[&full];
+            match (&r.protection, *branch == r.default_branch) {
+                (Some((approvals, bypass)), true) => {
+                    let apps: Vec<Value> = bypass
+                        .iter()
+                        .map(|a| json!({ "slug": a, "id": 1 }))
+                        .collect();
+                    reply(
+                        200,
+                        json!({ "required_pull_request_reviews": {
+                        "required_approving_review_count": approvals,
+                        "bypass_pull_request_allowances": { "users": [], "teams": [], "apps": apps } } }),
+                    )
+                }
+                _ => message(404, "Branch not protected"),
+            }
+        }
+        ("GET", ["rules", "branches", branch]) => {
+            let r = &s.repos[&full];
+            let items: Vec<Value> = if *branch == r.default_branch {
+                r.rulesets
+                    .iter()
+                    .filter(|x| x.enforcement == "active")
+                    .map(|x| json!({ "type": "pull_request", "ruleset_id": x.id, "ruleset_source_type": "Repository", "ruleset_source": full,
+                        "parameters": { "required_approving_review_count": x.approvals, "dismiss_stale_reviews_on_push": false,
+                            "require_code_owner_review": false, "require_last_push_approval": false, "required_review_thread_resolution": false } }))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            page(items, query)
+        }
+        ("GET", ["rulesets", id]) => {
+            let id: u64 = id.parse().unwrap_or(0);
+            match s.repos[&full].rulesets.iter().find(|x| x.id == id) {
+                Some(x) => reply(
+                    200,
+                    json!({ "id": x.id, "name": "protect main", "target": "branch", "enforcement": x.enforcement,
+                    "current_user_can_bypass": if x.app_can_bypass { "always" } else { "never" } }),
+                ),
+                None => message(404, "Not Found"),
+            }
+        }
+        ("GET", ["compare", basehead]) => {
+            let r = &s.repos[&full];
+            let Some((base, head)) = basehead.split_once("...") else {
+                return message(404, "Not Found");
+            };
+            let sha_of = |x: &str| {
+                r.branches
+                    .get(x)
+                    .cloned()
+                    .or_else(|| r.commits.contains_key(x).then(|| x.to_owned()))
+            };
+            let (Some(b), Some(h)) = (sha_of(base), sha_of(head)) else {
+                return message(404, "Not Found");
+            };
+            let known = State::history(r, &b);
+            let ahead = State::history(r, &h)
+                .iter()
+                .take_while(|c| !known.contains(c))
+                .count();
+            reply(
+                200,
+                json!({ "status": if ahead > 0 { "ahead" } else { "identical" }, "ahead_by": ahead, "behind_by": 0, "total_commits": ahead, "commits": [], "files": [] }),
+            )
+        }
+        ("POST", ["git", "refs"]) => {
+            let b = body.cloned().unwrap_or_default();
+            let Some(branch) = b["ref"]
+                .as_str()
+                .and_then(|r| r.strip_prefix("refs/heads/"))
+            else {
+                return message(422, "Reference name must start with refs/heads/");
+            };
+            let sha = b["sha"].as_str().unwrap_or_default().to_owned();
+            let r = s.repo(&full).expect("repo");
+            if r.branches.contains_key(branch) {
+                return message(422, "Reference already exists");
+            }
+            if !r.commits.contains_key(&sha) {
+                return message(422, "Object does not exist");
+            }
+            if let Some(refused) = guard_push(r, branch) {
+                return refused;
+            }
+            r.branches.insert(branch.to_owned(), sha.clone());
+            reply(
+                201,
+                json!({ "ref": format!("refs/heads/{branch}"), "object": { "sha": sha, "type": "commit" } }),
+            )
+        }
+        ("GET", ["git", "ref", "heads", branch @ ..]) => {
+            let branch = branch.join("/");
+            match s.repos[&full].branches.get(&branch) {
+                Some(sha) => reply(
+                    200,
+                    json!({ "ref": format!("refs/heads/{branch}"), "object": { "sha": sha, "type": "commit" } }),
+                ),
+                None => message(404, "Not Found"),
+            }
+        }
+        ("PUT", ["contents", file @ ..]) => {
+            let file = file.join("/");
+            let b = body.cloned().unwrap_or_default();
+            let r = s.repo(&full).expect("repo");
+            let branch = b["branch"]
+                .as_str()
+                .map_or_else(|| r.default_branch.clone(), str::to_owned);
+            let Some(head) = r.branches.get(&branch).cloned() else {
+                return message(404, "Branch not found");
+            };
+            if let Some(refused) = guard_push(r, &branch) {
+                return refused;
+            }
+            let sha = format!("c{next_id}");
+            r.commits.insert(sha.clone(), Some(head));
+            r.branches.insert(branch.clone(), sha.clone());
+            r.files.insert(
+                (branch, file.clone()),
+                b["content"].as_str().unwrap_or_default().to_owned(),
+            );
+            reply(
+                201,
+                json!({ "content": { "path": file }, "commit": { "sha": sha } }),
+            )
+        }
+        ("GET", ["pulls"]) => {
+            let state = q(query, "state").unwrap_or("open");
+            let head = q(query, "head").map(|h| h.split_once(':').map_or(h, |(_, b)| b).to_owned());
+            let base = q(query, "base");
+            let items = s.repos[&full]
+                .issues
+                .values()
+                .filter(|i| {
+                    i.pull.as_ref().is_some_and(|p| {
+                        head.as_deref().is_none_or(|h| p.head == h)
+                            && base.is_none_or(|b| p.base == b)
+                    })
+                })
+                .filter(|i| state == "all" || i.state == state)
+                .map(|i| s.pull_json(&full, i))
+                .collect();
+            page(items, query)
+        }
+        ("POST", ["pulls"]) => {
+            let b = body.cloned().unwrap_or_default();
+            let head = b["head"].as_str().unwrap_or_default().to_owned();
+            let base = b["base"].as_str().unwrap_or_default().to_owned();
+            let r = s.repo(&full).expect("repo");
+            if !r.branches.contains_key(&head) || !r.branches.contains_key(&base) {
+                return message(422, "Validation Failed: head or base");
+            }
+            if r.issues.values().any(|i| {
+                i.state == "open"
+                    && i.pull
+                        .as_ref()
+                        .is_some_and(|p| p.head == head && p.base == base)
+            }) {
+                return message(422, "A pull request already exists");
+            }
+            let number = r.next_number;
+            r.next_number += 1;
+            let issue = IssueS {
+                number,
+                title: b["title"].as_str().unwrap_or_default().to_owned(),
+                body: b["body"].as_str().map(str::to_owned),
+                state: "open".into(),
+                labels: Vec::new(),
+                author: bot.clone(),
+                updated_at: now(),
+                pull: Some(PullS {
+                    head,
+                    base,
+                    merged: false,
+                }),
+            };
+            r.issues.insert(number, issue.clone());
+            let v = s.pull_json(&full, &issue);
+            let _ = echoes.send(Echo { event: "pull_request", body: json!({ "action": "opened", "number": number, "pull_request": v, "repository": { "full_name": full }, "sender": user(&bot) }) });
+            reply(201, v)
+        }
+        ("GET", ["pulls", n]) => {
+            let r = &s.repos[&full];
+            match n
+                .parse::<u64>()
+                .ok()
+                .and_then(|n| r.issues.get(&n))
+                .filter(|i| i.pull.is_some())
+            {
+                Some(i) => reply(200, s.pull_json(&full, i)),
+                None => message(404, "Not Found"),
+            }
+        }
+        ("GET", ["pulls", n, "reviews"]) => {
+            let n: u64 = n.parse().unwrap_or(0);
+            let items = s.repos[&full]
+                .reviews
+                .iter()
+                .filter(|r| r.number == n)
+                .map(|r| json!({ "id": r.id, "user": user(&r.user), "state": r.state, "body": r.body, "submitted_at": now() }))
+                .collect();
+            page(items, query)
+        }
+        ("GET", ["pulls", n, "reviews", id, "comments"]) => {
+            let (n, id): (u64, u64) = (n.parse().unwrap_or(0), id.parse().unwrap_or(0));
+            let items = s.repos[&full]
+                .reviews
+                .iter()
+                .filter(|r| r.number == n && r.id == id)
+                .flat_map(|r| {
+                    r.comments.iter().map(
+                        |(p, b, l)| json!({ "path": p, "body": b, "line": l, "side": "RIGHT" }),
+                    )
+                })
+                .collect();
+            page(items, query)
+        }
+        _ => message(404, "Not Found"),
+    }
+}
+
+/// GitHub refuses a push to a branch that requires a pull request, unless the App may
+/// bypass the rule.
+fn guard_push(r: &Repo, branch: &str) -> Option<HttpResponse> {
+    if branch != r.default_branch {
+        return None;
+    }
+    let by_protection = r
+        .protection
+        .as_ref()
+        .is_some_and(|(n, bypass)| *n >= 1 && !bypass.iter().any(|a| a == APP_SLUG));
+    let by_ruleset = r
+        .rulesets
+        .iter()
+        .any(|x| x.enforcement == "active" && x.approvals >= 1 && !x.app_can_bypass);
+    (by_protection || by_ruleset)
+        .then(|| message(409, "Changes must be made through a pull request."))
+}
+
+fn app_routes(s: &mut State, method: &str, segs: &[&str], body: Option<&Value>) -> HttpResponse {
+    let installation_of = |s: &State, pred: &dyn Fn(&Installation) -> bool| {
+        s.installations
+            .iter()
+            .find(|(_, i)| pred(i))
+            .map(|(id, i)| json!({ "id": id, "account": { "login": i.account }, "repository_selection": "selected", "permissions": i.permissions }))
+    };
+    let found = match (method, segs) {
+        ("GET", ["app"]) => {
+            return reply(
+                200,
+                json!({ "id": APP_ID, "slug": APP_SLUG, "name": "Director" }),
+            );
+        }
+        ("GET", ["repos", o, r, "installation"]) => {
+            let full = format!("{o}/{r}").to_ascii_lowercase();
+            installation_of(s, &|i| i.repos.contains(&full))
+        }
+        ("GET", ["orgs", o, "installation"] | ["users", o, "installation"]) => {
+            installation_of(s, &|i| i.account.eq_ignore_ascii_case(o))
+        }
+        ("POST", ["app", "installations", id, "access_tokens"]) => {
+            let id: u64 = id.parse().unwrap_or(0);
+            let Some(inst) = s.installations.get(&id) else {
+                return message(404, "Not Found");
+            };
+            let b = body.cloned().unwrap_or_else(|| json!({}));
+            let mut permissions = inst.permissions.clone();
+            if let Some(asked) = b["permissions"].as_object() {
+                let mut limited = BTreeMap::new();
+                for (k, v) in asked {
+                    let v = v.as_str().unwrap_or_default();
+                    let granted = inst.permissions.get(k).map(String::as_str);
+                    let fits = matches!((granted, v), (Some("write"), _) | (Some("read"), "read"));
+                    if !fits {
+                        return message(
+                            422,
+                            &format!(
+                                "The permissions requested are not granted to this installation: {k}"
+                            ),
+                        );
+                    }
+                    limited.insert(k.clone(), v.to_owned());
+                }
+                limited.insert("metadata".into(), "read".into());
+                permissions = limited;
+            }
+            let repositories: Option<Vec<String>> = b["repositories"].as_array().map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(|n| format!("{}/{n}", inst.account).to_ascii_lowercase())
+                    .collect()
+            });
+            if let Some(list) = &repositories
+                && list.iter().any(|r| !inst.repos.contains(r))
+            {
+                return message(
+                    422,
+                    "There is at least one repository that does not exist or is not accessible to the parent installation.",
+                );
+            }
+            let value = format!("ghs_{:036x}", rand::random::<u128>());
+            let expires_at = chrono::Utc::now() + chrono::Duration::hours(1);
+            s.tokens.push(Token {
+                value: value.clone(),
+                installation: id,
+                repositories: repositories.clone(),
+                permissions: permissions.clone(),
+                expires_at,
+                revoked: false,
+            });
+            let mut answer = json!({
+                "token": value,
+                "expires_at": expires_at.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+                "permissions": permissions,
+                "repository_selection": if repositories.is_some() { "selected" } else { "all" },
+            });
+            if let Some(list) = repositories {
+                answer["repositories"] = Value::Array(
+                    list.iter()
+                        .map(|r| json!({ "full_name": r, "name": r.split('/').nth(1) }))
+                        .collect(),
+                );
+            }
+            return reply(201, answer);
+        }
+        _ => return message(404, "Not Found"),
+    };
+    match found {
+        Some(v) => reply(200, v),
+        None => message(404, "Not Found"),
+    }
+}
+
+// ---- scripted user actions ----
+
+impl FakeGitHub {
+    /// `reviewer` submits a review on the pull request (a webhook with the lower-case state).
+    pub fn review(&self, repo: &str, number: u64, reviewer: &str, state: &str, body: &str) {
+        let echo = self.with(|s| {
+            let id = s.id();
+            let full = repo.to_ascii_lowercase();
+            let r = s.repo(&full).expect("repo");
+            r.reviews.push(ReviewS { id, number, user: reviewer.to_owned(), state: state.to_owned(), body: body.to_owned(), comments: Vec::new() });
+            let issue = r.issues.get(&number).cloned().expect("pull");
+            Echo {
+                event: "pull_request_review",
+                body: json!({ "action": "submitted", "review": { "id": id, "state": state.to_ascii_lowercase(), "body": body, "user": user(reviewer) },
+                    "pull_request": s.pull_json(&full, &issue), "repository": { "full_name": full }, "sender": user(reviewer) }),
+            }
+        });
+        let _ = self.echoes.send(echo);
+    }
+
+    /// `who` merges the pull request (its branch into the base).
+    pub fn merge(&self, repo: &str, number: u64, who: &str) {
+        let echo = self.with(|s| {
+            let full = repo.to_ascii_lowercase();
+            let r = s.repo(&full).expect("repo");
+            let i = r.issues.get_mut(&number).expect("pull");
+            i.state = "closed".into();
+            i.updated_at = now();
+            if let Some(p) = i.pull.as_mut() {
+                p.merged = true;
+            }
+            let issue = i.clone();
+            Echo {
+                event: "pull_request",
+                body: json!({ "action": "closed", "number": number, "pull_request": s.pull_json(&full, &issue), "repository": { "full_name": full }, "sender": user(who) }),
+            }
+        });
+        let _ = self.echoes.send(echo);
+    }
+}

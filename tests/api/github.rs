@@ -1,0 +1,869 @@
+//! GitHub as the forge: the stories of the Forgejo scenarios, told against the real app, its
+//! octocrab-based GitHub App client and a FakeGitHub on loopback (which checks every request
+//! against GitHub's REST description and enforces what each token may do).
+
+use std::sync::Arc;
+
+use director::domain::{IssueRef, Lifecycle, RepoName};
+use director::runtime::RunSpec;
+use director::runtime::fake::FakeRuntime;
+use director::settings::Secret;
+use director::startup::Overrides;
+use futures_util::FutureExt;
+
+use crate::fake_github::{self, APP_ID, BOT, FakeGitHub};
+use crate::fake_llm::FakeLlm;
+use crate::fake_runs::env;
+use crate::helpers::{SECRET, TestApp, wait_until};
+
+const REPO: &str = "acme/widgets";
+const OTHER: &str = "acme/gadgets";
+const WRITER: &str = "alice";
+const MAINTAINER: &str = "mona";
+const READER: &str = "rita";
+const TRIGGER: &str = "headless";
+
+struct GithubApp {
+    app: TestApp,
+    gh: FakeGitHub,
+    llm: FakeLlm,
+    scanner: Option<Arc<director::director::scanner::Scanner>>,
+    runtime: FakeRuntime,
+    installation: u64,
+}
+
+impl GithubApp {
+    async fn spawn(configure: impl FnOnce(&mut director::settings::Settings)) -> Self {
+        let gh = FakeGitHub::start().await;
+        gh.create_repo(REPO);
+        gh.create_repo(OTHER);
+        let installation = gh.install("acme", &[REPO, OTHER]);
+        gh.grant(REPO, WRITER, "write");
+        gh.grant(REPO, MAINTAINER, "maintain");
+        gh.grant(REPO, READER, "read");
+        let llm = FakeLlm::start();
+        llm.always("Clear and small.\n\nGO");
+        let runtime = FakeRuntime::new();
+        runtime.set_behaviour(agent());
+        let url = gh.url.clone();
+        let llm_url = format!("{}/v1", llm.url);
+        let (app, scanner) = TestApp::spawn_overridden(
+            |s| {
+                s.forge.kind = director::settings::ForgeKind::Github;
+                s.forge.url = url;
+                s.forge.bot_login = None;
+                s.github.app_id = APP_ID;
+                s.github.private_key = Secret::new(fake_github::app_key());
+                s.scan.repos = vec![REPO.parse().expect("repo")];
+                s.preflight.enabled = true;
+                s.preflight.provider = "openai".into();
+                s.preflight.base_url = llm_url;
+                s.preflight.model = "fake-model".into();
+                s.preflight.api_key = Secret::new("llm-key-7c1d");
+                s.preflight.retry_backoff_ms = 20;
+                s.runner.image = "fake/agent:1".into();
+                s.runner.timeout_secs = 60;
+                configure(s);
+            },
+            Overrides {
+                runtime: Some(Arc::new(runtime.clone())),
+                ..Default::default()
+            },
+        )
+        .await;
+        gh.set_webhook(&format!("{}/webhooks/github", app.address), SECRET);
+        let this = Self {
+            app,
+            gh,
+            llm,
+            scanner,
+            runtime,
+            installation,
+        };
+        // The App's bot login, learned from GET /app, is how its own events are told.
+        this.wait_for_metric(r#"director_forge_requests_total{endpoint="/app",status="200"} 1"#)
+            .await;
+        this
+    }
+
+    fn issue(&self, number: u64) -> IssueRef {
+        IssueRef::new(REPO.parse::<RepoName>().expect("repo"), number)
+    }
+
+    async fn wait_for_metric(&self, line: &str) {
+        wait_until(&format!("metric {line}"), || async {
+            self.app
+                .get("/metrics")
+                .await
+                .text()
+                .await
+                .expect("body")
+                .contains(line)
+        })
+        .await;
+    }
+
+    async fn wait_state(&self, issue: &IssueRef, state: Lifecycle) {
+        wait_until(&format!("{issue} is {state}"), || async {
+            self.app
+                .store
+                .issue(issue)
+                .await
+                .expect("query")
+                .is_some_and(|r| r.lifecycle == state)
+        })
+        .await;
+        self.app.wait_processed().await;
+    }
+
+    fn preflight_comments(&self, number: u64) -> Vec<(String, String)> {
+        self.gh
+            .comments(REPO, number)
+            .into_iter()
+            .filter(|(_, b)| b.starts_with("<!-- director:preflight"))
+            .collect()
+    }
+
+    fn assert_contract(&self) {
+        let v = self.gh.violations();
+        assert!(
+            v.is_empty(),
+            "requests that do not fit GitHub's REST description: {v:#?}"
+        );
+    }
+}
+
+/// The fake agent: with the run token, what a real agent does through GitHub's API: read
+/// the base, make the branch, commit a file. It also tries what the token must not do, and
+/// prints whether each attempt was refused.
+fn agent() -> director::runtime::fake::Behaviour {
+    Arc::new(move |spec: RunSpec| {
+        async move {
+            let api = env(&spec, "DIRECTOR_API_URL").to_owned();
+            let repo = env(&spec, "DIRECTOR_REPO").to_owned();
+            let branch = env(&spec, "DIRECTOR_BRANCH").to_owned();
+            let base = env(&spec, "DIRECTOR_BASE_BRANCH").to_owned();
+            let auth = format!("Bearer {}", env(&spec, "DIRECTOR_TOKEN"));
+            let http = crate::helpers::http_client();
+            let status = |r: Result<reqwest::Response, reqwest::Error>| {
+                r.map(|r| r.status().as_u16()).unwrap_or(0)
+            };
+            let head: serde_json::Value = match http
+                .get(format!("{api}/repos/{repo}/git/ref/heads/{base}"))
+                .header("Authorization", &auth)
+                .send()
+                .await
+            {
+                Ok(r) => r.json().await.unwrap_or_default(),
+                Err(_) => return (1, "cannot read the base".to_owned()),
+            };
+            let sha = head["object"]["sha"].as_str().unwrap_or_default().to_owned();
+            // What the token must not do: push to the default branch, reach another
+            // repository of the installation, write the issue.
+            let to_main = status(
+                http.put(format!("{api}/repos/{repo}/contents/evil.txt"))
+                    .header("Authorization", &auth)
+                    .json(&serde_json::json!({"message": "x", "content": "eA==", "branch": base}))
+                    .send()
+                    .await,
+            );
+            let elsewhere = status(
+                http.put(format!("{api}/repos/{OTHER}/contents/evil.txt"))
+                    .header("Authorization", &auth)
+                    .json(&serde_json::json!({"message": "x", "content": "eA=="}))
+                    .send()
+                    .await,
+            );
+            let issue_write = status(
+                http.post(format!(
+                    "{api}/repos/{repo}/issues/{}/comments",
+                    env(&spec, "DIRECTOR_ISSUE")
+                ))
+                .header("Authorization", &auth)
+                .json(&serde_json::json!({"body": "I approve of myself"}))
+                .send()
+                .await,
+            );
+            let made = status(
+                http.post(format!("{api}/repos/{repo}/git/refs"))
+                    .header("Authorization", &auth)
+                    .json(&serde_json::json!({"ref": format!("refs/heads/{branch}"), "sha": sha}))
+                    .send()
+                    .await,
+            );
+            let pushed = status(
+                http.put(format!("{api}/repos/{repo}/contents/agent.txt"))
+                    .header("Authorization", &auth)
+                    .json(&serde_json::json!({"message": "agent work", "content": "aGVsbG8K", "branch": branch}))
+                    .send()
+                    .await,
+            );
+            let log = format!(
+                "main={to_main} elsewhere={elsewhere} issue={issue_write} ref={made} push={pushed}"
+            );
+            (if pushed == 201 { 0 } else { 1 }, log)
+        }
+        .boxed()
+    })
+}
+
+#[tokio::test]
+async fn a_writers_label_via_webhook_gets_one_go_comment_and_the_apps_own_echoes_are_ignored() {
+    let t = GithubApp::spawn(|s| s.runner.enabled = false).await;
+    let n =
+        t.gh.open_issue(REPO, "reporter", "Add --verbose", "Print each step.");
+    t.gh.label(WRITER, REPO, n, TRIGGER);
+    t.wait_state(&t.issue(n), Lifecycle::Queued).await;
+    let comments = t.preflight_comments(n);
+    assert_eq!(comments.len(), 1, "{comments:#?}");
+    assert_eq!(comments[0].0, BOT);
+    assert!(comments[0].1.contains("GO"));
+    // The App's comment and label came back as webhooks, signed: told apart by the sender.
+    t.wait_for_metric(r#"director_webhook_deliveries_total{event="issues",outcome="own_event"}"#)
+        .await;
+    assert!(
+        t.gh.labels_of(REPO, n)
+            .iter()
+            .any(|l| l.starts_with("headless:")),
+        "a state label: {:?}",
+        t.gh.labels_of(REPO, n)
+    );
+    assert_eq!(t.llm.prompts().len(), 1, "one pre-flight");
+    // A maintainer counts as a writer.
+    let m = t.gh.open_issue(REPO, "reporter", "Second", "More.");
+    t.gh.label(MAINTAINER, REPO, m, TRIGGER);
+    t.wait_state(&t.issue(m), Lifecycle::Queued).await;
+    t.assert_contract();
+}
+
+#[tokio::test]
+async fn a_readers_label_gets_no_preflight() {
+    let t = GithubApp::spawn(|s| s.runner.enabled = false).await;
+    let n = t.gh.open_issue(REPO, READER, "Do my homework", "Please.");
+    t.gh.label(READER, REPO, n, TRIGGER);
+    wait_until("the explanation is posted", || async {
+        !t.gh.comments(REPO, n).is_empty()
+    })
+    .await;
+    t.app.wait_processed().await;
+    let record = t
+        .app
+        .store
+        .issue(&t.issue(n))
+        .await
+        .expect("query")
+        .expect("recorded");
+    assert_eq!(record.lifecycle, Lifecycle::Untracked);
+    assert_eq!(record.trigger_actor.as_deref(), Some(READER));
+    assert_eq!(record.trigger_trusted, Some(false));
+    assert!(t.preflight_comments(n).is_empty());
+    assert!(t.llm.prompts().is_empty(), "the model never saw it");
+    t.assert_contract();
+}
+
+#[tokio::test]
+async fn a_missed_webhook_is_found_by_the_scan_full_and_incremental() {
+    let t = GithubApp::spawn(|s| s.runner.enabled = false).await;
+    t.gh.set_webhooks(false);
+    let n =
+        t.gh.open_issue(REPO, "reporter", "Missed", "No webhook came.");
+    t.gh.label(WRITER, REPO, n, TRIGGER);
+    let scanner = t.scanner.as_ref().expect("a scanner");
+    let report = scanner.scan_once().await.expect("scan");
+    assert_eq!(report.labelled, 1, "{report:?}");
+    assert!(report.errors.is_empty(), "{report:?}");
+    t.wait_state(&t.issue(n), Lifecycle::Queued).await;
+    assert_eq!(t.preflight_comments(n).len(), 1);
+
+    // Another, seen by the incremental pass: one search per watched owner.
+    let m =
+        t.gh.open_issue(REPO, "reporter", "Missed too", "Still no webhook.");
+    t.gh.label(WRITER, REPO, m, TRIGGER);
+    let before = t.gh.requests().len();
+    let report = scanner.scan_incremental().await.expect("scan");
+    assert!(report.errors.is_empty(), "{report:?}");
+    t.wait_state(&t.issue(m), Lifecycle::Queued).await;
+    let searches = t.gh.requests()[before..]
+        .iter()
+        .filter(|r| r.path == "/search/issues")
+        .count();
+    assert_eq!(searches, 1);
+    // The PRs GitHub lists among issues, and repositories outside the watched set, are not
+    // queued: OTHER is installed but not watched.
+    let o = t.gh.open_issue(OTHER, "reporter", "Not watched", "");
+    t.gh.label(WRITER, OTHER, o, TRIGGER);
+    scanner.scan_incremental().await.expect("scan");
+    t.app.wait_processed().await;
+    let other = IssueRef::new(OTHER.parse().expect("repo"), o);
+    assert!(t.app.store.issue(&other).await.expect("query").is_none());
+    t.assert_contract();
+}
+
+#[tokio::test]
+async fn a_go_issue_ends_in_one_pr_from_a_run_whose_token_is_limited_to_its_repository_and_revoked()
+{
+    let t = GithubApp::spawn(|_| {}).await;
+    t.gh.ruleset(REPO, "active", 1, false);
+    let n =
+        t.gh.open_issue(REPO, "reporter", "Add --verbose", "Print each step.");
+    t.gh.label(WRITER, REPO, n, TRIGGER);
+    t.wait_state(&t.issue(n), Lifecycle::Succeeded).await;
+
+    let runs = t.app.store.runs_of(&t.issue(n)).await.expect("runs");
+    assert_eq!(runs.len(), 1);
+    let run = &runs[0];
+    assert_eq!(
+        (t.runtime.creations(&run.id), t.runtime.starts(&run.id)),
+        (1, 1)
+    );
+    let pulls = t.gh.pulls(REPO);
+    assert_eq!(pulls.len(), 1, "{pulls:?}");
+    let (number, head, base, body) = &pulls[0];
+    assert_eq!(run.pr_number, Some(*number));
+    assert_eq!(
+        (head.as_str(), base.as_str()),
+        (run.branch.as_str(), "main")
+    );
+    assert!(body.contains(&format!("Closes #{n}")), "{body}");
+
+    // The run's token: this repository alone, contents: write and nothing more; revoked.
+    let spec = t.runtime.spec_of(&run.id).expect("spec");
+    let value = env(&spec, "DIRECTOR_TOKEN").to_owned();
+    let token =
+        t.gh.tokens()
+            .into_iter()
+            .find(|tk| tk.value == value)
+            .expect("the run's token was minted here");
+    assert_eq!(token.repositories, Some(vec![REPO.to_owned()]));
+    assert_eq!(
+        token.permissions.into_iter().collect::<Vec<_>>(),
+        vec![
+            ("contents".to_owned(), "write".to_owned()),
+            ("metadata".to_owned(), "read".to_owned())
+        ]
+    );
+    assert!(token.revoked, "revoked when the run ended");
+    assert_eq!(env(&spec, "DIRECTOR_API_URL"), t.gh.url);
+    assert_eq!(
+        env(&spec, "DIRECTOR_CLONE_URL"),
+        format!("{}/{REPO}.git", t.gh.url)
+    );
+
+    // What the token was refused, as the agent saw it: the default branch (the ruleset),
+    // another repository of the same installation (invisible), the issue (no permission).
+    let report =
+        t.gh.comments(REPO, n)
+            .into_iter()
+            .map(|(_, b)| b)
+            .find(|b| b.contains("<!-- director:run "))
+            .expect("a report");
+    assert!(!report.contains(&value), "the token never appears");
+    let log = t
+        .app
+        .store
+        .run(&run.id)
+        .await
+        .expect("query")
+        .expect("run")
+        .log_tail
+        .unwrap_or_default();
+    assert!(
+        log.contains("main=409 elsewhere=404 issue=403 ref=201 push=201"),
+        "{log}"
+    );
+    assert_eq!(
+        t.gh.branch_head(REPO, "main").as_deref(),
+        Some("c0"),
+        "main untouched"
+    );
+    t.assert_contract();
+}
+
+#[tokio::test]
+async fn an_unprotected_default_branch_refuses_the_run_and_says_why() {
+    // A ruleset only in `evaluate`, and a classic protection the App may bypass: neither
+    // makes the branch PR-only for the App.
+    let t = GithubApp::spawn(|_| {}).await;
+    t.gh.ruleset(REPO, "evaluate", 1, false);
+    t.gh.protect(REPO, 1, &[fake_github::APP_SLUG]);
+    let n =
+        t.gh.open_issue(REPO, "reporter", "Add --verbose", "Print each step.");
+    t.gh.label(WRITER, REPO, n, TRIGGER);
+    wait_until("the refusal is told", || async {
+        t.gh.comments(REPO, n)
+            .iter()
+            .any(|(_, b)| b.contains("protect the default branch"))
+    })
+    .await;
+    t.app.wait_processed().await;
+    let runs = t.app.store.runs_of(&t.issue(n)).await.expect("runs");
+    assert_eq!(runs.len(), 1);
+    assert_eq!(t.runtime.creations(&runs[0].id), 0, "nothing started");
+    assert!(t.gh.pulls(REPO).is_empty());
+    assert!(
+        t.gh.tokens()
+            .iter()
+            .filter(|tk| tk.repositories.is_some())
+            .all(|tk| tk.revoked),
+        "the refused run's token is revoked"
+    );
+    t.assert_contract();
+}
+
+#[tokio::test]
+async fn a_classic_protection_requiring_a_review_makes_the_branch_pr_only() {
+    let t = GithubApp::spawn(|_| {}).await;
+    t.gh.protect(REPO, 1, &["someone-elses-app"]);
+    let n =
+        t.gh.open_issue(REPO, "reporter", "Add --verbose", "Print each step.");
+    t.gh.label(WRITER, REPO, n, TRIGGER);
+    t.wait_state(&t.issue(n), Lifecycle::Succeeded).await;
+    assert_eq!(t.gh.pulls(REPO).len(), 1);
+    t.assert_contract();
+}
+
+#[tokio::test]
+async fn a_wrong_key_is_a_clear_error_counted_in_the_metrics_never_a_crash_and_never_shown() {
+    let key = fake_github::other_key();
+    let t = {
+        let gh = FakeGitHub::start().await;
+        gh.create_repo(REPO);
+        gh.install("acme", &[REPO]);
+        let url = gh.url.clone();
+        let k = key.clone();
+        let (app, _) = TestApp::spawn_overridden(
+            |s| {
+                s.forge.kind = director::settings::ForgeKind::Github;
+                s.forge.url = url;
+                s.forge.bot_login = None;
+                s.github.app_id = APP_ID;
+                s.github.private_key = Secret::new(k);
+                s.scan.repos = vec![REPO.parse().expect("repo")];
+                s.preflight.enabled = false;
+            },
+            Overrides::default(),
+        )
+        .await;
+        (app, gh)
+    };
+    let (app, gh) = t;
+    wait_until("GitHub refused the JWT", || async {
+        app.get("/metrics")
+            .await
+            .text()
+            .await
+            .expect("body")
+            .contains(r#"director_forge_requests_total{endpoint="/app",status="401"}"#)
+    })
+    .await;
+    assert!(gh.requests().iter().all(|r| r.auth.starts_with("bad-jwt")));
+    assert_eq!(app.get("/healthz").await.status(), 200, "still serving");
+
+    // The right key under another App's id is refused the same way.
+    let url = gh.url.clone();
+    let (wrong_id, _) = TestApp::spawn_overridden(
+        |s| {
+            s.forge.kind = director::settings::ForgeKind::Github;
+            s.forge.url = url;
+            s.forge.bot_login = None;
+            s.github.app_id = APP_ID + 1;
+            s.github.private_key = Secret::new(fake_github::app_key());
+            s.scan.repos = vec![REPO.parse().expect("repo")];
+            s.preflight.enabled = false;
+        },
+        Overrides::default(),
+    )
+    .await;
+    wait_until("GitHub refused the other App's JWT", || async {
+        wrong_id
+            .get("/metrics")
+            .await
+            .text()
+            .await
+            .expect("body")
+            .contains(r#"director_forge_requests_total{endpoint="/app",status="401"}"#)
+    })
+    .await;
+
+    // check-config says what is wrong with a key that is not one, and never shows it.
+    let dir = tempfile::tempdir().expect("dir");
+    let key_file = dir.path().join("app.pem");
+    std::fs::write(
+        &key_file,
+        "-----BEGIN RSA PRIVATE KEY-----\nTOPSECRETBYTES\n-----END RSA PRIVATE KEY-----\n",
+    )
+    .expect("write");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_director"))
+        .arg("check-config")
+        .env("DIRECTOR_FORGE__KIND", "github")
+        .env("DIRECTOR_FORGE__URL", "https://api.github.com")
+        .env("DIRECTOR_GITHUB__APP_ID", "4242")
+        .env("DIRECTOR_GITHUB__PRIVATE_KEY_FILE", &key_file)
+        .output()
+        .expect("runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success());
+    assert!(text.contains("github.private_key"), "{text}");
+    assert!(!text.contains("TOPSECRETBYTES"), "{text}");
+
+    // A good key is accepted, and shown masked.
+    let good = dir.path().join("good.pem");
+    std::fs::write(&good, &key).expect("write");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_director"))
+        .arg("check-config")
+        .env("DIRECTOR_FORGE__KIND", "github")
+        .env("DIRECTOR_FORGE__URL", "https://api.github.com")
+        .env("DIRECTOR_GITHUB__APP_ID", "4242")
+        .env("DIRECTOR_GITHUB__PRIVATE_KEY_FILE", &good)
+        .env("DIRECTOR_RUNNER__TIMEOUT_SECS", "3000")
+        .output()
+        .expect("runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let body: String = key.lines().nth(1).unwrap_or_default().to_owned();
+    assert!(!text.contains(&body), "the key is never printed");
+}
+
+#[tokio::test]
+async fn an_app_not_installed_on_a_watched_repository_is_named_in_the_scan() {
+    let t = GithubApp::spawn(|s| {
+        s.runner.enabled = false;
+        s.scan.repos.push("acme/elsewhere".parse().expect("repo"));
+    })
+    .await;
+    t.gh.create_repo("acme/elsewhere");
+    let report = t
+        .scanner
+        .as_ref()
+        .expect("scanner")
+        .scan_once()
+        .await
+        .expect("scan");
+    assert!(
+        report
+            .errors
+            .iter()
+            .any(|e| e.contains("not installed on acme/elsewhere")),
+        "{report:?}"
+    );
+    t.assert_contract();
+}
+
+#[tokio::test]
+async fn a_rate_limited_answer_is_waited_out_and_a_low_budget_slows_requests_down() {
+    let t = GithubApp::spawn(|s| s.runner.enabled = false).await;
+    let scanner = t.scanner.as_ref().expect("scanner");
+    t.gh.rate_limit_next(1);
+    let before = t.gh.requests().len();
+    let started = std::time::Instant::now();
+    let report = scanner.scan_once().await.expect("scan");
+    assert!(report.errors.is_empty(), "{report:?}");
+    assert!(
+        started.elapsed() >= std::time::Duration::from_secs(1),
+        "Retry-After: 1 was honoured"
+    );
+    // The refused request (the first of the scan), then the same asked again once: not
+    // hammered.
+    let lookups = t.gh.requests()[before..]
+        .iter()
+        .filter(|r| r.path == "/repos/acme/widgets/installation")
+        .count();
+    assert_eq!(lookups, 2);
+
+    // Two left until a reset 2 s away: the next requests are spaced out, not sent at once.
+    t.gh.report_remaining(2, 2);
+    scanner.scan_once().await.expect("scan");
+    let started = std::time::Instant::now();
+    scanner.scan_once().await.expect("scan");
+    assert!(
+        started.elapsed() >= std::time::Duration::from_millis(500),
+        "paced: {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn github_webhooks_must_be_signed_and_go_to_a_github_director() {
+    let t = GithubApp::spawn(|s| s.runner.enabled = false).await;
+    let body = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/github/issues-labeled.payload.json"
+    ))
+    .expect("payload");
+    let post = |sig: String| {
+        t.app
+            .client
+            .post(format!("{}/webhooks/github", t.app.address))
+            .header("X-GitHub-Event", "issues")
+            .header("X-GitHub-Delivery", "d-1")
+            .header("X-Hub-Signature-256", sig)
+            .body(body.clone())
+            .send()
+    };
+    let forged = post(format!("sha256={}", "0".repeat(64)))
+        .await
+        .expect("sent");
+    assert_eq!(forged.status(), 401);
+    let good = format!(
+        "sha256={}",
+        director::http::signature::sign(SECRET, body.as_bytes())
+    );
+    // Signed, for a repository not watched here: answered, not acted on.
+    let unwatched = post(good.clone()).await.expect("sent");
+    assert_eq!(unwatched.status(), 200);
+
+    // A Forgejo director refuses GitHub's deliveries (the names would mean nothing to it).
+    let forgejo = TestApp::spawn().await;
+    let refused = forgejo
+        .client
+        .post(format!("{}/webhooks/github", forgejo.address))
+        .header("X-GitHub-Event", "issues")
+        .header("X-Hub-Signature-256", good)
+        .body(body.clone())
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(refused.status(), 400);
+}
+
+#[tokio::test]
+async fn review_feedback_starts_a_follow_up_and_a_merge_is_told_on_the_issue() {
+    let t = GithubApp::spawn(|_| {}).await;
+    t.gh.ruleset(REPO, "active", 1, false);
+    let n =
+        t.gh.open_issue(REPO, "reporter", "Add --verbose", "Print each step.");
+    t.gh.label(WRITER, REPO, n, TRIGGER);
+    t.wait_state(&t.issue(n), Lifecycle::Succeeded).await;
+    let pr = t.gh.pulls(REPO)[0].0;
+    let first = t.gh.branch_head(REPO, &t.gh.pulls(REPO)[0].1);
+
+    // A writer asks for changes: one follow-up run on the same branch, its own token.
+    t.gh.review(
+        REPO,
+        pr,
+        WRITER,
+        "CHANGES_REQUESTED",
+        "Rename the flag to --loud.",
+    );
+    wait_until("a follow-up ran and ended", || async {
+        let runs = t.app.store.runs_of(&t.issue(n)).await.expect("runs");
+        runs.len() == 2 && runs.iter().all(|r| r.finished_at_ms.is_some())
+    })
+    .await;
+    t.app.wait_processed().await;
+    assert_eq!(t.gh.pulls(REPO).len(), 1, "the same pull request");
+    assert_ne!(
+        t.gh.branch_head(REPO, &t.gh.pulls(REPO)[0].1),
+        first,
+        "the follow-up pushed to the branch"
+    );
+    let restricted: Vec<_> =
+        t.gh.tokens()
+            .into_iter()
+            .filter(|tk| tk.repositories.is_some())
+            .collect();
+    assert_eq!(restricted.len(), 2, "one token per run");
+    assert!(restricted.iter().all(|tk| tk.revoked));
+    // A reader's review starts nothing.
+    t.gh.review(REPO, pr, READER, "CHANGES_REQUESTED", "Do it my way.");
+    t.app.wait_processed().await;
+
+    t.gh.merge(REPO, pr, WRITER);
+    t.wait_state(&t.issue(n), Lifecycle::Merged).await;
+    assert_eq!(
+        t.app.store.runs_of(&t.issue(n)).await.expect("runs").len(),
+        2
+    );
+    let labels = t.gh.labels_of(REPO, n);
+    assert!(labels.contains(&"headless:merged".to_owned()), "{labels:?}");
+    assert!(
+        !labels.contains(&"headless:pr-open".to_owned()),
+        "{labels:?}"
+    );
+    // The App's writes: comments, labels and the pull request, never a push of its own.
+    let writes: Vec<(String, String)> =
+        t.gh.requests()
+            .into_iter()
+            .filter(|r| r.auth.starts_with("token") && r.method != "GET")
+            .filter(|r| r.query.is_empty() && !r.body.is_null())
+            .map(|r| (r.method, r.path))
+            .collect();
+    assert!(
+        writes
+            .iter()
+            .any(|(m, p)| m == "POST" && p.ends_with("/pulls"))
+    );
+    assert!(
+        writes
+            .iter()
+            .any(|(m, p)| m == "POST" && p.ends_with(&format!("/issues/{n}/labels")))
+    );
+    t.assert_contract();
+}
+
+#[tokio::test]
+async fn a_token_github_refuses_is_told_on_the_issue_and_counted() {
+    let t = GithubApp::spawn(|_| {}).await;
+    t.gh.ruleset(REPO, "active", 1, false);
+    // The App was granted `contents: read` only: a run token with write is refused (422).
+    t.gh.set_permission(t.installation, "contents", "read");
+    let n =
+        t.gh.open_issue(REPO, "reporter", "Add --verbose", "Print each step.");
+    t.gh.label(WRITER, REPO, n, TRIGGER);
+    wait_until("the failure is told on the issue", || async {
+        t.gh.comments(REPO, n)
+            .iter()
+            .any(|(_, b)| b.contains("not granted"))
+    })
+    .await;
+    t.wait_for_metric(
+        r#"endpoint="/app/installations/{installation_id}/access_tokens",status="422""#,
+    )
+    .await;
+    assert!(t.gh.pulls(REPO).is_empty());
+    let runs = t.app.store.runs_of(&t.issue(n)).await.expect("runs");
+    assert!(runs.iter().all(|r| t.runtime.creations(&r.id) == 0));
+    // An issue author cannot lift the label-bound trust by removing and re-adding it.
+    t.gh.unlabel(READER, REPO, n, TRIGGER);
+    t.gh.label(READER, REPO, n, TRIGGER);
+    t.app.wait_processed().await;
+    let record = t
+        .app
+        .store
+        .issue(&t.issue(n))
+        .await
+        .expect("query")
+        .expect("recorded");
+    assert_eq!(record.trigger_trusted, Some(false));
+    t.assert_contract();
+}
+
+#[tokio::test]
+async fn the_sticky_preflight_comment_is_found_by_its_marker_and_edited_in_place() {
+    let t = GithubApp::spawn(|s| s.runner.enabled = false).await;
+    t.llm.always("Too vague to act on.\n\nNO-GO");
+    let n =
+        t.gh.open_issue(REPO, "reporter", "Make it better", "Somehow.");
+    t.gh.label(WRITER, REPO, n, TRIGGER);
+    t.wait_state(&t.issue(n), Lifecycle::NoGo).await;
+    assert_eq!(t.preflight_comments(n).len(), 1);
+    // A writer makes it concrete: read again, and the one comment now says GO.
+    t.llm.always("Clear now.\n\nGO");
+    t.gh.edit_issue(
+        WRITER,
+        REPO,
+        n,
+        "Add a --verbose flag that prints each step.",
+    );
+    t.wait_state(&t.issue(n), Lifecycle::Queued).await;
+    let comments = t.preflight_comments(n);
+    assert_eq!(comments.len(), 1, "{comments:#?}");
+    assert!(comments[0].1.contains("verdict=GO"), "{}", comments[0].1);
+    let edits =
+        t.gh.requests()
+            .into_iter()
+            .filter(|r| r.method == "PATCH" && r.path.contains("/issues/comments/"))
+            .count();
+    assert!(edits >= 1, "edited in place");
+    t.assert_contract();
+}
+
+#[tokio::test]
+async fn wrong_repo_files_the_issue_in_the_named_repository_of_a_trusted_owner() {
+    let t = GithubApp::spawn(|s| {
+        s.runner.enabled = false;
+        s.preflight.trusted_owners = vec!["acme".into()];
+    })
+    .await;
+    t.llm.always(
+        "It belongs with the gadgets.\n\nWRONG-REPO: acme/gadgets - add the /status endpoint",
+    );
+    let n =
+        t.gh.open_issue(REPO, "reporter", "Status endpoint", "We need /status.");
+    t.gh.label(WRITER, REPO, n, TRIGGER);
+    t.wait_state(&t.issue(n), Lifecycle::Routed).await;
+    let comment = &t.preflight_comments(n)[0].1;
+    assert!(comment.contains("Filed as acme/gadgets#1"), "{comment}");
+    let filed =
+        t.gh.requests()
+            .into_iter()
+            .filter(|r| r.method == "POST" && r.path == "/repos/acme/gadgets/issues")
+            .collect::<Vec<_>>();
+    assert_eq!(filed.len(), 1);
+    assert_eq!(filed[0].body["title"], "Status endpoint");
+    assert!(
+        filed[0].body["body"]
+            .as_str()
+            .is_some_and(|b| b.contains("acme/widgets#1") && b.contains("> We need /status.")),
+        "{:?}",
+        filed[0].body
+    );
+    t.assert_contract();
+}
+
+#[tokio::test]
+async fn a_run_token_minted_before_a_restart_is_revoked_once_read_back_from_its_run() {
+    use director::forge::{Forge, RunnerAccount};
+    let gh = FakeGitHub::start().await;
+    gh.create_repo(REPO);
+    gh.install("acme", &[REPO]);
+    let mut settings = director::settings::Settings::default();
+    settings.forge.kind = director::settings::ForgeKind::Github;
+    settings.forge.url = gh.url.clone();
+    settings.github.app_id = APP_ID;
+    settings.github.private_key = Secret::new(fake_github::app_key());
+    let runner = RunnerAccount {
+        login: String::new(),
+        password: Secret::default(),
+    };
+    let repo: RepoName = REPO.parse().expect("repo");
+    let before = director::forge::github::GithubClient::new(&settings, None).expect("client");
+    let minted = before
+        .mint_run_token(&runner, &repo, "director-run-r1-d1")
+        .await
+        .expect("minted");
+    drop(before);
+    // The director restarts: the new process holds no token by that name.
+    let after = director::forge::github::GithubClient::new(&settings, None).expect("client");
+    after
+        .delete_run_token(&runner, "director-run-r1-d1")
+        .await
+        .expect("nothing to do");
+    assert!(
+        gh.tokens().iter().all(|t| !t.revoked),
+        "it could not be shown"
+    );
+    // The run's environment gives it back: now it is revoked, and only it.
+    after.hold_run_token("director-run-r1-d1", &minted.token);
+    after
+        .delete_run_token(&runner, "director-run-r1-d1")
+        .await
+        .expect("revoked");
+    let tokens = gh.tokens();
+    let run = tokens
+        .iter()
+        .find(|t| t.value == minted.token.expose())
+        .expect("minted here");
+    assert!(run.revoked);
+    assert!(
+        tokens
+            .iter()
+            .filter(|t| t.value != minted.token.expose())
+            .all(|t| !t.revoked),
+        "the App's own token stays"
+    );
+    // Revoking again is not an error (GitHub answers 401 for a dead token).
+    after.hold_run_token("director-run-r1-d1", &minted.token);
+    after
+        .delete_run_token(&runner, "director-run-r1-d1")
+        .await
+        .expect("already gone is done");
+}
