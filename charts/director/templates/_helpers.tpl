@@ -76,7 +76,7 @@ Rendered by hand rather than with toToml, which writes every number as a float (
 the director's whole-number keys refuse floats.
 */}}
 {{- define "director.config" -}}
-{{- $files := dict "forgeToken" (list "forge" "token_file") "runnerPassword" (list "forge" "runner_password_file") "webhookSecrets" (list "webhook" "secrets_file") "preflightApiKey" (list "preflight" "api_key_file") "statusToken" (list "status" "token_file") "storeUrl" (list "store" "url_file") -}}
+{{- $files := dict "forgeToken" (list "forge" "token_file") "runnerPassword" (list "forge" "runner_password_file") "githubPrivateKey" (list "github" "private_key_file") "webhookSecrets" (list "webhook" "secrets_file") "preflightApiKey" (list "preflight" "api_key_file") "statusToken" (list "status" "token_file") "storeUrl" (list "store" "url_file") -}}
 {{- $chart := dict "server" (dict "listen" (printf "0.0.0.0:%v" (int .Values.service.port)) "log_format" "json") "runner" (dict "kind" "kubernetes") "kubernetes" (dict "namespace" (include "director.runsNamespace" .) "kubeconfig" "" "service_account" (include "director.runsServiceAccountName" .) "ttl_secs_after_finished" (int .Values.runs.ttlSecondsAfterFinished) "proxy_host" (printf "%s.%s.svc" (include "director.fullname" .) .Release.Namespace) "proxy_namespace" .Release.Namespace "proxy_pod_labels" (include "director.selectorLabelList" . | fromJsonArray)) -}}
 {{- $_ := set (index $chart "runner") "egress_proxy_port" (int .Values.runs.egressProxyPort) -}}
 {{- if not (include "director.postgres" .) -}}
@@ -90,7 +90,7 @@ the director's whole-number keys refuse floats.
 {{- $_ := set (index $chart $section) (index $where 1) (printf "/run/secrets/director/%s" $s.key) -}}
 {{- end -}}
 {{- end -}}
-{{- $secretKeys := dict "forge" (list "token" "runner_password" "token_file" "runner_password_file") "webhook" (list "secrets" "secrets_file") "preflight" (list "api_key" "api_key_file") "status" (list "token" "token_file") "store" (list "url" "url_file") -}}
+{{- $secretKeys := dict "forge" (list "token" "runner_password" "token_file" "runner_password_file") "github" (list "private_key" "private_key_file") "webhook" (list "secrets" "secrets_file") "preflight" (list "api_key" "api_key_file") "status" (list "token" "token_file") "store" (list "url" "url_file") -}}
 {{- range $section, $names := $secretKeys -}}
 {{- $table := index (default dict $.Values.config) $section -}}
 {{- if kindIs "map" $table -}}
