@@ -166,6 +166,11 @@ async fn egress_proxy(
         Some(Entry::exact(u.host_str()?, u.port_or_known_default()?))
     };
     always.extend(origin(&settings.forge.url));
+    // On GitHub, git goes to the site (github.com), the API elsewhere (api.github.com).
+    let web = settings.forge.web_url();
+    if web != settings.forge.url.trim_end_matches('/') {
+        always.extend(origin(&web));
+    }
     if settings.preflight.provider != "command" {
         always.extend(origin(&settings.preflight.base_url));
     }

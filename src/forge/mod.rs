@@ -103,6 +103,20 @@ pub fn hook_edit_body(url: &str, events: &[String]) -> serde_json::Value {
     })
 }
 
+/// Percent-encoding of everything but RFC 3986's unreserved characters: a path segment or
+/// query value as sent to a forge (and one of the forms an agent may print a secret in).
+pub fn percent_encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 /// A response's `Date` header (RFC 7231: `Tue, 01 Dec 2026 12:00:00 GMT`).
 pub fn http_date(headers: &reqwest::header::HeaderMap) -> Option<chrono::DateTime<chrono::Utc>> {
     let value = headers.get(reqwest::header::DATE)?.to_str().ok()?;

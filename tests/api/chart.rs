@@ -99,6 +99,31 @@ fn director_toml(manifests: &[Value]) -> String {
         .to_owned()
 }
 
+/// `director check-config` on the rendered director.toml, with the pod's files made here:
+/// the mounted `secrets` (key, value) and the database directory.
+fn check_rendered(manifests: &[Value], secrets: &[(&str, &str)]) -> (std::process::Output, String) {
+    let dir = tempfile::tempdir().expect("dir");
+    let files = dir.path().join("secrets");
+    std::fs::create_dir(&files).expect("mkdir");
+    for (k, v) in secrets {
+        std::fs::write(files.join(k), v).expect("write");
+    }
+    let toml = director_toml(manifests)
+        .replace("/run/secrets/director", &files.display().to_string())
+        .replace(
+            "/data/director.db",
+            &dir.path().join("d.db").display().to_string(),
+        );
+    let config = dir.path().join("director.toml");
+    std::fs::write(&config, &toml).expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_director"))
+        .args(["check-config", "--config"])
+        .arg(&config)
+        .output()
+        .expect("check-config runs");
+    (out, toml)
+}
+
 #[test]
 fn the_default_shape_is_one_hardened_replica_on_sqlite_with_least_privilege_rbac() {
     let m = rendered(json!({}));
@@ -362,30 +387,14 @@ fn the_rendered_configuration_is_accepted_by_the_director_itself() {
             "runner": { "image": "agent:1", "max_followups": 2, "timeout_secs": 1800 },
         },
     }));
-    // The pod's files, here: the mounted secrets and the database directory.
-    let dir = tempfile::tempdir().expect("dir");
-    let secrets = dir.path().join("secrets");
-    std::fs::create_dir(&secrets).expect("mkdir");
-    for (k, v) in [
-        ("forge-token", "bot-token-1"),
-        ("runner-password", "runner-pass-1"),
-        ("webhook-secrets", "hook-1"),
-    ] {
-        std::fs::write(secrets.join(k), v).expect("write");
-    }
-    let toml = director_toml(&m)
-        .replace("/run/secrets/director", &secrets.display().to_string())
-        .replace(
-            "/data/director.db",
-            &dir.path().join("d.db").display().to_string(),
-        );
-    let config = dir.path().join("director.toml");
-    std::fs::write(&config, &toml).expect("write");
-    let out = Command::new(env!("CARGO_BIN_EXE_director"))
-        .args(["check-config", "--config"])
-        .arg(&config)
-        .output()
-        .expect("check-config runs");
+    let (out, toml) = check_rendered(
+        &m,
+        &[
+            ("forge-token", "bot-token-1"),
+            ("runner-password", "runner-pass-1"),
+            ("webhook-secrets", "hook-1"),
+        ],
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -418,24 +427,13 @@ fn a_github_app_release_mounts_its_key_as_a_file_and_the_director_accepts_it() {
         "{toml}"
     );
     assert!(!toml.contains("PRIVATE KEY"), "never in the ConfigMap");
-    let dir = tempfile::tempdir().expect("dir");
-    let secrets = dir.path().join("secrets");
-    std::fs::create_dir(&secrets).expect("mkdir");
-    std::fs::write(secrets.join("github-private-key"), &key).expect("write");
-    std::fs::write(secrets.join("webhook-secrets"), "hook-1").expect("write");
-    let toml = toml
-        .replace("/run/secrets/director", &secrets.display().to_string())
-        .replace(
-            "/data/director.db",
-            &dir.path().join("d.db").display().to_string(),
-        );
-    let config = dir.path().join("director.toml");
-    std::fs::write(&config, &toml).expect("write");
-    let out = Command::new(env!("CARGO_BIN_EXE_director"))
-        .args(["check-config", "--config"])
-        .arg(&config)
-        .output()
-        .expect("check-config runs");
+    let (out, toml) = check_rendered(
+        &m,
+        &[
+            ("github-private-key", key.as_str()),
+            ("webhook-secrets", "hook-1"),
+        ],
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

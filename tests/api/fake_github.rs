@@ -7,9 +7,8 @@
 //! signed webhooks, as GitHub sends them. Rate limits can be scripted.
 //!
 //! Every request is checked against GitHub's REST description (the subset the director uses
-//! of `api.github.com.json`, `tests/fixtures/github/api.github.com.subset.json`): the method
-//! and path template exist, query parameters are declared with the right type, and a JSON
-//! body fits the declared schema. What does not fit is kept in `violations`.
+//! of `api.github.com.json`, `tests/fixtures/github/api.github.com.subset.json`) by the same
+//! checker FakeForge uses for Forgejo's: what does not fit is kept in `violations`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::TcpListener;
@@ -17,6 +16,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use actix_web::web::Bytes;
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+use director::forge::fake::contract::Spec;
 use director::http::signature::sign;
 use serde_json::{Value, json};
 
@@ -171,6 +171,31 @@ fn user(login: &str) -> Value {
         "User"
     };
     json!({ "login": login, "id": login.len(), "type": kind })
+}
+
+impl Repo {
+    /// A new open issue (or pull request) with the next number; issues and pulls share them.
+    fn add_issue(
+        &mut self,
+        title: &str,
+        body: Option<&str>,
+        author: &str,
+        pull: Option<PullS>,
+    ) -> IssueS {
+        let issue = IssueS {
+            number: self.next_number,
+            title: title.to_owned(),
+            body: body.map(str::to_owned),
+            state: "open".into(),
+            labels: Vec::new(),
+            author: author.to_owned(),
+            updated_at: now(),
+            pull,
+        };
+        self.next_number += 1;
+        self.issues.insert(issue.number, issue.clone());
+        issue
+    }
 }
 
 impl State {
@@ -457,19 +482,8 @@ impl FakeGitHub {
     pub fn open_issue(&self, repo: &str, author: &str, title: &str, body: &str) -> u64 {
         let (number, echo) = self.with(|s| {
             let r = s.repo(repo).expect("repo");
-            let number = r.next_number;
-            r.next_number += 1;
-            let issue = IssueS {
-                number,
-                title: title.to_owned(),
-                body: Some(body.to_owned()),
-                state: "open".into(),
-                labels: Vec::new(),
-                author: author.to_owned(),
-                updated_at: now(),
-                pull: None,
-            };
-            r.issues.insert(number, issue.clone());
+            let issue = r.add_issue(title, Some(body), author, None);
+            let number = issue.number;
             let echo = issues_echo(s, repo, &issue, "opened", author, None);
             (number, echo)
         });
@@ -480,6 +494,15 @@ impl FakeGitHub {
     /// `actor` puts `label` on the issue (creating the label as needed): an event, and a
     /// webhook.
     pub fn label(&self, actor: &str, repo: &str, number: u64, label: &str) {
+        self.set_label(actor, repo, number, label, true);
+    }
+
+    /// `actor` takes `label` off.
+    pub fn unlabel(&self, actor: &str, repo: &str, number: u64, label: &str) {
+        self.set_label(actor, repo, number, label, false);
+    }
+
+    fn set_label(&self, actor: &str, repo: &str, number: u64, label: &str, on: bool) {
         let echo = self.with(|s| {
             let id = s.id();
             let r = s.repo(repo).expect("repo");
@@ -488,40 +511,21 @@ impl FakeGitHub {
             }
             let at = now();
             let i = r.issues.get_mut(&number).expect("issue");
-            if !i.labels.iter().any(|l| l == label) {
+            i.labels.retain(|l| l != label);
+            if on {
                 i.labels.push(label.to_owned());
             }
             i.updated_at = at.clone();
             let issue = i.clone();
+            let action = if on { "labeled" } else { "unlabeled" };
             r.events.push(EventS {
                 number,
-                event: "labeled".into(),
+                event: action.into(),
                 actor: actor.to_owned(),
                 label: Some(label.to_owned()),
                 created_at: at,
             });
-            issues_echo(s, repo, &issue, "labeled", actor, Some(label))
-        });
-        let _ = self.echoes.send(echo);
-    }
-
-    /// `actor` takes `label` off.
-    pub fn unlabel(&self, actor: &str, repo: &str, number: u64, label: &str) {
-        let echo = self.with(|s| {
-            let r = s.repo(repo).expect("repo");
-            let at = now();
-            let i = r.issues.get_mut(&number).expect("issue");
-            i.labels.retain(|l| l != label);
-            i.updated_at = at.clone();
-            let issue = i.clone();
-            r.events.push(EventS {
-                number,
-                event: "unlabeled".into(),
-                actor: actor.to_owned(),
-                label: Some(label.to_owned()),
-                created_at: at,
-            });
-            issues_echo(s, repo, &issue, "unlabeled", actor, Some(label))
+            issues_echo(s, repo, &issue, action, actor, Some(label))
         });
         let _ = self.echoes.send(echo);
     }
@@ -636,236 +640,11 @@ fn issues_echo(
 
 // ---- the contract: GitHub's REST description, the subset the director uses ----
 
-struct Operation {
-    method: String,
-    template: String,
-    segments: Vec<String>,
-    params: Vec<Value>,
-    body: Option<Value>,
-}
-
-struct Spec {
-    operations: Vec<Operation>,
-    components: Value,
-}
-
 fn spec() -> &'static Spec {
     static SPEC: OnceLock<Spec> = OnceLock::new();
     SPEC.get_or_init(|| {
-        let text = std::fs::read_to_string(format!("{FIXTURES}/api.github.com.subset.json"))
-            .expect("GitHub's description");
-        let doc: Value = serde_json::from_str(&text).expect("json");
-        let mut operations = Vec::new();
-        for (template, item) in doc["paths"].as_object().into_iter().flatten() {
-            for (method, op) in item.as_object().into_iter().flatten() {
-                let params = op["parameters"]
-                    .as_array()
-                    .cloned()
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|p| match p["$ref"].as_str() {
-                        Some(r) => doc["components"]["parameters"]
-                            [r.rsplit('/').next().unwrap_or_default()]
-                        .clone(),
-                        None => p,
-                    })
-                    .collect();
-                let body = op["requestBody"]["content"]["application/json"]["schema"].clone();
-                operations.push(Operation {
-                    method: method.to_ascii_uppercase(),
-                    template: template.clone(),
-                    segments: template
-                        .trim_matches('/')
-                        .split('/')
-                        .map(str::to_owned)
-                        .collect(),
-                    params,
-                    body: (!body.is_null()).then_some(body),
-                });
-            }
-        }
-        Spec {
-            operations,
-            components: doc["components"].clone(),
-        }
+        Spec::load(&format!("{FIXTURES}/api.github.com.subset.json")).expect("GitHub's description")
     })
-}
-
-fn type_fits(kind: &str, value: &str) -> bool {
-    match kind {
-        "integer" => value.parse::<i64>().is_ok(),
-        "number" => value.parse::<f64>().is_ok(),
-        "boolean" => value == "true" || value == "false",
-        _ => true,
-    }
-}
-
-impl Spec {
-    /// The template a request fits, or why it fits none. `segments` are percent-decoded.
-    /// A last `{ref}` or `{path}` takes the rest of the path (it may hold slashes).
-    fn check(
-        &self,
-        method: &str,
-        segments: &[String],
-        query: &[(String, String)],
-        body: Option<&Value>,
-    ) -> Result<String, String> {
-        let mut best: Option<(&Operation, usize)> = None;
-        for op in self.operations.iter().filter(|o| o.method == method) {
-            let greedy = op
-                .segments
-                .last()
-                .is_some_and(|l| l == "{ref}" || l == "{path}");
-            let fits_len = if greedy {
-                segments.len() >= op.segments.len()
-            } else {
-                segments.len() == op.segments.len()
-            };
-            if !fits_len {
-                continue;
-            }
-            let mut literal = 0;
-            let fits = op.segments.iter().zip(segments).all(|(t, s)| {
-                if let Some(name) = t.strip_prefix('{').and_then(|t| t.strip_suffix('}')) {
-                    let kind = op
-                        .params
-                        .iter()
-                        .find(|p| p["in"] == "path" && p["name"] == name)
-                        .and_then(|p| p["schema"]["type"].as_str())
-                        .unwrap_or("string");
-                    !s.is_empty() && type_fits(kind, s)
-                } else {
-                    literal += 1;
-                    t == s
-                }
-            });
-            if fits && best.is_none_or(|(_, l)| literal > l) {
-                best = Some((op, literal));
-            }
-        }
-        let (op, _) = best.ok_or_else(|| {
-            format!(
-                "{method} /{}: no such operation in GitHub's description",
-                segments.join("/")
-            )
-        })?;
-        let at = format!("{method} {}", op.template);
-        for (name, value) in query {
-            let param = op
-                .params
-                .iter()
-                .find(|p| p["in"] == "query" && p["name"] == name.as_str())
-                .ok_or_else(|| format!("{at}: undeclared query parameter `{name}`"))?;
-            let schema = &param["schema"];
-            let kind = schema["type"].as_str().unwrap_or("string");
-            if !type_fits(kind, value) {
-                return Err(format!("{at}: query `{name}={value}` is not {kind}"));
-            }
-            if let Some(allowed) = schema["enum"].as_array()
-                && !allowed.iter().any(|a| a.as_str() == Some(value))
-            {
-                return Err(format!(
-                    "{at}: query `{name}={value}` is not one of {allowed:?}"
-                ));
-            }
-            if let Some(max) = schema["maximum"].as_i64()
-                && value.parse::<i64>().is_ok_and(|v| v > max)
-            {
-                return Err(format!("{at}: query `{name}={value}` is over {max}"));
-            }
-        }
-        for p in op
-            .params
-            .iter()
-            .filter(|p| p["in"] == "query" && p["required"] == true)
-        {
-            let name = p["name"].as_str().unwrap_or_default();
-            if !query.iter().any(|(n, _)| n == name) {
-                return Err(format!("{at}: required query parameter `{name}` missing"));
-            }
-        }
-        match (&op.body, body) {
-            (None, Some(_)) => return Err(format!("{at}: takes no body")),
-            (Some(schema), Some(body)) => self.fits(schema, body, &format!("{at} body"))?,
-            _ => {}
-        }
-        Ok(op.template.clone())
-    }
-
-    fn resolve<'a>(&'a self, schema: &'a Value) -> &'a Value {
-        match schema["$ref"]
-            .as_str()
-            .and_then(|r| r.strip_prefix("#/components/schemas/"))
-        {
-            Some(name) => &self.components["schemas"][name],
-            None => schema,
-        }
-    }
-
-    fn fits(&self, schema: &Value, value: &Value, at: &str) -> Result<(), String> {
-        let schema = self.resolve(schema);
-        for (key, any) in [("oneOf", true), ("anyOf", true), ("allOf", false)] {
-            if let Some(options) = schema[key].as_array() {
-                let results: Vec<Result<(), String>> =
-                    options.iter().map(|o| self.fits(o, value, at)).collect();
-                let ok = if any {
-                    results.iter().any(Result::is_ok)
-                } else {
-                    results.iter().all(Result::is_ok)
-                };
-                if !ok {
-                    return Err(results
-                        .into_iter()
-                        .find_map(Result::err)
-                        .unwrap_or_else(|| format!("{at}: fits no `{key}` option")));
-                }
-                return Ok(());
-            }
-        }
-        if value.is_null() && schema["nullable"] == true {
-            return Ok(());
-        }
-        let kind = schema["type"].as_str().unwrap_or("");
-        let ok = match kind {
-            "object" => value.is_object(),
-            "array" => value.is_array(),
-            "string" => value.is_string(),
-            "integer" => value.is_i64() || value.is_u64(),
-            "number" => value.is_number(),
-            "boolean" => value.is_boolean(),
-            _ => true,
-        };
-        if !ok {
-            return Err(format!("{at}: expected {kind}, got {value}"));
-        }
-        if let (Some(allowed), Some(v)) = (schema["enum"].as_array(), value.as_str())
-            && !allowed.iter().any(|a| a.as_str() == Some(v))
-        {
-            return Err(format!("{at}: `{v}` is not one of {allowed:?}"));
-        }
-        if let Some(obj) = value.as_object() {
-            if let Some(props) = schema["properties"].as_object() {
-                for (key, v) in obj {
-                    let prop = props
-                        .get(key)
-                        .ok_or_else(|| format!("{at}: unknown field `{key}`"))?;
-                    self.fits(prop, v, &format!("{at}.{key}"))?;
-                }
-            }
-            for req in schema["required"].as_array().into_iter().flatten() {
-                let name = req.as_str().unwrap_or_default();
-                if !obj.contains_key(name) {
-                    return Err(format!("{at}: required field `{name}` missing"));
-                }
-            }
-        }
-        if let (Some(items), Some(arr)) = (schema.get("items"), value.as_array()) {
-            for (i, v) in arr.iter().enumerate() {
-                self.fits(items, v, &format!("{at}[{i}]"))?;
-            }
-        }
-        Ok(())
-    }
 }
 
 // ---- the HTTP face ----
@@ -993,7 +772,7 @@ async fn handle(req: HttpRequest, body: Bytes, data: web::Data<Shared>) -> HttpR
     let checked_body = json_body
         .as_ref()
         .filter(|b| b.as_object().is_none_or(|o| !o.is_empty()));
-    if let Err(v) = spec().check(&method, &segments, &query, checked_body) {
+    if let Err(v) = spec().check_segments(&method, &segments, &query, checked_body) {
         s.violations.push(v);
     }
     let caller = {
@@ -1262,19 +1041,12 @@ fn route(
         ("POST", ["issues"]) => {
             let b = body.cloned().unwrap_or_default();
             let r = s.repo(&full).expect("repo");
-            let number = r.next_number;
-            r.next_number += 1;
-            let issue = IssueS {
-                number,
-                title: b["title"].as_str().unwrap_or_default().to_owned(),
-                body: b["body"].as_str().map(str::to_owned),
-                state: "open".into(),
-                labels: Vec::new(),
-                author: bot.clone(),
-                updated_at: now(),
-                pull: None,
-            };
-            r.issues.insert(number, issue.clone());
+            let issue = r.add_issue(
+                b["title"].as_str().unwrap_or_default(),
+                b["body"].as_str(),
+                &bot,
+                None,
+            );
             let _ = echoes.send(issues_echo(s, &full, &issue, "opened", &bot, None));
             reply(201, s.issue_json(&full, &issue))
         }
@@ -1656,23 +1428,17 @@ fn route(
             }) {
                 return message(422, "A pull request already exists");
             }
-            let number = r.next_number;
-            r.next_number += 1;
-            let issue = IssueS {
-                number,
-                title: b["title"].as_str().unwrap_or_default().to_owned(),
-                body: b["body"].as_str().map(str::to_owned),
-                state: "open".into(),
-                labels: Vec::new(),
-                author: bot.clone(),
-                updated_at: now(),
-                pull: Some(PullS {
+            let issue = r.add_issue(
+                b["title"].as_str().unwrap_or_default(),
+                b["body"].as_str(),
+                &bot,
+                Some(PullS {
                     head,
                     base,
                     merged: false,
                 }),
-            };
-            r.issues.insert(number, issue.clone());
+            );
+            let number = issue.number;
             let v = s.pull_json(&full, &issue);
             let _ = echoes.send(Echo { event: "pull_request", body: json!({ "action": "opened", "number": number, "pull_request": v, "repository": { "full_name": full }, "sender": user(&bot) }) });
             reply(201, v)

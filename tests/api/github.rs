@@ -86,6 +86,13 @@ impl GithubApp {
         this
     }
 
+    /// A reporter's issue, labelled by a writer.
+    fn labelled(&self, title: &str, body: &str) -> u64 {
+        let n = self.gh.open_issue(REPO, "reporter", title, body);
+        self.gh.label(WRITER, REPO, n, TRIGGER);
+        n
+    }
+
     fn issue(&self, number: u64) -> IssueRef {
         IssueRef::new(REPO.parse::<RepoName>().expect("repo"), number)
     }
@@ -210,9 +217,7 @@ fn agent() -> director::runtime::fake::Behaviour {
 #[tokio::test]
 async fn a_writers_label_via_webhook_gets_one_go_comment_and_the_apps_own_echoes_are_ignored() {
     let t = GithubApp::spawn(|s| s.runner.enabled = false).await;
-    let n =
-        t.gh.open_issue(REPO, "reporter", "Add --verbose", "Print each step.");
-    t.gh.label(WRITER, REPO, n, TRIGGER);
+    let n = t.labelled("Add --verbose", "Print each step.");
     t.wait_state(&t.issue(n), Lifecycle::Queued).await;
     let comments = t.preflight_comments(n);
     assert_eq!(comments.len(), 1, "{comments:#?}");
@@ -304,9 +309,7 @@ async fn a_go_issue_ends_in_one_pr_from_a_run_whose_token_is_limited_to_its_repo
 {
     let t = GithubApp::spawn(|_| {}).await;
     t.gh.ruleset(REPO, "active", 1, false);
-    let n =
-        t.gh.open_issue(REPO, "reporter", "Add --verbose", "Print each step.");
-    t.gh.label(WRITER, REPO, n, TRIGGER);
+    let n = t.labelled("Add --verbose", "Print each step.");
     t.wait_state(&t.issue(n), Lifecycle::Succeeded).await;
 
     let runs = t.app.store.runs_of(&t.issue(n)).await.expect("runs");
@@ -386,9 +389,7 @@ async fn an_unprotected_default_branch_refuses_the_run_and_says_why() {
     let t = GithubApp::spawn(|_| {}).await;
     t.gh.ruleset(REPO, "evaluate", 1, false);
     t.gh.protect(REPO, 1, &[fake_github::APP_SLUG]);
-    let n =
-        t.gh.open_issue(REPO, "reporter", "Add --verbose", "Print each step.");
-    t.gh.label(WRITER, REPO, n, TRIGGER);
+    let n = t.labelled("Add --verbose", "Print each step.");
     wait_until("the refusal is told", || async {
         t.gh.comments(REPO, n)
             .iter()
@@ -414,122 +415,110 @@ async fn an_unprotected_default_branch_refuses_the_run_and_says_why() {
 async fn a_classic_protection_requiring_a_review_makes_the_branch_pr_only() {
     let t = GithubApp::spawn(|_| {}).await;
     t.gh.protect(REPO, 1, &["someone-elses-app"]);
-    let n =
-        t.gh.open_issue(REPO, "reporter", "Add --verbose", "Print each step.");
-    t.gh.label(WRITER, REPO, n, TRIGGER);
+    let n = t.labelled("Add --verbose", "Print each step.");
     t.wait_state(&t.issue(n), Lifecycle::Succeeded).await;
     assert_eq!(t.gh.pulls(REPO).len(), 1);
     t.assert_contract();
 }
 
-#[tokio::test]
-async fn a_wrong_key_is_a_clear_error_counted_in_the_metrics_never_a_crash_and_never_shown() {
-    let key = fake_github::other_key();
-    let t = {
-        let gh = FakeGitHub::start().await;
-        gh.create_repo(REPO);
-        gh.install("acme", &[REPO]);
-        let url = gh.url.clone();
-        let k = key.clone();
-        let (app, _) = TestApp::spawn_overridden(
-            |s| {
-                s.forge.kind = director::settings::ForgeKind::Github;
-                s.forge.url = url;
-                s.forge.bot_login = None;
-                s.github.app_id = APP_ID;
-                s.github.private_key = Secret::new(k);
-                s.scan.repos = vec![REPO.parse().expect("repo")];
-                s.preflight.enabled = false;
-            },
-            Overrides::default(),
-        )
-        .await;
-        (app, gh)
-    };
-    let (app, gh) = t;
-    wait_until("GitHub refused the JWT", || async {
-        app.get("/metrics")
-            .await
-            .text()
-            .await
-            .expect("body")
-            .contains(r#"director_forge_requests_total{endpoint="/app",status="401"}"#)
-    })
-    .await;
-    assert!(gh.requests().iter().all(|r| r.auth.starts_with("bad-jwt")));
-    assert_eq!(app.get("/healthz").await.status(), 200, "still serving");
-
-    // The right key under another App's id is refused the same way.
+/// The app on GitHub as App `app_id` with `key`, nothing but the forge configured.
+async fn bare_app(gh: &FakeGitHub, app_id: u64, key: String) -> TestApp {
     let url = gh.url.clone();
-    let (wrong_id, _) = TestApp::spawn_overridden(
+    TestApp::spawn_overridden(
         |s| {
             s.forge.kind = director::settings::ForgeKind::Github;
             s.forge.url = url;
             s.forge.bot_login = None;
-            s.github.app_id = APP_ID + 1;
-            s.github.private_key = Secret::new(fake_github::app_key());
+            s.github.app_id = app_id;
+            s.github.private_key = Secret::new(key);
             s.scan.repos = vec![REPO.parse().expect("repo")];
             s.preflight.enabled = false;
         },
         Overrides::default(),
     )
-    .await;
-    wait_until("GitHub refused the other App's JWT", || async {
-        wrong_id
-            .get("/metrics")
+    .await
+    .0
+}
+
+/// Waits until the app has counted `GET /app` answered `status`.
+async fn wait_app_answered(app: &TestApp, status: u16) {
+    let line = format!(r#"director_forge_requests_total{{endpoint="/app",status="{status}"}}"#);
+    wait_until(&format!("GET /app answered {status}"), || async {
+        app.get("/metrics")
             .await
             .text()
             .await
             .expect("body")
-            .contains(r#"director_forge_requests_total{endpoint="/app",status="401"}"#)
+            .contains(&line)
     })
     .await;
+}
+
+/// `director check-config` with a GitHub App configured from the environment.
+fn check_config(key_file: &std::path::Path, extra: &[(&str, &str)]) -> (bool, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_director"))
+        .arg("check-config")
+        .env("DIRECTOR_FORGE__KIND", "github")
+        .env("DIRECTOR_FORGE__URL", "https://api.github.com")
+        .env("DIRECTOR_GITHUB__APP_ID", "4242")
+        .env("DIRECTOR_GITHUB__PRIVATE_KEY_FILE", key_file)
+        .envs(extra.iter().copied())
+        .output()
+        .expect("runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn a_wrong_key_is_a_clear_error_counted_in_the_metrics_never_a_crash_and_never_shown() {
+    let gh = FakeGitHub::start().await;
+    gh.create_repo(REPO);
+    gh.install("acme", &[REPO]);
+    let key = fake_github::other_key();
+    let app = bare_app(&gh, APP_ID, key.clone()).await;
+    wait_app_answered(&app, 401).await;
+    assert!(gh.requests().iter().all(|r| r.auth.starts_with("bad-jwt")));
+    assert_eq!(app.get("/healthz").await.status(), 200, "still serving");
+    // The right key under another App's id is refused the same way.
+    let wrong_id = bare_app(&gh, APP_ID + 1, fake_github::app_key()).await;
+    wait_app_answered(&wrong_id, 401).await;
 
     // check-config says what is wrong with a key that is not one, and never shows it.
     let dir = tempfile::tempdir().expect("dir");
-    let key_file = dir.path().join("app.pem");
+    let bad = dir.path().join("app.pem");
     std::fs::write(
-        &key_file,
+        &bad,
         "-----BEGIN RSA PRIVATE KEY-----\nTOPSECRETBYTES\n-----END RSA PRIVATE KEY-----\n",
     )
     .expect("write");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_director"))
-        .arg("check-config")
-        .env("DIRECTOR_FORGE__KIND", "github")
-        .env("DIRECTOR_FORGE__URL", "https://api.github.com")
-        .env("DIRECTOR_GITHUB__APP_ID", "4242")
-        .env("DIRECTOR_GITHUB__PRIVATE_KEY_FILE", &key_file)
-        .output()
-        .expect("runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(!out.status.success());
+    let (ok, out, err) = check_config(&bad, &[]);
+    assert!(!ok);
+    let text = format!("{out}{err}");
     assert!(text.contains("github.private_key"), "{text}");
     assert!(!text.contains("TOPSECRETBYTES"), "{text}");
 
-    // A good key is accepted, and shown masked.
+    // A good key is accepted and shown masked; a run longer than a token's hour is refused.
     let good = dir.path().join("good.pem");
     std::fs::write(&good, &key).expect("write");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_director"))
-        .arg("check-config")
-        .env("DIRECTOR_FORGE__KIND", "github")
-        .env("DIRECTOR_FORGE__URL", "https://api.github.com")
-        .env("DIRECTOR_GITHUB__APP_ID", "4242")
-        .env("DIRECTOR_GITHUB__PRIVATE_KEY_FILE", &good)
-        .env("DIRECTOR_RUNNER__TIMEOUT_SECS", "3000")
-        .output()
-        .expect("runs");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text} {}",
-        String::from_utf8_lossy(&out.stderr)
+    let (ok, out, err) = check_config(&good, &[("DIRECTOR_RUNNER__TIMEOUT_SECS", "3000")]);
+    assert!(ok, "{out} {err}");
+    let body = key.lines().nth(1).unwrap_or_default().to_owned();
+    assert!(!out.contains(&body), "the key is never printed");
+    let (ok, _, err) = check_config(
+        &good,
+        &[
+            ("DIRECTOR_RUNNER__TIMEOUT_SECS", "3600"),
+            ("DIRECTOR_RUNNER__IMAGE", "agent:1"),
+        ],
     );
-    let body: String = key.lines().nth(1).unwrap_or_default().to_owned();
-    assert!(!text.contains(&body), "the key is never printed");
+    assert!(!ok);
+    assert!(
+        err.contains("runner.timeout_secs") && err.contains("3300"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -638,9 +627,7 @@ async fn github_webhooks_must_be_signed_and_go_to_a_github_director() {
 async fn review_feedback_starts_a_follow_up_and_a_merge_is_told_on_the_issue() {
     let t = GithubApp::spawn(|_| {}).await;
     t.gh.ruleset(REPO, "active", 1, false);
-    let n =
-        t.gh.open_issue(REPO, "reporter", "Add --verbose", "Print each step.");
-    t.gh.label(WRITER, REPO, n, TRIGGER);
+    let n = t.labelled("Add --verbose", "Print each step.");
     t.wait_state(&t.issue(n), Lifecycle::Succeeded).await;
     let pr = t.gh.pulls(REPO)[0].0;
     let first = t.gh.branch_head(REPO, &t.gh.pulls(REPO)[0].1);
@@ -715,9 +702,7 @@ async fn a_token_github_refuses_is_told_on_the_issue_and_counted() {
     t.gh.ruleset(REPO, "active", 1, false);
     // The App was granted `contents: read` only: a run token with write is refused (422).
     t.gh.set_permission(t.installation, "contents", "read");
-    let n =
-        t.gh.open_issue(REPO, "reporter", "Add --verbose", "Print each step.");
-    t.gh.label(WRITER, REPO, n, TRIGGER);
+    let n = t.labelled("Add --verbose", "Print each step.");
     wait_until("the failure is told on the issue", || async {
         t.gh.comments(REPO, n)
             .iter()

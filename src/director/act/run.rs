@@ -173,7 +173,7 @@ impl Secrets {
 /// the same wherever it stands in the encoded text (three alignments, two alphabets).
 fn encodings(value: &str) -> Vec<String> {
     use base64::engine::general_purpose::{STANDARD, URL_SAFE};
-    let mut out = vec![value.to_owned(), url_encode(value)];
+    let mut out = vec![value.to_owned(), crate::forge::percent_encode(value)];
     let bytes = value.as_bytes();
     for k in 0..3usize {
         let mut shifted = vec![0u8; k];
@@ -193,19 +193,6 @@ fn encodings(value: &str) -> Vec<String> {
         }
     }
     out
-}
-
-/// Percent-encoding of everything but the unreserved characters (RFC 3986).
-fn url_encode(value: &str) -> String {
-    value
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 impl RunAct {

@@ -1,7 +1,9 @@
-//! Checks a request against Forgejo's official API spec (`tests/fixtures/forgejo/
-//! swagger.v1.json`, Swagger 2.0, v15.0.3): the method and path template exist, every query
-//! parameter is declared with the right type, and the JSON body fits the declared schema
-//! (required fields present, types right, no field the spec does not know).
+//! Checks a request against an official API description: Forgejo's (`tests/fixtures/forgejo/
+//! swagger.v1.json`, Swagger 2.0, v15.0.3) or GitHub's (`tests/fixtures/github/
+//! api.github.com.subset.json`, OpenAPI 3.0.3): the method and path template exist, every
+//! query parameter is declared with the right type (and value, for an enum), and the JSON
+//! body fits the declared schema (required fields present, types and enum values right,
+//! `oneOf` / `anyOf` / `allOf` followed, no field the description does not know).
 
 use std::sync::OnceLock;
 
@@ -16,50 +18,27 @@ struct Operation {
     method: String,
     template: String,
     segments: Vec<String>,
+    /// Path and query parameters, each with its `type` (and `enum`, `maximum`) at the top.
     params: Vec<Value>,
+    /// The JSON body's schema, and whether a body is required.
+    body: Option<(Value, bool)>,
 }
 
 pub struct Spec {
     operations: Vec<Operation>,
-    definitions: Value,
+    /// Where `$ref`s point: Swagger's `definitions`, OpenAPI's `components.schemas`.
+    schemas: Value,
+    ref_prefix: &'static str,
     base_path: String,
 }
 
 static SPEC: OnceLock<Result<Spec, String>> = OnceLock::new();
 
+/// Forgejo's.
 pub fn spec() -> Result<&'static Spec, String> {
-    SPEC.get_or_init(load).as_ref().map_err(Clone::clone)
-}
-
-fn load() -> Result<Spec, String> {
-    let text = std::fs::read_to_string(SPEC_PATH).map_err(|e| format!("{SPEC_PATH}: {e}"))?;
-    let doc: Value = serde_json::from_str(&text).map_err(|e| format!("{SPEC_PATH}: {e}"))?;
-    let mut operations = Vec::new();
-    for (template, item) in doc["paths"].as_object().into_iter().flatten() {
-        let shared: Vec<Value> = item["parameters"].as_array().cloned().unwrap_or_default();
-        for (method, op) in item.as_object().into_iter().flatten() {
-            if method == "parameters" {
-                continue;
-            }
-            let mut params = shared.clone();
-            params.extend(op["parameters"].as_array().cloned().unwrap_or_default());
-            operations.push(Operation {
-                method: method.to_ascii_uppercase(),
-                template: template.clone(),
-                segments: template
-                    .trim_matches('/')
-                    .split('/')
-                    .map(str::to_owned)
-                    .collect(),
-                params,
-            });
-        }
-    }
-    Ok(Spec {
-        operations,
-        definitions: doc["definitions"].clone(),
-        base_path: doc["basePath"].as_str().unwrap_or("/api/v1").to_owned(),
-    })
+    SPEC.get_or_init(|| Spec::load(SPEC_PATH))
+        .as_ref()
+        .map_err(Clone::clone)
 }
 
 fn type_fits(kind: &str, value: &str) -> bool {
@@ -72,6 +51,85 @@ fn type_fits(kind: &str, value: &str) -> bool {
 }
 
 impl Spec {
+    /// A Swagger 2.0 or OpenAPI 3 description in JSON.
+    pub fn load(path: &str) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+        let doc: Value = serde_json::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
+        let openapi = doc.get("openapi").is_some();
+        // An OpenAPI parameter may be a `$ref` into `components.parameters`, and keeps its
+        // type under `schema`: both are brought to Swagger's shape here.
+        let param = |p: &Value| -> Value {
+            let p = match p["$ref"].as_str() {
+                Some(r) => {
+                    doc["components"]["parameters"][r.rsplit('/').next().unwrap_or("")].clone()
+                }
+                None => p.clone(),
+            };
+            if !openapi {
+                return p;
+            }
+            let mut flat = p.clone();
+            for key in ["type", "enum", "maximum"] {
+                if !p["schema"][key].is_null() {
+                    flat[key] = p["schema"][key].clone();
+                }
+            }
+            flat
+        };
+        let mut operations = Vec::new();
+        for (template, item) in doc["paths"].as_object().into_iter().flatten() {
+            let shared: Vec<Value> = item["parameters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(param)
+                .collect();
+            for (method, op) in item.as_object().into_iter().flatten() {
+                if method == "parameters" {
+                    continue;
+                }
+                let mut params = shared.clone();
+                params.extend(op["parameters"].as_array().into_iter().flatten().map(param));
+                let body = if openapi {
+                    let schema = &op["requestBody"]["content"]["application/json"]["schema"];
+                    (!schema.is_null())
+                        .then(|| (schema.clone(), op["requestBody"]["required"] == true))
+                } else {
+                    params
+                        .iter()
+                        .find(|p| p["in"] == "body")
+                        .map(|p| (p["schema"].clone(), p["required"] == true))
+                };
+                operations.push(Operation {
+                    method: method.to_ascii_uppercase(),
+                    template: template.clone(),
+                    segments: template
+                        .trim_matches('/')
+                        .split('/')
+                        .map(str::to_owned)
+                        .collect(),
+                    params,
+                    body,
+                });
+            }
+        }
+        Ok(if openapi {
+            Spec {
+                operations,
+                schemas: doc["components"]["schemas"].clone(),
+                ref_prefix: "#/components/schemas/",
+                base_path: String::new(),
+            }
+        } else {
+            Spec {
+                operations,
+                schemas: doc["definitions"].clone(),
+                ref_prefix: "#/definitions/",
+                base_path: doc["basePath"].as_str().unwrap_or("/api/v1").to_owned(),
+            }
+        })
+    }
+
     /// The path template a request matches, or why none does. `path` is below the base path
     /// and already percent-decoded per segment.
     pub fn check(
@@ -82,14 +140,40 @@ impl Spec {
         body: Option<&Value>,
     ) -> Result<&str, String> {
         let path = path.strip_prefix(&self.base_path).unwrap_or(path);
-        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let segments: Vec<String> = path
+            .trim_matches('/')
+            .split('/')
+            .map(str::to_owned)
+            .collect();
+        self.check_segments(method, &segments, query, body)
+    }
+
+    /// The same for a path already split into percent-decoded segments (a segment may hold
+    /// a `/`). A last `{ref}` or `{path}` parameter takes the rest of the path.
+    pub fn check_segments(
+        &self,
+        method: &str,
+        segments: &[String],
+        query: &[(String, String)],
+        body: Option<&Value>,
+    ) -> Result<&str, String> {
+        let path = format!("/{}", segments.join("/"));
         let mut best: Option<(&Operation, usize)> = None;
         for op in self.operations.iter().filter(|o| o.method == method) {
-            if op.segments.len() != segments.len() {
+            let greedy = op
+                .segments
+                .last()
+                .is_some_and(|l| l == "{ref}" || l == "{path}");
+            let fits_len = if greedy {
+                segments.len() >= op.segments.len()
+            } else {
+                segments.len() == op.segments.len()
+            };
+            if !fits_len {
                 continue;
             }
             let mut literal = 0;
-            let fits = op.segments.iter().zip(&segments).all(|(t, s)| {
+            let fits = op.segments.iter().zip(segments).all(|(t, s)| {
                 if let Some(name) = t.strip_prefix('{').and_then(|t| t.strip_suffix('}')) {
                     let kind = op
                         .params
@@ -127,6 +211,11 @@ impl Spec {
                     "{at}: query `{name}={value}` is not one of {allowed:?}"
                 ));
             }
+            if let Some(max) = param["maximum"].as_i64()
+                && value.parse::<i64>().is_ok_and(|v| v > max)
+            {
+                return Err(format!("{at}: query `{name}={value}` is over {max}"));
+            }
         }
         for p in op
             .params
@@ -138,11 +227,10 @@ impl Spec {
                 return Err(format!("{at}: required query parameter `{name}` missing"));
             }
         }
-        let body_param = op.params.iter().find(|p| p["in"] == "body");
-        match (body_param, body) {
+        match (&op.body, body) {
             (None, Some(_)) => return Err(format!("{at}: takes no body")),
-            (Some(p), None) if p["required"] == true => return Err(format!("{at}: body required")),
-            (Some(p), Some(body)) => self.fits(&p["schema"], body, &format!("{at} body"))?,
+            (Some((_, true)), None) => return Err(format!("{at}: body required")),
+            (Some((schema, _)), Some(body)) => self.fits(schema, body, &format!("{at} body"))?,
             _ => {}
         }
         Ok(&op.template)
@@ -151,15 +239,37 @@ impl Spec {
     fn resolve<'a>(&'a self, schema: &'a Value) -> &'a Value {
         match schema["$ref"]
             .as_str()
-            .and_then(|r| r.strip_prefix("#/definitions/"))
+            .and_then(|r| r.strip_prefix(self.ref_prefix))
         {
-            Some(name) => &self.definitions[name],
+            Some(name) => &self.schemas[name],
             None => schema,
         }
     }
 
     fn fits(&self, schema: &Value, value: &Value, at: &str) -> Result<(), String> {
         let schema = self.resolve(schema);
+        for (key, any) in [("oneOf", true), ("anyOf", true), ("allOf", false)] {
+            if let Some(options) = schema[key].as_array() {
+                let results: Vec<Result<(), String>> =
+                    options.iter().map(|o| self.fits(o, value, at)).collect();
+                let ok = if any {
+                    results.iter().any(Result::is_ok)
+                } else {
+                    results.iter().all(Result::is_ok)
+                };
+                return if ok {
+                    Ok(())
+                } else {
+                    Err(results
+                        .into_iter()
+                        .find_map(Result::err)
+                        .unwrap_or_else(|| format!("{at}: fits no `{key}` option")))
+                };
+            }
+        }
+        if value.is_null() && (schema["nullable"] == true || schema["x-nullable"] == true) {
+            return Ok(());
+        }
         let kind = schema["type"].as_str().unwrap_or("");
         let ok = match kind {
             "object" => value.is_object(),
@@ -173,6 +283,11 @@ impl Spec {
         if !ok {
             return Err(format!("{at}: expected {kind}, got {value}"));
         }
+        if let (Some(allowed), Some(v)) = (schema["enum"].as_array(), value.as_str())
+            && !allowed.iter().any(|a| a.as_str() == Some(v))
+        {
+            return Err(format!("{at}: `{v}` is not one of {allowed:?}"));
+        }
         if let (Some(obj), Some(props)) = (value.as_object(), schema["properties"].as_object()) {
             for (key, v) in obj {
                 let prop = props
@@ -180,6 +295,8 @@ impl Spec {
                     .ok_or_else(|| format!("{at}: unknown field `{key}`"))?;
                 self.fits(prop, v, &format!("{at}.{key}"))?;
             }
+        }
+        if let Some(obj) = value.as_object() {
             for req in schema["required"].as_array().into_iter().flatten() {
                 let name = req.as_str().unwrap_or_default();
                 if !obj.contains_key(name) {
@@ -279,6 +396,77 @@ mod tests {
                 Some(&json!({"body": 5}))
             )
             .is_err()
+        );
+    }
+
+    #[test]
+    fn github_s_openapi_description_is_read_too() {
+        let spec = Spec::load(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/github/api.github.com.subset.json"
+        ))
+        .expect("loads");
+        let seg = |p: &str| -> Vec<String> { p.split('/').map(str::to_owned).collect() };
+        assert_eq!(
+            spec.check_segments(
+                "POST",
+                &seg("repos/a/b/issues/1/labels"),
+                &[],
+                Some(&json!({"labels": ["x"]}))
+            ),
+            Ok("/repos/{owner}/{repo}/issues/{issue_number}/labels")
+        );
+        assert!(
+            spec.check_segments(
+                "POST",
+                &seg("app/installations/7/access_tokens"),
+                &[],
+                Some(&json!({"permissions": {"contents": "writ"}}))
+            )
+            .is_err(),
+            "an enum value GitHub does not know"
+        );
+        assert!(
+            spec.check_segments(
+                "POST",
+                &seg("app/installations/7/access_tokens"),
+                &[],
+                Some(&json!({"repositories": ["w"], "permissions": {"contents": "write"}}))
+            )
+            .is_ok()
+        );
+        // A branch name with slashes, as one segment or as the rest of a ref.
+        assert!(
+            spec.check_segments(
+                "GET",
+                &[
+                    "repos".into(),
+                    "a".into(),
+                    "b".into(),
+                    "branches".into(),
+                    "x/y".into()
+                ],
+                &[],
+                None
+            )
+            .is_ok()
+        );
+        assert!(
+            spec.check_segments("GET", &seg("repos/a/b/git/ref/heads/x/y"), &[], None)
+                .is_ok()
+        );
+        assert!(
+            spec.check_segments(
+                "GET",
+                &seg("repos/a/b/issues"),
+                &q(&[("labelz", "x")]),
+                None
+            )
+            .is_err()
+        );
+        assert!(
+            spec.check_segments("GET", &seg("repos/a/b/issues/x"), &[], None)
+                .is_err()
         );
     }
 }

@@ -62,18 +62,7 @@ pub fn web_base(api: &str) -> String {
     .web_url()
 }
 
-/// Percent-encoding of a path segment or query value (all but RFC 3986's unreserved).
-fn enc(value: &str) -> String {
-    value
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
+use crate::forge::percent_encode as enc;
 
 fn query(pairs: &[(&str, String)]) -> String {
     pairs
@@ -413,6 +402,20 @@ impl GithubClient {
         decode(&method, path, &answer.body)
     }
 
+    /// A `GET` of one thing; `None` when GitHub says there is none (404).
+    async fn get<T: DeserializeOwned>(
+        &self,
+        who: As<'_>,
+        endpoint: &'static str,
+        path: &str,
+    ) -> Result<Option<T>, ForgeError> {
+        match self.json(who, Method::GET, endpoint, path, None).await {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Every page of a list (`per_page=100`), read until a page comes back short.
     async fn all_pages<T: DeserializeOwned>(
         &self,
@@ -603,6 +606,28 @@ impl GithubClient {
                 method: "GET".into(),
                 path: format!("{}/labels", repo_path(repo)),
             })
+    }
+
+    /// Every page of a repository's issue list, pull requests (which GitHub lists among
+    /// issues) left out.
+    async fn issues_of(
+        &self,
+        repo: &RepoName,
+        params: &[(&str, String)],
+    ) -> Result<Vec<Issue>, ForgeError> {
+        let items: Vec<RawIssue> = self
+            .all_pages(
+                self.on(repo).await?,
+                "/repos/{o}/{r}/issues",
+                &format!("{}/issues", repo_path(repo)),
+                params,
+            )
+            .await?;
+        Ok(items
+            .into_iter()
+            .map(Issue::from)
+            .filter(|i| !i.is_pull)
+            .collect())
     }
 
     fn remember_label(&self, repo: &RepoName, id: u64, name: &str) {
@@ -1050,19 +1075,11 @@ impl Forge for GithubClient {
         repo: &RepoName,
         label: &str,
     ) -> Result<Vec<Issue>, ForgeError> {
-        let items: Vec<RawIssue> = self
-            .all_pages(
-                self.on(repo).await?,
-                "/repos/{o}/{r}/issues",
-                &format!("{}/issues", repo_path(repo)),
-                &[("labels", label.to_owned()), ("state", "open".to_owned())],
-            )
-            .await?;
-        Ok(items
-            .into_iter()
-            .map(Issue::from)
-            .filter(|i| !i.is_pull)
-            .collect())
+        self.issues_of(
+            repo,
+            &[("labels", label.to_owned()), ("state", "open".to_owned())],
+        )
+        .await
     }
 
     async fn issue(&self, issue: &IssueRef) -> Result<Issue, ForgeError> {
@@ -1124,27 +1141,24 @@ impl Forge for GithubClient {
 
     async fn permission(&self, repo: &RepoName, user: &str) -> Result<Permission, ForgeError> {
         let path = format!("{}/collaborators/{}/permission", repo_path(repo), enc(user));
-        match self
-            .json::<RawPermission>(
+        let found: Option<RawPermission> = self
+            .get(
                 self.on(repo).await?,
-                Method::GET,
                 "/repos/{o}/{r}/collaborators/{username}/permission",
                 &path,
-                None,
             )
-            .await
-        {
+            .await?;
+        Ok(match found {
             // `maintain` is reported as `write` in `permission`; the role says it too.
-            Ok(p) if p.role_name == "maintain" => Ok(Permission::Write),
-            Ok(p) => Ok(match p.permission.as_str() {
+            Some(p) if p.role_name == "maintain" => Permission::Write,
+            Some(p) => match p.permission.as_str() {
                 "admin" => Permission::Admin,
                 "write" | "maintain" => Permission::Write,
                 "read" | "triage" => Permission::Read,
                 _ => Permission::None,
-            }),
-            Err(e) if e.is_not_found() => Ok(Permission::None),
-            Err(e) => Err(e),
-        }
+            },
+            None => Permission::None,
+        })
     }
 
     async fn ensure_label(
@@ -1156,18 +1170,10 @@ impl Forge for GithubClient {
     ) -> Result<Label, ForgeError> {
         let who = self.on(repo).await?;
         let path = format!("{}/labels/{}", repo_path(repo), enc(name));
-        let found = self
-            .json::<RawLabel>(
-                who,
-                Method::GET,
-                "/repos/{o}/{r}/labels/{name}",
-                &path,
-                None,
-            )
-            .await;
+        let found: Option<RawLabel> = self.get(who, "/repos/{o}/{r}/labels/{name}", &path).await?;
         let label = match found {
-            Ok(l) => l,
-            Err(e) if e.is_not_found() => {
+            Some(l) => l,
+            None => {
                 let body = json!({
                     "name": name,
                     "color": color.trim_start_matches('#'),
@@ -1198,7 +1204,6 @@ impl Forge for GithubClient {
                     Err(e) => return Err(e),
                 }
             }
-            Err(e) => return Err(e),
         };
         self.remember_label(repo, label.id, &label.name);
         Ok(Label {
@@ -1283,19 +1288,11 @@ impl Forge for GithubClient {
         repo: &RepoName,
         login: &str,
     ) -> Result<Vec<Issue>, ForgeError> {
-        let items: Vec<RawIssue> = self
-            .all_pages(
-                self.on(repo).await?,
-                "/repos/{o}/{r}/issues",
-                &format!("{}/issues", repo_path(repo)),
-                &[("creator", login.to_owned()), ("state", "all".to_owned())],
-            )
-            .await?;
-        Ok(items
-            .into_iter()
-            .map(Issue::from)
-            .filter(|i| !i.is_pull)
-            .collect())
+        self.issues_of(
+            repo,
+            &[("creator", login.to_owned()), ("state", "all".to_owned())],
+        )
+        .await
     }
 
     async fn create_issue(
@@ -1318,26 +1315,20 @@ impl Forge for GithubClient {
 
     async fn branch(&self, repo: &RepoName, name: &str) -> Result<Option<Branch>, ForgeError> {
         let path = format!("{}/branches/{}", repo_path(repo), enc(name));
-        match self
-            .json::<RawBranch>(
+        let found: Option<RawBranch> = self
+            .get(
                 self.on(repo).await?,
-                Method::GET,
                 "/repos/{o}/{r}/branches/{branch}",
                 &path,
-                None,
             )
-            .await
-        {
-            Ok(b) => Ok(Some(Branch {
-                name: b.name,
-                commit: b.commit.sha,
-                // The App's own view is not a PR-only check (that is `branch_as`).
-                user_can_push: true,
-                user_can_merge: true,
-            })),
-            Err(e) if e.is_not_found() => Ok(None),
-            Err(e) => Err(e),
-        }
+            .await?;
+        Ok(found.map(|b| Branch {
+            name: b.name,
+            commit: b.commit.sha,
+            // The App's own view is not a PR-only check (that is `branch_as`).
+            user_can_push: true,
+            user_can_merge: true,
+        }))
     }
 
     /// PR-only, as GitHub can show it: the branch counts as closed to the token's holder
@@ -1351,19 +1342,11 @@ impl Forge for GithubClient {
         name: &str,
     ) -> Result<Option<Branch>, ForgeError> {
         let path = format!("{}/branches/{}", repo_path(repo), enc(name));
-        let b: RawBranch = match self
-            .json(
-                As::Token(token),
-                Method::GET,
-                "/repos/{o}/{r}/branches/{branch}",
-                &path,
-                None,
-            )
-            .await
-        {
-            Ok(b) => b,
-            Err(e) if e.is_not_found() => return Ok(None),
-            Err(e) => return Err(e),
+        let Some(b) = self
+            .get::<RawBranch>(As::Token(token), "/repos/{o}/{r}/branches/{branch}", &path)
+            .await?
+        else {
+            return Ok(None);
         };
         let closed = self.ruleset_binds(token, repo, name).await?
             || self.protection_binds(repo, name).await?;
