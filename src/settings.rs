@@ -352,6 +352,18 @@ pub struct GithubSettings {
     pub installation_id: u64,
 }
 
+/// Whether `key` is an RSA private key in PEM form (what GitHub hands out for an App),
+/// without ever showing any of it.
+#[cfg(feature = "github")]
+pub fn check_private_key(key: &Secret) -> Result<(), String> {
+    jsonwebtoken::EncodingKey::from_rsa_pem(key.expose().trim().as_bytes())
+        .map(|_| ())
+        .map_err(|_| {
+            "is not an RSA private key in PEM form (the .pem file GitHub gives for the App)"
+                .to_owned()
+        })
+}
+
 /// How long a GitHub installation token lives, and so the longest run GitHub allows here
 /// (less a margin for the director's own checks before and after the run).
 pub const GITHUB_TOKEN_LIFETIME_SECS: u64 = 3600;
@@ -1179,7 +1191,7 @@ impl Settings {
             ));
         }
         #[cfg(feature = "github")]
-        if let Err(why) = crate::forge::github::check_private_key(&g.private_key) {
+        if let Err(why) = check_private_key(&g.private_key) {
             return Err(invalid("github.private_key", why));
         }
         if !self.forge.token.is_empty() {

@@ -41,16 +41,7 @@ const MAX_RATE_WAIT: Duration = Duration::from_secs(120);
 /// Below this many requests left, the rest are spread over the time to the reset.
 const RESERVE: u64 = 100;
 
-/// Whether `key` is an RSA private key in PEM form (what GitHub hands out), without ever
-/// showing any of it.
-pub fn check_private_key(key: &Secret) -> Result<(), String> {
-    jsonwebtoken::EncodingKey::from_rsa_pem(key.expose().trim().as_bytes())
-        .map(|_| ())
-        .map_err(|_| {
-            "is not an RSA private key in PEM form (the .pem file GitHub gives for the App)"
-                .to_owned()
-        })
-}
+pub use crate::settings::check_private_key;
 
 /// The web address matching an API base (see [`crate::settings::ForgeSettings::web_url`]).
 pub fn web_base(api: &str) -> String {
