@@ -288,7 +288,7 @@ fn main() -> ExitCode {
                 let store = director::store::Store::connect(&settings.store).await?;
                 let rows = director::status::collect(
                     &store,
-                    Some(&settings.forge.url),
+                    settings.forge.links().as_ref(),
                     &director::status::Queueing::from_settings(&settings),
                     director::clock::now_ms(),
                 )

@@ -395,7 +395,48 @@ pub struct ForgeSettings {
     pub max_attempts: u32,
 }
 
+/// Links to the forge's web pages, as each forge spells them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WebLinks {
+    /// The site, without a trailing `/`.
+    pub base: String,
+    pub kind: ForgeKind,
+}
+
+impl WebLinks {
+    pub fn issue(&self, repo: &RepoName, number: u64) -> String {
+        format!("{}/{repo}/issues/{number}", self.base)
+    }
+
+    pub fn pull(&self, repo: &RepoName, number: u64) -> String {
+        match self.kind {
+            ForgeKind::Forgejo => format!("{}/{repo}/pulls/{number}", self.base),
+            ForgeKind::Github => format!("{}/{repo}/pull/{number}", self.base),
+        }
+    }
+
+    pub fn branch(&self, repo: &RepoName, branch: &str) -> String {
+        match self.kind {
+            ForgeKind::Forgejo => format!("{}/{repo}/src/branch/{branch}", self.base),
+            ForgeKind::Github => format!("{}/{repo}/tree/{branch}", self.base),
+        }
+    }
+
+    pub fn compare(&self, repo: &RepoName, base: &str, head: &str) -> String {
+        format!("{}/{repo}/compare/{base}...{head}", self.base)
+    }
+}
+
 impl ForgeSettings {
+    /// Links to the forge's pages; `None` without a forge.
+    pub fn links(&self) -> Option<WebLinks> {
+        let base = self.web_url();
+        (!base.is_empty()).then_some(WebLinks {
+            base,
+            kind: self.kind,
+        })
+    }
+
     /// The forge's web address (for links): `forge.url` on Forgejo; on GitHub the site
     /// matching the API base (`https://api.github.com` is `https://github.com`, GitHub
     /// Enterprise Server's `https://HOST/api/v3` is `https://HOST`).
@@ -1421,5 +1462,51 @@ mod schedule_tests {
             Some(1_796_000_400_000)
         );
         assert_eq!(super::nearest_occurrence_ms("not cron", tick), None);
+    }
+}
+
+#[cfg(test)]
+mod links_tests {
+    use super::*;
+
+    #[test]
+    fn links_follow_each_forge_s_spelling() {
+        let repo: RepoName = "acme/widgets".parse().expect("repo");
+        let github = ForgeSettings {
+            kind: ForgeKind::Github,
+            url: "https://api.github.com/".into(),
+            ..Default::default()
+        }
+        .links()
+        .expect("links");
+        assert_eq!(
+            github.pull(&repo, 7),
+            "https://github.com/acme/widgets/pull/7"
+        );
+        assert_eq!(
+            github.branch(&repo, "b"),
+            "https://github.com/acme/widgets/tree/b"
+        );
+        let ghes = ForgeSettings {
+            kind: ForgeKind::Github,
+            url: "https://ghe.example/api/v3".into(),
+            ..Default::default()
+        };
+        assert_eq!(ghes.web_url(), "https://ghe.example");
+        let forgejo = ForgeSettings {
+            url: "https://forgejo.example/".into(),
+            ..Default::default()
+        }
+        .links()
+        .expect("links");
+        assert_eq!(
+            forgejo.pull(&repo, 7),
+            "https://forgejo.example/acme/widgets/pulls/7"
+        );
+        assert_eq!(
+            forgejo.issue(&repo, 3),
+            "https://forgejo.example/acme/widgets/issues/3"
+        );
+        assert!(ForgeSettings::default().links().is_none());
     }
 }

@@ -2,6 +2,7 @@
 //! the status page (`GET /status`, HTML; `GET /status.json`, the same JSON). One set of rows
 //! serves all three.
 
+use crate::settings::WebLinks;
 use std::collections::HashMap;
 
 use serde::Serialize;
@@ -170,7 +171,7 @@ fn waiting(r: &IssueRecord) -> Option<String> {
     }
 }
 
-fn run_row(run: &RunRecord, web: Option<&str>, now_ms: i64) -> RunRow {
+fn run_row(run: &RunRecord, web: Option<&WebLinks>, now_ms: i64) -> RunRow {
     let age_secs = run
         .started_at_ms
         .map(|s| (run.finished_at_ms.unwrap_or(now_ms) - s).max(0) / 1000);
@@ -183,7 +184,7 @@ fn run_row(run: &RunRecord, web: Option<&str>, now_ms: i64) -> RunRow {
         age_secs,
         pr: run.pr_number.or(run.followup.as_ref().map(|f| f.pr)),
         pr_url: match (web, run.pr_number.or(run.followup.as_ref().map(|f| f.pr))) {
-            (Some(web), Some(n)) => Some(format!("{web}/{}/pulls/{n}", run.repo)),
+            (Some(web), Some(n)) => Some(web.pull(&run.repo, n)),
             _ => None,
         },
         detail: run.detail.clone(),
@@ -207,13 +208,10 @@ pub fn rows(
     issues: &[IssueRecord],
     troubled: &[ActionRow],
     runs: &[RunRecord],
-    web: Option<&str>,
+    web: Option<&WebLinks>,
     queueing: &Queueing,
     now_ms: i64,
 ) -> Vec<Row> {
-    let web = web
-        .map(|w| w.trim_end_matches('/'))
-        .filter(|w| !w.is_empty());
     let mut failing: HashMap<&IssueRef, Vec<Failing>> = HashMap::new();
     for a in troubled {
         failing.entry(&a.issue).or_default().push(Failing {
@@ -275,7 +273,7 @@ pub fn rows(
         .map(|r| {
             let key = (r.repo.to_string(), r.number);
             Row {
-                url: web.map(|w| format!("{w}/{}/issues/{}", r.repo, r.number)),
+                url: web.map(|w| w.issue(&r.repo, r.number)),
                 repo: key.0.clone(),
                 number: r.number,
                 state: r.lifecycle.as_str().to_owned(),
@@ -293,7 +291,7 @@ pub fn rows(
                 pr: r.pr.as_ref().map(|p| PrRow {
                     number: p.number,
                     state: p.state.as_str().to_owned(),
-                    url: web.map(|w| format!("{w}/{}/pulls/{}", r.repo, p.number)),
+                    url: web.map(|w| w.pull(&r.repo, p.number)),
                     followups: p.followups,
                 }),
                 run: runs.get(&key).map(|run| run_row(run, web, now_ms)),
@@ -533,7 +531,7 @@ pub fn html(rows: &[Row], now_ms: i64, private_hidden: bool) -> String {
 /// Every tracked issue's row, read from the store.
 pub async fn collect(
     store: &crate::store::Store,
-    web: Option<&str>,
+    web: Option<&WebLinks>,
     queueing: &Queueing,
     now_ms: i64,
 ) -> anyhow::Result<Vec<Row>> {
@@ -613,7 +611,10 @@ mod tests {
             &[running, queued, retry, done, nogo],
             &[],
             &[run1, run4],
-            Some("https://forgejo.example.org/"),
+            Some(&WebLinks {
+                base: "https://forgejo.example.org".into(),
+                kind: crate::settings::ForgeKind::Forgejo,
+            }),
             &Queueing::default(),
             now,
         )

@@ -115,8 +115,10 @@ mod run_tests {
             "still thinking",
         );
         body.push_str(&branch_note(
-            "https://forge.example/",
-            crate::settings::ForgeKind::Forgejo,
+            &crate::settings::WebLinks {
+                base: "https://forge.example".into(),
+                kind: crate::settings::ForgeKind::Forgejo,
+            },
             &repo,
             "main",
             "director-issue-3-01234567",
@@ -252,20 +254,16 @@ pub fn usage_line(usage: Option<&crate::domain::run::Usage>) -> String {
 
 /// Where a branch that was not opened as a pull request can be looked at.
 pub fn branch_note(
-    forge_url: &str,
-    kind: crate::settings::ForgeKind,
+    links: &crate::settings::WebLinks,
     repo: &crate::domain::RepoName,
     base: &str,
     branch: &str,
     ahead: u64,
 ) -> String {
-    let url = forge_url.trim_end_matches('/');
-    let tree = match kind {
-        crate::settings::ForgeKind::Forgejo => "src/branch",
-        crate::settings::ForgeKind::Github => "tree",
-    };
     format!(
-        "\n\nIts branch [`{branch}`]({url}/{repo}/{tree}/{branch}) is {ahead} commit(s) ahead of `{base}` ([compare]({url}/{repo}/compare/{base}...{branch})); it was kept, not opened as a pull request."
+        "\n\nIts branch [`{branch}`]({}) is {ahead} commit(s) ahead of `{base}` ([compare]({})); it was kept, not opened as a pull request.",
+        links.branch(repo, branch),
+        links.compare(repo, base, branch)
     )
 }
 

@@ -40,10 +40,8 @@ pub struct Policy {
     pub keep_failed_secs: u64,
     /// `runner.max_followups`.
     pub max_followups: u32,
-    /// The forge's web address, for links to branches, and which forge it is (the links'
-    /// shape).
-    pub forge_url: String,
-    pub forge_kind: crate::settings::ForgeKind,
+    /// Links to the forge's pages (branches), as the forge spells them.
+    pub links: crate::settings::WebLinks,
 }
 
 impl Policy {
@@ -60,8 +58,10 @@ impl Policy {
             idle_timeout_secs: settings.runner.idle_timeout_secs,
             keep_failed_secs: settings.runner.keep_failed_secs,
             max_followups: settings.runner.max_followups,
-            forge_url: settings.forge.web_url(),
-            forge_kind: settings.forge.kind,
+            links: crate::settings::WebLinks {
+                base: settings.forge.web_url(),
+                kind: settings.forge.kind,
+            },
         }
     }
 }
@@ -861,8 +861,7 @@ impl<'a> Step<'a> {
         let log = run.log_tail.clone().unwrap_or_default();
         let branch_note = (ahead > 0).then(|| {
             comments::branch_note(
-                &self.policy.forge_url,
-                self.policy.forge_kind,
+                &self.policy.links,
                 &run.repo,
                 &run.base_branch,
                 &run.branch,

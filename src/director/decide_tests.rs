@@ -23,8 +23,10 @@ fn policy() -> Policy {
         idle_timeout_secs: 1_800,
         keep_failed_secs: 0,
         max_followups: 3,
-        forge_url: "http://forge.example".into(),
-        forge_kind: crate::settings::ForgeKind::Forgejo,
+        links: crate::settings::WebLinks {
+            base: "http://forge.example".into(),
+            kind: crate::settings::ForgeKind::Forgejo,
+        },
     }
 }
 

@@ -125,9 +125,9 @@ async fn visible(req: &HttpRequest, state: &AppState) -> Result<(Vec<Row>, bool)
         return Err(Refused::Disabled);
     }
     let full = authorised(req, state)?;
-    let web = Some(state.settings.forge.url.as_str());
+    let web = state.settings.forge.links();
     let queueing = crate::status::Queueing::from_settings(&state.settings);
-    let rows = crate::status::collect(&state.store, web, &queueing, state.clock.now_ms())
+    let rows = crate::status::collect(&state.store, web.as_ref(), &queueing, state.clock.now_ms())
         .await
         .map_err(|e| {
             tracing::warn!(error = %format!("{e:#}"), "status page: the store cannot be read");

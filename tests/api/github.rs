@@ -567,13 +567,14 @@ async fn a_rate_limited_answer_is_waited_out_and_a_low_budget_slows_requests_dow
         .count();
     assert_eq!(lookups, 2);
 
-    // Two left until a reset 2 s away: the next requests are spaced out, not sent at once.
-    t.gh.report_remaining(2, 2);
+    // One left until a reset 2-3 s away: the next request waits half of that, at least a
+    // second, rather than spending the last one at once.
+    t.gh.report_remaining(1, 3);
     scanner.scan_once().await.expect("scan");
     let started = std::time::Instant::now();
     scanner.scan_once().await.expect("scan");
     assert!(
-        started.elapsed() >= std::time::Duration::from_millis(500),
+        started.elapsed() >= std::time::Duration::from_millis(900),
         "paced: {:?}",
         started.elapsed()
     );

@@ -422,7 +422,7 @@ impl RunAct {
         };
         if !endpoints.runner_account {
             return Some(format!(
-                "the App's run token can {can} `{base}`: protect the default branch with a branch protection or an active ruleset that requires a pull request with an approving review and lets the App never bypass it (or set runner.allow_unprotected_default_branch)"
+                "the App's run token can {can} `{base}`: protect the default branch with an active ruleset, or a branch protection, that requires a pull request with an approving review and lets the App never bypass it (a branch protection is read with the App's Administration: read permission), or set runner.allow_unprotected_default_branch"
             ));
         }
         Some(format!(
