@@ -154,6 +154,8 @@ struct State {
     repos: BTreeMap<String, Repo>,
     next_id: u64,
     requests: Vec<Recorded>,
+    /// Every distinct credential presented (JWTs and tokens), to look for in logs.
+    credentials: Vec<String>,
     violations: Vec<String>,
     webhook: Option<(String, String)>,
     webhooks_on: bool,
@@ -308,7 +310,7 @@ impl FakeGitHub {
         {
             let state = state.clone();
             tokio::spawn(async move {
-                let client = reqwest::Client::new();
+                let client = crate::helpers::http_client();
                 while let Some(echo) = rx.recv().await {
                     let target = {
                         let s = state.lock().expect("lock");
@@ -550,6 +552,10 @@ impl FakeGitHub {
         self.with(|s| s.requests.clone())
     }
 
+    pub fn credentials_seen(&self) -> Vec<String> {
+        self.with(|s| s.credentials.clone())
+    }
+
     pub fn violations(&self) -> Vec<String> {
         self.with(|s| s.violations.clone())
     }
@@ -780,6 +786,9 @@ async fn handle(req: HttpRequest, body: Bytes, data: web::Data<Shared>) -> HttpR
             .strip_prefix("Bearer ")
             .or_else(|| auth.strip_prefix("token "))
             .unwrap_or("");
+        if !credential.is_empty() && !s.credentials.iter().any(|c| c == credential) {
+            s.credentials.push(credential.to_owned());
+        }
         if credential.is_empty() {
             None
         } else if credential.split('.').count() == 3 {

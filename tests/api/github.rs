@@ -853,3 +853,96 @@ async fn a_run_token_minted_before_a_restart_is_revoked_once_read_back_from_its_
         .await
         .expect("already gone is done");
 }
+
+#[tokio::test]
+async fn at_trace_level_the_logs_hold_neither_the_key_nor_a_jwt_nor_a_token() {
+    let gh = FakeGitHub::start().await;
+    gh.create_repo(REPO);
+    gh.install("acme", &[REPO]);
+    gh.grant(REPO, WRITER, "write");
+    let llm = FakeLlm::start();
+    llm.always("Clear.\n\nGO");
+    let dir = tempfile::tempdir().expect("dir");
+    let key_file = dir.path().join("app.pem");
+    std::fs::write(&key_file, fake_github::app_key()).expect("key");
+    let log = dir.path().join("director.log");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("port");
+    gh.set_webhook(&format!("http://127.0.0.1:{port}/webhooks/github"), SECRET);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_director"))
+        .arg("serve")
+        .env("DIRECTOR_SERVER__LISTEN", format!("127.0.0.1:{port}"))
+        .env(
+            "DIRECTOR_STORE__URL",
+            format!("sqlite://{}", dir.path().join("d.db").display()),
+        )
+        .env("DIRECTOR_WEBHOOK__SECRETS", SECRET)
+        .env("DIRECTOR_FORGE__KIND", "github")
+        .env("DIRECTOR_FORGE__URL", &gh.url)
+        .env("DIRECTOR_GITHUB__APP_ID", APP_ID.to_string())
+        .env("DIRECTOR_GITHUB__PRIVATE_KEY_FILE", &key_file)
+        .env("DIRECTOR_SCAN__REPOS", REPO)
+        .env("DIRECTOR_SCAN__ENABLED", "false")
+        .env("DIRECTOR_PREFLIGHT__BASE_URL", format!("{}/v1", llm.url))
+        .env("DIRECTOR_PREFLIGHT__MODEL", "fake-model")
+        .env("DIRECTOR_PREFLIGHT__API_KEY", "llm-key-trace-9a2b")
+        .env("DIRECTOR_RUNNER__ENABLED", "false")
+        .env(
+            "RUST_LOG",
+            "trace,octocrab=trace,hyper=trace,hyper_util=trace,tower=trace,reqwest=trace",
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("director starts");
+    let client = crate::helpers::http_client();
+    wait_until("the director answers", || async {
+        client
+            .get(format!("http://127.0.0.1:{port}/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+    })
+    .await;
+    let n = gh.open_issue(REPO, "reporter", "Add --verbose", "Print each step.");
+    gh.label(WRITER, REPO, n, TRIGGER);
+    wait_until("the GO comment is posted", || async {
+        gh.comments(REPO, n)
+            .iter()
+            .any(|(_, b)| b.contains("verdict=GO"))
+    })
+    .await;
+    child.kill().expect("stop");
+    child.wait().expect("reaped");
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert!(text.contains("TRACE"), "trace level is on");
+    let key = fake_github::app_key();
+    let mut secrets: Vec<String> = key
+        .lines()
+        .filter(|l| !l.starts_with("-----"))
+        .map(str::to_owned)
+        .collect();
+    secrets.push(SECRET.to_owned());
+    secrets.push("llm-key-trace-9a2b".to_owned());
+    let credentials = gh.credentials_seen();
+    assert!(
+        credentials.iter().any(|c| c.split('.').count() == 3)
+            && credentials.iter().any(|c| c.starts_with("ghs_")),
+        "a JWT and an installation token were used: {}",
+        credentials.len()
+    );
+    secrets.extend(credentials);
+    for (i, secret) in secrets.iter().enumerate() {
+        let line = text.lines().find(|l| l.contains(secret.as_str()));
+        assert!(
+            line.is_none(),
+            "secret {i} is in the trace log: {}",
+            line.unwrap_or_default()
+                .chars()
+                .take(400)
+                .collect::<String>()
+        );
+    }
+}
