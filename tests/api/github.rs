@@ -610,6 +610,47 @@ async fn github_webhooks_must_be_signed_and_go_to_a_github_director() {
     let unwatched = post(good.clone()).await.expect("sent");
     assert_eq!(unwatched.status(), 200);
 
+    // For a watched repository: stored once; GitHub's redelivery (same GUID) and the same
+    // body under another GUID are duplicates.
+    let watched = body.replace(
+        "\"full_name\": \"Codertocat/Hello-World\"",
+        "\"full_name\": \"acme/widgets\"",
+    );
+    assert_ne!(watched, body);
+    let signed = format!(
+        "sha256={}",
+        director::http::signature::sign(SECRET, watched.as_bytes())
+    );
+    for (guid, want) in [("g-1", 202), ("g-1", 200), ("g-2", 200)] {
+        let r = t
+            .app
+            .client
+            .post(format!("{}/webhooks/github", t.app.address))
+            .header("X-GitHub-Event", "issues")
+            .header("X-GitHub-Delivery", guid)
+            .header("X-Hub-Signature-256", &signed)
+            .body(watched.clone())
+            .send()
+            .await
+            .expect("sent");
+        assert_eq!(r.status(), want, "{guid}");
+    }
+    // `ping` and other events are answered and dropped.
+    let ping = t
+        .app
+        .client
+        .post(format!("{}/webhooks/github", t.app.address))
+        .header("X-GitHub-Event", "ping")
+        .header(
+            "X-Hub-Signature-256",
+            format!("sha256={}", director::http::signature::sign(SECRET, b"{}")),
+        )
+        .body("{}")
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(ping.status(), 200);
+
     // A Forgejo director refuses GitHub's deliveries (the names would mean nothing to it).
     let forgejo = TestApp::spawn().await;
     let refused = forgejo
