@@ -159,6 +159,8 @@ struct State {
     violations: Vec<String>,
     webhook: Option<(String, String)>,
     webhooks_on: bool,
+    /// Where the API is served below the root: `/api/v3` on GitHub Enterprise Server.
+    prefix: String,
     rates: Rates,
 }
 
@@ -302,8 +304,15 @@ type Shared = (Arc<Mutex<State>>, tokio::sync::mpsc::UnboundedSender<Echo>);
 
 impl FakeGitHub {
     pub async fn start() -> Self {
+        Self::start_at("").await
+    }
+
+    /// Serving the API below `prefix` (`/api/v3`, as GitHub Enterprise Server does); `url`
+    /// is then the API base.
+    pub async fn start_at(prefix: &str) -> Self {
         let state = Arc::new(Mutex::new(State {
             webhooks_on: true,
+            prefix: prefix.to_owned(),
             ..State::default()
         }));
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Echo>();
@@ -356,7 +365,7 @@ impl FakeGitHub {
             state,
             echoes: tx,
             handle,
-            url: format!("http://127.0.0.1:{port}"),
+            url: format!("http://127.0.0.1:{port}{prefix}"),
         }
     }
 
@@ -748,7 +757,10 @@ fn needs(segments: &[String], method: &str) -> Option<(&'static str, bool)> {
 async fn handle(req: HttpRequest, body: Bytes, data: web::Data<Shared>) -> HttpResponse {
     let (state, echoes) = (&data.0, &data.1);
     let method = req.method().as_str().to_owned();
-    let path = req.path().to_owned();
+    let prefix = state.lock().expect("lock").prefix.clone();
+    let Some(path) = req.path().strip_prefix(prefix.as_str()).map(str::to_owned) else {
+        return message(404, "Not Found");
+    };
     let query_text = req.query_string().to_owned();
     let query: Vec<(String, String)> = query_text
         .split('&')

@@ -34,7 +34,13 @@ struct GithubApp {
 
 impl GithubApp {
     async fn spawn(configure: impl FnOnce(&mut director::settings::Settings)) -> Self {
-        let gh = FakeGitHub::start().await;
+        Self::spawn_on(FakeGitHub::start().await, configure).await
+    }
+
+    async fn spawn_on(
+        gh: FakeGitHub,
+        configure: impl FnOnce(&mut director::settings::Settings),
+    ) -> Self {
         gh.create_repo(REPO);
         gh.create_repo(OTHER);
         let installation = gh.install("acme", &[REPO, OTHER]);
@@ -986,4 +992,34 @@ async fn at_trace_level_the_logs_hold_neither_the_key_nor_a_jwt_nor_a_token() {
                 .collect::<String>()
         );
     }
+}
+
+#[tokio::test]
+async fn github_enterprise_server_is_the_same_app_below_api_v3() {
+    let t = GithubApp::spawn_on(FakeGitHub::start_at("/api/v3").await, |_| {}).await;
+    t.gh.ruleset(REPO, "active", 1, false);
+    let n = t.labelled("Add --verbose", "Print each step.");
+    t.wait_state(&t.issue(n), Lifecycle::Succeeded).await;
+    assert_eq!(t.gh.pulls(REPO).len(), 1);
+    let run = t
+        .app
+        .store
+        .runs_of(&t.issue(n))
+        .await
+        .expect("runs")
+        .remove(0);
+    let spec = t.runtime.spec_of(&run.id).expect("spec");
+    let site = t.gh.url.trim_end_matches("/api/v3");
+    // The API below /api/v3; git and the links on the site itself.
+    assert_eq!(env(&spec, "DIRECTOR_API_URL"), t.gh.url);
+    assert_eq!(
+        env(&spec, "DIRECTOR_CLONE_URL"),
+        format!("{site}/{REPO}.git")
+    );
+    assert!(
+        t.gh.tokens()
+            .iter()
+            .any(|tk| tk.repositories.is_some() && tk.revoked)
+    );
+    t.assert_contract();
 }
