@@ -6,8 +6,8 @@
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .
-# The service only: Docker and Kubernetes runtimes, no demo, no test fakes.
-RUN cargo build --release --locked --no-default-features --features kubernetes --bin director \
+# The service only: Forgejo and GitHub, Docker and Kubernetes runtimes, no demo, no test fakes.
+RUN cargo build --release --locked --no-default-features --features kubernetes,github --bin director \
  && cp target/release/director /director
 
 # glibc, libgcc, CA certificates, /etc/passwd with `nonroot` (65532); no shell, no package manager.
