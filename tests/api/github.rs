@@ -707,9 +707,18 @@ async fn review_feedback_starts_a_follow_up_and_a_merge_is_told_on_the_issue() {
             .collect();
     assert_eq!(restricted.len(), 2, "one token per run");
     assert!(restricted.iter().all(|tk| tk.revoked));
-    // A reader's review starts nothing.
+    // A reader's review starts nothing (once its webhook is in and decided).
     t.gh.review(REPO, pr, READER, "CHANGES_REQUESTED", "Do it my way.");
+    t.wait_for_metric(
+        r#"director_webhook_deliveries_total{event="pull_request_review",outcome="accepted"} 2"#,
+    )
+    .await;
     t.app.wait_processed().await;
+    assert_eq!(
+        t.app.store.runs_of(&t.issue(n)).await.expect("runs").len(),
+        2,
+        "no run for a reader"
+    );
 
     t.gh.merge(REPO, pr, WRITER);
     t.wait_state(&t.issue(n), Lifecycle::Merged).await;
@@ -765,8 +774,18 @@ async fn a_token_github_refuses_is_told_on_the_issue_and_counted() {
     let runs = t.app.store.runs_of(&t.issue(n)).await.expect("runs");
     assert!(runs.iter().all(|r| t.runtime.creations(&r.id) == 0));
     // An issue author cannot lift the label-bound trust by removing and re-adding it.
+    // (The webhooks arrive after the fake answers: wait for the reader's label to be judged.)
     t.gh.unlabel(READER, REPO, n, TRIGGER);
     t.gh.label(READER, REPO, n, TRIGGER);
+    wait_until("the reader's label is judged", || async {
+        t.app
+            .store
+            .issue(&t.issue(n))
+            .await
+            .expect("query")
+            .is_some_and(|r| r.trigger_actor.as_deref() == Some(READER))
+    })
+    .await;
     t.app.wait_processed().await;
     let record = t
         .app
@@ -776,6 +795,7 @@ async fn a_token_github_refuses_is_told_on_the_issue_and_counted() {
         .expect("query")
         .expect("recorded");
     assert_eq!(record.trigger_trusted, Some(false));
+    assert_ne!(record.lifecycle, Lifecycle::Queued);
     t.assert_contract();
 }
 
