@@ -670,7 +670,7 @@ fn decode(s: &str) -> String {
     let mut i = 0;
     while i < bytes.len() {
         match bytes[i] {
-            b'%' if i + 2 < bytes.len() + 1 && i + 3 <= bytes.len() => {
+            b'%' if i + 3 <= bytes.len() => {
                 let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
                 out.push(u8::from_str_radix(hex, 16).unwrap_or(b'?'));
                 i += 3;
@@ -913,7 +913,6 @@ fn page(items: Vec<Value>, query: &[(String, String)]) -> HttpResponse {
     reply(200, Value::Array(items))
 }
 
-#[allow(clippy::too_many_lines)]
 fn route(
     s: &mut State,
     echoes: &tokio::sync::mpsc::UnboundedSender<Echo>,
