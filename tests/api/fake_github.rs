@@ -625,6 +625,10 @@ impl FakeGitHub {
     }
 }
 
+fn comment_json(c: &CommentS) -> Value {
+    json!({ "id": c.id, "body": c.body, "user": user(&c.author), "created_at": c.created_at, "updated_at": c.updated_at })
+}
+
 fn uuid_like() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
@@ -793,54 +797,27 @@ async fn handle(req: HttpRequest, body: Bytes, data: web::Data<Shared>) -> HttpR
     if let Err(v) = spec().check_segments(&method, &segments, &query, checked_body) {
         s.violations.push(v);
     }
-    let caller = {
-        let credential = auth
-            .strip_prefix("Bearer ")
-            .or_else(|| auth.strip_prefix("token "))
-            .unwrap_or("");
-        if !credential.is_empty() && !s.credentials.iter().any(|c| c == credential) {
-            s.credentials.push(credential.to_owned());
-        }
-        if credential.is_empty() {
-            None
-        } else if credential.split('.').count() == 3 {
-            match verify_jwt(credential) {
-                Ok(()) => Some(Caller::App),
-                Err(e) => {
-                    s.requests.push(Recorded {
-                        method,
-                        path,
-                        query: query_text,
-                        body: json_body.unwrap_or(Value::Null),
-                        auth: format!("bad-jwt {e}"),
-                    });
-                    return message(401, &e);
-                }
+    let credential = auth
+        .strip_prefix("Bearer ")
+        .or_else(|| auth.strip_prefix("token "))
+        .unwrap_or("");
+    if !credential.is_empty() && !s.credentials.iter().any(|c| c == credential) {
+        s.credentials.push(credential.to_owned());
+    }
+    // Who is asking, or why they are refused (401): recorded either way.
+    let caller: Result<Option<Caller>, (String, String)> = if credential.is_empty() {
+        Ok(None)
+    } else if credential.split('.').count() == 3 {
+        verify_jwt(credential)
+            .map(|()| Some(Caller::App))
+            .map_err(|e| (format!("bad-jwt {e}"), e))
+    } else {
+        match s.tokens.iter().find(|t| t.value == credential) {
+            Some(t) if t.revoked || t.expires_at < chrono::Utc::now() => {
+                Err(("dead-token".into(), "Bad credentials".into()))
             }
-        } else {
-            match s.tokens.iter().find(|t| t.value == credential) {
-                Some(t) if t.revoked || t.expires_at < chrono::Utc::now() => {
-                    s.requests.push(Recorded {
-                        method,
-                        path,
-                        query: query_text,
-                        body: json_body.unwrap_or(Value::Null),
-                        auth: "dead-token".into(),
-                    });
-                    return message(401, "Bad credentials");
-                }
-                Some(t) => Some(Caller::Token(t.clone())),
-                None => {
-                    s.requests.push(Recorded {
-                        method,
-                        path,
-                        query: query_text,
-                        body: json_body.unwrap_or(Value::Null),
-                        auth: "unknown".into(),
-                    });
-                    return message(401, "Bad credentials");
-                }
-            }
+            Some(t) => Ok(Some(Caller::Token(t.clone()))),
+            None => Err(("unknown".into(), "Bad credentials".into())),
         }
     };
     s.requests.push(Recorded {
@@ -849,11 +826,16 @@ async fn handle(req: HttpRequest, body: Bytes, data: web::Data<Shared>) -> HttpR
         query: query_text.clone(),
         body: json_body.clone().unwrap_or(Value::Null),
         auth: match &caller {
-            None => "none".into(),
-            Some(Caller::App) => "app".into(),
-            Some(Caller::Token(t)) => format!("token:{}", t.installation),
+            Err((label, _)) => label.clone(),
+            Ok(None) => "none".into(),
+            Ok(Some(Caller::App)) => "app".into(),
+            Ok(Some(Caller::Token(t))) => format!("token:{}", t.installation),
         },
     });
+    let caller = match caller {
+        Ok(c) => c,
+        Err((_, why)) => return message(401, &why),
+    };
     if s.rates.limited > 0 {
         s.rates.limited -= 1;
         return HttpResponse::TooManyRequests()
@@ -1083,7 +1065,7 @@ fn route(
                 .comments
                 .iter()
                 .filter(|c| c.number == n)
-                .map(|c| json!({ "id": c.id, "body": c.body, "user": user(&c.author), "created_at": c.created_at, "updated_at": c.updated_at }))
+                .map(comment_json)
                 .collect();
             page(items, query)
         }
@@ -1109,7 +1091,7 @@ fn route(
                 updated_at: at,
             };
             r.comments.push(c.clone());
-            let cj = json!({ "id": c.id, "body": c.body, "user": user(&c.author), "created_at": c.created_at, "updated_at": c.updated_at });
+            let cj = comment_json(&c);
             let _ = echoes.send(Echo {
                 event: "issue_comment",
                 body: json!({ "action": "created", "issue": s.issue_json(&full, &issue), "comment": cj, "repository": { "full_name": full }, "sender": user(&bot) }),
@@ -1127,10 +1109,7 @@ fn route(
                 Some(c) if c.author == bot => {
                     c.body = text;
                     c.updated_at = now();
-                    reply(
-                        200,
-                        json!({ "id": c.id, "body": c.body, "user": user(&c.author), "created_at": c.created_at, "updated_at": c.updated_at }),
-                    )
+                    reply(200, comment_json(c))
                 }
                 Some(_) => message(403, "Resource not accessible by integration"),
                 None => message(404, "Not Found"),

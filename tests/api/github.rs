@@ -99,6 +99,15 @@ impl GithubApp {
         n
     }
 
+    async fn record(&self, number: u64) -> director::store::IssueRecord {
+        self.app
+            .store
+            .issue(&self.issue(number))
+            .await
+            .expect("query")
+            .expect("recorded")
+    }
+
     fn issue(&self, number: u64) -> IssueRef {
         IssueRef::new(REPO.parse::<RepoName>().expect("repo"), number)
     }
@@ -228,7 +237,7 @@ async fn a_writers_label_via_webhook_gets_one_go_comment_and_the_apps_own_echoes
     let comments = t.preflight_comments(n);
     assert_eq!(comments.len(), 1, "{comments:#?}");
     assert_eq!(comments[0].0, BOT);
-    assert!(comments[0].1.contains("GO"));
+    assert!(comments[0].1.contains("verdict=GO"), "{}", comments[0].1);
     // The App's comment and label came back as webhooks, signed: told apart by the sender.
     t.wait_for_metric(r#"director_webhook_deliveries_total{event="issues",outcome="own_event"}"#)
         .await;
@@ -257,13 +266,7 @@ async fn a_readers_label_gets_no_preflight() {
     })
     .await;
     t.app.wait_processed().await;
-    let record = t
-        .app
-        .store
-        .issue(&t.issue(n))
-        .await
-        .expect("query")
-        .expect("recorded");
+    let record = t.record(n).await;
     assert_eq!(record.lifecycle, Lifecycle::Untracked);
     assert_eq!(record.trigger_actor.as_deref(), Some(READER));
     assert_eq!(record.trigger_trusted, Some(false));
@@ -787,13 +790,7 @@ async fn a_token_github_refuses_is_told_on_the_issue_and_counted() {
     })
     .await;
     t.app.wait_processed().await;
-    let record = t
-        .app
-        .store
-        .issue(&t.issue(n))
-        .await
-        .expect("query")
-        .expect("recorded");
+    let record = t.record(n).await;
     assert_eq!(record.trigger_trusted, Some(false));
     assert_ne!(record.lifecycle, Lifecycle::Queued);
     t.assert_contract();

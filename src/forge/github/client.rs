@@ -677,20 +677,18 @@ impl GithubClient {
     /// `administration: read` permission the run token never has).
     async fn protection_binds(&self, repo: &RepoName, branch: &str) -> Result<bool, ForgeError> {
         let path = format!("{}/branches/{}/protection", repo_path(repo), enc(branch));
-        let found: Result<RawProtection, _> = self
-            .json(
+        let found = self
+            .get::<RawProtection>(
                 self.on(repo).await?,
-                Method::GET,
                 "/repos/{o}/{r}/branches/{branch}/protection",
                 &path,
-                None,
             )
             .await;
         let p = match found {
-            Ok(p) => p,
-            // Not protected, or the App may not read the protection: it does not count.
-            Err(ForgeError::NotFound { .. } | ForgeError::Forbidden { .. }) => return Ok(false),
-            Err(ForgeError::Status { status: 403, .. }) => return Ok(false),
+            Ok(Some(p)) => p,
+            // Not protected (404), or the App may not read the protection (403, without
+            // Administration: read): it does not count.
+            Ok(None) | Err(ForgeError::Status { status: 403, .. }) => return Ok(false),
             Err(e) => return Err(e),
         };
         let Some(reviews) = p.required_pull_request_reviews else {
