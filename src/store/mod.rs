@@ -564,9 +564,7 @@ impl Store {
         if let Some(fence) = &commit.fence {
             leases::check_fence(&mut tx, fence, now_ms).await?;
         }
-        for record in &commit.records {
-            records::upsert_issue(&mut tx, record).await?;
-        }
+        records::upsert_issues(&mut tx, &commit.records).await?;
         for run in &commit.runs {
             records::upsert_run(&mut tx, run).await?;
         }

@@ -16,17 +16,26 @@ const ACTIVE_RUN: &str = "state IN ('launching', 'running', 'exited')";
 /// Pre-flight calls within a window.
 pub use crate::domain::issue::CallWindow;
 
-pub(super) async fn upsert_issue(tx: &mut Tx<'_>, record: &IssueRecord) -> anyhow::Result<()> {
-    let labels = serde_json::to_string(&record.labels)?;
-    let preflight = serde_json::to_string(&record.preflight)?;
-    let pr = record.pr.as_ref().map(serde_json::to_string).transpose()?;
-    let pr_number = record.pr.as_ref().map(|p| to_i64(p.number)).transpose()?;
-    on_tx!(tx, t => {
-        sqlx::query(
-            "INSERT INTO issues (repo, number, title, state, labels, forge_updated_at, last_change_ms, \
-             lifecycle, trigger_present, trigger_actor, trigger_trusted, untrusted_notice, \
-             preflight, preflight_not_before_ms, version, blocked, pr, pr_number, pr_state) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19) \
+/// Columns an issue record is written to, in the order [`upsert_issues`] binds them.
+const WRITE_COLS: &str = "repo, number, title, state, labels, forge_updated_at, last_change_ms, \
+     lifecycle, trigger_present, trigger_actor, trigger_trusted, untrusted_notice, \
+     preflight, preflight_not_before_ms, version, blocked, pr, pr_number, pr_state";
+const WRITE_WIDTH: usize = 19;
+
+/// Writes `records`, [`CHUNK`] to a statement (a consumer pass changes up to one record per
+/// event it decides, and a statement per record cost more than the rest of the pass). Of
+/// two records of one issue the later is written: one statement may not change a row twice.
+pub(super) async fn upsert_issues(tx: &mut Tx<'_>, records: &[IssueRecord]) -> anyhow::Result<()> {
+    let mut seen = std::collections::HashSet::new();
+    let mut latest: Vec<&IssueRecord> = records
+        .iter()
+        .rev()
+        .filter(|r| seen.insert((&r.repo, r.number)))
+        .collect();
+    latest.reverse();
+    for chunk in latest.chunks(CHUNK) {
+        let sql = format!(
+            "INSERT INTO issues ({WRITE_COLS}) VALUES {} \
              ON CONFLICT (repo, number) DO UPDATE SET title = excluded.title, \
              state = excluded.state, labels = excluded.labels, \
              forge_updated_at = excluded.forge_updated_at, last_change_ms = excluded.last_change_ms, \
@@ -36,30 +45,58 @@ pub(super) async fn upsert_issue(tx: &mut Tx<'_>, record: &IssueRecord) -> anyho
              preflight_not_before_ms = excluded.preflight_not_before_ms, \
              version = excluded.version, blocked = excluded.blocked, pr = excluded.pr, \
              pr_number = excluded.pr_number, pr_state = excluded.pr_state",
-        )
-        .bind(record.repo.to_string())
-        .bind(to_i64(record.number)?)
-        .bind(&record.title)
-        .bind(&record.state)
-        .bind(&labels)
-        .bind(&record.forge_updated_at)
-        .bind(record.last_change_ms)
-        .bind(record.lifecycle.as_str())
-        .bind(record.trigger_present)
-        .bind(&record.trigger_actor)
-        .bind(record.trigger_trusted)
-        .bind(record.untrusted_notice)
-        .bind(&preflight)
-        .bind(record.preflight.not_before_ms)
-        .bind(record.version)
-        .bind(&record.blocked)
-        .bind(&pr)
-        .bind(pr_number)
-        .bind(record.pr.as_ref().map(|p| p.state.as_str()))
-        .execute(&mut **t)
-        .await?;
-    });
+            tuples(Marks::of(tx), chunk.len(), WRITE_WIDTH)
+        );
+        let mut rows = Vec::with_capacity(chunk.len());
+        for &record in chunk {
+            rows.push(IssueRow {
+                record,
+                number: to_i64(record.number)?,
+                labels: serde_json::to_string(&record.labels)?,
+                preflight: serde_json::to_string(&record.preflight)?,
+                pr: record.pr.as_ref().map(serde_json::to_string).transpose()?,
+                pr_number: record.pr.as_ref().map(|p| to_i64(p.number)).transpose()?,
+            });
+        }
+        on_tx!(&mut *tx, t => {
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+            for row in &rows {
+                let record = row.record;
+                query = query
+                    .bind(record.repo.to_string())
+                    .bind(row.number)
+                    .bind(&record.title)
+                    .bind(&record.state)
+                    .bind(&row.labels)
+                    .bind(&record.forge_updated_at)
+                    .bind(record.last_change_ms)
+                    .bind(record.lifecycle.as_str())
+                    .bind(record.trigger_present)
+                    .bind(&record.trigger_actor)
+                    .bind(record.trigger_trusted)
+                    .bind(record.untrusted_notice)
+                    .bind(&row.preflight)
+                    .bind(record.preflight.not_before_ms)
+                    .bind(record.version)
+                    .bind(&record.blocked)
+                    .bind(&row.pr)
+                    .bind(row.pr_number)
+                    .bind(record.pr.as_ref().map(|p| p.state.as_str()));
+            }
+            query.execute(&mut **t).await?;
+        });
+    }
     Ok(())
+}
+
+/// One record with the values it is written as.
+struct IssueRow<'a> {
+    record: &'a IssueRecord,
+    number: i64,
+    labels: String,
+    preflight: String,
+    pr: Option<String>,
+    pr_number: Option<i64>,
 }
 
 pub(super) async fn upsert_run(tx: &mut Tx<'_>, run: &RunRecord) -> anyhow::Result<()> {

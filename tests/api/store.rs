@@ -109,6 +109,39 @@ async fn a_delivery_is_stored_once_by_its_id_and_by_its_content() {
 }
 
 #[tokio::test]
+async fn a_commit_writes_every_changed_record_and_of_two_for_one_issue_the_later() {
+    let b = backends().await;
+    for (name, url) in &b.urls {
+        let store = open(url).await;
+        // More records than one statement takes.
+        let mut records: Vec<IssueRecord> =
+            (1..=600).map(|n| IssueRecord::new(&issue(n), 5)).collect();
+        let mut later = IssueRecord::new(&issue(7), 6);
+        later.title = "the later one".into();
+        records.push(later.clone());
+        let commit = Commit {
+            records,
+            ..Commit::default()
+        };
+        store.commit(&commit, 10).await.expect("commit");
+        assert_eq!(
+            store.issue(&issue(7)).await.expect("read"),
+            Some(later),
+            "{name}"
+        );
+        assert_eq!(
+            store.issue(&issue(600)).await.expect("read"),
+            Some(IssueRecord::new(&issue(600), 5)),
+            "{name}"
+        );
+        assert!(
+            store.issue(&issue(601)).await.expect("read").is_none(),
+            "{name}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_commit_consumes_its_events_with_the_records_runs_and_actions_they_caused() {
     let b = backends().await;
     for (name, url) in &b.urls {
