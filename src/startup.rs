@@ -266,7 +266,8 @@ impl Application {
         }
         let metrics = Metrics::new();
         let consumer_wake = Arc::new(Notify::new());
-        let intake = Intake::spawn(store.clone(), consumer_wake.clone());
+        let intake = Intake::spawn(store.clone(), consumer_wake.clone())
+            .context("starting the intake writer")?;
         let shutdown = CancellationToken::new();
         tokio::spawn(prune_periodically(
             store.clone(),

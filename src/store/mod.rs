@@ -14,6 +14,7 @@ mod leases;
 mod migrate;
 mod outbox;
 mod records;
+mod writer;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -29,6 +30,7 @@ pub use events::{NewDelivery, StoredEvent};
 pub use leases::Fence;
 pub use outbox::{ActionRow, ClaimedAction, Finished, Lane, NewAction};
 pub use records::CallWindow;
+pub use writer::DeliveryWriter;
 
 use crate::settings::{StoreSettings, Synchronous};
 
@@ -63,6 +65,9 @@ pub(crate) struct Sqlite {
     /// SQLite allows one writer at a time and makes a blocked writer sleep and poll. Taking
     /// this lock around every write transaction queues writers fairly instead.
     write_lock: Arc<tokio::sync::Mutex<()>>,
+    /// The database file and its `store.synchronous`, for intake's own connection.
+    path: std::path::PathBuf,
+    synchronous: Synchronous,
     /// Stops the checkpoint task when the last clone of this store is dropped.
     _checkpoints: Arc<tokio_util::sync::DropGuard>,
 }
@@ -346,10 +351,11 @@ impl Store {
             Synchronous::Full => SqliteSynchronous::Full,
             Synchronous::Normal => SqliteSynchronous::Normal,
         };
+        let durable_options = options(durable)?;
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
             .min_connections(1)
-            .connect_with(options(durable)?)
+            .connect_with(durable_options.clone())
             .await
             .with_context(|| {
                 format!(
@@ -376,6 +382,8 @@ impl Store {
         spawn_checkpoints(pool.clone(), stop.clone());
         Ok(Self {
             db: Db::Sqlite(Sqlite {
+                path: durable_options.get_filename().to_path_buf(),
+                synchronous: settings.synchronous,
                 pool,
                 relaxed,
                 write_lock: Arc::default(),
@@ -383,6 +391,18 @@ impl Store {
             }),
             up: Arc::new(true.into()),
         })
+    }
+
+    /// On SQLite, a connection of intake's own for [`DeliveryWriter::insert`], taking the
+    /// same write turn as every other writer. `None` on PostgreSQL, whose pool serves
+    /// intake well (see [`Store::insert_deliveries`]).
+    pub fn delivery_writer(&self) -> anyhow::Result<Option<DeliveryWriter>> {
+        match &self.db {
+            Db::Sqlite(s) => {
+                DeliveryWriter::open(&s.path, s.synchronous, s.write_lock.clone()).map(Some)
+            }
+            Db::Postgres(_) => Ok(None),
+        }
     }
 
     /// A write outside a consumer pass that may go without an fsync on SQLite (claims,

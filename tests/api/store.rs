@@ -109,6 +109,66 @@ async fn a_delivery_is_stored_once_by_its_id_and_by_its_content() {
 }
 
 #[tokio::test]
+async fn intakes_own_sqlite_writer_stores_once_by_id_and_content_beside_other_writers() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = open(&format!("sqlite://{}", dir.path().join("d.db").display())).await;
+    let mut writer = store
+        .delivery_writer()
+        .expect("open the writer")
+        .expect("SQLite has one");
+    // The writer blocks: it runs on a thread of its own, as intake's does, while the
+    // consumer's kind of commit writes records at the same time.
+    let writes = std::thread::spawn(move || {
+        let first = writer
+            .insert(&[
+                delivery("d1", "one", 1),
+                delivery("d1", "one again", 1),
+                delivery("d2", "one", 1),
+                delivery("d3", "three", 3),
+            ])
+            .expect("insert");
+        let mut rest = Vec::new();
+        for n in 0..50 {
+            rest.extend(
+                writer
+                    .insert(&[delivery(&format!("w{n}"), &format!("w{n}"), 4)])
+                    .expect("insert"),
+            );
+        }
+        let again = writer
+            .insert(&[delivery("d3", "three", 3)])
+            .expect("insert");
+        (first, rest, again)
+    });
+    for n in 0..50 {
+        let commit = Commit {
+            records: vec![IssueRecord::new(&issue(100 + n), 5)],
+            ..Commit::default()
+        };
+        store
+            .commit(&commit, 10)
+            .await
+            .expect("commit beside the writer");
+    }
+    let (first, rest, again) = writes.join().expect("writer thread");
+    assert_eq!(first, vec![true, false, false, true]);
+    assert!(rest.iter().all(|new| *new), "{rest:?}");
+    assert_eq!(again, vec![false]);
+    let events = store.next_events(100).await.expect("events");
+    assert_eq!(events.len(), 52);
+    assert_eq!(events[0].delivery_id, "d1");
+    assert_eq!(events[1].delivery_id, "d3");
+    assert_eq!(
+        events[0].event.as_ref().expect("parses"),
+        &delivery("d1", "one", 1).event,
+        "the event reads back as it was stored"
+    );
+    for n in 0..50 {
+        assert!(store.issue(&issue(100 + n)).await.expect("read").is_some());
+    }
+}
+
+#[tokio::test]
 async fn a_commit_writes_every_changed_record_and_of_two_for_one_issue_the_later() {
     let b = backends().await;
     for (name, url) in &b.urls {

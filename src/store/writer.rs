@@ -1,0 +1,95 @@
+//! Intake's own SQLite connection, driven from a thread of its own.
+//!
+//! Through the pool every statement of a delivery batch was a round trip to a connection's
+//! worker thread, scheduled between the consumer's work on the same runtime, with the rows
+//! of `RETURNING` sent back one by one: a batch spent most of its time waiting between
+//! threads rather than in SQLite. This connection is used by one blocking thread that runs
+//! a batch as one transaction of one cached statement per delivery. It takes the same write
+//! turn as every other writer (`Sqlite::write_lock`) and the same `store.synchronous`, so a
+//! commit is as durable as before: intake answers only after it.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use rusqlite::{Connection, OpenFlags, TransactionBehavior, params};
+
+use super::events::NewDelivery;
+use crate::event::SCHEMA_VERSION;
+use crate::settings::Synchronous;
+
+const INSERT: &str = "INSERT INTO deliveries \
+    (delivery_id, content_sha256, event_type, repo, number, event, received_at_ms, schema) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT DO NOTHING";
+
+/// Stores delivery batches; blocking, for a thread of its own.
+pub struct DeliveryWriter {
+    conn: Connection,
+    write_lock: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl std::fmt::Debug for DeliveryWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeliveryWriter").finish_non_exhaustive()
+    }
+}
+
+impl DeliveryWriter {
+    /// Opens the database file the pool has already created and migrated.
+    pub(super) fn open(
+        path: &std::path::Path,
+        synchronous: Synchronous,
+        write_lock: Arc<tokio::sync::Mutex<()>>,
+    ) -> anyhow::Result<Self> {
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .context("opening the database for intake")?;
+        let sync = match synchronous {
+            Synchronous::Full => "FULL",
+            Synchronous::Normal => "NORMAL",
+        };
+        // The pool's settings (`Store::connect_sqlite`): checkpoints stay in the background.
+        conn.execute_batch(&format!(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = {sync}; \
+             PRAGMA foreign_keys = ON; PRAGMA temp_store = memory; \
+             PRAGMA wal_autocheckpoint = 0; PRAGMA journal_size_limit = 67108864;"
+        ))
+        .context("setting up the intake connection")?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        Ok(Self { conn, write_lock })
+    }
+
+    /// Stores `batch` in one transaction (one fsync for the lot) and returns, per delivery,
+    /// whether it was new: a known delivery id, or a body seen before, is not. Blocks: call
+    /// it from a thread outside the async runtime.
+    pub fn insert(&mut self, batch: &[NewDelivery]) -> anyhow::Result<Vec<bool>> {
+        let events = batch
+            .iter()
+            .map(|d| serde_json::to_string(&d.event))
+            .collect::<Result<Vec<_>, _>>()?;
+        let _turn = self.write_lock.blocking_lock();
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut fresh = Vec::with_capacity(batch.len());
+        {
+            let mut insert = tx.prepare(INSERT)?;
+            for (d, event) in batch.iter().zip(&events) {
+                let changed = insert.execute(params![
+                    d.delivery_id,
+                    d.content_sha256,
+                    d.event.kind_str(),
+                    d.issue.repo.to_string(),
+                    super::to_i64(d.issue.number)?,
+                    event,
+                    d.received_at_ms,
+                    SCHEMA_VERSION,
+                ])?;
+                fresh.push(changed == 1);
+            }
+        }
+        tx.commit()?;
+        Ok(fresh)
+    }
+}
