@@ -115,6 +115,18 @@ fn spawn_checkpoints(pool: SqlitePool, stop: tokio_util::sync::CancellationToken
     });
 }
 
+/// Set on every SQLite connection, the pool's and intake's own ([`DeliveryWriter`]), besides
+/// WAL, `store.synchronous` and foreign keys.
+const PRAGMAS: [(&str, &str); 3] = [
+    // A multi-row insert that may skip conflicting rows keeps a statement journal: in
+    // memory, not a temporary file per statement.
+    ("temp_store", "memory"),
+    // Checkpoints run in the background (`checkpoints`), never inside a commit that a
+    // webhook is waiting for.
+    ("wal_autocheckpoint", "0"),
+    ("journal_size_limit", "67108864"),
+];
+
 /// Rows per multi-row statement: well under SQLite's variable limit.
 const CHUNK: usize = 256;
 
@@ -338,13 +350,11 @@ impl Store {
                         .synchronous(sync)
                         .busy_timeout(Duration::from_secs(10))
                         .foreign_keys(true)
-                        // A multi-row insert that may skip conflicting rows keeps a statement
-                        // journal: in memory, not a temporary file per statement.
-                        .pragma("temp_store", "memory")
-                        // Checkpoints run in the background (`checkpoints`), never inside a
-                        // commit that a webhook is waiting for.
-                        .pragma("wal_autocheckpoint", "0")
-                        .pragma("journal_size_limit", "67108864")
+                })
+                .map(|o| {
+                    PRAGMAS
+                        .iter()
+                        .fold(o, |o, (key, value)| o.pragma(*key, *value))
                 })
         };
         let durable = match settings.synchronous {

@@ -27,12 +27,6 @@ pub struct DeliveryWriter {
     write_lock: Arc<tokio::sync::Mutex<()>>,
 }
 
-impl std::fmt::Debug for DeliveryWriter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeliveryWriter").finish_non_exhaustive()
-    }
-}
-
 impl DeliveryWriter {
     /// Opens the database file the pool has already created and migrated.
     pub(super) fn open(
@@ -49,13 +43,14 @@ impl DeliveryWriter {
             Synchronous::Full => "FULL",
             Synchronous::Normal => "NORMAL",
         };
-        // The pool's settings (`Store::connect_sqlite`): checkpoints stay in the background.
         conn.execute_batch(&format!(
-            "PRAGMA journal_mode = WAL; PRAGMA synchronous = {sync}; \
-             PRAGMA foreign_keys = ON; PRAGMA temp_store = memory; \
-             PRAGMA wal_autocheckpoint = 0; PRAGMA journal_size_limit = 67108864;"
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = {sync}; PRAGMA foreign_keys = ON;"
         ))
         .context("setting up the intake connection")?;
+        for (key, value) in super::PRAGMAS {
+            conn.pragma_update(None, key, value)
+                .context("setting up the intake connection")?;
+        }
         conn.busy_timeout(std::time::Duration::from_secs(10))?;
         Ok(Self { conn, write_lock })
     }
