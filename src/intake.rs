@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use tokio::sync::{Notify, mpsc, oneshot};
 
-use crate::store::{DeliveryWriter, NewDelivery, Store};
+use crate::store::{DeliveryWriter, ReadyDelivery, Store};
 
 /// The largest batch one transaction takes.
 const MAX_BATCH: usize = 512;
@@ -29,7 +29,7 @@ pub enum IntakeError {
 }
 
 struct Pending {
-    delivery: NewDelivery,
+    delivery: ReadyDelivery,
     reply: oneshot::Sender<Result<Stored, IntakeError>>,
 }
 
@@ -57,7 +57,7 @@ impl Intake {
     }
 
     /// Returns once the delivery is durably stored (or known already).
-    pub async fn store(&self, delivery: NewDelivery) -> Result<Stored, IntakeError> {
+    pub async fn store(&self, delivery: ReadyDelivery) -> Result<Stored, IntakeError> {
         let (reply, answer) = oneshot::channel();
         self.tx
             .send(Pending { delivery, reply })
@@ -72,7 +72,7 @@ async fn writer(store: Store, mut rx: mpsc::Receiver<Pending>, stored: Arc<Notif
     while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
         let (deliveries, replies): (Vec<_>, Vec<_>) =
             batch.drain(..).map(|p| (p.delivery, p.reply)).unzip();
-        let stored_now = store.insert_deliveries(&deliveries).await;
+        let stored_now = store.insert_ready(&deliveries).await;
         answer(replies, stored_now, &stored);
     }
 }
@@ -91,7 +91,7 @@ fn write_on_thread(mut own: DeliveryWriter, mut rx: mpsc::Receiver<Pending>, sto
         }
         let (deliveries, replies): (Vec<_>, Vec<_>) =
             batch.drain(..).map(|p| (p.delivery, p.reply)).unzip();
-        let stored_now = own.insert(&deliveries);
+        let stored_now = own.insert(deliveries);
         answer(replies, stored_now, stored);
     }
 }

@@ -357,6 +357,37 @@ mod tests {
             }
         }
 
+        /// Intake hands a parsed event to the consumer in memory while the database keeps its
+        /// JSON, read after a restart: the two must decide alike, so they must be equal.
+        #[test]
+        fn a_parsed_event_reads_back_from_its_stored_json_as_the_same_event(
+            title in any::<String>(),
+            body in any::<String>(),
+            comment in any::<String>(),
+            labels in proptest::collection::vec(any::<String>(), 0..4),
+            login in "[A-Za-z0-9_.-]{1,20}",
+            number in 1u64..u64::MAX,
+            updated in proptest::option::of(any::<String>()),
+        ) {
+            let payload = serde_json::json!({
+                "action": "created",
+                "issue": {"number": number, "title": title, "body": body, "state": "open",
+                          "labels": labels.iter().map(|l| serde_json::json!({"name": l})).collect::<Vec<_>>(),
+                          "user": {"login": login}, "updated_at": updated},
+                "comment": {"id": number, "body": comment, "user": {"login": login}},
+                "repository": {"full_name": "acme/widgets"},
+                "sender": {"login": login},
+            });
+            let fact = parse_event(EventKind::IssueComment, payload.to_string().as_bytes())
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let event = crate::event::Event::Forge(fact);
+            let stored = serde_json::to_string(&event).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            prop_assert_eq!(
+                crate::event::Event::from_stored(crate::event::SCHEMA_VERSION, &stored),
+                Ok(event)
+            );
+        }
+
         #[test]
         fn mutated_real_payloads_never_panic(
             cut in 0usize..LABEL_EVENT.len(),

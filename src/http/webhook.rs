@@ -25,6 +25,8 @@ fn first_header<'a>(req: &'a HttpRequest, names: &[&str]) -> Option<&'a str> {
     names.iter().find_map(|n| header(req, n))
 }
 
+const ACCEPTED: &str = r#"{"detail":"stored","status":"accepted"}"#;
+
 fn answer(status: StatusCode, outcome: &str, detail: impl Into<String>) -> HttpResponse {
     HttpResponse::build(status).json(json!({ "status": outcome, "detail": detail.into() }))
 }
@@ -241,11 +243,24 @@ async fn receive_as(
         event: crate::event::Event::Forge(event),
         received_at_ms: crate::clock::now_ms(),
     };
-    match state.intake.store(delivery).await {
+    // The row's values are made here, on the HTTP workers, not by the one writer: a value
+    // the database cannot hold is this delivery's error, never its batch's.
+    let Ok(ready) = delivery.ready() else {
+        count("bad_request");
+        return answer(
+            StatusCode::BAD_REQUEST,
+            "rejected",
+            "the issue number is out of range",
+        );
+    };
+    match state.intake.store(ready).await {
         Ok(Stored::New) => {
             count("accepted");
             span.in_scope(|| tracing::debug!("delivery stored"));
-            answer(StatusCode::ACCEPTED, "accepted", "stored")
+            // The answer to nearly every delivery, made once: what `answer` would render.
+            HttpResponse::Accepted()
+                .content_type("application/json")
+                .body(ACCEPTED)
         }
         Ok(Stored::Duplicate) => {
             count("duplicate");
@@ -267,5 +282,17 @@ async fn receive_as(
                 "could not store the delivery; retry",
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_accepted_answer_made_once_is_the_one_answer_renders() {
+        let rendered = serde_json::to_string(&json!({ "status": "accepted", "detail": "stored" }))
+            .expect("renders");
+        assert_eq!(ACCEPTED, rendered);
     }
 }

@@ -1,10 +1,10 @@
 //! Stored events: webhook deliveries, scan observations and executor outcomes, in one table,
 //! consumed in arrival order.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use super::backend::{Cols, Marks, params, tuples};
-use super::{CHUNK, Store, Tx, to_i64};
+use super::{CHUNK, Db, Store, Tx, to_i64};
 use crate::domain::IssueRef;
 use crate::event::{Event, SCHEMA_VERSION};
 
@@ -32,6 +32,65 @@ impl NewDelivery {
             received_at_ms: now_ms,
         }
     }
+
+    /// Renders the row's values. Fails only for an issue number past `i64`.
+    pub fn ready(self) -> anyhow::Result<ReadyDelivery> {
+        Ok(ReadyDelivery {
+            event_json: serde_json::to_string(&self.event)?,
+            repo: self.issue.repo.to_string(),
+            number: to_i64(self.issue.number)?,
+            delivery: self,
+        })
+    }
+}
+
+/// A delivery with its row's values made ready: the event rendered as JSON once, by the
+/// caller (a webhook handler, on the HTTP workers), so that the one writer that stores many of
+/// them ([`super::DeliveryWriter`]) only binds values.
+#[derive(Debug)]
+pub struct ReadyDelivery {
+    pub(super) delivery: NewDelivery,
+    pub(super) event_json: String,
+    pub(super) repo: String,
+    pub(super) number: i64,
+}
+
+/// How many events [`RecentEvents`] holds at most.
+const RECENT_MAX: usize = 1024;
+
+/// Events intake stored moments ago, by `seq`, so that the consumer takes them as they are
+/// instead of reading each row back and parsing its JSON again (SQLite). Only a cache: an
+/// event not here (the cache was full, the process restarted, a pass failed and reads again)
+/// is read from the database, which stays what counts. Intake's events are webhook facts,
+/// which read back from their JSON as the same event (a property test in `forge::payload`).
+#[derive(Debug, Default)]
+pub(crate) struct RecentEvents(std::sync::Mutex<BTreeMap<i64, Event>>);
+
+impl RecentEvents {
+    /// Keeps `events` (stored and committed under these `seq`s) while there is room.
+    pub(super) fn keep(&self, events: impl IntoIterator<Item = (i64, Event)>) {
+        let mut recent = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        for (seq, event) in events {
+            if recent.len() >= RECENT_MAX {
+                break;
+            }
+            recent.insert(seq, event);
+        }
+    }
+
+    /// The first and last `seq` held, if any.
+    fn span(&self) -> Option<(i64, i64)> {
+        let recent = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        Some((*recent.keys().next()?, *recent.keys().next_back()?))
+    }
+
+    /// Takes what is held up to `last`, the end of a batch read in `seq` order: the rest of
+    /// it was consumed before.
+    fn take_through(&self, last: i64) -> BTreeMap<i64, Event> {
+        let mut recent = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let later = recent.split_off(&last.saturating_add(1));
+        std::mem::replace(&mut *recent, later)
+    }
 }
 
 /// A stored event waiting for the consumer. `event` is the reason when it no longer parses.
@@ -46,14 +105,10 @@ pub struct StoredEvent {
 /// Inserts in `tx`; returns the delivery ids that were new.
 pub(super) async fn insert(
     tx: &mut Tx<'_>,
-    batch: &[NewDelivery],
+    batch: &[ReadyDelivery],
 ) -> anyhow::Result<HashSet<String>> {
-    let events = batch
-        .iter()
-        .map(|d| serde_json::to_string(&d.event))
-        .collect::<Result<Vec<_>, _>>()?;
     let mut inserted = HashSet::new();
-    for (chunk, events) in batch.chunks(CHUNK).zip(events.chunks(CHUNK)) {
+    for chunk in batch.chunks(CHUNK) {
         let sql = format!(
             "INSERT INTO deliveries \
              (delivery_id, content_sha256, event_type, repo, number, event, received_at_ms, schema) \
@@ -62,15 +117,15 @@ pub(super) async fn insert(
         );
         let ids: Vec<String> = on_tx!(&mut *tx, t => {
             let mut query = sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(sql));
-            for (d, event) in chunk.iter().zip(events) {
+            for d in chunk {
                 query = query
-                    .bind(&d.delivery_id)
-                    .bind(&d.content_sha256)
-                    .bind(d.event.kind_str())
-                    .bind(d.issue.repo.to_string())
-                    .bind(to_i64(d.issue.number)?)
-                    .bind(event)
-                    .bind(d.received_at_ms)
+                    .bind(&d.delivery.delivery_id)
+                    .bind(&d.delivery.content_sha256)
+                    .bind(d.delivery.event.kind_str())
+                    .bind(&d.repo)
+                    .bind(d.number)
+                    .bind(&d.event_json)
+                    .bind(d.delivery.received_at_ms)
                     .bind(SCHEMA_VERSION);
             }
             query.fetch_all(&mut **t).await?
@@ -80,31 +135,29 @@ pub(super) async fn insert(
     Ok(inserted)
 }
 
-pub(super) async fn mark_consumed(
-    tx: &mut Tx<'_>,
-    seqs: &[i64],
-    now_ms: i64,
-) -> anyhow::Result<()> {
-    for chunk in seqs.chunks(CHUNK) {
-        let marks = Marks::of(tx);
-        let sql = format!(
-            "UPDATE deliveries SET processed_at_ms = {} WHERE seq IN ({})",
-            params(marks, 1, 1),
-            params(marks, 2, chunk.len())
-        );
-        on_tx!(&mut *tx, t => {
-            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now_ms);
-            for seq in chunk {
-                query = query.bind(seq);
-            }
-            query.execute(&mut **t).await?;
-        });
-    }
-    Ok(())
+/// Makes each delivery's row values ready.
+pub(super) fn ready_all(batch: &[NewDelivery]) -> anyhow::Result<Vec<ReadyDelivery>> {
+    batch.iter().cloned().map(NewDelivery::ready).collect()
 }
 
-pub(super) async fn set_aside(
+/// Which stored events are still to consume: on SQLite those above the consumer's mark, on
+/// PostgreSQL those not marked processed (see `migrations/sqlite/0010_consumer_mark.sql`).
+pub(super) fn unconsumed(db: &Db) -> &'static str {
+    match db {
+        Db::Sqlite(_) => "seq > (SELECT seq FROM consumer_mark)",
+        Db::Postgres(_) => "processed_at_ms IS NULL",
+    }
+}
+
+/// Consumes `seqs` and sets `dead` aside (kept with the reason, never read again). Events are
+/// consumed in arrival order, every event of a batch either consumed or set aside: on SQLite
+/// that moves the consumer's mark to the batch's last event, and only if together they are
+/// exactly the events after the mark; otherwise (another consumer moved it meanwhile, or a
+/// gap) it fails, nothing is committed, and the events are read again. On PostgreSQL each
+/// row is marked.
+pub(super) async fn consume(
     tx: &mut Tx<'_>,
+    seqs: &[i64],
     dead: &[(i64, String)],
     now_ms: i64,
 ) -> anyhow::Result<()> {
@@ -120,6 +173,48 @@ pub(super) async fn set_aside(
             .await?;
         });
     }
+    match tx {
+        Tx::Sqlite(t, _) => {
+            let all: std::collections::BTreeSet<i64> = seqs
+                .iter()
+                .chain(dead.iter().map(|(seq, _)| seq))
+                .copied()
+                .collect();
+            let (Some(first), Some(last)) = (all.first(), all.last()) else {
+                return Ok(());
+            };
+            // Every event from the mark to `last` must be among them: consumed in order.
+            let moved = sqlx::query(
+                "UPDATE consumer_mark SET seq = $1 WHERE id = 1 AND seq < $2 \
+                 AND (SELECT COUNT(*) FROM deliveries \
+                      WHERE seq > consumer_mark.seq AND seq <= $1) = $3",
+            )
+            .bind(last)
+            .bind(first)
+            .bind(i64::try_from(all.len())?)
+            .execute(&mut **t)
+            .await?
+            .rows_affected();
+            anyhow::ensure!(
+                moved == 1,
+                "events {first} to {last} are not the next to consume, in order \
+                 (another consumer on this database?)"
+            );
+        }
+        Tx::Postgres(t) => {
+            for chunk in seqs.chunks(CHUNK) {
+                let sql = format!(
+                    "UPDATE deliveries SET processed_at_ms = $1 WHERE seq IN ({})",
+                    params(Marks::Numbered, 2, chunk.len())
+                );
+                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now_ms);
+                for seq in chunk {
+                    query = query.bind(seq);
+                }
+                query.execute(&mut **t).await?;
+            }
+        }
+    }
     Ok(())
 }
 
@@ -127,6 +222,11 @@ impl Store {
     /// Stores a batch in one transaction (one fsync for the lot). Returns, per delivery,
     /// whether it was new: a known delivery id or the same body seen before is not.
     pub async fn insert_deliveries(&self, batch: &[NewDelivery]) -> anyhow::Result<Vec<bool>> {
+        self.insert_ready(&ready_all(batch)?).await
+    }
+
+    /// [`Store::insert_deliveries`] of rows made ready by the caller.
+    pub async fn insert_ready(&self, batch: &[ReadyDelivery]) -> anyhow::Result<Vec<bool>> {
         let mut tx = self.begin(true).await?;
         let inserted = insert(&mut tx, batch).await?;
         if !inserted.is_empty() {
@@ -137,28 +237,119 @@ impl Store {
         let mut seen = HashSet::new();
         Ok(batch
             .iter()
-            .map(|d| inserted.contains(&d.delivery_id) && seen.insert(d.delivery_id.as_str()))
+            .map(|d| {
+                let id = d.delivery.delivery_id.as_str();
+                inserted.contains(id) && seen.insert(id)
+            })
             .collect())
     }
 
     /// The oldest unconsumed events, in arrival order.
     pub async fn next_events(&self, limit: u32) -> anyhow::Result<Vec<StoredEvent>> {
+        if let Db::Sqlite(s) = &self.db
+            && let Some(span) = s.recent.span()
+        {
+            return self.next_events_with(&s.recent, span, limit).await;
+        }
+        let sql = format!(
+            "SELECT seq, delivery_id, repo, number, event, schema FROM deliveries \
+             WHERE {} ORDER BY seq LIMIT $1",
+            unconsumed(&self.db)
+        );
         on_pool!(&self.db, p => {
-            let rows = sqlx::query(
-                "SELECT seq, delivery_id, repo, number, event, schema FROM deliveries \
-                 WHERE processed_at_ms IS NULL ORDER BY seq LIMIT $1",
-            )
-            .bind(i64::from(limit))
-            .fetch_all(p)
-            .await?;
-            rows.iter().map(stored_event).collect()
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(i64::from(limit))
+                .fetch_all(p)
+                .await?;
+            rows.iter()
+                .map(|r| stored_event(r, Event::from_stored(r.int("schema")?, &r.text("event")?)))
+                .collect()
         })
     }
 
-    /// Deliveries stored and not yet processed (answered from the partial index).
+    /// [`Store::next_events`] on SQLite while intake's latest events are held in `recent`
+    /// (`span`: the first and last held): rows in that span come without their JSON and take
+    /// the held event; one that is not held (another writer's, between intake's) is read.
+    async fn next_events_with(
+        &self,
+        recent: &RecentEvents,
+        (first, last): (i64, i64),
+        limit: u32,
+    ) -> anyhow::Result<Vec<StoredEvent>> {
+        let Db::Sqlite(s) = &self.db else {
+            anyhow::bail!("held events are SQLite's");
+        };
+        let rows = sqlx::query(
+            "SELECT seq, delivery_id, repo, number, schema, \
+             CASE WHEN seq BETWEEN $2 AND $3 THEN NULL ELSE event END AS event \
+             FROM deliveries WHERE seq > (SELECT seq FROM consumer_mark) ORDER BY seq LIMIT $1",
+        )
+        .bind(i64::from(limit))
+        .bind(first)
+        .bind(last)
+        .fetch_all(&s.pool)
+        .await?;
+        let Some(end) = rows.last().map(|r| r.int("seq")).transpose()? else {
+            return Ok(Vec::new());
+        };
+        let mut held = recent.take_through(end);
+        let mut events = Vec::with_capacity(rows.len());
+        let mut unread = Vec::new();
+        for row in &rows {
+            let seq = row.int("seq")?;
+            let event = match (row.opt_text("event")?, held.remove(&seq)) {
+                (Some(json), _) => Event::from_stored(row.int("schema")?, &json),
+                (None, Some(event)) => Ok(event),
+                (None, None) => {
+                    unread.push((events.len(), row.int("schema")?));
+                    Err(String::new())
+                }
+            };
+            events.push(stored_event(row, event)?);
+        }
+        if !unread.is_empty() {
+            let seqs: Vec<i64> = unread.iter().map(|(at, _)| events[*at].seq).collect();
+            let mut read = self.event_json(&seqs).await?;
+            for (at, schema) in unread {
+                events[at].event = match read.remove(&events[at].seq) {
+                    Some(json) => Event::from_stored(schema, &json),
+                    None => Err("the row was gone when read".to_owned()),
+                };
+            }
+        }
+        Ok(events)
+    }
+
+    /// The stored JSON of the events `seqs`, by `seq`.
+    async fn event_json(&self, seqs: &[i64]) -> anyhow::Result<BTreeMap<i64, String>> {
+        let mut found = BTreeMap::new();
+        for chunk in seqs.chunks(CHUNK) {
+            let sql = format!(
+                "SELECT seq, event FROM deliveries WHERE seq IN ({})",
+                params(Marks::of_db(&self.db), 1, chunk.len())
+            );
+            on_pool!(&self.db, p => {
+                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+                for seq in chunk {
+                    query = query.bind(seq);
+                }
+                for row in query.fetch_all(p).await? {
+                    found.insert(row.int("seq")?, row.text("event")?);
+                }
+            });
+        }
+        Ok(found)
+    }
+
+    /// Events stored and not yet consumed (a range of `seq` on SQLite, the partial index on
+    /// PostgreSQL).
     pub async fn pending_deliveries(&self) -> anyhow::Result<i64> {
+        let sql = format!(
+            "SELECT COUNT(*) FROM deliveries WHERE {}",
+            unconsumed(&self.db)
+        );
         Ok(on_pool!(&self.db, p => {
-            sqlx::query_scalar("SELECT COUNT(*) FROM deliveries WHERE processed_at_ms IS NULL")
+            sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
                 .fetch_one(p)
                 .await?
         }))
@@ -167,14 +358,16 @@ impl Store {
     /// (deliveries from the forge and the scan, events of any kind not yet consumed).
     pub async fn delivery_counts(&self) -> anyhow::Result<(i64, i64)> {
         // COUNT, not SUM: a bigint on both backends.
+        let sql = format!(
+            "SELECT COUNT(CASE WHEN event_type IN \
+             ('issues', 'issue_label', 'issue_comment', 'pull_request', 'pull_request_comment', \
+             'pull_request_review', 'scan') THEN 1 END) AS total, \
+             COUNT(CASE WHEN {} THEN 1 END) AS pending \
+             FROM deliveries",
+            unconsumed(&self.db)
+        );
         on_pool!(&self.db, p => {
-            let row = sqlx::query(
-                "SELECT COUNT(CASE WHEN event_type IN \
-                 ('issues', 'issue_label', 'issue_comment', 'pull_request', 'pull_request_comment', \
-                 'pull_request_review', 'scan') THEN 1 END) AS total, \
-                 COUNT(CASE WHEN processed_at_ms IS NULL THEN 1 END) AS pending \
-                 FROM deliveries",
-            )
+            let row = sqlx::query(sqlx::AssertSqlSafe(sql))
             .fetch_one(p)
             .await?;
             Ok((row.int("total")?, row.int("pending")?))
@@ -225,11 +418,9 @@ impl Store {
     }
 }
 
-fn stored_event(row: &impl Cols) -> anyhow::Result<StoredEvent> {
+fn stored_event(row: &impl Cols, event: Result<Event, String>) -> anyhow::Result<StoredEvent> {
     let repo = row.text("repo")?;
     let number = row.int("number")?;
-    let json = row.text("event")?;
-    let schema = row.int("schema")?;
     let issue = repo
         .parse()
         .ok()
@@ -239,6 +430,6 @@ fn stored_event(row: &impl Cols) -> anyhow::Result<StoredEvent> {
         seq: row.int("seq")?,
         delivery_id: row.text("delivery_id")?,
         issue,
-        event: Event::from_stored(schema, &json),
+        event,
     })
 }

@@ -34,6 +34,10 @@ const SQLITE: &[(i64, &str)] = &[
         9,
         include_str!("../../migrations/sqlite/0009_egress_refusals.sql"),
     ),
+    (
+        10,
+        include_str!("../../migrations/sqlite/0010_consumer_mark.sql"),
+    ),
 ];
 
 const POSTGRES: &[(i64, &str)] = &[

@@ -26,7 +26,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{ConnectOptions as _, SqlitePool};
 
 pub use crate::domain::{IssueRecord, PreflightState, RunRecord};
-pub use events::{NewDelivery, StoredEvent};
+pub use events::{NewDelivery, ReadyDelivery, StoredEvent};
 pub use leases::Fence;
 pub use outbox::{ActionRow, ClaimedAction, Finished, Lane, NewAction};
 pub use records::CallWindow;
@@ -68,6 +68,8 @@ pub(crate) struct Sqlite {
     /// The database file and its `store.synchronous`, for intake's own connection.
     path: std::path::PathBuf,
     synchronous: Synchronous,
+    /// What intake stored last, for the consumer to take without reading it back.
+    recent: Arc<events::RecentEvents>,
     /// Stops the checkpoint task when the last clone of this store is dropped.
     _checkpoints: Arc<tokio_util::sync::DropGuard>,
 }
@@ -142,7 +144,8 @@ pub struct Commit {
     pub actions: Vec<NewAction>,
     /// Keys of due actions, not claimed, that are no longer wanted.
     pub retract: Vec<String>,
-    /// Stored events now consumed.
+    /// Stored events now consumed: with `dead`, the whole of what one read of
+    /// [`Store::next_events`] returned (events are consumed in arrival order).
     pub consumed: Vec<i64>,
     /// Stored events that do not parse: kept, with the reason, and never read again.
     pub dead: Vec<(i64, String)>,
@@ -394,6 +397,7 @@ impl Store {
             db: Db::Sqlite(Sqlite {
                 path: durable_options.get_filename().to_path_buf(),
                 synchronous: settings.synchronous,
+                recent: Arc::default(),
                 pool,
                 relaxed,
                 write_lock: Arc::default(),
@@ -408,9 +412,13 @@ impl Store {
     /// intake well (see [`Store::insert_deliveries`]).
     pub fn delivery_writer(&self) -> anyhow::Result<Option<DeliveryWriter>> {
         match &self.db {
-            Db::Sqlite(s) => {
-                DeliveryWriter::open(&s.path, s.synchronous, s.write_lock.clone()).map(Some)
-            }
+            Db::Sqlite(s) => DeliveryWriter::open(
+                &s.path,
+                s.synchronous,
+                s.write_lock.clone(),
+                s.recent.clone(),
+            )
+            .map(Some),
             Db::Postgres(_) => Ok(None),
         }
     }
@@ -606,8 +614,7 @@ impl Store {
             notify(&mut tx, Work::Runs).await?;
         }
         outbox::retract(&mut tx, &commit.retract, now_ms).await?;
-        events::mark_consumed(&mut tx, &commit.consumed, now_ms).await?;
-        events::set_aside(&mut tx, &commit.dead, now_ms).await?;
+        events::consume(&mut tx, &commit.consumed, &commit.dead, now_ms).await?;
         tx.commit().await?;
         Ok(())
     }

@@ -280,7 +280,7 @@ impl Store {
                 }
             });
         }
-        insert(&mut tx, &events).await?;
+        insert(&mut tx, &super::events::ready_all(&events)?).await?;
         if !events.is_empty() {
             super::notify(&mut tx, super::Work::Events).await?;
         }
@@ -379,9 +379,23 @@ impl Store {
     /// the egress refusals of ended runs. Returns how many.
     pub async fn prune(&self, before_ms: i64, batch: u32) -> anyhow::Result<u64> {
         let mut deleted = 0;
+        let deliveries = match &self.db {
+            // Consumed: at or below the mark. Received before `before_ms`: the oldest rows,
+            // read in `seq` order only up to the first newer one (no index on the time).
+            Db::Sqlite(_) => {
+                "DELETE FROM deliveries WHERE seq IN (SELECT seq FROM deliveries \
+                 WHERE seq <= (SELECT seq FROM consumer_mark) \
+                 AND seq < COALESCE((SELECT seq FROM deliveries WHERE received_at_ms >= $1 \
+                 ORDER BY seq LIMIT 1), 9223372036854775807) \
+                 AND dead_reason IS NULL ORDER BY seq LIMIT $2)"
+            }
+            Db::Postgres(_) => {
+                "DELETE FROM deliveries WHERE seq IN (SELECT seq FROM deliveries \
+                 WHERE processed_at_ms IS NOT NULL AND processed_at_ms < $1 AND dead_reason IS NULL LIMIT $2)"
+            }
+        };
         for sql in [
-            "DELETE FROM deliveries WHERE seq IN (SELECT seq FROM deliveries \
-             WHERE processed_at_ms IS NOT NULL AND processed_at_ms < $1 AND dead_reason IS NULL LIMIT $2)",
+            deliveries,
             "DELETE FROM actions WHERE id IN (SELECT id FROM actions \
              WHERE state <> 'due' AND done_at_ms < $1 LIMIT $2)",
             "DELETE FROM preflight_calls WHERE id IN (SELECT id FROM preflight_calls \

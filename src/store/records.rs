@@ -409,13 +409,15 @@ impl Store {
     /// read by one statement, so the three agree (separate reads can straddle a commit that
     /// moves work from one to the other). `None` while the issue is unknown.
     pub async fn at_rest(&self, issue: &IssueRef) -> anyhow::Result<Option<(Lifecycle, i64, i64)>> {
+        let sql = format!(
+            "SELECT lifecycle, \
+             (SELECT COUNT(*) FROM deliveries WHERE {}) AS pending, \
+             (SELECT COUNT(*) FROM actions WHERE state = 'due') AS due \
+             FROM issues WHERE repo = $1 AND number = $2",
+            super::events::unconsumed(&self.db)
+        );
         on_pool!(&self.db, p => {
-            let row = sqlx::query(
-                "SELECT lifecycle, \
-                 (SELECT COUNT(*) FROM deliveries WHERE processed_at_ms IS NULL) AS pending, \
-                 (SELECT COUNT(*) FROM actions WHERE state = 'due') AS due \
-                 FROM issues WHERE repo = $1 AND number = $2",
-            )
+            let row = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(issue.repo.to_string())
             .bind(to_i64(issue.number)?)
             .fetch_optional(p)

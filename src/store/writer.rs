@@ -4,16 +4,18 @@
 //! worker thread, scheduled between the consumer's work on the same runtime, with the rows
 //! of `RETURNING` sent back one by one: a batch spent most of its time waiting between
 //! threads rather than in SQLite. This connection is used by one blocking thread that runs
-//! a batch as one transaction of one cached statement per delivery. It takes the same write
-//! turn as every other writer (`Sqlite::write_lock`) and the same `store.synchronous`, so a
-//! commit is as durable as before: intake answers only after it.
+//! a batch as one transaction of one cached statement per delivery, with every value made
+//! ready by the webhook handlers ([`ReadyDelivery`]). It takes the same write turn as every
+//! other writer (`Sqlite::write_lock`) and the same `store.synchronous`, so a commit is as
+//! durable as before: intake answers only after it. The new events are then handed to the
+//! consumer in memory ([`RecentEvents`]), which need not read them back.
 
 use std::sync::Arc;
 
 use anyhow::Context;
 use rusqlite::{Connection, OpenFlags, TransactionBehavior, params};
 
-use super::events::NewDelivery;
+use super::events::{ReadyDelivery, RecentEvents};
 use crate::event::SCHEMA_VERSION;
 use crate::settings::Synchronous;
 
@@ -25,6 +27,7 @@ const INSERT: &str = "INSERT INTO deliveries \
 pub struct DeliveryWriter {
     conn: Connection,
     write_lock: Arc<tokio::sync::Mutex<()>>,
+    recent: Arc<RecentEvents>,
 }
 
 impl DeliveryWriter {
@@ -33,6 +36,7 @@ impl DeliveryWriter {
         path: &std::path::Path,
         synchronous: Synchronous,
         write_lock: Arc<tokio::sync::Mutex<()>>,
+        recent: Arc<RecentEvents>,
     ) -> anyhow::Result<Self> {
         let conn = Connection::open_with_flags(
             path,
@@ -52,39 +56,47 @@ impl DeliveryWriter {
                 .context("setting up the intake connection")?;
         }
         conn.busy_timeout(std::time::Duration::from_secs(10))?;
-        Ok(Self { conn, write_lock })
+        Ok(Self {
+            conn,
+            write_lock,
+            recent,
+        })
     }
 
     /// Stores `batch` in one transaction (one fsync for the lot) and returns, per delivery,
-    /// whether it was new: a known delivery id, or a body seen before, is not. Blocks: call
-    /// it from a thread outside the async runtime.
-    pub fn insert(&mut self, batch: &[NewDelivery]) -> anyhow::Result<Vec<bool>> {
-        let events = batch
-            .iter()
-            .map(|d| serde_json::to_string(&d.event))
-            .collect::<Result<Vec<_>, _>>()?;
+    /// whether it was new: a known delivery id, or a body seen before, is not. The new ones
+    /// are then held for the consumer. Blocks: call it from a thread outside the async
+    /// runtime.
+    pub fn insert(&mut self, batch: Vec<ReadyDelivery>) -> anyhow::Result<Vec<bool>> {
         let _turn = self.write_lock.blocking_lock();
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let mut fresh = Vec::with_capacity(batch.len());
+        let mut stored = Vec::with_capacity(batch.len());
         {
-            let mut insert = tx.prepare(INSERT)?;
-            for (d, event) in batch.iter().zip(&events) {
+            let mut insert = tx.prepare_cached(INSERT)?;
+            for d in &batch {
                 let changed = insert.execute(params![
-                    d.delivery_id,
-                    d.content_sha256,
-                    d.event.kind_str(),
-                    d.issue.repo.to_string(),
-                    super::to_i64(d.issue.number)?,
-                    event,
-                    d.received_at_ms,
+                    d.delivery.delivery_id,
+                    d.delivery.content_sha256,
+                    d.delivery.event.kind_str(),
+                    d.repo,
+                    d.number,
+                    d.event_json,
+                    d.delivery.received_at_ms,
                     SCHEMA_VERSION,
                 ])?;
-                fresh.push(changed == 1);
+                stored.push((changed == 1).then(|| tx.last_insert_rowid()));
             }
         }
         tx.commit()?;
+        let fresh = stored.iter().map(Option::is_some).collect();
+        self.recent.keep(
+            batch
+                .into_iter()
+                .zip(stored)
+                .filter_map(|(d, seq)| Some((seq?, d.delivery.event))),
+        );
         Ok(fresh)
     }
 }

@@ -127,21 +127,23 @@ async fn retention_prunes_what_is_old_and_done_in_batches_and_keeps_the_rest() {
     let issue: IssueRef = "acme/widgets#1".parse().expect("ref");
     let (old, recent) = (1_000, 9_000_000);
     store
-        .insert_deliveries(&(0..5).map(|n| exited(&issue, n, old)).collect::<Vec<_>>())
+        .insert_raw_event("broken", &issue, 2, "{", old)
         .await
         .expect("insert");
     store
-        .insert_raw_event("broken", &issue, 2, "{", old)
+        .insert_deliveries(&(0..5).map(|n| exited(&issue, n, old)).collect::<Vec<_>>())
         .await
         .expect("insert");
     let events = store.next_events(100).await.expect("read");
     let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
-    let (consumed, kept) = seqs.split_at(3);
+    // In arrival order: the broken one set aside, three consumed, two left.
+    let (consumed, kept) = seqs[1..].split_at(3);
     let broken = events
         .iter()
         .find(|e| e.delivery_id == "broken")
         .expect("stored")
         .seq;
+    assert_eq!(broken, seqs[0]);
     let action = |key: &str| NewAction {
         key: key.into(),
         issue: issue.clone(),
@@ -204,8 +206,7 @@ async fn retention_prunes_what_is_old_and_done_in_batches_and_keeps_the_rest() {
     );
     assert!(rounds >= 3, "one row per statement per round: {rounds}");
     let left = store.next_events(100).await.expect("read");
-    let unconsumed = kept.iter().filter(|s| **s != broken).count();
-    assert_eq!(left.len(), unconsumed, "unconsumed events stay");
+    assert_eq!(left.len(), kept.len(), "unconsumed events stay");
     assert_eq!(
         store.dead_events().await.expect("dead").len(),
         1,
@@ -322,4 +323,99 @@ async fn work_in_flight_in_a_database_from_before_the_outbox_is_carried_over() {
         .expect("query")
         .expect("known");
     assert_eq!(run.state, director::domain::RunState::Launching);
+}
+
+/// A database from before the consumer's mark (migrations 1 to 9), with events consumed, set
+/// aside and still waiting: after the upgrade the waiting ones, and only they, are read, and
+/// the consumer goes on from there.
+#[tokio::test]
+async fn events_waiting_in_a_database_from_before_the_consumer_mark_are_still_consumed() {
+    use sqlx::Connection;
+    let dir = tempfile::tempdir().expect("dir");
+    let url = format!("sqlite://{}", dir.path().join("v9.db").display());
+    {
+        let options: sqlx::sqlite::SqliteConnectOptions = url.parse().expect("url");
+        let mut conn = sqlx::SqliteConnection::connect_with(&options.create_if_missing(true))
+            .await
+            .expect("open");
+        sqlx::raw_sql(
+            "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at_ms INTEGER NOT NULL)",
+        )
+        .execute(&mut conn)
+        .await
+        .expect("table");
+        let before = [
+            include_str!("../../migrations/sqlite/0001_deliveries_and_issues.sql"),
+            include_str!("../../migrations/sqlite/0002_issue_tracking.sql"),
+            include_str!("../../migrations/sqlite/0003_preflight.sql"),
+            include_str!("../../migrations/sqlite/0004_runs.sql"),
+            include_str!("../../migrations/sqlite/0005_outbox.sql"),
+            include_str!("../../migrations/sqlite/0006_director_id.sql"),
+            include_str!("../../migrations/sqlite/0007_pull_follow_through.sql"),
+            include_str!("../../migrations/sqlite/0008_leases.sql"),
+            include_str!("../../migrations/sqlite/0009_egress_refusals.sql"),
+        ];
+        for (v, sql) in before.iter().enumerate() {
+            sqlx::raw_sql(*sql)
+                .execute(&mut conn)
+                .await
+                .expect("migration");
+            sqlx::query("INSERT INTO schema_migrations VALUES (?, 0)")
+                .bind(i64::try_from(v + 1).expect("small"))
+                .execute(&mut conn)
+                .await
+                .expect("recorded");
+        }
+        let issue: IssueRef = "acme/widgets#1".parse().expect("ref");
+        let json = |n: u32| serde_json::to_string(&exited(&issue, n, 1).event).expect("json");
+        for (n, processed, dead) in [
+            (0, Some(5), None),
+            (1, Some(5), Some("does not parse")),
+            (2, None, None),
+            (3, None, None),
+        ] {
+            sqlx::query(
+                "INSERT INTO deliveries (delivery_id, content_sha256, event_type, repo, number, \
+                 event, received_at_ms, processed_at_ms, schema, dead_reason) \
+                 VALUES (?, ?, 'run', 'acme/widgets', 1, ?, 1, ?, 2, ?)",
+            )
+            .bind(format!("exited:r{n}"))
+            .bind(format!("hash-{n}"))
+            .bind(json(n))
+            .bind(processed)
+            .bind(dead)
+            .execute(&mut conn)
+            .await
+            .expect("row");
+        }
+    }
+    let store = Store::connect(&director::settings::StoreSettings {
+        url,
+        ..Default::default()
+    })
+    .await
+    .expect("migrates");
+    let waiting = store.next_events(10).await.expect("read");
+    let ids: Vec<&str> = waiting.iter().map(|e| e.delivery_id.as_str()).collect();
+    assert_eq!(ids, ["exited:r2", "exited:r3"]);
+    assert_eq!(store.pending_deliveries().await.expect("count"), 2);
+    assert_eq!(store.dead_events().await.expect("dead").len(), 1);
+    store
+        .commit(
+            &Commit {
+                consumed: waiting.iter().map(|e| e.seq).collect(),
+                ..Default::default()
+            },
+            10,
+        )
+        .await
+        .expect("consume");
+    let issue: IssueRef = "acme/widgets#1".parse().expect("ref");
+    store
+        .insert_deliveries(&[exited(&issue, 4, 20)])
+        .await
+        .expect("insert");
+    let next = store.next_events(10).await.expect("read");
+    assert_eq!(next.len(), 1);
+    assert_eq!(next[0].delivery_id, "exited:r4");
 }

@@ -5,7 +5,9 @@
 use director::domain::{IssueRecord, IssueRef, Lifecycle, PullRecord, RunRecord, RunState};
 use director::event::{Event, EventKind, ForgeEvent, IssueSnapshot};
 use director::settings::StoreSettings;
-use director::store::{Commit, Fence, Finished, Lane, NewAction, NewDelivery, Store};
+use director::store::{
+    Commit, Fence, Finished, Lane, NewAction, NewDelivery, ReadyDelivery, Store,
+};
 
 use crate::pg::Pg;
 
@@ -69,6 +71,13 @@ fn delivery(id: &str, body: &str, n: u64) -> NewDelivery {
     }
 }
 
+fn ready(batch: Vec<NewDelivery>) -> Vec<ReadyDelivery> {
+    batch
+        .into_iter()
+        .map(|d| d.ready().expect("ready"))
+        .collect()
+}
+
 fn action(key: &str, n: u64, not_before_ms: i64) -> NewAction {
     NewAction {
         key: key.into(),
@@ -120,23 +129,23 @@ async fn intakes_own_sqlite_writer_stores_once_by_id_and_content_beside_other_wr
     // consumer's kind of commit writes records at the same time.
     let writes = std::thread::spawn(move || {
         let first = writer
-            .insert(&[
+            .insert(ready(vec![
                 delivery("d1", "one", 1),
                 delivery("d1", "one again", 1),
                 delivery("d2", "one", 1),
                 delivery("d3", "three", 3),
-            ])
+            ]))
             .expect("insert");
         let mut rest = Vec::new();
         for n in 0..50 {
             rest.extend(
                 writer
-                    .insert(&[delivery(&format!("w{n}"), &format!("w{n}"), 4)])
+                    .insert(ready(vec![delivery(&format!("w{n}"), &format!("w{n}"), 4)]))
                     .expect("insert"),
             );
         }
         let again = writer
-            .insert(&[delivery("d3", "three", 3)])
+            .insert(ready(vec![delivery("d3", "three", 3)]))
             .expect("insert");
         (first, rest, again)
     });
@@ -166,6 +175,151 @@ async fn intakes_own_sqlite_writer_stores_once_by_id_and_content_beside_other_wr
     for n in 0..50 {
         assert!(store.issue(&issue(100 + n)).await.expect("read").is_some());
     }
+}
+
+/// Intake's writer hands what it stored to the consumer in memory; events other writers stored
+/// in between, and those past what it holds, are read from the database: either way each
+/// comes back once, in arrival order, as it was stored.
+#[tokio::test]
+async fn events_intake_hands_over_and_events_read_back_come_in_order_and_alike() {
+    let dir = tempfile::tempdir().expect("dir");
+    let url = format!("sqlite://{}", dir.path().join("d.db").display());
+    let store = open(&url).await;
+    let mut writer = store
+        .delivery_writer()
+        .expect("open the writer")
+        .expect("SQLite has one");
+    let mut sent = Vec::new();
+    let mut batch = |from: usize, to: usize| -> Vec<NewDelivery> {
+        let made: Vec<NewDelivery> = (from..to)
+            .map(|n| delivery(&format!("held-{n}"), &format!("held {n}"), 1 + n as u64 % 7))
+            .collect();
+        sent.extend(
+            made.iter()
+                .map(|d| (d.delivery_id.clone(), d.event.clone())),
+        );
+        made
+    };
+    let first = batch(0, 10);
+    let over = batch(10, 1_100);
+    let last = batch(1_100, 1_105);
+    // The writer blocks: it runs on a thread of its own, as intake's does.
+    let writer = tokio::task::spawn_blocking(move || {
+        writer.insert(ready(first)).expect("insert");
+        writer
+    })
+    .await
+    .expect("writer");
+    // Another writer's event between intake's.
+    let outcome = delivery("outcome-1", "an outcome", 2);
+    store
+        .insert_deliveries(std::slice::from_ref(&outcome))
+        .await
+        .expect("insert");
+    // More than the consumer is handed in memory: the rest is read back.
+    tokio::task::spawn_blocking(move || {
+        let mut writer = writer;
+        writer.insert(ready(over)).expect("insert");
+        writer.insert(ready(last)).expect("insert");
+    })
+    .await
+    .expect("writer");
+    let mut expected = sent[..10].to_vec();
+    expected.push((outcome.delivery_id.clone(), outcome.event.clone()));
+    expected.extend(sent[10..].iter().cloned());
+    // Spoil two rows' JSON behind the store's back: one of an event the consumer is handed in
+    // memory (it comes through intact: its JSON is not read again) and one past what it holds
+    // (read back, it no longer parses).
+    {
+        use sqlx::Connection;
+        let mut conn = sqlx::SqliteConnection::connect(&url).await.expect("open");
+        sqlx::query(
+            "UPDATE deliveries SET event = 'spoilt' WHERE delivery_id IN ('held-0', 'held-1104')",
+        )
+        .execute(&mut conn)
+        .await
+        .expect("spoil");
+    }
+    expected.pop();
+
+    let mut seen = Vec::new();
+    loop {
+        let events = store.next_events(256).await.expect("events");
+        if events.is_empty() {
+            break;
+        }
+        assert!(
+            events.windows(2).all(|w| w[0].seq < w[1].seq),
+            "arrival order"
+        );
+        let commit = Commit {
+            consumed: events.iter().map(|e| e.seq).collect(),
+            ..Commit::default()
+        };
+        for e in events {
+            if e.delivery_id == "held-1104" {
+                assert!(e.event.is_err(), "read back from the spoilt row");
+                continue;
+            }
+            seen.push((e.delivery_id, e.event.expect("parses")));
+        }
+        store.commit(&commit, 10).await.expect("consume");
+    }
+    assert_eq!(seen.len(), expected.len());
+    assert!(seen == expected, "every event once, in order, as stored");
+    assert_eq!(store.pending_deliveries().await.expect("count"), 0);
+}
+
+/// A batch is consumed once: a second consumer that read the same events (two processes on
+/// one SQLite file), or a commit that skips an event, fails and changes nothing.
+#[tokio::test]
+async fn events_are_consumed_once_and_in_order_or_the_commit_fails_whole() {
+    let dir = tempfile::tempdir().expect("dir");
+    let url = format!("sqlite://{}", dir.path().join("d.db").display());
+    let (one, two) = (open(&url).await, open(&url).await);
+    one.insert_deliveries(&[
+        delivery("a", "a", 1),
+        delivery("b", "b", 2),
+        delivery("c", "c", 3),
+    ])
+    .await
+    .expect("insert");
+    let read_by_one = one.next_events(10).await.expect("events");
+    let read_by_two = two.next_events(10).await.expect("events");
+    assert_eq!(read_by_one.len(), 3);
+    let seqs: Vec<i64> = read_by_one.iter().map(|e| e.seq).collect();
+
+    // Skipping the first event is refused, and so is everything the commit carried.
+    let gap = Commit {
+        records: vec![IssueRecord::new(&issue(9), 5)],
+        consumed: seqs[1..].to_vec(),
+        ..Commit::default()
+    };
+    let err = one.commit(&gap, 10).await.expect_err("a gap");
+    assert!(format!("{err:#}").contains("in order"), "{err:#}");
+    assert!(one.issue(&issue(9)).await.expect("read").is_none());
+    assert_eq!(one.pending_deliveries().await.expect("count"), 3);
+
+    let whole = Commit {
+        consumed: seqs[..2].to_vec(),
+        dead: vec![(seqs[2], "does not parse".into())],
+        ..Commit::default()
+    };
+    one.commit(&whole, 10).await.expect("consume");
+    let late = Commit {
+        records: vec![IssueRecord::new(&issue(8), 5)],
+        consumed: read_by_two.iter().map(|e| e.seq).collect(),
+        ..Commit::default()
+    };
+    two.commit(&late, 11)
+        .await
+        .expect_err("already consumed by the other");
+    assert!(two.issue(&issue(8)).await.expect("read").is_none());
+    assert!(one.next_events(10).await.expect("events").is_empty());
+    assert_eq!(
+        one.dead_events().await.expect("dead"),
+        vec![("c".to_owned(), "does not parse".to_owned())]
+    );
 }
 
 #[tokio::test]

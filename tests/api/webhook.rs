@@ -193,6 +193,43 @@ async fn signed_but_malformed_bodies_get_400_with_a_reason() {
     assert_eq!(app.stored_deliveries().await, 0);
 }
 
+/// An issue number past what the database holds, signed (a holder of the secret, or a forge
+/// bug), is that delivery's 400: deliveries stored with it in the same batch are not failed.
+#[tokio::test]
+async fn an_issue_number_out_of_range_is_refused_alone() {
+    let app = TestApp::spawn().await;
+    let huge = issue_payload(
+        "opened",
+        "alice",
+        &Issue {
+            number: i64::MAX.unsigned_abs() + 1,
+            ..Issue::default()
+        },
+    );
+    let ordinary = |n: u64| {
+        issue_payload(
+            "opened",
+            "alice",
+            &Issue {
+                number: n,
+                ..Issue::default()
+            },
+        )
+    };
+    let (one, two) = (ordinary(1), ordinary(2));
+    let (first, bad, second) = tokio::join!(
+        app.deliver("issues", "range-1", &one),
+        app.deliver("issues", "range-huge", &huge),
+        app.deliver("issues", "range-2", &two),
+    );
+    assert_eq!(bad.status(), 400);
+    let text = bad.text().await.expect("body");
+    assert!(text.contains("out of range"), "{text}");
+    assert_eq!(first.status(), 202);
+    assert_eq!(second.status(), 202);
+    assert_eq!(app.stored_deliveries().await, 2);
+}
+
 #[tokio::test]
 async fn unused_event_types_get_200_and_store_nothing() {
     let app = TestApp::spawn().await;
