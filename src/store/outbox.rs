@@ -379,23 +379,33 @@ impl Store {
     /// the egress refusals of ended runs. Returns how many.
     pub async fn prune(&self, before_ms: i64, batch: u32) -> anyhow::Result<u64> {
         let mut deleted = 0;
-        let deliveries = match &self.db {
-            // Consumed: at or below the mark. Received before `before_ms`: the oldest rows,
-            // read in `seq` order only up to the first newer one (no index on the time).
-            Db::Sqlite(_) => {
+        // Deliveries: consumed ones received before `before_ms` (set-aside ones are kept).
+        // SQLite keeps no index on the time: the old rows are those below the first `seq`
+        // received since, found by bisecting `seq`, and are deleted in `seq` order.
+        let (deliveries, bound) = match &self.db {
+            Db::Sqlite(s) => (
                 "DELETE FROM deliveries WHERE seq IN (SELECT seq FROM deliveries \
-                 WHERE seq <= (SELECT seq FROM consumer_mark) \
-                 AND seq < COALESCE((SELECT seq FROM deliveries WHERE received_at_ms >= $1 \
-                 ORDER BY seq LIMIT 1), 9223372036854775807) \
-                 AND dead_reason IS NULL ORDER BY seq LIMIT $2)"
-            }
-            Db::Postgres(_) => {
+                 WHERE seq < $1 AND seq <= (SELECT seq FROM consumer_mark) \
+                 AND dead_reason IS NULL ORDER BY seq LIMIT $2)",
+                first_received_since(&s.pool, before_ms).await?,
+            ),
+            Db::Postgres(_) => (
                 "DELETE FROM deliveries WHERE seq IN (SELECT seq FROM deliveries \
-                 WHERE processed_at_ms IS NOT NULL AND processed_at_ms < $1 AND dead_reason IS NULL LIMIT $2)"
-            }
+                 WHERE processed_at_ms IS NOT NULL AND processed_at_ms < $1 AND dead_reason IS NULL LIMIT $2)",
+                before_ms,
+            ),
         };
+        let mut tx = self.relaxed().await?;
+        deleted += on_tx!(&mut tx, t => {
+            sqlx::query(deliveries)
+                .bind(bound)
+                .bind(i64::from(batch))
+                .execute(&mut **t)
+                .await?
+                .rows_affected()
+        });
+        tx.commit().await?;
         for sql in [
-            deliveries,
             "DELETE FROM actions WHERE id IN (SELECT id FROM actions \
              WHERE state <> 'due' AND done_at_ms < $1 LIMIT $2)",
             "DELETE FROM preflight_calls WHERE id IN (SELECT id FROM preflight_calls \
@@ -420,6 +430,35 @@ impl Store {
         }
         Ok(deleted)
     }
+}
+
+/// The first delivery `seq` received at or after `at_ms` (past the last row if none was).
+/// Received times rise with `seq` (a clock set back leaves a few rows for a later pass), so a
+/// bisection of `seq`, each step one look-up by key, finds it without reading the old rows.
+async fn first_received_since(pool: &sqlx::SqlitePool, at_ms: i64) -> anyhow::Result<i64> {
+    let (first, last): (Option<i64>, Option<i64>) =
+        sqlx::query_as("SELECT MIN(seq), MAX(seq) FROM deliveries")
+            .fetch_one(pool)
+            .await?;
+    let (Some(mut lo), Some(last)) = (first, last) else {
+        return Ok(0);
+    };
+    // Rows below `lo` are older; the first row at or after `hi` is newer, or there is none.
+    let mut hi = last.saturating_add(1);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        let at: Option<i64> = sqlx::query_scalar(
+            "SELECT received_at_ms FROM deliveries WHERE seq >= $1 ORDER BY seq LIMIT 1",
+        )
+        .bind(mid)
+        .fetch_optional(pool)
+        .await?;
+        match at {
+            Some(at) if at < at_ms => lo = mid + 1,
+            _ => hi = mid,
+        }
+    }
+    Ok(lo)
 }
 
 fn action_row(row: &impl Cols) -> anyhow::Result<ActionRow> {

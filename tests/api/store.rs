@@ -322,6 +322,51 @@ async fn events_are_consumed_once_and_in_order_or_the_commit_fails_whole() {
     );
 }
 
+/// Retention on SQLite finds the old deliveries by bisecting their numbers, not by reading
+/// them: those received before the cutoff and consumed go, in small batches; those received
+/// since, those not yet consumed and those set aside stay.
+#[tokio::test]
+async fn retention_deletes_consumed_deliveries_received_before_the_cutoff_and_no_other() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = open(&format!("sqlite://{}", dir.path().join("d.db").display())).await;
+    let batch: Vec<NewDelivery> = (1..=9u64)
+        .map(|n| {
+            let mut d = delivery(&format!("r{n}"), &format!("r{n}"), n);
+            d.received_at_ms = i64::try_from(n).expect("small") * 10;
+            d
+        })
+        .collect();
+    store.insert_deliveries(&batch).await.expect("insert");
+    let events = store.next_events(7).await.expect("events");
+    let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+    store
+        .commit(
+            &Commit {
+                consumed: seqs[1..].to_vec(),
+                dead: vec![(seqs[0], "does not parse".into())],
+                ..Commit::default()
+            },
+            1_000,
+        )
+        .await
+        .expect("consume");
+    // Received at 10 to 90; 10 set aside, 80 and 90 not consumed.
+    let mut deleted = 0;
+    loop {
+        let n = store.prune(55, 2).await.expect("prune");
+        if n == 0 {
+            break;
+        }
+        deleted += n;
+    }
+    assert_eq!(deleted, 4, "received at 20, 30, 40 and 50");
+    let (total, pending) = store.delivery_counts().await.expect("counts");
+    assert_eq!((total, pending), (5, 2));
+    assert_eq!(store.dead_events().await.expect("dead").len(), 1);
+    // Nothing received yet before the cutoff: nothing goes.
+    assert_eq!(store.prune(0, 100).await.expect("prune"), 0);
+}
+
 #[tokio::test]
 async fn a_commit_writes_every_changed_record_and_of_two_for_one_issue_the_later() {
     let b = backends().await;
