@@ -225,49 +225,55 @@ async fn retention_prunes_what_is_old_and_done_in_batches_and_keeps_the_rest() {
     );
 }
 
+/// The SQLite migrations, in order, for databases as older builds left them.
+const SQLITE_MIGRATIONS: [&str; 9] = [
+    include_str!("../../migrations/sqlite/0001_deliveries_and_issues.sql"),
+    include_str!("../../migrations/sqlite/0002_issue_tracking.sql"),
+    include_str!("../../migrations/sqlite/0003_preflight.sql"),
+    include_str!("../../migrations/sqlite/0004_runs.sql"),
+    include_str!("../../migrations/sqlite/0005_outbox.sql"),
+    include_str!("../../migrations/sqlite/0006_director_id.sql"),
+    include_str!("../../migrations/sqlite/0007_pull_follow_through.sql"),
+    include_str!("../../migrations/sqlite/0008_leases.sql"),
+    include_str!("../../migrations/sqlite/0009_egress_refusals.sql"),
+];
+
+/// A new database at `url` with the first `version` migrations applied and recorded, as a
+/// build of that time left it; the connection to add its rows with.
+async fn database_at(url: &str, version: usize) -> sqlx::SqliteConnection {
+    use sqlx::Connection;
+    let options: sqlx::sqlite::SqliteConnectOptions = url.parse().expect("url");
+    let mut conn = sqlx::SqliteConnection::connect_with(&options.create_if_missing(true))
+        .await
+        .expect("open");
+    sqlx::raw_sql(
+        "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at_ms INTEGER NOT NULL)",
+    )
+    .execute(&mut conn)
+    .await
+    .expect("table");
+    for (v, sql) in SQLITE_MIGRATIONS[..version].iter().enumerate() {
+        sqlx::raw_sql(*sql)
+            .execute(&mut conn)
+            .await
+            .expect("migration");
+        sqlx::query("INSERT INTO schema_migrations VALUES (?, 0)")
+            .bind(i64::try_from(v + 1).expect("small"))
+            .execute(&mut conn)
+            .await
+            .expect("recorded");
+    }
+    conn
+}
+
 /// A database as round 1 left it: migrations 1 to 4, an issue waiting for its read and a run
 /// being launched.
 #[tokio::test]
 async fn work_in_flight_in_a_database_from_before_the_outbox_is_carried_over() {
-    use sqlx::Connection;
     let dir = tempfile::tempdir().expect("dir");
     let url = format!("sqlite://{}", dir.path().join("old.db").display());
     {
-        let options: sqlx::sqlite::SqliteConnectOptions = url.parse().expect("url");
-        let mut conn = sqlx::SqliteConnection::connect_with(&options.create_if_missing(true))
-            .await
-            .expect("open");
-        sqlx::raw_sql(
-            "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at_ms INTEGER NOT NULL)",
-        )
-        .execute(&mut conn)
-        .await
-        .expect("table");
-        for (v, sql) in [
-            (
-                1,
-                include_str!("../../migrations/sqlite/0001_deliveries_and_issues.sql"),
-            ),
-            (
-                2,
-                include_str!("../../migrations/sqlite/0002_issue_tracking.sql"),
-            ),
-            (
-                3,
-                include_str!("../../migrations/sqlite/0003_preflight.sql"),
-            ),
-            (4, include_str!("../../migrations/sqlite/0004_runs.sql")),
-        ] {
-            sqlx::raw_sql(sql)
-                .execute(&mut conn)
-                .await
-                .expect("migration");
-            sqlx::query("INSERT INTO schema_migrations VALUES (?, 0)")
-                .bind(v)
-                .execute(&mut conn)
-                .await
-                .expect("recorded");
-        }
+        let mut conn = database_at(&url, 4).await;
         sqlx::raw_sql(
             "INSERT INTO issues (repo, number, title, state, labels, last_change_ms, lifecycle, trigger_present, trigger_actor, trigger_trusted, preflight) \
              VALUES ('acme/widgets', 1, 'Waiting', 'open', '[\"headless\"]', 1, 'pending', 1, 'alice', 1, '{\"rev\":3,\"handled_command_id\":9}'), \
@@ -330,42 +336,10 @@ async fn work_in_flight_in_a_database_from_before_the_outbox_is_carried_over() {
 /// the consumer goes on from there.
 #[tokio::test]
 async fn events_waiting_in_a_database_from_before_the_consumer_mark_are_still_consumed() {
-    use sqlx::Connection;
     let dir = tempfile::tempdir().expect("dir");
     let url = format!("sqlite://{}", dir.path().join("v9.db").display());
     {
-        let options: sqlx::sqlite::SqliteConnectOptions = url.parse().expect("url");
-        let mut conn = sqlx::SqliteConnection::connect_with(&options.create_if_missing(true))
-            .await
-            .expect("open");
-        sqlx::raw_sql(
-            "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at_ms INTEGER NOT NULL)",
-        )
-        .execute(&mut conn)
-        .await
-        .expect("table");
-        let before = [
-            include_str!("../../migrations/sqlite/0001_deliveries_and_issues.sql"),
-            include_str!("../../migrations/sqlite/0002_issue_tracking.sql"),
-            include_str!("../../migrations/sqlite/0003_preflight.sql"),
-            include_str!("../../migrations/sqlite/0004_runs.sql"),
-            include_str!("../../migrations/sqlite/0005_outbox.sql"),
-            include_str!("../../migrations/sqlite/0006_director_id.sql"),
-            include_str!("../../migrations/sqlite/0007_pull_follow_through.sql"),
-            include_str!("../../migrations/sqlite/0008_leases.sql"),
-            include_str!("../../migrations/sqlite/0009_egress_refusals.sql"),
-        ];
-        for (v, sql) in before.iter().enumerate() {
-            sqlx::raw_sql(*sql)
-                .execute(&mut conn)
-                .await
-                .expect("migration");
-            sqlx::query("INSERT INTO schema_migrations VALUES (?, 0)")
-                .bind(i64::try_from(v + 1).expect("small"))
-                .execute(&mut conn)
-                .await
-                .expect("recorded");
-        }
+        let mut conn = database_at(&url, 9).await;
         let issue: IssueRef = "acme/widgets#1".parse().expect("ref");
         let json = |n: u32| serde_json::to_string(&exited(&issue, n, 1).event).expect("json");
         for (n, processed, dead) in [
