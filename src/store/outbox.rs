@@ -395,32 +395,36 @@ impl Store {
                 before_ms,
             ),
         };
-        let mut tx = self.relaxed().await?;
-        deleted += on_tx!(&mut tx, t => {
-            sqlx::query(deliveries)
-                .bind(bound)
-                .bind(i64::from(batch))
-                .execute(&mut **t)
-                .await?
-                .rows_affected()
-        });
-        tx.commit().await?;
-        for sql in [
-            "DELETE FROM actions WHERE id IN (SELECT id FROM actions \
-             WHERE state <> 'due' AND done_at_ms < $1 LIMIT $2)",
-            "DELETE FROM preflight_calls WHERE id IN (SELECT id FROM preflight_calls \
-             WHERE at_ms < $1 LIMIT $2)",
-            "DELETE FROM leases WHERE name IN (SELECT name FROM leases \
-             WHERE until_ms < $1 LIMIT $2)",
+        // Each statement with what its `$1` is.
+        for (sql, bound) in [
+            (deliveries, bound),
+            (
+                "DELETE FROM actions WHERE id IN (SELECT id FROM actions \
+                 WHERE state <> 'due' AND done_at_ms < $1 LIMIT $2)",
+                before_ms,
+            ),
+            (
+                "DELETE FROM preflight_calls WHERE id IN (SELECT id FROM preflight_calls \
+                 WHERE at_ms < $1 LIMIT $2)",
+                before_ms,
+            ),
+            (
+                "DELETE FROM leases WHERE name IN (SELECT name FROM leases \
+                 WHERE until_ms < $1 LIMIT $2)",
+                before_ms,
+            ),
             // A run's refusals are in its record once it ended.
-            "DELETE FROM egress_refusals WHERE run_id IN (SELECT id FROM runs \
-             WHERE finished_at_ms IS NOT NULL AND finished_at_ms < $1 LIMIT $2)",
+            (
+                "DELETE FROM egress_refusals WHERE run_id IN (SELECT id FROM runs \
+                 WHERE finished_at_ms IS NOT NULL AND finished_at_ms < $1 LIMIT $2)",
+                before_ms,
+            ),
         ] {
             // One short transaction per statement: intake waits for at most one batch.
             let mut tx = self.relaxed().await?;
             deleted += on_tx!(&mut tx, t => {
                 sqlx::query(sql)
-                    .bind(before_ms)
+                    .bind(bound)
                     .bind(i64::from(batch))
                     .execute(&mut **t)
                     .await?
