@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use super::backend::{Cols, Marks, params, tuples};
-use super::{CHUNK, Db, Store, Tx, to_i64};
+use super::{CHUNK, Db, Sqlite, Store, Tx, to_i64};
 use crate::domain::IssueRef;
 use crate::event::{Event, SCHEMA_VERSION};
 
@@ -249,7 +249,7 @@ impl Store {
         if let Db::Sqlite(s) = &self.db
             && let Some(span) = s.recent.span()
         {
-            return self.next_events_with(&s.recent, span, limit).await;
+            return next_events_held(s, span, limit).await;
         }
         let sql = format!(
             "SELECT seq, delivery_id, repo, number, event, schema FROM deliveries \
@@ -265,80 +265,6 @@ impl Store {
                 .map(|r| stored_event(r, Event::from_stored(r.int("schema")?, &r.text("event")?)))
                 .collect()
         })
-    }
-
-    /// [`Store::next_events`] on SQLite while intake's latest events are held in `recent`
-    /// (`span`: the first and last held): rows in that span come without their JSON and take
-    /// the held event; one that is not held (another writer's, between intake's) is read.
-    async fn next_events_with(
-        &self,
-        recent: &RecentEvents,
-        (first, last): (i64, i64),
-        limit: u32,
-    ) -> anyhow::Result<Vec<StoredEvent>> {
-        let Db::Sqlite(s) = &self.db else {
-            anyhow::bail!("held events are SQLite's");
-        };
-        let rows = sqlx::query(
-            "SELECT seq, delivery_id, repo, number, schema, \
-             CASE WHEN seq BETWEEN $2 AND $3 THEN NULL ELSE event END AS event \
-             FROM deliveries WHERE seq > (SELECT seq FROM consumer_mark) ORDER BY seq LIMIT $1",
-        )
-        .bind(i64::from(limit))
-        .bind(first)
-        .bind(last)
-        .fetch_all(&s.pool)
-        .await?;
-        let Some(end) = rows.last().map(|r| r.int("seq")).transpose()? else {
-            return Ok(Vec::new());
-        };
-        let mut held = recent.take_through(end);
-        let mut events = Vec::with_capacity(rows.len());
-        let mut unread = Vec::new();
-        for row in &rows {
-            let seq = row.int("seq")?;
-            let event = match (row.opt_text("event")?, held.remove(&seq)) {
-                (Some(json), _) => Event::from_stored(row.int("schema")?, &json),
-                (None, Some(event)) => Ok(event),
-                (None, None) => {
-                    unread.push((events.len(), row.int("schema")?));
-                    Err(String::new())
-                }
-            };
-            events.push(stored_event(row, event)?);
-        }
-        if !unread.is_empty() {
-            let seqs: Vec<i64> = unread.iter().map(|(at, _)| events[*at].seq).collect();
-            let mut read = self.event_json(&seqs).await?;
-            for (at, schema) in unread {
-                events[at].event = match read.remove(&events[at].seq) {
-                    Some(json) => Event::from_stored(schema, &json),
-                    None => Err("the row was gone when read".to_owned()),
-                };
-            }
-        }
-        Ok(events)
-    }
-
-    /// The stored JSON of the events `seqs`, by `seq`.
-    async fn event_json(&self, seqs: &[i64]) -> anyhow::Result<BTreeMap<i64, String>> {
-        let mut found = BTreeMap::new();
-        for chunk in seqs.chunks(CHUNK) {
-            let sql = format!(
-                "SELECT seq, event FROM deliveries WHERE seq IN ({})",
-                params(Marks::of_db(&self.db), 1, chunk.len())
-            );
-            on_pool!(&self.db, p => {
-                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-                for seq in chunk {
-                    query = query.bind(seq);
-                }
-                for row in query.fetch_all(p).await? {
-                    found.insert(row.int("seq")?, row.text("event")?);
-                }
-            });
-        }
-        Ok(found)
     }
 
     /// Events stored and not yet consumed (a range of `seq` on SQLite, the partial index on
@@ -416,6 +342,77 @@ impl Store {
         });
         tx.commit().await
     }
+}
+
+/// [`Store::next_events`] on SQLite while intake's latest events are held (`span`: the first
+/// and last held): rows in that span come without their JSON and take the held event; one
+/// that is not held (another writer's, between intake's) is read.
+async fn next_events_held(
+    s: &Sqlite,
+    (first, last): (i64, i64),
+    limit: u32,
+) -> anyhow::Result<Vec<StoredEvent>> {
+    let rows = sqlx::query(
+        "SELECT seq, delivery_id, repo, number, schema, \
+         CASE WHEN seq BETWEEN $2 AND $3 THEN NULL ELSE event END AS event \
+         FROM deliveries WHERE seq > (SELECT seq FROM consumer_mark) ORDER BY seq LIMIT $1",
+    )
+    .bind(i64::from(limit))
+    .bind(first)
+    .bind(last)
+    .fetch_all(&s.pool)
+    .await?;
+    let Some(end) = rows.last().map(|r| r.int("seq")).transpose()? else {
+        return Ok(Vec::new());
+    };
+    let mut held = s.recent.take_through(end);
+    let mut events = Vec::with_capacity(rows.len());
+    let mut unread = Vec::new();
+    for row in &rows {
+        let seq = row.int("seq")?;
+        let event = match (row.opt_text("event")?, held.remove(&seq)) {
+            (Some(json), _) => Event::from_stored(row.int("schema")?, &json),
+            (None, Some(event)) => Ok(event),
+            (None, None) => {
+                unread.push((events.len(), row.int("schema")?));
+                Err(String::new())
+            }
+        };
+        events.push(stored_event(row, event)?);
+    }
+    if !unread.is_empty() {
+        let seqs: Vec<i64> = unread.iter().map(|(at, _)| events[*at].seq).collect();
+        let mut read = event_json(&s.pool, &seqs).await?;
+        for (at, schema) in unread {
+            events[at].event = match read.remove(&events[at].seq) {
+                Some(json) => Event::from_stored(schema, &json),
+                None => Err("the row was gone when read".to_owned()),
+            };
+        }
+    }
+    Ok(events)
+}
+
+/// The stored JSON of the events `seqs`, by `seq`.
+async fn event_json(
+    pool: &sqlx::SqlitePool,
+    seqs: &[i64],
+) -> anyhow::Result<BTreeMap<i64, String>> {
+    let mut found = BTreeMap::new();
+    for chunk in seqs.chunks(CHUNK) {
+        let sql = format!(
+            "SELECT seq, event FROM deliveries WHERE seq IN ({})",
+            params(Marks::InOrder, 1, chunk.len())
+        );
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for seq in chunk {
+            query = query.bind(seq);
+        }
+        for row in query.fetch_all(pool).await? {
+            found.insert(row.int("seq")?, row.text("event")?);
+        }
+    }
+    Ok(found)
 }
 
 fn stored_event(row: &impl Cols, event: Result<Event, String>) -> anyhow::Result<StoredEvent> {
