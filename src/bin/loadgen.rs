@@ -546,6 +546,16 @@ mod tests {
         }
     }
 
+    /// Reads one request into `seen` and answers it in `pieces`, each sent on its own.
+    async fn serve_one(stream: &mut TcpStream, seen: &mut Vec<Vec<u8>>, pieces: &[&[u8]]) {
+        seen.push(read_request(stream).await);
+        for piece in pieces {
+            stream.write_all(piece).await.expect("written");
+            stream.flush().await.expect("flushed");
+            tokio::task::yield_now().await;
+        }
+    }
+
     #[tokio::test]
     async fn answers_are_read_whole_and_a_connection_closed_is_opened_again() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -556,42 +566,28 @@ mod tests {
         let requests: Vec<Vec<u8>> = (0..5).map(|n| t.request("k", n)).collect();
         let server = tokio::spawn(async move {
             let mut seen = Vec::new();
-            // First connection: an answer split mid-header, then a body in two writes, then
-            // a refusal that closes the connection.
+            // First connection: an answer split mid-header and mid-body, then a refusal that
+            // closes the connection.
             let (mut s, _) = listener.accept().await.expect("a connection");
-            seen.push(read_request(&mut s).await);
-            s.write_all(b"HTTP/1.1 202 Accepted\r\nconte")
-                .await
-                .expect("written");
-            s.flush().await.expect("flushed");
-            tokio::task::yield_now().await;
-            s.write_all(b"nt-length: 8\r\n\r\nACCE")
-                .await
-                .expect("written");
-            s.write_all(b"PTED").await.expect("written");
-            seen.push(read_request(&mut s).await);
-            s.write_all(b"HTTP/1.1 409 Conflict\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-                .await
-                .expect("written");
+            let split: [&[u8]; 3] = [
+                b"HTTP/1.1 202 Accepted\r\nconte",
+                b"nt-length: 8\r\n\r\nACCE",
+                b"PTED",
+            ];
+            serve_one(&mut s, &mut seen, &split).await;
+            let close = b"HTTP/1.1 409 Conflict\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+            serve_one(&mut s, &mut seen, &[close]).await;
             drop(s);
-            // Second connection: one answer that keeps it alive, then closed as if idle.
+            let ok = b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n";
+            // Second: one answer that keeps it alive, then closed as if idle.
             let (mut s, _) = listener.accept().await.expect("a connection");
-            seen.push(read_request(&mut s).await);
-            s.write_all(b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n")
-                .await
-                .expect("written");
+            serve_one(&mut s, &mut seen, &[ok]).await;
             drop(s);
-            // Third: the request sent again and answered, then the next one's answer cut
-            // short.
+            // Third: the request sent again and answered, then the next answer cut short.
             let (mut s, _) = listener.accept().await.expect("a connection");
-            seen.push(read_request(&mut s).await);
-            s.write_all(b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n")
-                .await
-                .expect("written");
-            seen.push(read_request(&mut s).await);
-            s.write_all(b"HTTP/1.1 202 Accepted\r\ncontent-length: 99\r\n\r\nshort")
-                .await
-                .expect("written");
+            serve_one(&mut s, &mut seen, &[ok]).await;
+            let cut = b"HTTP/1.1 202 Accepted\r\ncontent-length: 99\r\n\r\nshort";
+            serve_one(&mut s, &mut seen, &[cut]).await;
             drop(s);
             // The listener stays open: a request wrongly sent again would wait on it for
             // an answer that never comes.
