@@ -171,7 +171,8 @@ struct Target {
 }
 
 impl Target {
-    async fn parse(url: &str) -> anyhow::Result<Self> {
+    /// Resolves the address once, before any load.
+    fn parse(url: &str) -> anyhow::Result<Self> {
         let parsed = reqwest::Url::parse(url).with_context(|| format!("--url `{url}`"))?;
         if parsed.scheme() != "http" {
             anyhow::bail!("--url `{url}`: only plain http is spoken here");
@@ -180,14 +181,20 @@ impl Target {
             .host_str()
             .ok_or_else(|| anyhow::anyhow!("--url `{url}` names no host"))?;
         let port = parsed.port_or_known_default().unwrap_or(80);
-        let addr = tokio::net::lookup_host((host, port))
-            .await?
+        let addr = parsed
+            .socket_addrs(|| None)
+            .with_context(|| format!("--url `{url}`: resolving {host}"))?
+            .into_iter()
             .next()
             .ok_or_else(|| anyhow::anyhow!("--url `{url}`: {host} resolves to nothing"))?;
+        let path = match parsed.query() {
+            Some(query) => format!("{}?{query}", parsed.path()),
+            None => parsed.path().to_owned(),
+        };
         Ok(Self {
             addr,
             authority: format!("{host}:{port}"),
-            path: parsed.path().to_owned(),
+            path,
         })
     }
 
@@ -455,11 +462,10 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let mut targets = Vec::new();
-        for url in urls.split(',') {
-            targets.push(Target::parse(url).await?);
-        }
-        let targets: Arc<[Target]> = targets.into();
+        let targets = urls
+            .split(',')
+            .map(Target::parse)
+            .collect::<anyhow::Result<Arc<[Target]>>>()?;
         let warm_offset = args.offset + 10_000_000;
         flat_out(&targets, &args.secret, 500, args.concurrency, warm_offset).await;
         flat_out(
@@ -495,6 +501,19 @@ mod tests {
             addr,
             authority: addr.to_string(),
             path: "/webhooks/forgejo".to_owned(),
+        }
+    }
+
+    #[test]
+    fn a_url_becomes_an_address_a_host_and_a_target() {
+        let t = Target::parse("http://[::1]:9001/webhooks/forgejo?x=1").expect("a URL");
+        assert_eq!(t.addr, SocketAddr::from(([0, 0, 0, 0, 0, 0, 0, 1], 9001)));
+        assert_eq!(t.authority, "[::1]:9001");
+        assert_eq!(t.path, "/webhooks/forgejo?x=1");
+        let t = Target::parse("http://127.0.0.1/hook").expect("a URL");
+        assert_eq!(t.addr, SocketAddr::from(([127, 0, 0, 1], 80)));
+        for bad in ["https://127.0.0.1/hook", "not a url", "http:///nohost"] {
+            assert!(Target::parse(bad).is_err(), "{bad}");
         }
     }
 
