@@ -109,7 +109,7 @@ async fn start(
     forge: &FakeForge,
     forge_url: &str,
     model_url: &str,
-    runs: Option<&str>,
+    runs: Option<(&str, usize)>,
 ) -> anyhow::Result<Director> {
     let port = free_port()?;
     let dir =
@@ -151,12 +151,18 @@ async fn start(
         }
     }
     match runs {
-        Some(image) => {
+        Some((image, count)) => {
             cmd.env("DIRECTOR_RUNNER__IMAGE", image)
                 .env("DIRECTOR_RUNNER__NETWORK", "host")
                 .env("DIRECTOR_RUNNER__EGRESS", "open")
                 .env("DIRECTOR_RUNNER__MEMORY_MB", "256")
-                .env("DIRECTOR_RUNNER__MAX_CONCURRENT", "1");
+                .env("DIRECTOR_RUNNER__MAX_CONCURRENT", "1")
+                // Every run leaves a pull request open; the limit on them (6 by default) is
+                // not what this measures, and held back every run after the sixth.
+                .env(
+                    "DIRECTOR_RUNNER__MAX_OPEN_PRS_PER_REPO",
+                    count.max(1).to_string(),
+                );
         }
         None => {
             cmd.env("DIRECTOR_RUNNER__ENABLED", "false");
@@ -315,7 +321,8 @@ fn main() -> anyhow::Result<()> {
             let docker = bollard::Docker::connect_with_defaults()?
                 .negotiate_version()
                 .await?;
-            let _d = start(&binary, &forge, server.url(), &model, Some(&image)).await?;
+            let runs = Some((image.as_str(), args.runs));
+            let _d = start(&binary, &forge, server.url(), &model, runs).await?;
             let mut launch = Vec::new();
             for i in 0..args.runs {
                 let issue = forge
