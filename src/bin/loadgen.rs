@@ -320,14 +320,17 @@ fn accepted(status: Option<u16>) -> bool {
     status == Some(202)
 }
 
-fn pick<T>(items: &[T], n: u64) -> &T {
-    &items[usize::try_from(n).unwrap_or(0) % items.len()]
+/// Request `i` of a phase goes to target `i % targets`, in turn (replicas share the load).
+fn pick_mut<T>(items: &mut [T], i: usize) -> &mut T {
+    let at = i % items.len();
+    &mut items[at]
 }
 
 /// Requests `offset + 0 .. offset + count`, rendered before the phase that sends them.
 fn prepare(targets: &[Target], secret: &str, offset: u64, count: u64) -> Vec<Vec<u8>> {
     (0..count)
-        .map(|i| pick(targets, i).request(secret, offset + i))
+        .zip(targets.iter().cycle())
+        .map(|(i, target)| target.request(secret, offset + i))
         .collect()
 }
 
@@ -348,13 +351,12 @@ async fn flat_out(
             let mut conns: Vec<Conn> = targets.iter().map(|t| Conn::new(t.addr)).collect();
             let (mut lat, mut failed) = (Vec::new(), 0);
             loop {
-                let n = next.fetch_add(1, Ordering::Relaxed);
-                let Some(request) = usize::try_from(n).ok().and_then(|i| requests.get(i)) else {
+                let i = usize::try_from(next.fetch_add(1, Ordering::Relaxed)).unwrap_or(usize::MAX);
+                let Some(request) = requests.get(i) else {
                     return (lat, failed);
                 };
-                let at = usize::try_from(n).unwrap_or(0) % conns.len();
                 let t = Instant::now();
-                if !accepted(conns[at].send(request).await) {
+                if !accepted(pick_mut(&mut conns, i).send(request).await) {
                     failed += 1;
                 }
                 lat.push(t.elapsed().as_micros() as u64);
@@ -417,13 +419,14 @@ async fn fixed_rate(targets: &Arc<[Target]>, args: &Args, offset: u64) -> Report
     let tasks = schedule.await.unwrap_or_default();
     let mut report = Report {
         sent: total,
-        failed: 0,
+        failed: total,
         elapsed: Duration::ZERO,
         latencies_us: Vec::new(),
     };
+    // What does not come back accepted, however it was lost, failed.
     for t in tasks {
         if let Ok((ok, lat)) = t.await {
-            report.failed += u64::from(!ok);
+            report.failed -= u64::from(ok);
             report.latencies_us.push(lat);
         }
     }
