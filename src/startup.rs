@@ -266,7 +266,10 @@ impl Application {
         }
         let metrics = Metrics::new();
         let consumer_wake = Arc::new(Notify::new());
-        let intake = Intake::spawn(store.clone(), consumer_wake.clone())
+        // Intake wakes the consumer on a notify of its own: a stream of deliveries is taken
+        // in gathered passes, everything else at once.
+        let deliveries_wake = Arc::new(Notify::new());
+        let intake = Intake::spawn(store.clone(), deliveries_wake.clone())
             .context("starting the intake writer")?;
         let shutdown = CancellationToken::new();
         tokio::spawn(prune_periodically(
@@ -293,6 +296,7 @@ impl Application {
             clock.clone(),
             consumer_wake.clone(),
         )
+        .gathering(deliveries_wake)
         .with_metrics(metrics.clone());
         // Several replicas on one PostgreSQL database: this one's name, in the consumer lease
         // and the scan claims.
