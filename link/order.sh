@@ -17,6 +17,10 @@ trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 # stops it as an operator would (SIGINT) and lists the functions it ran.
 profile() {
   local out=$1; shift
+  if curl -s -o /dev/null http://127.0.0.1:18095/; then
+    echo "127.0.0.1:18095 is taken: something else would answer for the director" >&2
+    exit 1
+  fi
   rm -f "$work/bench.db"*
   DIRECTOR_SERVER__LISTEN=127.0.0.1:18095 \
   DIRECTOR_STORE__URL="sqlite://$work/bench.db" \
@@ -30,6 +34,7 @@ profile() {
   for _ in $(seq 600); do
     curl -s -o /dev/null http://127.0.0.1:18095/ && break || sleep 0.1
   done
+  kill -0 "$pid" 2>/dev/null || { echo "director serve did not start:" >&2; cat "$work/log" >&2; exit 1; }
   "$@"
   sleep 2
   kill -INT "$pid"
