@@ -101,7 +101,7 @@ pub fn decide(view: &IssueView<'_>, event: &Event, policy: &Policy, now: i64) ->
         Event::RoutedFiled { rev, filed, sticky } => step.routed_filed(*rev, filed, sticky),
         Event::Admitted { run_id, branch } => step.admitted(run_id, branch),
         Event::Run { run_id, report } => step.run_report(run_id, report),
-        Event::ActionGaveUp { kind, error, .. } => step.gave_up(kind, error),
+        Event::ActionGaveUp { key, kind, error } => step.gave_up(key, kind, error),
         Event::PullAsked {
             pr, allowed, ask, ..
         } => *allowed && step.pull_asked(*pr, ask),
@@ -1269,8 +1269,18 @@ impl<'a> Step<'a> {
 
     // ---- actions that failed on every attempt ----
 
-    fn gave_up(&mut self, kind: &str, error: &str) -> bool {
+    fn gave_up(&mut self, key: &str, kind: &str, error: &str) -> bool {
         let run_state = self.run.as_ref().map(|r| r.state);
+        // A run's actions are keyed by its id (`...:start:<id>`). One that gave up for an
+        // earlier run (its start still being retried when that run was cancelled and the
+        // issue run again) says nothing about the run there is now.
+        let of_this_run = self
+            .run
+            .as_ref()
+            .is_some_and(|r| key.rsplit(':').next() == Some(r.id.as_str()));
+        if matches!(kind, "start_run" | "judge_run" | "open_pr") && !of_this_run {
+            return false;
+        }
         match (kind, run_state) {
             ("start_run", Some(RunState::Launching)) => {
                 let why = format!("the run could not be started: {error}");

@@ -960,6 +960,38 @@ fn a_run_that_cannot_be_started_fails_visibly() {
 }
 
 #[test]
+fn a_start_that_gave_up_for_an_earlier_run_leaves_the_run_now_alone() {
+    let mut s = Sim::queued();
+    s.apply(&admitted("r1"));
+    // Cancelled and stopped while an attempt at its start was still out, then run again.
+    s.apply(&command(Command::Cancel, true));
+    s.apply(&report("r1", exited(137)));
+    assert!(!s.run().state.is_active());
+    s.apply(&command(Command::Retry, true));
+    s.apply(&admitted("r2"));
+    assert_eq!(s.run().id, "r2");
+    let late = |kind: &str, what: &str| Event::ActionGaveUp {
+        key: format!("acme/widgets#7:{what}:r1"),
+        kind: kind.into(),
+        error: "HTTP 500".into(),
+    };
+    assert!(
+        !s.apply(&late("start_run", "start")),
+        "r2 failed for r1's start"
+    );
+    assert_eq!(s.run().state, RunState::Launching);
+    assert_eq!(s.state(), Lifecycle::Launching);
+    assert!(s.rec().blocked.is_none());
+    // Its own start giving up still fails it.
+    s.apply(&Event::ActionGaveUp {
+        key: "acme/widgets#7:start:r2".into(),
+        kind: "start_run".into(),
+        error: "HTTP 500".into(),
+    });
+    assert_eq!(s.run().state, RunState::Failed);
+}
+
+#[test]
 fn a_routed_issue_that_cannot_be_filed_says_so_on_the_issue() {
     let mut s = Sim::picked_up();
     s.read(read_of(Verdict::WrongRepo {
@@ -1072,9 +1104,22 @@ proptest! {
         let pool = pool();
         let mut s = Sim::new();
         let mut version = 0;
+        let mut admitted = std::collections::HashSet::new();
         for pick in picks {
+            let event = &pool[pick % pool.len()];
+            // Admission draws a new run id every time: an id is never admitted twice.
+            if let Event::Admitted { run_id, .. } = event
+                && admitted.contains(run_id)
+            {
+                continue;
+            }
             let before = s.run.clone();
-            s.apply(&pool[pick % pool.len()]);
+            s.apply(event);
+            if let (Event::Admitted { run_id, .. }, Some(run)) = (event, &s.run)
+                && run.id == *run_id
+            {
+                admitted.insert(run_id.clone());
+            }
             if let (Some(b), Some(a)) = (&before, &s.run)
                 && b.id != a.id
             {
