@@ -30,10 +30,13 @@ fn symbol_order() {
     const LIST: &str = "link/startup-order.txt";
     println!("cargo:rerun-if-changed={LIST}");
     println!("cargo:rerun-if-env-changed=CARGO_ENCODED_RUSTFLAGS");
+    println!("cargo:rerun-if-env-changed=RUSTC_LINKER");
     let target = std::env::var("TARGET").unwrap_or_default();
     let release = std::env::var("PROFILE").is_ok_and(|p| p == "release");
     let flags = std::env::var("CARGO_ENCODED_RUSTFLAGS").unwrap_or_default();
-    let other_linker = flags.contains("linker") || linker_configured();
+    // A linker asked for in the flags or set for the target (`RUSTC_LINKER`, Cargo's resolved
+    // `target.<triple>.linker`) may not be LLD.
+    let other_linker = flags.contains("linker") || std::env::var_os("RUSTC_LINKER").is_some();
     let Ok(dir) = std::env::var("CARGO_MANIFEST_DIR") else {
         return;
     };
@@ -51,13 +54,6 @@ fn symbol_order() {
             list.display()
         );
     }
-}
-
-/// Whether a linker was set for this build (`RUSTC_LINKER`, Cargo's resolved
-/// `target.<triple>.linker`): it may not be LLD.
-fn linker_configured() -> bool {
-    println!("cargo:rerun-if-env-changed=RUSTC_LINKER");
-    std::env::var_os("RUSTC_LINKER").is_some()
 }
 
 /// Whether this system's glibc (`getconf GNU_LIBC_VERSION`: "glibc 2.36") is at least
