@@ -17,7 +17,7 @@ use crate::director::decide::{Decision, IssueView, Policy, decide};
 use crate::domain::{IssueRecord, IssueRef, RunRecord};
 use crate::event::Event;
 use crate::metrics::Metrics;
-use crate::store::{Commit, Fence, NewAction, Store, StoredEvent};
+use crate::store::{Commit, Fence, NewAction, PassInput, Passed, Store, StoredEvent};
 
 const BATCH: u32 = 256;
 /// A backstop: the intake and the executors wake the consumer on every commit, but a missed
@@ -60,15 +60,13 @@ pub struct Wakes {
 
 pub struct Consumer {
     store: Store,
-    policy: Policy,
-    clock: SharedClock,
+    planner: Arc<Planner>,
     wake: Arc<Notify>,
     /// Intake's wake-up: new deliveries, taken in gathered passes (see [`GATHER`]).
     deliveries: Option<Arc<Notify>>,
     wakes: Wakes,
     /// `None` without a runtime: queued issues wait.
     limits: Option<Limits>,
-    metrics: Option<Metrics>,
     /// This replica's name, when several share the store.
     replica: Option<String>,
     /// What this replica last learnt of the lease, so that a wake-up costs no database
@@ -80,13 +78,15 @@ impl Consumer {
     pub fn new(store: Store, policy: Policy, clock: SharedClock, wake: Arc<Notify>) -> Self {
         Self {
             store,
-            policy,
-            clock,
+            planner: Arc::new(Planner {
+                policy,
+                clock,
+                metrics: None,
+            }),
             wake,
             deliveries: None,
             wakes: Wakes::default(),
             limits: None,
-            metrics: None,
             replica: None,
             lease: std::sync::Mutex::new((0, 0)),
         }
@@ -152,7 +152,7 @@ impl Consumer {
     }
 
     pub fn with_metrics(mut self, metrics: Metrics) -> Self {
-        self.metrics = Some(metrics);
+        Arc::make_mut(&mut self.planner).metrics = Some(metrics);
         self
     }
 
@@ -216,127 +216,67 @@ impl Consumer {
         }
         let mut done = 0;
         loop {
-            let batch = self.store.next_events(BATCH).await?;
-            if batch.is_empty() {
-                self.admit().await?;
-                return Ok(done);
-            }
-            done += batch.len();
-            self.process_batch(&batch).await?;
+            let passed = self.pass().await?;
+            done += passed.events;
             // A short batch was all there was when it was read: what arrived since woke
             // the consumer, which comes back for it.
-            if batch.len() < BATCH as usize {
-                self.admit().await?;
+            if passed.events < BATCH as usize {
+                if passed.queued {
+                    self.admit().await?;
+                }
                 return Ok(done);
             }
         }
     }
 
-    async fn process_batch(&self, batch: &[StoredEvent]) -> anyhow::Result<()> {
-        // A pull request's events are decided on the issue whose run opened it.
-        let pulls: Vec<IssueRef> = batch
-            .iter()
-            .filter(|e| matches!(&e.event, Ok(Event::Forge(f)) if f.is_pull))
-            .filter_map(|e| e.issue.clone())
-            .collect::<HashSet<_>>()
-            .into_iter()
-            .collect();
-        let owners: HashMap<IssueRef, IssueRef> = if pulls.is_empty() {
-            HashMap::new()
-        } else {
-            self.store
-                .issues_of_pulls(&pulls)
-                .await?
-                .into_iter()
-                .collect()
-        };
-        let owner = |stored: &StoredEvent| -> Option<IssueRef> {
-            let issue = stored.issue.as_ref()?;
-            match &stored.event {
-                Ok(Event::Forge(f)) if f.is_pull => {
-                    Some(owners.get(issue).unwrap_or(issue).clone())
-                }
-                _ => Some(issue.clone()),
-            }
-        };
-        let wanted: Vec<IssueRef> = batch
-            .iter()
-            .filter_map(owner)
-            .collect::<HashSet<_>>()
-            .into_iter()
-            .collect();
-        let mut views = Views::load(&self.store, &wanted).await?;
-        let mut pass = Pass::default();
-        let now = self.clock.now_ms();
-        for stored in batch {
-            let target = owner(stored);
-            let (issue, event) = match (&target, &stored.event) {
-                (Some(issue), Ok(event)) => (issue, event),
-                (_, Err(reason)) => {
-                    self.set_aside(stored, reason, &mut pass);
-                    continue;
-                }
-                (None, Ok(_)) => {
-                    self.set_aside(stored, "the row names no valid issue", &mut pass);
-                    continue;
-                }
-            };
-            pass.commit.consumed.push(stored.seq);
-            let span = tracing::info_span!(
-                "decide",
-                event = %stored.delivery_id,
-                repo = %issue.repo,
-                issue = issue.number,
-            );
-            if let Some(decision) = views.decide(issue, event, &self.policy, now) {
-                span.in_scope(|| log_decision(event, &decision));
-                pass.add(issue, decision);
-            }
-        }
-        pass.commit.records = views.changed_records();
-        pass.commit.runs = views.changed_runs();
-        // Decided from stored events only: replayed the same way after a power cut.
-        self.commit(pass, false).await
+    /// Decides the next batch of events and commits what it decided: on SQLite in one
+    /// hand-off to a thread of the store's (see [`Store::pass`]).
+    async fn pass(&self) -> anyhow::Result<Passed> {
+        let planner = self.planner.clone();
+        let fence = self.fence();
+        let until = fence.as_ref().map(|f| f.until_ms);
+        let passed = self
+            .store
+            .pass(BATCH, move |input| planner.plan(input, fence))
+            .await;
+        self.after_commit(until, passed.as_ref().ok().map(|p| (p.actions, p.runs)));
+        passed
     }
 
-    fn set_aside(&self, stored: &StoredEvent, reason: &str, pass: &mut Pass) {
-        tracing::warn!(
-            event = %stored.delivery_id,
-            reason,
-            "a stored event does not parse; set aside"
-        );
-        if let Some(m) = &self.metrics {
-            m.events_set_aside.inc();
+    /// Keeps what this replica knows of its lease after a commit fenced `until` (`None`
+    /// without replicas), and wakes whoever has new work; `done` is `None` when the commit
+    /// failed, else whether it made (actions, runs).
+    fn after_commit(&self, until: Option<i64>, done: Option<(bool, bool)>) {
+        if let Some(until) = until {
+            let mut lease = self.lease.lock().unwrap_or_else(|e| e.into_inner());
+            // Renewed by the commit, or perhaps lost: then asked again before the next pass.
+            lease.0 = if done.is_some() { until } else { 0 };
         }
-        pass.commit.dead.push((stored.seq, reason.to_owned()));
+        let Some((actions, runs)) = done else {
+            return;
+        };
+        if actions && let Some(w) = &self.wakes.executor {
+            w.notify_one();
+        }
+        if runs && let Some(w) = &self.wakes.watcher {
+            w.notify_one();
+        }
     }
 
     /// `durable`: fsynced before anything acts on it (see [`Store::commit_with`]).
     async fn commit(&self, mut pass: Pass, durable: bool) -> anyhow::Result<()> {
         pass.commit.fence = self.fence();
-        let wake_executor = !pass.commit.actions.is_empty();
-        let wake_watcher = !pass.commit.runs.is_empty();
+        let until = pass.commit.fence.as_ref().map(|f| f.until_ms);
         let committed = self
             .store
-            .commit_with(&pass.commit, self.clock.now_ms(), durable)
+            .commit_with(&pass.commit, self.planner.clock.now_ms(), durable)
             .await;
-        let mut lease = self.lease.lock().unwrap_or_else(|e| e.into_inner());
-        match (&committed, &pass.commit.fence) {
-            // The commit renewed the lease.
-            (Ok(()), Some(f)) => lease.0 = f.until_ms,
-            // Perhaps lost: ask again before the next pass.
-            (Err(_), Some(_)) => lease.0 = 0,
-            _ => {}
-        }
-        drop(lease);
-        committed?;
-        if wake_executor && let Some(w) = &self.wakes.executor {
-            w.notify_one();
-        }
-        if wake_watcher && let Some(w) = &self.wakes.watcher {
-            w.notify_one();
-        }
-        Ok(())
+        let made = (
+            !pass.commit.actions.is_empty(),
+            !pass.commit.runs.is_empty(),
+        );
+        self.after_commit(until, committed.as_ref().ok().map(|()| made));
+        committed
     }
 
     /// Gives free run slots to queued issues, priority labels first, then in queue order,
@@ -368,7 +308,7 @@ impl Consumer {
         let refs: Vec<IssueRef> = queued.iter().map(IssueRecord::issue_ref).collect();
         let mut views = Views::load(&self.store, &refs).await?;
         let mut pass = Pass::default();
-        let now = self.clock.now_ms();
+        let now = self.planner.clock.now_ms();
         for issue in refs {
             if running >= limits.max_concurrent {
                 break;
@@ -385,7 +325,7 @@ impl Consumer {
             let run_id = format!("{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
             let branch = format!("director-issue-{}-{}", issue.number, &run_id[..8]);
             let event = Event::Admitted { run_id, branch };
-            if let Some(decision) = views.decide(&issue, &event, &self.policy, now) {
+            if let Some(decision) = views.decide(&issue, &event, &self.planner.policy, now) {
                 tracing::info!(%issue, run_id = ?decision.run.as_ref().map(|r| &r.id), "run admitted");
                 pass.add(&issue, decision);
                 *in_repo += 1;
@@ -399,6 +339,69 @@ impl Consumer {
         pass.commit.runs = views.changed_runs();
         // New run ids: durable before a container can be started for one.
         self.commit(pass, true).await
+    }
+}
+
+/// What decides a batch of events: pure, so that on SQLite it runs on the store's thread,
+/// between the pass's reads and its commit.
+#[derive(Clone)]
+struct Planner {
+    policy: Policy,
+    clock: SharedClock,
+    metrics: Option<Metrics>,
+}
+
+impl Planner {
+    /// Decides `input`'s events in order; returns the commit, fenced by `fence`, and the time
+    /// to stamp it with. Every event read is consumed or set aside.
+    fn plan(&self, input: PassInput, fence: Option<Fence>) -> (Commit, i64) {
+        let mut views = Views {
+            records: input.records,
+            runs: input.runs,
+            ..Views::default()
+        };
+        let mut pass = Pass::default();
+        let now = self.clock.now_ms();
+        for (stored, target) in &input.events {
+            let (issue, event) = match (target, &stored.event) {
+                (Some(issue), Ok(event)) => (issue, event),
+                (_, Err(reason)) => {
+                    self.set_aside(stored, reason, &mut pass);
+                    continue;
+                }
+                (None, Ok(_)) => {
+                    self.set_aside(stored, "the row names no valid issue", &mut pass);
+                    continue;
+                }
+            };
+            pass.commit.consumed.push(stored.seq);
+            let span = tracing::info_span!(
+                "decide",
+                event = %stored.delivery_id,
+                repo = %issue.repo,
+                issue = issue.number,
+            );
+            if let Some(decision) = views.decide(issue, event, &self.policy, now) {
+                span.in_scope(|| log_decision(event, &decision));
+                pass.add(issue, decision);
+            }
+        }
+        pass.commit.records = views.changed_records();
+        pass.commit.runs = views.changed_runs();
+        pass.commit.fence = fence;
+        (pass.commit, self.clock.now_ms())
+    }
+
+    fn set_aside(&self, stored: &StoredEvent, reason: &str, pass: &mut Pass) {
+        tracing::warn!(
+            event = %stored.delivery_id,
+            reason,
+            "a stored event does not parse; set aside"
+        );
+        if let Some(m) = &self.metrics {
+            m.events_set_aside.inc();
+        }
+        pass.commit.dead.push((stored.seq, reason.to_owned()));
     }
 }
 

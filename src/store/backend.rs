@@ -33,36 +33,37 @@ macro_rules! on_tx {
     };
 }
 
-/// Reading a column by name, the same for both backends.
+/// Reading a column by name, the same for both backends (and for rusqlite's rows, see
+/// `statement`).
 pub(super) trait Cols {
-    fn text(&self, col: &str) -> Result<String, sqlx::Error>;
-    fn opt_text(&self, col: &str) -> Result<Option<String>, sqlx::Error>;
-    fn int(&self, col: &str) -> Result<i64, sqlx::Error>;
-    fn opt_int(&self, col: &str) -> Result<Option<i64>, sqlx::Error>;
-    fn flag(&self, col: &str) -> Result<bool, sqlx::Error>;
-    fn opt_flag(&self, col: &str) -> Result<Option<bool>, sqlx::Error>;
+    fn text(&self, col: &str) -> anyhow::Result<String>;
+    fn opt_text(&self, col: &str) -> anyhow::Result<Option<String>>;
+    fn int(&self, col: &str) -> anyhow::Result<i64>;
+    fn opt_int(&self, col: &str) -> anyhow::Result<Option<i64>>;
+    fn flag(&self, col: &str) -> anyhow::Result<bool>;
+    fn opt_flag(&self, col: &str) -> anyhow::Result<Option<bool>>;
 }
 
 macro_rules! cols_for {
     ($row:ty) => {
         impl Cols for $row {
-            fn text(&self, col: &str) -> Result<String, sqlx::Error> {
-                self.try_get(col)
+            fn text(&self, col: &str) -> anyhow::Result<String> {
+                Ok(self.try_get(col)?)
             }
-            fn opt_text(&self, col: &str) -> Result<Option<String>, sqlx::Error> {
-                self.try_get(col)
+            fn opt_text(&self, col: &str) -> anyhow::Result<Option<String>> {
+                Ok(self.try_get(col)?)
             }
-            fn int(&self, col: &str) -> Result<i64, sqlx::Error> {
-                self.try_get(col)
+            fn int(&self, col: &str) -> anyhow::Result<i64> {
+                Ok(self.try_get(col)?)
             }
-            fn opt_int(&self, col: &str) -> Result<Option<i64>, sqlx::Error> {
-                self.try_get(col)
+            fn opt_int(&self, col: &str) -> anyhow::Result<Option<i64>> {
+                Ok(self.try_get(col)?)
             }
-            fn flag(&self, col: &str) -> Result<bool, sqlx::Error> {
-                self.try_get(col)
+            fn flag(&self, col: &str) -> anyhow::Result<bool> {
+                Ok(self.try_get(col)?)
             }
-            fn opt_flag(&self, col: &str) -> Result<Option<bool>, sqlx::Error> {
-                self.try_get(col)
+            fn opt_flag(&self, col: &str) -> anyhow::Result<Option<bool>> {
+                Ok(self.try_get(col)?)
             }
         }
     };
@@ -70,6 +71,29 @@ macro_rules! cols_for {
 
 cols_for!(SqliteRow);
 cols_for!(PgRow);
+
+/// Which database a statement is made for, where they differ in more than parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl Backend {
+    pub(super) fn of(db: &super::Db) -> Self {
+        match db {
+            super::Db::Sqlite(_) => Self::Sqlite,
+            super::Db::Postgres(_) => Self::Postgres,
+        }
+    }
+
+    pub(super) fn marks(self) -> Marks {
+        match self {
+            Self::Sqlite => Marks::InOrder,
+            Self::Postgres => Marks::Numbered,
+        }
+    }
+}
 
 /// How a statement names its parameters. PostgreSQL wants `$1, $2, ...`; SQLite takes those
 /// too, but resolves each named one by a linear search of the names before it when preparing,

@@ -3,8 +3,9 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::backend::{Cols, Marks, params, tuples};
-use super::{CHUNK, Db, Sqlite, Store, Tx, to_i64};
+use super::backend::{Backend, Cols, Marks, params, tuples};
+use super::statement::Statement;
+use super::{CHUNK, Db, Store, Tx, to_i64};
 use crate::domain::IssueRef;
 use crate::event::{Event, SCHEMA_VERSION};
 
@@ -79,14 +80,14 @@ impl RecentEvents {
     }
 
     /// The first and last `seq` held, if any.
-    fn span(&self) -> Option<(i64, i64)> {
+    pub(super) fn span(&self) -> Option<(i64, i64)> {
         let recent = self.0.lock().unwrap_or_else(|e| e.into_inner());
         Some((*recent.keys().next()?, *recent.keys().next_back()?))
     }
 
     /// Takes what is held up to `last`, the end of a batch read in `seq` order: the rest of
     /// it was consumed before.
-    fn take_through(&self, last: i64) -> BTreeMap<i64, Event> {
+    pub(super) fn take_through(&self, last: i64) -> BTreeMap<i64, Event> {
         let mut recent = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let later = recent.split_off(&last.saturating_add(1));
         std::mem::replace(&mut *recent, later)
@@ -155,67 +156,64 @@ pub(super) fn unconsumed(db: &Db) -> &'static str {
 /// exactly the events after the mark; otherwise (another consumer moved it meanwhile, or a
 /// gap) it fails, nothing is committed, and the events are read again. On PostgreSQL each
 /// row is marked.
-pub(super) async fn consume(
-    tx: &mut Tx<'_>,
+pub(super) fn consume(
     seqs: &[i64],
     dead: &[(i64, String)],
     now_ms: i64,
-) -> anyhow::Result<()> {
-    for (seq, reason) in dead {
-        on_tx!(&mut *tx, t => {
-            sqlx::query(
+    backend: Backend,
+) -> anyhow::Result<Vec<Statement>> {
+    let mut statements: Vec<Statement> = dead
+        .iter()
+        .map(|(seq, reason)| {
+            Statement::new(
                 "UPDATE deliveries SET processed_at_ms = $1, dead_reason = $2 WHERE seq = $3",
             )
             .bind(now_ms)
             .bind(reason)
-            .bind(seq)
-            .execute(&mut **t)
-            .await?;
-        });
-    }
-    match tx {
-        Tx::Sqlite(t, _) => {
+            .bind(*seq)
+        })
+        .collect();
+    match backend {
+        Backend::Sqlite => {
             let all: std::collections::BTreeSet<i64> = seqs
                 .iter()
                 .chain(dead.iter().map(|(seq, _)| seq))
                 .copied()
                 .collect();
             let (Some(first), Some(last)) = (all.first(), all.last()) else {
-                return Ok(());
+                return Ok(statements);
             };
             // Every event from the mark to `last` must be among them: consumed in order.
-            let moved = sqlx::query(
-                "UPDATE consumer_mark SET seq = $1 WHERE id = 1 AND seq < $2 \
-                 AND (SELECT COUNT(*) FROM deliveries \
-                      WHERE seq > consumer_mark.seq AND seq <= $1) = $3",
-            )
-            .bind(last)
-            .bind(first)
-            .bind(i64::try_from(all.len())?)
-            .execute(&mut **t)
-            .await?
-            .rows_affected();
-            anyhow::ensure!(
-                moved == 1,
-                "events {first} to {last} are not the next to consume, in order \
-                 (another consumer on this database?)"
+            statements.push(
+                Statement::new(
+                    "UPDATE consumer_mark SET seq = $1 WHERE id = 1 AND seq < $2 \
+                     AND (SELECT COUNT(*) FROM deliveries \
+                          WHERE seq > consumer_mark.seq AND seq <= $1) = $3",
+                )
+                .bind(*last)
+                .bind(*first)
+                .bind(i64::try_from(all.len())?)
+                .or_fail(format!(
+                    "events {first} to {last} are not the next to consume, in order \
+                     (another consumer on this database?)"
+                )),
             );
         }
-        Tx::Postgres(t) => {
+        Backend::Postgres => {
             for chunk in seqs.chunks(CHUNK) {
-                let sql = format!(
+                let mut statement = Statement::new(format!(
                     "UPDATE deliveries SET processed_at_ms = $1 WHERE seq IN ({})",
                     params(Marks::Numbered, 2, chunk.len())
-                );
-                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now_ms);
+                ))
+                .bind(now_ms);
                 for seq in chunk {
-                    query = query.bind(seq);
+                    statement.push(*seq);
                 }
-                query.execute(&mut **t).await?;
+                statements.push(statement);
             }
         }
     }
-    Ok(())
+    Ok(statements)
 }
 
 impl Store {
@@ -246,10 +244,8 @@ impl Store {
 
     /// The oldest unconsumed events, in arrival order.
     pub async fn next_events(&self, limit: u32) -> anyhow::Result<Vec<StoredEvent>> {
-        if let Db::Sqlite(s) = &self.db
-            && let Some(span) = s.recent.span()
-        {
-            return next_events_held(s, span, limit).await;
+        if let Db::Sqlite(s) = &self.db {
+            return s.on_own_connection(move |c| c.next_events(limit)).await;
         }
         let sql = format!(
             "SELECT seq, delivery_id, repo, number, event, schema FROM deliveries \
@@ -344,78 +340,10 @@ impl Store {
     }
 }
 
-/// [`Store::next_events`] on SQLite while intake's latest events are held (`span`: the first
-/// and last held): rows in that span come without their JSON and take the held event; one
-/// that is not held (another writer's, between intake's) is read.
-async fn next_events_held(
-    s: &Sqlite,
-    (first, last): (i64, i64),
-    limit: u32,
-) -> anyhow::Result<Vec<StoredEvent>> {
-    let rows = sqlx::query(
-        "SELECT seq, delivery_id, repo, number, schema, \
-         CASE WHEN seq BETWEEN $2 AND $3 THEN NULL ELSE event END AS event \
-         FROM deliveries WHERE seq > (SELECT seq FROM consumer_mark) ORDER BY seq LIMIT $1",
-    )
-    .bind(i64::from(limit))
-    .bind(first)
-    .bind(last)
-    .fetch_all(&s.pool)
-    .await?;
-    let Some(end) = rows.last().map(|r| r.int("seq")).transpose()? else {
-        return Ok(Vec::new());
-    };
-    let mut held = s.recent.take_through(end);
-    let mut events = Vec::with_capacity(rows.len());
-    let mut unread = Vec::new();
-    for row in &rows {
-        let seq = row.int("seq")?;
-        let event = match (row.opt_text("event")?, held.remove(&seq)) {
-            (Some(json), _) => Event::from_stored(row.int("schema")?, &json),
-            (None, Some(event)) => Ok(event),
-            (None, None) => {
-                unread.push((events.len(), row.int("schema")?));
-                Err(String::new())
-            }
-        };
-        events.push(stored_event(row, event)?);
-    }
-    if !unread.is_empty() {
-        let seqs: Vec<i64> = unread.iter().map(|(at, _)| events[*at].seq).collect();
-        let mut read = event_json(&s.pool, &seqs).await?;
-        for (at, schema) in unread {
-            events[at].event = match read.remove(&events[at].seq) {
-                Some(json) => Event::from_stored(schema, &json),
-                None => Err("the row was gone when read".to_owned()),
-            };
-        }
-    }
-    Ok(events)
-}
-
-/// The stored JSON of the events `seqs`, by `seq`.
-async fn event_json(
-    pool: &sqlx::SqlitePool,
-    seqs: &[i64],
-) -> anyhow::Result<BTreeMap<i64, String>> {
-    let mut found = BTreeMap::new();
-    for chunk in seqs.chunks(CHUNK) {
-        let sql = format!(
-            "SELECT seq, event FROM deliveries WHERE seq IN ({})",
-            params(Marks::InOrder, 1, chunk.len())
-        );
-        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-        for seq in chunk {
-            query = query.bind(seq);
-        }
-        for row in query.fetch_all(pool).await? {
-            found.insert(row.int("seq")?, row.text("event")?);
-        }
-    }
-    Ok(found)
-}
-
-fn stored_event(row: &impl Cols, event: Result<Event, String>) -> anyhow::Result<StoredEvent> {
+pub(super) fn stored_event(
+    row: &dyn Cols,
+    event: Result<Event, String>,
+) -> anyhow::Result<StoredEvent> {
     let repo = row.text("repo")?;
     let number = row.int("number")?;
     let issue = repo

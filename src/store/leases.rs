@@ -3,7 +3,8 @@
 //! takes the work over. A pass that must not be committed by a holder that lost its lease
 //! (a consumer pass) carries a [`Fence`], checked in the pass's own transaction.
 
-use super::{Store, Tx};
+use super::Store;
+use super::statement::Statement;
 
 /// The lease a commit depends on.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -16,23 +17,18 @@ pub struct Fence {
 
 /// Renews the fence's lease in `tx`, or fails if another holder has it now: the pass rolls
 /// back and its events are decided again by whoever holds it.
-pub(super) async fn check_fence(tx: &mut Tx<'_>, fence: &Fence, now_ms: i64) -> anyhow::Result<()> {
-    let done = on_tx!(tx, t => {
-        sqlx::query(
-            "UPDATE leases SET until_ms = $1 WHERE name = $2 AND owner = $3 AND until_ms >= $4",
-        )
-        .bind(fence.until_ms)
-        .bind(&fence.name)
-        .bind(&fence.owner)
-        .bind(now_ms)
-        .execute(&mut **t)
-        .await?
-        .rows_affected()
-    });
-    if done == 0 {
-        anyhow::bail!("the lease `{}` was lost to another replica", fence.name);
-    }
-    Ok(())
+pub(super) fn check_fence(fence: &Fence, now_ms: i64) -> Statement {
+    Statement::new(
+        "UPDATE leases SET until_ms = $1 WHERE name = $2 AND owner = $3 AND until_ms >= $4",
+    )
+    .bind(fence.until_ms)
+    .bind(&fence.name)
+    .bind(&fence.owner)
+    .bind(now_ms)
+    .or_fail(format!(
+        "the lease `{}` was lost to another replica",
+        fence.name
+    ))
 }
 
 impl Store {

@@ -13,7 +13,9 @@ mod events;
 mod leases;
 mod migrate;
 mod outbox;
+mod pass;
 mod records;
+mod statement;
 mod writer;
 
 use std::str::FromStr;
@@ -29,10 +31,12 @@ pub use crate::domain::{IssueRecord, PreflightState, RunRecord};
 pub use events::{NewDelivery, ReadyDelivery, StoredEvent};
 pub use leases::Fence;
 pub use outbox::{ActionRow, ClaimedAction, Finished, Lane, NewAction};
+pub use pass::{PassInput, Passed};
 pub use records::CallWindow;
 pub use writer::DeliveryWriter;
 
 use crate::settings::{StoreSettings, Synchronous};
+use backend::Backend;
 
 #[derive(Clone, Debug)]
 pub struct Store {
@@ -70,6 +74,8 @@ pub(crate) struct Sqlite {
     synchronous: Synchronous,
     /// What intake stored last, for the consumer to take without reading it back.
     recent: Arc<events::RecentEvents>,
+    /// The consumer's own connection, opened on its first pass (see `pass`).
+    pass: Arc<std::sync::Mutex<Option<pass::PassConnection>>>,
     /// Stops the checkpoint task when the last clone of this store is dropped.
     _checkpoints: Arc<tokio_util::sync::DropGuard>,
 }
@@ -398,6 +404,7 @@ impl Store {
                 path: durable_options.get_filename().to_path_buf(),
                 synchronous: settings.synchronous,
                 recent: Arc::default(),
+                pass: Arc::default(),
                 pool,
                 relaxed,
                 write_lock: Arc::default(),
@@ -598,26 +605,48 @@ impl Store {
         now_ms: i64,
         durable: bool,
     ) -> anyhow::Result<()> {
+        let statements = commit_statements(commit, now_ms, Backend::of(&self.db))?;
         let mut tx = self.begin(durable).await?;
-        if let Some(fence) = &commit.fence {
-            leases::check_fence(&mut tx, fence, now_ms).await?;
+        for statement in &statements {
+            statement.execute(&mut tx).await?;
         }
-        records::upsert_issues(&mut tx, &commit.records).await?;
-        for run in &commit.runs {
-            records::upsert_run(&mut tx, run).await?;
-        }
-        outbox::insert_actions(&mut tx, &commit.actions, now_ms).await?;
         if !commit.actions.is_empty() {
             notify(&mut tx, Work::Actions).await?;
         }
         if !commit.runs.is_empty() {
             notify(&mut tx, Work::Runs).await?;
         }
-        outbox::retract(&mut tx, &commit.retract, now_ms).await?;
-        events::consume(&mut tx, &commit.consumed, &commit.dead, now_ms).await?;
         tx.commit().await?;
         Ok(())
     }
+}
+
+/// What committing `commit` writes, in order: the fence's renewal, which fails the commit if
+/// the lease was lost; the records and runs; the actions and retractions; the events consumed
+/// and set aside. The same statements whichever driver runs them (`pass`).
+fn commit_statements(
+    commit: &Commit,
+    now_ms: i64,
+    backend: Backend,
+) -> anyhow::Result<Vec<statement::Statement>> {
+    let marks = backend.marks();
+    let mut all = Vec::new();
+    if let Some(fence) = &commit.fence {
+        all.push(leases::check_fence(fence, now_ms));
+    }
+    all.extend(records::upsert_issues(&commit.records, marks)?);
+    for run in &commit.runs {
+        all.push(records::upsert_run(run)?);
+    }
+    all.extend(outbox::insert_actions(&commit.actions, now_ms, marks)?);
+    all.extend(outbox::retract(&commit.retract, now_ms, marks));
+    all.extend(events::consume(
+        &commit.consumed,
+        &commit.dead,
+        now_ms,
+        backend,
+    )?);
+    Ok(all)
 }
 
 #[async_trait::async_trait]

@@ -5,7 +5,8 @@ use anyhow::Context;
 
 use super::backend::{Cols, Marks, params, tuples};
 use super::events::{NewDelivery, insert};
-use super::{CHUNK, Db, Store, Tx, to_i64};
+use super::statement::Statement;
+use super::{CHUNK, Db, Store, to_i64};
 use crate::domain::IssueRef;
 use crate::event::SCHEMA_VERSION;
 
@@ -77,55 +78,50 @@ pub enum Lane<'a> {
 /// the partial index `actions_due_by_issue`).
 const HEADS: &str = "SELECT MIN(id) AS id FROM actions WHERE state = 'due' GROUP BY repo, number";
 
-pub(super) async fn insert_actions(
-    tx: &mut Tx<'_>,
+pub(super) fn insert_actions(
     actions: &[NewAction],
     now_ms: i64,
-) -> anyhow::Result<()> {
+    marks: Marks,
+) -> anyhow::Result<Vec<Statement>> {
+    let mut statements = Vec::new();
     for chunk in actions.chunks(CHUNK / 2) {
-        let sql = format!(
+        let mut statement = Statement::new(format!(
             "INSERT INTO actions (key, repo, number, kind, action, schema, max_attempts, not_before_ms, created_at_ms) \
              VALUES {} ON CONFLICT (key) DO NOTHING",
-            tuples(Marks::of(tx), chunk.len(), 9)
-        );
-        on_tx!(&mut *tx, t => {
-            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-            for a in chunk {
-                query = query
-                    .bind(&a.key)
-                    .bind(a.issue.repo.to_string())
-                    .bind(to_i64(a.issue.number)?)
-                    .bind(&a.kind)
-                    .bind(&a.payload)
-                    .bind(SCHEMA_VERSION)
-                    .bind(i64::from(a.max_attempts))
-                    .bind(a.not_before_ms)
-                    .bind(now_ms);
-            }
-            query.execute(&mut **t).await?;
-        });
+            tuples(marks, chunk.len(), 9)
+        ));
+        for a in chunk {
+            statement.push(&a.key);
+            statement.push(a.issue.repo.to_string());
+            statement.push(to_i64(a.issue.number)?);
+            statement.push(&a.kind);
+            statement.push(&a.payload);
+            statement.push(SCHEMA_VERSION);
+            statement.push(i64::from(a.max_attempts));
+            statement.push(a.not_before_ms);
+            statement.push(now_ms);
+        }
+        statements.push(statement);
     }
-    Ok(())
+    Ok(statements)
 }
 
-pub(super) async fn retract(tx: &mut Tx<'_>, keys: &[String], now_ms: i64) -> anyhow::Result<()> {
-    for chunk in keys.chunks(CHUNK) {
-        let marks = Marks::of(tx);
-        let sql = format!(
-            "UPDATE actions SET state = 'retracted', done_at_ms = {} \
-             WHERE key IN ({}) AND state = 'due' AND lease_owner IS NULL",
-            params(marks, 1, 1),
-            params(marks, 2, chunk.len())
-        );
-        on_tx!(&mut *tx, t => {
-            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now_ms);
+pub(super) fn retract(keys: &[String], now_ms: i64, marks: Marks) -> Vec<Statement> {
+    keys.chunks(CHUNK)
+        .map(|chunk| {
+            let mut statement = Statement::new(format!(
+                "UPDATE actions SET state = 'retracted', done_at_ms = {} \
+                 WHERE key IN ({}) AND state = 'due' AND lease_owner IS NULL",
+                params(marks, 1, 1),
+                params(marks, 2, chunk.len())
+            ))
+            .bind(now_ms);
             for k in chunk {
-                query = query.bind(k);
+                statement.push(k);
             }
-            query.execute(&mut **t).await?;
-        });
-    }
-    Ok(())
+            statement
+        })
+        .collect()
 }
 
 fn row_issue(row: &impl Cols) -> anyhow::Result<IssueRef> {

@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use anyhow::Context;
 
 use super::backend::{Cols, Marks, tuples};
-use super::{CHUNK, Store, Tx, to_i64};
+use super::statement::Statement;
+use super::{CHUNK, Store, to_i64};
 use crate::domain::run::StopCause;
 use crate::domain::{IssueRecord, IssueRef, Lifecycle, RepoName, RunRecord, RunState};
 
@@ -25,7 +26,10 @@ const WRITE_WIDTH: usize = 19;
 /// Writes `records`, [`CHUNK`] to a statement (a consumer pass changes up to one record per
 /// event it decides, and a statement per record cost more than the rest of the pass). Of
 /// two records of one issue the later is written: one statement may not change a row twice.
-pub(super) async fn upsert_issues(tx: &mut Tx<'_>, records: &[IssueRecord]) -> anyhow::Result<()> {
+pub(super) fn upsert_issues(
+    records: &[IssueRecord],
+    marks: Marks,
+) -> anyhow::Result<Vec<Statement>> {
     let mut seen = std::collections::HashSet::new();
     let mut latest: Vec<&IssueRecord> = records
         .iter()
@@ -33,8 +37,9 @@ pub(super) async fn upsert_issues(tx: &mut Tx<'_>, records: &[IssueRecord]) -> a
         .filter(|r| seen.insert((&r.repo, r.number)))
         .collect();
     latest.reverse();
+    let mut statements = Vec::new();
     for chunk in latest.chunks(CHUNK) {
-        let sql = format!(
+        let mut statement = Statement::new(format!(
             "INSERT INTO issues ({WRITE_COLS}) VALUES {} \
              ON CONFLICT (repo, number) DO UPDATE SET title = excluded.title, \
              state = excluded.state, labels = excluded.labels, \
@@ -45,61 +50,35 @@ pub(super) async fn upsert_issues(tx: &mut Tx<'_>, records: &[IssueRecord]) -> a
              preflight_not_before_ms = excluded.preflight_not_before_ms, \
              version = excluded.version, blocked = excluded.blocked, pr = excluded.pr, \
              pr_number = excluded.pr_number, pr_state = excluded.pr_state",
-            tuples(Marks::of(tx), chunk.len(), WRITE_WIDTH)
-        );
-        let mut rows = Vec::with_capacity(chunk.len());
+            tuples(marks, chunk.len(), WRITE_WIDTH)
+        ));
         for &record in chunk {
-            rows.push(IssueRow {
-                record,
-                number: to_i64(record.number)?,
-                labels: serde_json::to_string(&record.labels)?,
-                preflight: serde_json::to_string(&record.preflight)?,
-                pr: record.pr.as_ref().map(serde_json::to_string).transpose()?,
-                pr_number: record.pr.as_ref().map(|p| to_i64(p.number)).transpose()?,
-            });
+            statement.push(record.repo.to_string());
+            statement.push(to_i64(record.number)?);
+            statement.push(&record.title);
+            statement.push(&record.state);
+            statement.push(serde_json::to_string(&record.labels)?);
+            statement.push(&record.forge_updated_at);
+            statement.push(record.last_change_ms);
+            statement.push(record.lifecycle.as_str());
+            statement.push(record.trigger_present);
+            statement.push(&record.trigger_actor);
+            statement.push(record.trigger_trusted);
+            statement.push(record.untrusted_notice);
+            statement.push(serde_json::to_string(&record.preflight)?);
+            statement.push(record.preflight.not_before_ms);
+            statement.push(record.version);
+            statement.push(&record.blocked);
+            statement.push(record.pr.as_ref().map(serde_json::to_string).transpose()?);
+            statement.push(record.pr.as_ref().map(|p| to_i64(p.number)).transpose()?);
+            statement.push(record.pr.as_ref().map(|p| p.state.as_str()));
         }
-        on_tx!(&mut *tx, t => {
-            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-            for row in &rows {
-                let record = row.record;
-                query = query
-                    .bind(record.repo.to_string())
-                    .bind(row.number)
-                    .bind(&record.title)
-                    .bind(&record.state)
-                    .bind(&row.labels)
-                    .bind(&record.forge_updated_at)
-                    .bind(record.last_change_ms)
-                    .bind(record.lifecycle.as_str())
-                    .bind(record.trigger_present)
-                    .bind(&record.trigger_actor)
-                    .bind(record.trigger_trusted)
-                    .bind(record.untrusted_notice)
-                    .bind(&row.preflight)
-                    .bind(record.preflight.not_before_ms)
-                    .bind(record.version)
-                    .bind(&record.blocked)
-                    .bind(&row.pr)
-                    .bind(row.pr_number)
-                    .bind(record.pr.as_ref().map(|p| p.state.as_str()));
-            }
-            query.execute(&mut **t).await?;
-        });
+        statements.push(statement);
     }
-    Ok(())
+    Ok(statements)
 }
 
-/// One record with the values it is written as.
-struct IssueRow<'a> {
-    record: &'a IssueRecord,
-    number: i64,
-    labels: String,
-    preflight: String,
-    pr: Option<String>,
-    pr_number: Option<i64>,
-}
-
-pub(super) async fn upsert_run(tx: &mut Tx<'_>, run: &RunRecord) -> anyhow::Result<()> {
+pub(super) fn upsert_run(run: &RunRecord) -> anyhow::Result<Statement> {
     let followup = run
         .followup
         .as_ref()
@@ -109,44 +88,100 @@ pub(super) async fn upsert_run(tx: &mut Tx<'_>, run: &RunRecord) -> anyhow::Resu
     let egress_refused = (!run.egress_refused.is_empty())
         .then(|| serde_json::to_string(&run.egress_refused))
         .transpose()?;
-    on_tx!(tx, t => {
-        sqlx::query(
-            "INSERT INTO runs (id, repo, number, state, branch, base_branch, container_id, pr_number, \
-             detail, created_at_ms, started_at_ms, finished_at_ms, exit_code, log_tail, stop_requested, \
-             followup, result, stopped, egress_refused) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19) \
-             ON CONFLICT (id) DO UPDATE SET state = excluded.state, base_branch = excluded.base_branch, \
-             container_id = excluded.container_id, pr_number = excluded.pr_number, \
-             detail = excluded.detail, started_at_ms = excluded.started_at_ms, \
-             finished_at_ms = excluded.finished_at_ms, exit_code = excluded.exit_code, \
-             log_tail = excluded.log_tail, stop_requested = excluded.stop_requested, \
-             followup = excluded.followup, result = excluded.result, stopped = excluded.stopped, \
-             egress_refused = excluded.egress_refused",
-        )
-        .bind(&run.id)
-        .bind(run.repo.to_string())
-        .bind(to_i64(run.number)?)
-        .bind(run.state.as_str())
-        .bind(&run.branch)
-        .bind(&run.base_branch)
-        .bind(&run.container_id)
-        .bind(run.pr_number.map(to_i64).transpose()?)
-        .bind(&run.detail)
-        .bind(run.created_at_ms)
-        .bind(run.started_at_ms)
-        .bind(run.finished_at_ms)
-        .bind(run.exit_code)
-        .bind(&run.log_tail)
-        .bind(run.stop_requested)
-        .bind(&followup)
-        .bind(&result)
-        .bind(run.stopped.map(stop_cause_str))
-        .bind(&egress_refused)
-        .execute(&mut **t)
-        .await?;
-    });
-    Ok(())
+    Ok(Statement::new(
+        "INSERT INTO runs (id, repo, number, state, branch, base_branch, container_id, pr_number, \
+         detail, created_at_ms, started_at_ms, finished_at_ms, exit_code, log_tail, stop_requested, \
+         followup, result, stopped, egress_refused) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19) \
+         ON CONFLICT (id) DO UPDATE SET state = excluded.state, base_branch = excluded.base_branch, \
+         container_id = excluded.container_id, pr_number = excluded.pr_number, \
+         detail = excluded.detail, started_at_ms = excluded.started_at_ms, \
+         finished_at_ms = excluded.finished_at_ms, exit_code = excluded.exit_code, \
+         log_tail = excluded.log_tail, stop_requested = excluded.stop_requested, \
+         followup = excluded.followup, result = excluded.result, stopped = excluded.stopped, \
+         egress_refused = excluded.egress_refused",
+    )
+    .bind(&run.id)
+    .bind(run.repo.to_string())
+    .bind(to_i64(run.number)?)
+    .bind(run.state.as_str())
+    .bind(&run.branch)
+    .bind(&run.base_branch)
+    .bind(&run.container_id)
+    .bind(run.pr_number.map(to_i64).transpose()?)
+    .bind(&run.detail)
+    .bind(run.created_at_ms)
+    .bind(run.started_at_ms)
+    .bind(run.finished_at_ms)
+    .bind(run.exit_code)
+    .bind(&run.log_tail)
+    .bind(run.stop_requested)
+    .bind(followup)
+    .bind(result)
+    .bind(run.stopped.map(stop_cause_str))
+    .bind(egress_refused))
 }
+
+/// The known records among `chunk` (at most [`CHUNK`] issues).
+pub(super) fn issues_in(chunk: &[IssueRef], marks: Marks) -> anyhow::Result<Statement> {
+    in_pairs(
+        format!(
+            "SELECT {COLS} FROM issues WHERE (repo, number) IN (VALUES {})",
+            tuples(marks, chunk.len(), 2)
+        ),
+        chunk,
+    )
+}
+
+/// The newest run of each of `chunk` (at most [`CHUNK`] issues) that has one.
+pub(super) fn latest_runs_of(chunk: &[IssueRef], marks: Marks) -> anyhow::Result<Statement> {
+    in_pairs(
+        format!(
+            "SELECT {RUN_COLS} FROM runs r WHERE (repo, number) IN (VALUES {}) \
+             AND NOT EXISTS (SELECT 1 FROM runs n WHERE n.repo = r.repo AND n.number = r.number \
+             AND (n.created_at_ms > r.created_at_ms OR (n.created_at_ms = r.created_at_ms AND n.id > r.id)))",
+            tuples(marks, chunk.len(), 2)
+        ),
+        chunk,
+    )
+}
+
+/// `sql` with the (repository, number) of each of `issues` bound in order.
+fn in_pairs(sql: String, issues: &[IssueRef]) -> anyhow::Result<Statement> {
+    let mut statement = Statement::new(sql);
+    for issue in issues {
+        statement.push(issue.repo.to_string());
+        statement.push(to_i64(issue.number)?);
+    }
+    Ok(statement)
+}
+
+/// The issue whose run opened the pull request `pull`: a row of its `number`, if any.
+pub(super) fn issue_of_pull(pull: &IssueRef) -> anyhow::Result<Statement> {
+    Ok(
+        Statement::new("SELECT number FROM issues WHERE repo = $1 AND pr_number = $2 LIMIT 1")
+            .bind(pull.repo.to_string())
+            .bind(to_i64(pull.number)?),
+    )
+}
+
+/// (pull request, issue) when the pull request's issue was found as `number`.
+pub(super) fn owner_of(
+    pull: &IssueRef,
+    number: Option<i64>,
+) -> anyhow::Result<Option<(IssueRef, IssueRef)>> {
+    let Some(n) = number else {
+        return Ok(None);
+    };
+    let number = u64::try_from(n).context("stored issue number")?;
+    Ok(Some((
+        pull.clone(),
+        IssueRef::new(pull.repo.clone(), number),
+    )))
+}
+
+/// Whether any issue waits for a run: a row when one does.
+pub(super) const ANY_QUEUED: &str = "SELECT 1 FROM issues WHERE lifecycle = 'queued' LIMIT 1";
 
 fn stop_cause_str(cause: StopCause) -> &'static str {
     match cause {
@@ -157,7 +192,7 @@ fn stop_cause_str(cause: StopCause) -> &'static str {
 
 /// A JSON column that may be NULL.
 fn json_column<T: serde::de::DeserializeOwned>(
-    row: &impl Cols,
+    row: &dyn Cols,
     name: &str,
 ) -> anyhow::Result<Option<T>> {
     row.opt_text(name)?
@@ -166,7 +201,7 @@ fn json_column<T: serde::de::DeserializeOwned>(
         .with_context(|| format!("stored {name}"))
 }
 
-fn issue_from_row(row: &impl Cols) -> anyhow::Result<IssueRecord> {
+pub(super) fn issue_from_row(row: &dyn Cols) -> anyhow::Result<IssueRecord> {
     let repo = row.text("repo")?;
     let number = row.int("number")?;
     let labels = row.text("labels")?;
@@ -193,7 +228,7 @@ fn issue_from_row(row: &impl Cols) -> anyhow::Result<IssueRecord> {
     })
 }
 
-fn run_from_row(row: &impl Cols) -> anyhow::Result<RunRecord> {
+pub(super) fn run_from_row(row: &dyn Cols) -> anyhow::Result<RunRecord> {
     let repo = row.text("repo")?;
     let number = row.int("number")?;
     let pr = row.opt_int("pr_number")?;
@@ -237,7 +272,7 @@ macro_rules! issues_where {
                 $(.bind($bind))*
                 .fetch_all(p)
                 .await?;
-            rows.iter().map(issue_from_row).collect::<anyhow::Result<Vec<_>>>()
+            rows.iter().map(|r| issue_from_row(r)).collect::<anyhow::Result<Vec<_>>>()
         })
     }};
 }
@@ -251,7 +286,7 @@ macro_rules! runs_where {
                 $(.bind($bind))*
                 .fetch_all(p)
                 .await?;
-            rows.iter().map(run_from_row).collect::<anyhow::Result<Vec<_>>>()
+            rows.iter().map(|r| run_from_row(r)).collect::<anyhow::Result<Vec<_>>>()
         })
     }};
 }
@@ -271,19 +306,8 @@ impl Store {
     pub async fn issues(&self, issues: &[IssueRef]) -> anyhow::Result<Vec<IssueRecord>> {
         let mut out = Vec::with_capacity(issues.len());
         for chunk in issues.chunks(CHUNK) {
-            let sql = format!(
-                "WHERE (repo, number) IN (VALUES {})",
-                tuples(Marks::of_db(&self.db), chunk.len(), 2)
-            );
-            let binds = pairs(chunk)?;
-            out.extend(on_pool!(&self.db, p => {
-                let mut query = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT {COLS} FROM issues {sql}")));
-                for (repo, number) in &binds {
-                    query = query.bind(repo).bind(number);
-                }
-                let rows = query.fetch_all(p).await?;
-                rows.iter().map(issue_from_row).collect::<anyhow::Result<Vec<_>>>()?
-            }));
+            let statement = issues_in(chunk, Marks::of_db(&self.db))?;
+            out.extend(self.fetch(&statement, issue_from_row).await?);
         }
         Ok(out)
     }
@@ -292,21 +316,8 @@ impl Store {
     pub async fn latest_runs(&self, issues: &[IssueRef]) -> anyhow::Result<Vec<RunRecord>> {
         let mut out = Vec::with_capacity(issues.len());
         for chunk in issues.chunks(CHUNK) {
-            let sql = format!(
-                "SELECT {RUN_COLS} FROM runs r WHERE (repo, number) IN (VALUES {}) \
-                 AND NOT EXISTS (SELECT 1 FROM runs n WHERE n.repo = r.repo AND n.number = r.number \
-                 AND (n.created_at_ms > r.created_at_ms OR (n.created_at_ms = r.created_at_ms AND n.id > r.id)))",
-                tuples(Marks::of_db(&self.db), chunk.len(), 2)
-            );
-            let binds = pairs(chunk)?;
-            out.extend(on_pool!(&self.db, p => {
-                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-                for (repo, number) in &binds {
-                    query = query.bind(repo).bind(number);
-                }
-                let rows = query.fetch_all(p).await?;
-                rows.iter().map(run_from_row).collect::<anyhow::Result<Vec<_>>>()?
-            }));
+            let statement = latest_runs_of(chunk, Marks::of_db(&self.db))?;
+            out.extend(self.fetch(&statement, run_from_row).await?);
         }
         Ok(out)
     }
@@ -331,18 +342,11 @@ impl Store {
     ) -> anyhow::Result<Vec<(IssueRef, IssueRef)>> {
         let mut out = Vec::new();
         for pull in pulls {
-            let row: Option<i64> = on_pool!(&self.db, p => {
-                sqlx::query_scalar(
-                    "SELECT number FROM issues WHERE repo = $1 AND pr_number = $2 LIMIT 1",
-                )
-                .bind(pull.repo.to_string())
-                .bind(to_i64(pull.number)?)
-                .fetch_optional(p)
-                .await?
-            });
-            if let Some(n) = row {
-                let number = u64::try_from(n).context("stored issue number")?;
-                out.push((pull.clone(), IssueRef::new(pull.repo.clone(), number)));
+            let found = self
+                .fetch(&issue_of_pull(pull)?, |r| r.int("number"))
+                .await?;
+            if let Some(owner) = owner_of(pull, found.first().copied())? {
+                out.push(owner);
             }
         }
         Ok(out)
@@ -508,12 +512,4 @@ impl Store {
             })
         })
     }
-}
-
-/// (repository, number) of each issue, as bound.
-fn pairs(issues: &[IssueRef]) -> anyhow::Result<Vec<(String, i64)>> {
-    issues
-        .iter()
-        .map(|i| Ok((i.repo.to_string(), to_i64(i.number)?)))
-        .collect()
 }

@@ -23,6 +23,35 @@ const INSERT: &str = "INSERT INTO deliveries \
     (delivery_id, content_sha256, event_type, repo, number, event, received_at_ms, schema) \
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT DO NOTHING";
 
+/// A connection of its own to the database file the pool has already created and migrated,
+/// set up as the pool's are, with commits fsynced as `synchronous` says; `purpose` names it
+/// in errors.
+pub(super) fn open(
+    path: &std::path::Path,
+    synchronous: Synchronous,
+    purpose: &str,
+) -> anyhow::Result<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .with_context(|| format!("opening the database for {purpose}"))?;
+    let sync = match synchronous {
+        Synchronous::Full => "FULL",
+        Synchronous::Normal => "NORMAL",
+    };
+    conn.execute_batch(&format!(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = {sync}; PRAGMA foreign_keys = ON;"
+    ))
+    .with_context(|| format!("setting up the connection for {purpose}"))?;
+    for (key, value) in super::PRAGMAS {
+        conn.pragma_update(None, key, value)
+            .with_context(|| format!("setting up the connection for {purpose}"))?;
+    }
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    Ok(conn)
+}
+
 /// Stores delivery batches; blocking, for a thread of its own.
 pub struct DeliveryWriter {
     conn: Connection,
@@ -38,24 +67,7 @@ impl DeliveryWriter {
         write_lock: Arc<tokio::sync::Mutex<()>>,
         recent: Arc<RecentEvents>,
     ) -> anyhow::Result<Self> {
-        let conn = Connection::open_with_flags(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .context("opening the database for intake")?;
-        let sync = match synchronous {
-            Synchronous::Full => "FULL",
-            Synchronous::Normal => "NORMAL",
-        };
-        conn.execute_batch(&format!(
-            "PRAGMA journal_mode = WAL; PRAGMA synchronous = {sync}; PRAGMA foreign_keys = ON;"
-        ))
-        .context("setting up the intake connection")?;
-        for (key, value) in super::PRAGMAS {
-            conn.pragma_update(None, key, value)
-                .context("setting up the intake connection")?;
-        }
-        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        let conn = open(path, synchronous, "intake")?;
         Ok(Self {
             conn,
             write_lock,

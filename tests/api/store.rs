@@ -462,6 +462,165 @@ async fn a_commit_consumes_its_events_with_the_records_runs_and_actions_they_cau
     }
 }
 
+/// A consumer pass reads the next events with what they are decided on (a pull request's
+/// event goes to the issue whose run opened it), commits what its plan made of them, and says
+/// what came of it. Run through the consumer's own connection on SQLite and the pool on
+/// PostgreSQL: both read and write alike.
+#[tokio::test]
+async fn a_pass_hands_its_plan_the_events_with_their_issues_records_and_runs_and_commits_it() {
+    let b = backends().await;
+    for (name, url) in &b.urls {
+        let store = open(url).await;
+        let sqlite = *name == "sqlite";
+        let idle = store
+            .pass(10, |input| {
+                assert!(input.events.is_empty());
+                (Commit::default(), 1)
+            })
+            .await
+            .expect("idle pass");
+        assert_eq!(idle.events, 0, "{name}");
+        // SQLite looks for queued issues itself; PostgreSQL leaves it to admission.
+        assert_eq!(idle.queued, !sqlite, "{name}");
+
+        let mut record = IssueRecord::new(&issue(1), 5);
+        record.lifecycle = Lifecycle::Succeeded;
+        record.pr = Some(PullRecord::opened(9, "director-issue-1-x"));
+        let run = RunRecord::admitted(&issue(1), "r1", "director-issue-1-x", 5);
+        store
+            .commit(
+                &Commit {
+                    records: vec![record.clone()],
+                    runs: vec![run.clone()],
+                    ..Commit::default()
+                },
+                5,
+            )
+            .await
+            .expect("seed");
+        let mut review = delivery("on-the-pull", "review", 9);
+        if let Event::Forge(f) = &mut review.event {
+            f.is_pull = true;
+        }
+        store
+            .insert_deliveries(&[delivery("a", "a", 2), review, delivery("c", "c", 3)])
+            .await
+            .expect("insert");
+
+        let (seen_tx, seen_rx) = std::sync::mpsc::channel();
+        let passed = store
+            .pass(10, move |input| {
+                let targets: Vec<(String, Option<IssueRef>)> = input
+                    .events
+                    .iter()
+                    .map(|(e, target)| (e.delivery_id.clone(), target.clone()))
+                    .collect();
+                let mut queued = IssueRecord::new(&issue(3), 20);
+                queued.lifecycle = Lifecycle::Queued;
+                let commit = Commit {
+                    records: vec![queued],
+                    actions: vec![action("k-pass", 3, 0)],
+                    consumed: input.events.iter().map(|(e, _)| e.seq).collect(),
+                    ..Commit::default()
+                };
+                let _ = seen_tx.send((targets, input.records, input.runs));
+                (commit, 20)
+            })
+            .await
+            .expect("pass");
+        let (targets, records, runs) = seen_rx.recv().expect("the plan ran");
+        assert_eq!(
+            targets,
+            vec![
+                ("a".to_owned(), Some(issue(2))),
+                ("on-the-pull".to_owned(), Some(issue(1))),
+                ("c".to_owned(), Some(issue(3))),
+            ],
+            "{name}: in arrival order, the review on the issue that opened the pull request"
+        );
+        assert_eq!(records.len(), 1, "{name}: only issue 1 has a record");
+        assert_eq!(records.get(&issue(1)), Some(&record), "{name}");
+        assert_eq!(runs.get(&issue(1)), Some(&run), "{name}");
+        assert_eq!(runs.len(), 1, "{name}");
+        assert_eq!(passed.events, 3, "{name}");
+        assert!(
+            passed.actions && !passed.runs && passed.queued,
+            "{name}: {passed:?}"
+        );
+        assert_eq!(
+            store
+                .issue(&issue(3))
+                .await
+                .expect("read")
+                .map(|r| r.lifecycle),
+            Some(Lifecycle::Queued),
+            "{name}"
+        );
+        assert_eq!(store.actions_of(&issue(3)).await.expect("read").len(), 1);
+        assert!(
+            store.next_events(10).await.expect("read").is_empty(),
+            "{name}"
+        );
+        let after = store
+            .pass(10, |_| (Commit::default(), 21))
+            .await
+            .expect("idle pass");
+        assert_eq!((after.events, after.queued), (0, true), "{name}");
+    }
+}
+
+/// Two processes on one SQLite file, each passing the same events: the one that commits second
+/// finds the mark moved under it, and nothing it planned is written; the events stay
+/// consumed once.
+#[tokio::test]
+async fn a_pass_that_loses_the_race_for_its_events_commits_nothing_it_planned() {
+    let dir = tempfile::tempdir().expect("dir");
+    let url = format!("sqlite://{}", dir.path().join("d.db").display());
+    let (one, two) = (open(&url).await, open(&url).await);
+    one.insert_deliveries(&[delivery("a", "a", 1), delivery("b", "b", 2)])
+        .await
+        .expect("insert");
+    let (read_tx, read_rx) = tokio::sync::oneshot::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let late = tokio::spawn(async move {
+        two.pass(10, move |input| {
+            let _ = read_tx.send(input.events.len());
+            // Holds the pass between its reads and its commit until the other has committed.
+            let _ = go_rx.recv();
+            let commit = Commit {
+                records: vec![IssueRecord::new(&issue(7), 5)],
+                actions: vec![action("k-late", 7, 0)],
+                consumed: input.events.iter().map(|(e, _)| e.seq).collect(),
+                ..Commit::default()
+            };
+            (commit, 5)
+        })
+        .await
+        .map(|_| two)
+    });
+    assert_eq!(read_rx.await.expect("the late pass read"), 2);
+    let first = one
+        .pass(10, |input| {
+            let consumed = input.events.iter().map(|(e, _)| e.seq).collect();
+            (
+                Commit {
+                    consumed,
+                    ..Commit::default()
+                },
+                5,
+            )
+        })
+        .await
+        .expect("the first pass");
+    assert_eq!(first.events, 2);
+    go_tx.send(()).expect("release the late pass");
+    let err = late.await.expect("task").expect_err("the mark moved");
+    assert!(format!("{err:#}").contains("in order"), "{err:#}");
+    assert!(one.issue(&issue(7)).await.expect("read").is_none());
+    assert!(one.actions_of(&issue(7)).await.expect("read").is_empty());
+    assert_eq!(one.pending_deliveries().await.expect("count"), 0);
+}
+
 #[tokio::test]
 async fn an_issue_never_has_two_active_runs_and_a_refused_commit_changes_nothing() {
     let b = backends().await;
