@@ -5,7 +5,10 @@
 //! - `events`: stored deliveries and executor outcomes, consumed in arrival order;
 //! - `records`: issues, runs and the pre-flight's cache and call log;
 //! - `outbox`: actions, claimed with leases; retention;
-//! - `leases`: work that one replica at a time may do (the consumer, a scan period).
+//! - `leases`: work that one replica at a time may do (the consumer, a scan period);
+//! - `pass`: a consumer pass, on SQLite whole on a connection of its own;
+//! - `statement`: a statement and its values, run by sqlx or by rusqlite;
+//! - `writer`: intake's own SQLite connection.
 
 #[macro_use]
 mod backend;

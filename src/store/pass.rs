@@ -94,6 +94,7 @@ impl Store {
         };
         let count = input.events.len();
         let (commit, now_ms) = plan(input);
+        // Decided from stored events only: replayed the same way after a power cut.
         self.commit_with(&commit, now_ms, false).await?;
         Ok(Passed {
             queued: true,
