@@ -33,8 +33,8 @@ macro_rules! on_tx {
     };
 }
 
-/// Reading a column by name, the same for both backends (and for rusqlite's rows, see
-/// `statement`).
+/// Reading a column by name, the same for both backends' rows and for rusqlite's (the
+/// consumer's own connection, see `pass`).
 pub(super) trait Cols {
     fn text(&self, col: &str) -> anyhow::Result<String>;
     fn opt_text(&self, col: &str) -> anyhow::Result<Option<String>>;
@@ -44,33 +44,36 @@ pub(super) trait Cols {
     fn opt_flag(&self, col: &str) -> anyhow::Result<Option<bool>>;
 }
 
+/// `Cols` for a row type whose getter by column name is `$get` (sqlx's `try_get`,
+/// rusqlite's `get`).
 macro_rules! cols_for {
-    ($row:ty) => {
+    ($row:ty, $get:ident) => {
         impl Cols for $row {
             fn text(&self, col: &str) -> anyhow::Result<String> {
-                Ok(self.try_get(col)?)
+                Ok(self.$get(col)?)
             }
             fn opt_text(&self, col: &str) -> anyhow::Result<Option<String>> {
-                Ok(self.try_get(col)?)
+                Ok(self.$get(col)?)
             }
             fn int(&self, col: &str) -> anyhow::Result<i64> {
-                Ok(self.try_get(col)?)
+                Ok(self.$get(col)?)
             }
             fn opt_int(&self, col: &str) -> anyhow::Result<Option<i64>> {
-                Ok(self.try_get(col)?)
+                Ok(self.$get(col)?)
             }
             fn flag(&self, col: &str) -> anyhow::Result<bool> {
-                Ok(self.try_get(col)?)
+                Ok(self.$get(col)?)
             }
             fn opt_flag(&self, col: &str) -> anyhow::Result<Option<bool>> {
-                Ok(self.try_get(col)?)
+                Ok(self.$get(col)?)
             }
         }
     };
 }
 
-cols_for!(SqliteRow);
-cols_for!(PgRow);
+cols_for!(SqliteRow, try_get);
+cols_for!(PgRow, try_get);
+cols_for!(rusqlite::Row<'_>, get);
 
 /// Which database a statement is made for, where they differ in more than parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,13 +113,6 @@ impl Marks {
         match tx {
             super::Tx::Sqlite(..) => Self::InOrder,
             super::Tx::Postgres(_) => Self::Numbered,
-        }
-    }
-
-    pub(super) fn of_db(db: &super::Db) -> Self {
-        match db {
-            super::Db::Sqlite(_) => Self::InOrder,
-            super::Db::Postgres(_) => Self::Numbered,
         }
     }
 }

@@ -610,7 +610,7 @@ impl Store {
     ) -> anyhow::Result<()> {
         let statements = commit_statements(commit, now_ms, Backend::of(&self.db))?;
         let mut tx = self.begin(durable).await?;
-        for statement in &statements {
+        for statement in statements {
             statement.execute(&mut tx).await?;
         }
         if !commit.actions.is_empty() {

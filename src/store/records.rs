@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use anyhow::Context;
 
-use super::backend::{Cols, Marks, tuples};
+use super::backend::{Backend, Cols, Marks, tuples};
 use super::statement::Statement;
 use super::{CHUNK, Store, to_i64};
 use crate::domain::run::StopCause;
@@ -306,8 +306,8 @@ impl Store {
     pub async fn issues(&self, issues: &[IssueRef]) -> anyhow::Result<Vec<IssueRecord>> {
         let mut out = Vec::with_capacity(issues.len());
         for chunk in issues.chunks(CHUNK) {
-            let statement = issues_in(chunk, Marks::of_db(&self.db))?;
-            out.extend(self.fetch(&statement, issue_from_row).await?);
+            let statement = issues_in(chunk, Backend::of(&self.db).marks())?;
+            out.extend(self.fetch(statement, issue_from_row).await?);
         }
         Ok(out)
     }
@@ -316,8 +316,8 @@ impl Store {
     pub async fn latest_runs(&self, issues: &[IssueRef]) -> anyhow::Result<Vec<RunRecord>> {
         let mut out = Vec::with_capacity(issues.len());
         for chunk in issues.chunks(CHUNK) {
-            let statement = latest_runs_of(chunk, Marks::of_db(&self.db))?;
-            out.extend(self.fetch(&statement, run_from_row).await?);
+            let statement = latest_runs_of(chunk, Backend::of(&self.db).marks())?;
+            out.extend(self.fetch(statement, run_from_row).await?);
         }
         Ok(out)
     }
@@ -343,7 +343,7 @@ impl Store {
         let mut out = Vec::new();
         for pull in pulls {
             let found = self
-                .fetch(&issue_of_pull(pull)?, |r| r.int("number"))
+                .fetch(issue_of_pull(pull)?, |r| r.int("number"))
                 .await?;
             if let Some(owner) = owner_of(pull, found.first().copied())? {
                 out.push(owner);

@@ -137,22 +137,27 @@ impl Statement {
         self
     }
 
-    fn check(&self, changed: u64) -> anyhow::Result<()> {
-        match &self.must_change {
+    fn check(must_change: Option<&str>, changed: u64) -> anyhow::Result<()> {
+        match must_change {
             Some(why) if changed == 0 => Err(anyhow::anyhow!("{why}")),
             _ => Ok(()),
         }
     }
 
     /// Runs it in `tx` through sqlx.
-    pub(super) async fn execute(&self, tx: &mut Tx<'_>) -> anyhow::Result<()> {
+    pub(super) async fn execute(self, tx: &mut Tx<'_>) -> anyhow::Result<()> {
+        let Self {
+            sql,
+            values,
+            must_change,
+        } = self;
         let changed = on_tx!(tx, t => {
-            bound!(sqlx::query(sqlx::AssertSqlSafe(self.sql.clone())), &self.values)
+            bound!(sqlx::query(sqlx::AssertSqlSafe(sql)), &values)
                 .execute(&mut **t)
                 .await?
                 .rows_affected()
         });
-        self.check(changed)
+        Self::check(must_change.as_deref(), changed)
     }
 
     /// Runs it on `conn` through rusqlite (its prepared form is cached there).
@@ -160,7 +165,10 @@ impl Statement {
         let mut prepared = conn.prepare_cached(&self.sql)?;
         self.bind_to(&mut prepared)?;
         let changed = prepared.raw_execute()?;
-        self.check(u64::try_from(changed).unwrap_or(u64::MAX))
+        Self::check(
+            self.must_change.as_deref(),
+            u64::try_from(changed).unwrap_or(u64::MAX),
+        )
     }
 
     /// Its rows on `conn` through rusqlite, each made by `row`.
@@ -181,7 +189,6 @@ impl Statement {
 
     /// Binds each parameter: `$n` to the n-th value, `?` to the value in its place.
     fn bind_to(&self, prepared: &mut rusqlite::Statement<'_>) -> anyhow::Result<()> {
-        prepared.clear_bindings();
         for at in 1..=prepared.parameter_count() {
             let index = match prepared.parameter_name(at) {
                 None => at,
@@ -203,37 +210,15 @@ impl super::Store {
     /// The rows of `statement` through sqlx, each made by `row`.
     pub(super) async fn fetch<T>(
         &self,
-        statement: &Statement,
+        statement: Statement,
         row: impl Fn(&dyn Cols) -> anyhow::Result<T>,
     ) -> anyhow::Result<Vec<T>> {
         on_pool!(&self.db, p => {
-            let rows = bound!(sqlx::query(sqlx::AssertSqlSafe(statement.sql.clone())), &statement.values)
+            let rows = bound!(sqlx::query(sqlx::AssertSqlSafe(statement.sql)), &statement.values)
                 .fetch_all(p)
                 .await?;
             rows.iter().map(|r| row(r)).collect()
         })
-    }
-}
-
-/// Reads a column by name from a rusqlite row, as from sqlx's (see [`super::backend::Cols`]).
-impl Cols for rusqlite::Row<'_> {
-    fn text(&self, col: &str) -> anyhow::Result<String> {
-        Ok(self.get(col)?)
-    }
-    fn opt_text(&self, col: &str) -> anyhow::Result<Option<String>> {
-        Ok(self.get(col)?)
-    }
-    fn int(&self, col: &str) -> anyhow::Result<i64> {
-        Ok(self.get(col)?)
-    }
-    fn opt_int(&self, col: &str) -> anyhow::Result<Option<i64>> {
-        Ok(self.get(col)?)
-    }
-    fn flag(&self, col: &str) -> anyhow::Result<bool> {
-        Ok(self.get(col)?)
-    }
-    fn opt_flag(&self, col: &str) -> anyhow::Result<Option<bool>> {
-        Ok(self.get(col)?)
     }
 }
 
