@@ -6,12 +6,14 @@
 //! - `records`: issues, runs and the pre-flight's cache and call log;
 //! - `outbox`: actions, claimed with leases; retention;
 //! - `leases`: work that one replica at a time may do (the consumer, a scan period);
+//! - `checkpoint`: SQLite's write-ahead log copied back and started over;
 //! - `pass`: a consumer pass, on SQLite whole on a connection of its own;
 //! - `statement`: a statement and its values, run by sqlx or by rusqlite;
 //! - `writer`: intake's own SQLite connection.
 
 #[macro_use]
 mod backend;
+mod checkpoint;
 mod events;
 mod leases;
 mod migrate;
@@ -104,38 +106,18 @@ impl Tx<'_> {
 
 pub use crate::settings::masked_url;
 
-/// Copies the write-ahead log back into the database every 250 ms (as far as readers allow,
-/// without waiting for them), off the path of every commit: SQLite's own checkpoint would run
-/// inside whichever commit crossed its threshold, a webhook's. Stops with `stop`.
-fn spawn_checkpoints(pool: SqlitePool, stop: tokio_util::sync::CancellationToken) {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_millis(250));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tick.tick() => {}
-            }
-            if let Err(error) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
-                .execute(&pool)
-                .await
-            {
-                tracing::debug!(%error, "checkpoint did not run");
-            }
-        }
-    });
-}
-
 /// Set on every SQLite connection, the pool's and intake's own ([`DeliveryWriter`]), besides
 /// WAL, `store.synchronous` and foreign keys.
 const PRAGMAS: [(&str, &str); 3] = [
     // A multi-row insert that may skip conflicting rows keeps a statement journal: in
     // memory, not a temporary file per statement.
     ("temp_store", "memory"),
-    // Checkpoints run in the background (`checkpoints`), never inside a commit that a
+    // Checkpoints run in the background (`checkpoint`), never inside a commit that a
     // webhook is waiting for.
     ("wal_autocheckpoint", "0"),
-    ("journal_size_limit", "67108864"),
+    // Above what the log grows to between restarts (`checkpoint::RESTART_AT`), so that its
+    // file is written over rather than cut back and grown again.
+    ("journal_size_limit", "134217728"),
 ];
 
 /// Rows per multi-row statement: well under SQLite's variable limit.
@@ -400,17 +382,22 @@ impl Store {
                     masked_url(&settings.url)
                 )
             })?;
+        let path = durable_options.get_filename().to_path_buf();
+        let write_lock = Arc::default();
         let stop = tokio_util::sync::CancellationToken::new();
-        spawn_checkpoints(pool.clone(), stop.clone());
+        checkpoint::spawn(
+            checkpoint::Checkpoints::open(&path, settings.synchronous, Arc::clone(&write_lock))?,
+            stop.clone(),
+        );
         Ok(Self {
             db: Db::Sqlite(Sqlite {
-                path: durable_options.get_filename().to_path_buf(),
+                path,
                 synchronous: settings.synchronous,
                 recent: Arc::default(),
                 pass: Arc::default(),
                 pool,
                 relaxed,
-                write_lock: Arc::default(),
+                write_lock,
                 _checkpoints: Arc::new(stop.drop_guard()),
             }),
             up: Arc::new(true.into()),

@@ -984,3 +984,86 @@ async fn a_bad_or_unreachable_store_url_names_the_key_and_never_the_password() {
         assert!(!text.contains("s3cret-pw"), "{url}: {text}");
     }
 }
+
+/// The checkpoint sequence number in a write-ahead log's header: one more each time the log
+/// is started over.
+fn log_generation(wal: &std::path::Path) -> Option<u32> {
+    use std::io::Read as _;
+    let mut header = [0; 16];
+    std::fs::File::open(wal)
+        .ok()?
+        .read_exact(&mut header)
+        .ok()?;
+    Some(u32::from_be_bytes(header[12..16].try_into().ok()?))
+}
+
+/// Under commits with no pause between them, SQLite's write-ahead log is still started over
+/// and written again from its start, instead of growing for as long as the load lasts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_commits_with_no_pause_the_write_ahead_log_is_started_over() {
+    let dir = tempfile::tempdir().expect("dir");
+    let db = dir.path().join("d.db");
+    let store = open(&format!("sqlite://{}", db.display())).await;
+    let wal = dir.path().join("d.db-wal");
+    let mut writer = store
+        .delivery_writer()
+        .expect("open the writer")
+        .expect("SQLite has one");
+    // Readers all the while, as the consumer and the executors are: a reader in the log
+    // when a writer would start it over is what keeps SQLite from doing so by itself.
+    let writing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let reader = tokio::spawn({
+        let (store, writing) = (store.clone(), writing.clone());
+        async move {
+            let mut reads = 0u64;
+            while writing.load(std::sync::atomic::Ordering::Relaxed) {
+                store.next_events(64).await.expect("read");
+                store.pending_deliveries().await.expect("count");
+                reads += 1;
+            }
+            reads
+        }
+    });
+    let written = tokio::task::spawn_blocking(move || {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let body = "x".repeat(1_200);
+        let mut first = None;
+        let mut restarts = 0;
+        let mut largest = 0;
+        let mut n = 0u64;
+        while restarts < 2 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{n} deliveries stored without a pause and the log was started over \
+                 {restarts} times; its file is {largest} bytes"
+            );
+            let batch = (0..4)
+                .map(|i| delivery(&format!("d{n}-{i}"), &format!("{body} {n} {i}"), 1 + n % 50))
+                .collect();
+            let fresh = writer.insert(ready(batch)).expect("insert");
+            assert!(fresh.iter().all(|new| *new));
+            n += 1;
+            if n.is_multiple_of(16) {
+                largest = largest.max(std::fs::metadata(&wal).map_or(0, |m| m.len()));
+                let now = log_generation(&wal);
+                first = first.or(now);
+                restarts = now.zip(first).map_or(0, |(now, first)| now - first);
+            }
+        }
+        (n * 4, largest)
+    })
+    .await;
+    writing.store(false, std::sync::atomic::Ordering::Relaxed);
+    let reads = reader.await.expect("reader");
+    let (stored, largest) = written.expect("writer thread");
+    assert!(reads > 0);
+    assert!(
+        largest < 128 << 20,
+        "the log's file reached {largest} bytes over {stored} deliveries"
+    );
+    assert_eq!(
+        store.pending_deliveries().await.expect("count"),
+        i64::try_from(stored).expect("count"),
+        "every delivery is there after the log was started over"
+    );
+}

@@ -1,0 +1,170 @@
+//! Copying SQLite's write-ahead log back into the database, and starting it over.
+//!
+//! SQLite's own checkpoint is off (`wal_autocheckpoint = 0`): it would run inside whichever
+//! commit crossed its threshold, a webhook's. Instead a task copies the log back every
+//! 250 ms, as far as readers allow and without waiting for anyone (`PASSIVE`), on a connection
+//! of its own from a blocking thread.
+//!
+//! That alone never starts the log over under a load with no pause. SQLite starts it over
+//! only when a writer finds it wholly copied back, and with commits arriving all the time one
+//! always lands while the copy runs: in the intake benchmark the log grew to 466 MB and was
+//! reset only when the load stopped. A log that only grows also costs every commit more: on
+//! ext4 an fsync of a file that grew commits the filesystem's journal too, about twice the
+//! cost of one of a file written over in place. So once the log holds [`RESTART_AT`] frames,
+//! a round copies what it can as usual, and again until little came meanwhile, then takes the
+//! write turn (intake and every other writer wait), copies the last few frames and starts the
+//! log over (`RESTART`), waiting for readers at most [`READERS_WAIT`]. A reader still busy by
+//! then costs only this round's restart; the next round tries again. The log's file keeps its
+//! size (`journal_size_limit` is above it) and is written over from its start.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use rusqlite::Connection;
+
+use crate::settings::Synchronous;
+
+/// How often the log is copied back.
+const EVERY: Duration = Duration::from_millis(250);
+
+/// Frames in the log (4 KiB pages: 64 MiB) from which a round starts it over. A restart
+/// holds intake for the fsync of the last frames copied back, a few milliseconds (measured:
+/// 1 to 23 ms, most of it that fsync; waiting for readers, some 20 µs); at 1,000 deliveries
+/// a second this comes about once every two and a half seconds.
+const RESTART_AT: i64 = 16_384;
+
+/// Frames that may be left to copy while holding the write turn.
+const TAIL: i64 = 64;
+
+/// How long a restart waits for readers of the log, holding the write turn, and how often it
+/// looks whether they are gone. SQLite's own busy timeout sleeps 1, 2, 5, 10 ms in turn,
+/// while a reader here is gone in well under a millisecond.
+const READERS_WAIT: Duration = Duration::from_millis(20);
+const READERS_LOOK: Duration = Duration::from_micros(100);
+
+/// SQLite's busy handler for this connection: another look after [`READERS_LOOK`], until
+/// [`READERS_WAIT`] has passed.
+fn readers_busy(looks: i32) -> bool {
+    let most = READERS_WAIT.as_micros() / READERS_LOOK.as_micros();
+    if u128::try_from(looks).unwrap_or(u128::MAX) >= most {
+        return false;
+    }
+    std::thread::sleep(READERS_LOOK);
+    true
+}
+
+/// What `PRAGMA wal_checkpoint` reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Report {
+    /// Could not finish: a reader or writer was in the way.
+    busy: bool,
+    /// Frames in the log.
+    log: i64,
+    /// Of those, copied back into the database.
+    copied: i64,
+}
+
+/// The checkpoints' own connection.
+pub(super) struct Checkpoints {
+    conn: Connection,
+    write_lock: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Checkpoints {
+    /// A connection to the database file the pool has already created and migrated, whose
+    /// checkpoints fsync as `synchronous` says.
+    pub(super) fn open(
+        path: &std::path::Path,
+        synchronous: Synchronous,
+        write_lock: Arc<tokio::sync::Mutex<()>>,
+    ) -> anyhow::Result<Self> {
+        let conn = super::writer::open(path, synchronous, "checkpoints")?;
+        conn.busy_handler(Some(readers_busy))?;
+        Ok(Self { conn, write_lock })
+    }
+
+    fn checkpoint(&self, mode: &str) -> anyhow::Result<Report> {
+        self.conn
+            .query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |row| {
+                Ok(Report {
+                    busy: row.get::<_, i64>(0)? != 0,
+                    log: row.get(1)?,
+                    copied: row.get(2)?,
+                })
+            })
+            .with_context(|| format!("checkpoint ({mode})"))
+    }
+
+    /// One round: copies the log back, and starts it over once it holds `restart_at` frames.
+    /// Blocks: call it from a thread outside the async runtime.
+    fn round(&self, restart_at: i64) -> anyhow::Result<()> {
+        let mut report = self.checkpoint("PASSIVE")?;
+        if report.log < restart_at {
+            return Ok(());
+        }
+        // What is still to copy when the turn is taken is copied, and fsynced, while intake
+        // waits: first copy, without holding anyone, what came while the last copy ran, until
+        // that is little.
+        for _ in 0..4 {
+            let again = self.checkpoint("PASSIVE")?;
+            let came = again.log - report.log;
+            report = again;
+            if came <= TAIL {
+                break;
+            }
+        }
+        let started = Instant::now();
+        let _turn = self.write_lock.blocking_lock();
+        let turn = Instant::now();
+        // The last frames, copied and fsynced without waiting for anyone; then the restart,
+        // which has nothing left to copy and waits only for readers still in the log.
+        let last = self.checkpoint("PASSIVE")?;
+        let copied = Instant::now();
+        let restart = self.checkpoint("RESTART")?;
+        tracing::debug!(
+            frames = last.log,
+            left = last.log - report.copied,
+            restarted = !restart.busy,
+            waited_us = (turn - started).as_micros(),
+            copy_us = (copied - turn).as_micros(),
+            restart_us = copied.elapsed().as_micros(),
+            held_us = turn.elapsed().as_micros(),
+            "write-ahead log: a restart round"
+        );
+        Ok(())
+    }
+}
+
+/// Runs a round every [`EVERY`] until `stop`. A round that fails is logged and the next one
+/// tries again.
+pub(super) fn spawn(checkpoints: Checkpoints, stop: tokio_util::sync::CancellationToken) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut checkpoints = checkpoints;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let round = tokio::task::spawn_blocking(move || {
+                let done = checkpoints.round(RESTART_AT);
+                (checkpoints, done)
+            })
+            .await;
+            match round {
+                Ok((back, done)) => {
+                    checkpoints = back;
+                    if let Err(error) = done {
+                        tracing::debug!(error = format!("{error:#}"), "checkpoint did not run");
+                    }
+                }
+                Err(error) => {
+                    tracing::error!(%error, "the checkpoint thread stopped; checkpoints stop");
+                    return;
+                }
+            }
+        }
+    });
+}
