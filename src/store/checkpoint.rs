@@ -96,11 +96,11 @@ impl Checkpoints {
             .with_context(|| format!("checkpoint ({mode})"))
     }
 
-    /// One round: copies the log back, and starts it over once it holds `restart_at` frames.
-    /// Blocks: call it from a thread outside the async runtime.
-    fn round(&self, restart_at: i64) -> anyhow::Result<()> {
+    /// One round: copies the log back, and starts it over once it holds [`RESTART_AT`]
+    /// frames. Blocks: call it from a thread outside the async runtime.
+    fn round(&self) -> anyhow::Result<()> {
         let mut report = self.checkpoint("PASSIVE")?;
-        if report.log < restart_at {
+        if report.log < RESTART_AT {
             return Ok(());
         }
         // What is still to copy when the turn is taken is copied, and fsynced, while intake
@@ -136,29 +136,40 @@ impl Checkpoints {
     }
 }
 
-/// Runs a round every [`EVERY`] until `stop`. A round that fails is logged and the next one
-/// tries again.
+/// Runs a round every [`EVERY`] until `stop`. A round that fails is logged (a warning when
+/// the round before it did not fail, so that a failure that lasts is seen once, not four
+/// times a second) and the next one tries again.
 pub(super) fn spawn(checkpoints: Checkpoints, stop: tokio_util::sync::CancellationToken) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut checkpoints = checkpoints;
+        let mut failing = false;
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = tick.tick() => {}
             }
             let round = tokio::task::spawn_blocking(move || {
-                let done = checkpoints.round(RESTART_AT);
+                let done = checkpoints.round();
                 (checkpoints, done)
             })
             .await;
             match round {
                 Ok((back, done)) => {
                     checkpoints = back;
-                    if let Err(error) = done {
-                        tracing::debug!(error = format!("{error:#}"), "checkpoint did not run");
+                    let failed = done.is_err();
+                    match done {
+                        Err(error) if !failing => tracing::warn!(
+                            error = format!("{error:#}"),
+                            "checkpoint did not run; the write-ahead log grows until one does"
+                        ),
+                        Err(error) => {
+                            tracing::debug!(error = format!("{error:#}"), "checkpoint did not run");
+                        }
+                        Ok(()) => {}
                     }
+                    failing = failed;
                 }
                 Err(error) => {
                     tracing::error!(%error, "the checkpoint thread stopped; checkpoints stop");
