@@ -22,21 +22,33 @@ start_cluster() {
   as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/log" -w -o "$opts" start >/dev/null
 }
 
+# Says why the server did not start: pg_ctl itself only says to look at the log.
+explain() {
+  echo "PostgreSQL did not start; its log ($1/log):" >&2
+  tail -n 20 "$1/log" >&2 2>/dev/null || true
+}
+
 case "${1:-}" in
   start)
     dir=$(mktemp -d /tmp/director-pg.XXXXXX)
     [ "$(id -u)" = 0 ] && chown postgres: "$dir"
     as_pg "$bin/initdb" -D "$dir/data" -A trust -U postgres --no-sync >/dev/null
-    # A port nothing answers on (postgres fails to start if one is taken meanwhile).
-    port=""
-    for _ in $(seq 1 50); do
-      candidate=$((20000 + RANDOM % 40000))
-      if ! (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; then port=$candidate; break; fi
-    done
-    [ -n "$port" ] || { echo "no free port found" >&2; exit 1; }
-    echo "$port" > "$dir/port"
     [ "${DIRECTOR_PG_DURABLE:-}" = 1 ] && touch "$dir/durable"
-    start_cluster "$dir"
+    # A port below the kernel's ephemeral range (where the tests' own listeners and outgoing
+    # connections take theirs) that nothing answers on. Another process can still take it
+    # before postgres binds it, so a failed start is tried again on another port.
+    started=""
+    for _ in $(seq 1 5); do
+      port=""
+      for _ in $(seq 1 50); do
+        candidate=$((20000 + RANDOM % 12000))
+        if ! (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; then port=$candidate; break; fi
+      done
+      [ -n "$port" ] || { echo "no free port found" >&2; exit 1; }
+      echo "$port" > "$dir/port"
+      if start_cluster "$dir" 2>/dev/null; then started=1; break; fi
+    done
+    [ -n "$started" ] || { explain "$dir"; exit 1; }
     echo "export DIRECTOR_TEST_PG_URL=postgres://postgres@127.0.0.1:$port/postgres"
     echo "export DIRECTOR_TEST_PG_DIR=$dir"
     ;;
@@ -45,7 +57,7 @@ case "${1:-}" in
     as_pg "$bin/pg_ctl" -D "${2:?the cluster directory}/data" -m fast -w stop >/dev/null
     ;;
   resume)
-    start_cluster "${2:?the cluster directory}"
+    start_cluster "${2:?the cluster directory}" || { explain "$2"; exit 1; }
     ;;
   stop)
     dir=${2:?the cluster directory}
