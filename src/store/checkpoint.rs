@@ -65,6 +65,14 @@ struct Report {
     copied: i64,
 }
 
+impl Report {
+    /// The checkpoint did not run at all (another connection held it): SQLite then
+    /// reports -1 frames in the log and -1 copied.
+    fn could_not_run(&self) -> bool {
+        self.busy && self.log < 0
+    }
+}
+
 /// The checkpoints' own connection.
 pub(super) struct Checkpoints {
     conn: Connection,
@@ -108,6 +116,11 @@ impl Checkpoints {
         // that is little.
         for _ in 0..4 {
             let again = self.checkpoint("PASSIVE")?;
+            if again.could_not_run() {
+                // Another connection held the checkpoint for a moment: this copy did
+                // nothing and says nothing of what came meanwhile.
+                continue;
+            }
             let came = again.log - report.log;
             report = again;
             if came <= TAIL {
@@ -178,4 +191,76 @@ pub(super) fn spawn(checkpoints: Checkpoints, stop: tokio_util::sync::Cancellati
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+    use std::sync::{Mutex, OnceLock};
+
+    use super::*;
+
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    static SEEN: Mutex<Option<Report>> = Mutex::new(None);
+
+    /// The restarting connection's busy handler: it holds the checkpoint while it waits, so
+    /// the copy made from here cannot run.
+    fn copy_meanwhile(_looks: i32) -> bool {
+        let mut seen = SEEN
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if seen.is_none()
+            && let Some(path) = PATH.get()
+        {
+            let lock = Arc::new(tokio::sync::Mutex::new(()));
+            *seen = Checkpoints::open(path, Synchronous::Full, lock)
+                .and_then(|other| other.checkpoint("PASSIVE"))
+                .ok();
+        }
+        false
+    }
+
+    #[test]
+    fn a_copy_that_could_not_run_is_told_from_one_that_copied_nothing() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("store.db");
+        let setup = Connection::open(&path).expect("open");
+        setup
+            .execute_batch(
+                "PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0;
+                 CREATE TABLE t (x); INSERT INTO t VALUES (1);",
+            )
+            .expect("a table in a write-ahead log");
+        PATH.set(path.clone()).expect("set once");
+
+        // A reader holding a snapshot behind the log's end keeps a restart waiting.
+        let reader = Connection::open(&path).expect("open");
+        reader
+            .execute_batch("BEGIN; SELECT count(*) FROM t;")
+            .expect("a read");
+        setup
+            .execute_batch("INSERT INTO t VALUES (2);")
+            .expect("a write");
+
+        let lock = Arc::new(tokio::sync::Mutex::new(()));
+        let restarting =
+            Checkpoints::open(&path, Synchronous::Full, lock).expect("the checkpoints' connection");
+        restarting
+            .conn
+            .busy_handler(Some(copy_meanwhile))
+            .expect("a busy handler");
+        let restart = restarting.checkpoint("RESTART").expect("a restart");
+        assert!(restart.busy, "the reader kept the restart from finishing");
+
+        let meanwhile = SEEN
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .expect("a copy was tried while the restart waited");
+        assert!(meanwhile.could_not_run(), "{meanwhile:?}");
+
+        // With the reader still there, a copy runs as far as the reader lets it, and says so.
+        let alone = restarting.checkpoint("PASSIVE").expect("a copy");
+        assert!(!alone.could_not_run(), "{alone:?}");
+        assert!(alone.log > 0 && alone.copied >= 0, "{alone:?}");
+    }
 }
