@@ -66,8 +66,9 @@ struct Report {
 }
 
 impl Report {
-    /// The checkpoint did not run at all (another connection held it): SQLite then
-    /// reports -1 frames in the log and -1 copied.
+    /// The checkpoint did not run at all: another connection held it, or it could not read
+    /// the log's index just then (a writer was changing it). SQLite then reports -1 frames
+    /// in the log and -1 copied.
     fn could_not_run(&self) -> bool {
         self.busy && self.log < 0
     }
@@ -117,8 +118,8 @@ impl Checkpoints {
         for _ in 0..4 {
             let again = self.checkpoint("PASSIVE")?;
             if again.could_not_run() {
-                // Another connection held the checkpoint for a moment: this copy did
-                // nothing and says nothing of what came meanwhile.
+                // This copy did nothing and says nothing of what came meanwhile (under a
+                // stream of commits it happens: one of them was changing the log's index).
                 continue;
             }
             let came = again.log - report.log;
