@@ -172,18 +172,18 @@ pub(super) fn spawn(checkpoints: Checkpoints, stop: tokio_util::sync::Cancellati
             match round {
                 Ok((back, done)) => {
                     checkpoints = back;
-                    let failed = done.is_err();
-                    match done {
-                        Err(error) if !failing => tracing::warn!(
-                            error = format!("{error:#}"),
-                            "checkpoint did not run; the write-ahead log grows until one does"
-                        ),
-                        Err(error) => {
-                            tracing::debug!(error = format!("{error:#}"), "checkpoint did not run");
+                    if let Err(error) = &done {
+                        let error = format!("{error:#}");
+                        if failing {
+                            tracing::debug!(error, "checkpoint did not run");
+                        } else {
+                            tracing::warn!(
+                                error,
+                                "checkpoint did not run; the write-ahead log grows until one does"
+                            );
                         }
-                        Ok(()) => {}
                     }
-                    failing = failed;
+                    failing = done.is_err();
                 }
                 Err(error) => {
                     tracing::error!(%error, "the checkpoint thread stopped; checkpoints stop");
