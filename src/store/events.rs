@@ -12,9 +12,10 @@ use crate::event::{Event, SCHEMA_VERSION};
 /// An event about to be stored.
 #[derive(Clone, Debug)]
 pub struct NewDelivery {
-    /// Unique: a webhook's delivery id, or a key naming the outcome it reports.
+    /// A webhook's delivery id, or a key naming the outcome it reports: for logs.
     pub delivery_id: String,
-    /// Unique too: Forgejo's "Replay" sends the same body under a new id.
+    /// The dedupe key: SHA-256 of the body (Forgejo's "Replay" sends the same body under a
+    /// new id), or of an internal event's id. The same key twice is one delivery.
     pub content_sha256: String,
     pub issue: IssueRef,
     pub event: Event,
@@ -103,7 +104,7 @@ pub struct StoredEvent {
     pub event: Result<Event, String>,
 }
 
-/// Inserts in `tx`; returns the delivery ids that were new.
+/// Inserts in `tx`; returns the content hashes that were new.
 pub(super) async fn insert(
     tx: &mut Tx<'_>,
     batch: &[ReadyDelivery],
@@ -113,7 +114,7 @@ pub(super) async fn insert(
         let sql = format!(
             "INSERT INTO deliveries \
              (delivery_id, content_sha256, event_type, repo, number, event, received_at_ms, schema) \
-             VALUES {} ON CONFLICT DO NOTHING RETURNING delivery_id",
+             VALUES {} ON CONFLICT DO NOTHING RETURNING content_sha256",
             tuples(Marks::of(tx), chunk.len(), 8)
         );
         let ids: Vec<String> = on_tx!(&mut *tx, t => {
@@ -218,7 +219,7 @@ pub(super) fn consume(
 
 impl Store {
     /// Stores a batch in one transaction (one fsync for the lot). Returns, per delivery,
-    /// whether it was new: a known delivery id or the same body seen before is not.
+    /// whether it was new: one whose content hash was seen before is not.
     pub async fn insert_deliveries(&self, batch: &[NewDelivery]) -> anyhow::Result<Vec<bool>> {
         self.insert_ready(&ready_all(batch)?).await
     }
@@ -231,13 +232,13 @@ impl Store {
             super::notify(&mut tx, super::Work::Events).await?;
         }
         tx.commit().await?;
-        // A delivery id repeated inside one batch is new only the first time.
+        // A content hash repeated inside one batch is new only the first time.
         let mut seen = HashSet::new();
         Ok(batch
             .iter()
             .map(|d| {
-                let id = d.delivery.delivery_id.as_str();
-                inserted.contains(id) && seen.insert(id)
+                let key = d.delivery.content_sha256.as_str();
+                inserted.contains(key) && seen.insert(key)
             })
             .collect())
     }

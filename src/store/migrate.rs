@@ -38,6 +38,10 @@ const SQLITE: &[(i64, &str)] = &[
         10,
         include_str!("../../migrations/sqlite/0010_consumer_mark.sql"),
     ),
+    (
+        11,
+        include_str!("../../migrations/sqlite/0011_one_dedupe_key.sql"),
+    ),
 ];
 
 const POSTGRES: &[(i64, &str)] = &[
@@ -45,6 +49,10 @@ const POSTGRES: &[(i64, &str)] = &[
     (
         2,
         include_str!("../../migrations/postgres/0002_egress_refusals.sql"),
+    ),
+    (
+        3,
+        include_str!("../../migrations/postgres/0003_one_dedupe_key.sql"),
     ),
 ];
 

@@ -377,11 +377,14 @@ impl Store {
         let mut deleted = 0;
         // Deliveries: consumed ones received before `before_ms` (set-aside ones are kept).
         // SQLite keeps no index on the time: the old rows are those below the first `seq`
-        // received since, found by bisecting `seq`, and are deleted in `seq` order.
+        // received since, found by bisecting `seq`, and are deleted in `seq` order. The
+        // newest row is always kept: the next `seq` is one more than the largest left, and
+        // must stay above the consumer's mark (`migrations/sqlite/0011_one_dedupe_key.sql`).
         let (deliveries, bound) = match &self.db {
             Db::Sqlite(s) => (
                 "DELETE FROM deliveries WHERE seq IN (SELECT seq FROM deliveries \
                  WHERE seq < $1 AND seq <= (SELECT seq FROM consumer_mark) \
+                 AND seq < (SELECT MAX(seq) FROM deliveries) \
                  AND dead_reason IS NULL ORDER BY seq LIMIT $2)",
                 first_received_since(&s.pool, before_ms).await?,
             ),

@@ -76,7 +76,7 @@ impl DeliveryWriter {
     }
 
     /// Stores `batch` in one transaction (one fsync for the lot) and returns, per delivery,
-    /// whether it was new: a known delivery id, or a body seen before, is not. The new ones
+    /// whether it was new: one whose content hash was seen before is not. The new ones
     /// are then held for the consumer. Blocks: call it from a thread outside the async
     /// runtime.
     pub fn insert(&mut self, batch: Vec<ReadyDelivery>) -> anyhow::Result<Vec<bool>> {

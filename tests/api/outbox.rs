@@ -226,7 +226,7 @@ async fn retention_prunes_what_is_old_and_done_in_batches_and_keeps_the_rest() {
 }
 
 /// The SQLite migrations, in order, for databases as older builds left them.
-const SQLITE_MIGRATIONS: [&str; 9] = [
+const SQLITE_MIGRATIONS: [&str; 10] = [
     include_str!("../../migrations/sqlite/0001_deliveries_and_issues.sql"),
     include_str!("../../migrations/sqlite/0002_issue_tracking.sql"),
     include_str!("../../migrations/sqlite/0003_preflight.sql"),
@@ -236,6 +236,7 @@ const SQLITE_MIGRATIONS: [&str; 9] = [
     include_str!("../../migrations/sqlite/0007_pull_follow_through.sql"),
     include_str!("../../migrations/sqlite/0008_leases.sql"),
     include_str!("../../migrations/sqlite/0009_egress_refusals.sql"),
+    include_str!("../../migrations/sqlite/0010_consumer_mark.sql"),
 ];
 
 /// A new database at `url` with the first `version` migrations applied and recorded, as a
@@ -392,4 +393,64 @@ async fn events_waiting_in_a_database_from_before_the_consumer_mark_are_still_co
     let next = store.next_events(10).await.expect("read");
     assert_eq!(next.len(), 1);
     assert_eq!(next[0].delivery_id, "exited:r4");
+}
+
+/// A database from before the one dedupe key (migrations 1 to 10), whose pruner could delete
+/// the newest consumed events: its AUTOINCREMENT counter and the consumer's mark stand above
+/// the largest `seq` left. After the upgrade, where a new event is numbered one above the
+/// largest `seq`, the mark has come down so that the new event is read; the rows and the
+/// dedupe by content are kept, and an id seen before no longer refuses another body.
+#[tokio::test]
+async fn a_database_whose_newest_events_were_pruned_still_reads_the_next_one() {
+    let dir = tempfile::tempdir().expect("dir");
+    let url = format!("sqlite://{}", dir.path().join("v10.db").display());
+    let issue: IssueRef = "acme/widgets#1".parse().expect("ref");
+    {
+        let mut conn = database_at(&url, 10).await;
+        let json = |n: u32| serde_json::to_string(&exited(&issue, n, 1).event).expect("json");
+        for n in 1..=4 {
+            sqlx::query(
+                "INSERT INTO deliveries (delivery_id, content_sha256, event_type, repo, number, \
+                 event, received_at_ms, schema) VALUES (?, ?, 'run', 'acme/widgets', 1, ?, 1, 2)",
+            )
+            .bind(format!("exited:r{n}"))
+            .bind(format!("hash-{n}"))
+            .bind(json(n))
+            .execute(&mut conn)
+            .await
+            .expect("row");
+        }
+        // All four consumed; the two newest pruned, as that build could.
+        sqlx::raw_sql(
+            "UPDATE consumer_mark SET seq = 4; DELETE FROM deliveries WHERE seq IN (3, 4);",
+        )
+        .execute(&mut conn)
+        .await
+        .expect("consumed and pruned");
+    }
+    let store = Store::connect(&director::settings::StoreSettings {
+        url,
+        ..Default::default()
+    })
+    .await
+    .expect("migrates");
+    assert_eq!(store.delivery_counts().await.expect("counts"), (0, 0));
+    assert!(store.next_events(10).await.expect("read").is_empty());
+    let mut again = exited(&issue, 9, 20);
+    again.content_sha256 = "hash-2".into();
+    let mut reused = exited(&issue, 5, 20);
+    reused.delivery_id = "exited:r1".into();
+    let fresh = store
+        .insert_deliveries(&[again, reused])
+        .await
+        .expect("insert");
+    assert_eq!(fresh, [false, true], "by content, not by id");
+    let next = store.next_events(10).await.expect("read");
+    assert_eq!(next.len(), 1, "the new event is read");
+    assert_eq!(next[0].delivery_id, "exited:r1");
+    assert!(
+        next[0].seq > 2,
+        "numbered after the rows kept: {}",
+        next[0].seq
+    );
 }

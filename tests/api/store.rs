@@ -89,8 +89,10 @@ fn action(key: &str, n: u64, not_before_ms: i64) -> NewAction {
     }
 }
 
+/// The content hash is the one dedupe key: the same body under another id (Forgejo's
+/// "Replay") is the same delivery; another body under an id seen before is another one.
 #[tokio::test]
-async fn a_delivery_is_stored_once_by_its_id_and_by_its_content() {
+async fn a_delivery_is_stored_once_by_its_content_whatever_its_id() {
     let b = backends().await;
     for (name, url) in &b.urls {
         let store = open(url).await;
@@ -100,25 +102,26 @@ async fn a_delivery_is_stored_once_by_its_id_and_by_its_content() {
                 delivery("d1", "one again", 1),
                 delivery("d2", "one", 1),
                 delivery("d3", "three", 3),
+                delivery("d4", "three", 3),
             ])
             .await
             .expect("insert");
-        assert_eq!(fresh, vec![true, false, false, true], "{name}");
+        assert_eq!(fresh, vec![true, true, false, true, false], "{name}");
         let again = store
-            .insert_deliveries(&[delivery("d3", "three", 3)])
+            .insert_deliveries(&[delivery("d3", "three", 3), delivery("d5", "one again", 1)])
             .await
             .expect("insert");
-        assert_eq!(again, vec![false], "{name}");
+        assert_eq!(again, vec![false, false], "{name}");
         assert_eq!(
             store.pending_deliveries().await.expect("count"),
-            2,
+            3,
             "{name}"
         );
     }
 }
 
 #[tokio::test]
-async fn intakes_own_sqlite_writer_stores_once_by_id_and_content_beside_other_writers() {
+async fn intakes_own_sqlite_writer_stores_once_by_content_beside_other_writers() {
     let dir = tempfile::tempdir().expect("dir");
     let store = open(&format!("sqlite://{}", dir.path().join("d.db").display())).await;
     let mut writer = store
@@ -160,13 +163,17 @@ async fn intakes_own_sqlite_writer_stores_once_by_id_and_content_beside_other_wr
             .expect("commit beside the writer");
     }
     let (first, rest, again) = writes.join().expect("writer thread");
-    assert_eq!(first, vec![true, false, false, true]);
+    assert_eq!(first, vec![true, true, false, true]);
     assert!(rest.iter().all(|new| *new), "{rest:?}");
     assert_eq!(again, vec![false]);
     let events = store.next_events(100).await.expect("events");
-    assert_eq!(events.len(), 52);
-    assert_eq!(events[0].delivery_id, "d1");
-    assert_eq!(events[1].delivery_id, "d3");
+    assert_eq!(events.len(), 53);
+    let ids: Vec<&str> = events[..3].iter().map(|e| e.delivery_id.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["d1", "d1", "d3"],
+        "another body under a known id is stored"
+    );
     assert_eq!(
         events[0].event.as_ref().expect("parses"),
         &delivery("d1", "one", 1).event,
@@ -365,6 +372,49 @@ async fn retention_deletes_consumed_deliveries_received_before_the_cutoff_and_no
     assert_eq!(store.dead_events().await.expect("dead").len(), 1);
     // Nothing received yet before the cutoff: nothing goes.
     assert_eq!(store.prune(0, 100).await.expect("prune"), 0);
+}
+
+/// SQLite numbers a new event one above the largest `seq` in the table. Were the newest event
+/// pruned with the rest once everything is consumed and old, the next one would be numbered
+/// at or below the consumer's mark, taken for consumed, and never decided.
+#[tokio::test]
+async fn retention_keeps_the_newest_event_so_the_next_one_is_not_taken_for_consumed() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = open(&format!("sqlite://{}", dir.path().join("d.db").display())).await;
+    let batch: Vec<NewDelivery> = (1..=3u64)
+        .map(|n| delivery(&format!("old{n}"), &format!("old {n}"), n))
+        .collect();
+    store.insert_deliveries(&batch).await.expect("insert");
+    let events = store.next_events(10).await.expect("events");
+    let last = events.last().expect("three events").seq;
+    store
+        .commit(
+            &Commit {
+                consumed: events.iter().map(|e| e.seq).collect(),
+                ..Commit::default()
+            },
+            1_000,
+        )
+        .await
+        .expect("consume");
+    let mut deleted = 0;
+    loop {
+        let n = store.prune(i64::MAX, 100).await.expect("prune");
+        if n == 0 {
+            break;
+        }
+        deleted += n;
+    }
+    assert_eq!(deleted, 2, "all consumed and old, but the newest stays");
+    assert_eq!(store.delivery_counts().await.expect("counts"), (1, 0));
+    store
+        .insert_deliveries(&[delivery("new", "new", 4)])
+        .await
+        .expect("insert");
+    let next = store.next_events(10).await.expect("events");
+    assert_eq!(next.len(), 1, "the new event is waiting");
+    assert_eq!(next[0].delivery_id, "new");
+    assert!(next[0].seq > last, "{} after {last}", next[0].seq);
 }
 
 #[tokio::test]
