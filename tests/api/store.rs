@@ -329,6 +329,18 @@ async fn events_are_consumed_once_and_in_order_or_the_commit_fails_whole() {
     );
 }
 
+/// Prunes in rounds of `batch` rows until a round deletes nothing; how many went.
+async fn prune_until_done(store: &Store, before_ms: i64, batch: u32) -> u64 {
+    let mut deleted = 0;
+    loop {
+        let n = store.prune(before_ms, batch).await.expect("prune");
+        if n == 0 {
+            return deleted;
+        }
+        deleted += n;
+    }
+}
+
 /// Retention on SQLite finds the old deliveries by bisecting their numbers, not by reading
 /// them: those received before the cutoff and consumed go, in small batches; those received
 /// since, those not yet consumed and those set aside stay.
@@ -358,14 +370,7 @@ async fn retention_deletes_consumed_deliveries_received_before_the_cutoff_and_no
         .await
         .expect("consume");
     // Received at 10 to 90; 10 set aside, 80 and 90 not consumed.
-    let mut deleted = 0;
-    loop {
-        let n = store.prune(55, 2).await.expect("prune");
-        if n == 0 {
-            break;
-        }
-        deleted += n;
-    }
+    let deleted = prune_until_done(&store, 55, 2).await;
     assert_eq!(deleted, 4, "received at 20, 30, 40 and 50");
     let (total, pending) = store.delivery_counts().await.expect("counts");
     assert_eq!((total, pending), (5, 2));
@@ -397,14 +402,7 @@ async fn retention_keeps_the_newest_event_so_the_next_one_is_not_taken_for_consu
         )
         .await
         .expect("consume");
-    let mut deleted = 0;
-    loop {
-        let n = store.prune(i64::MAX, 100).await.expect("prune");
-        if n == 0 {
-            break;
-        }
-        deleted += n;
-    }
+    let deleted = prune_until_done(&store, i64::MAX, 100).await;
     assert_eq!(deleted, 2, "all consumed and old, but the newest stays");
     assert_eq!(store.delivery_counts().await.expect("counts"), (1, 0));
     store
