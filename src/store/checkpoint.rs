@@ -150,46 +150,75 @@ impl Checkpoints {
     }
 }
 
-/// Runs a round every [`EVERY`] until `stop`. A round that fails is logged (a warning when
-/// the round before it did not fail, so that a failure that lasts is seen once, not four
-/// times a second) and the next one tries again.
-pub(super) fn spawn(checkpoints: Checkpoints, stop: tokio_util::sync::CancellationToken) {
+/// What the checkpoint task runs on each tick: [`Checkpoints`] (a stand-in in tests).
+pub(super) trait Round: Send + 'static {
+    /// One round; blocks.
+    fn round(&mut self) -> anyhow::Result<()>;
+}
+
+impl Round for Checkpoints {
+    fn round(&mut self) -> anyhow::Result<()> {
+        Checkpoints::round(self)
+    }
+}
+
+/// Runs a round of `first` every [`EVERY`] until `stop`. A round that fails is logged (a
+/// warning when the round before it did not fail, so that a failure that lasts is seen once,
+/// not four times a second) and the next one tries again. A round that panics takes its
+/// connection with it: the next tick opens another with `reopen` (and tries again on the
+/// following ticks while that fails), so that the log never grows for good behind a bug.
+pub(super) fn spawn<R: Round>(
+    first: R,
+    reopen: impl Fn() -> anyhow::Result<R> + Send + 'static,
+    stop: tokio_util::sync::CancellationToken,
+) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut checkpoints = checkpoints;
+        let mut current = Some(first);
         let mut failing = false;
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            let round = tokio::task::spawn_blocking(move || {
-                let done = checkpoints.round();
-                (checkpoints, done)
-            })
-            .await;
-            match round {
-                Ok((back, done)) => {
-                    checkpoints = back;
-                    if let Err(error) = &done {
-                        let error = format!("{error:#}");
-                        if failing {
-                            tracing::debug!(error, "checkpoint did not run");
-                        } else {
-                            tracing::warn!(
-                                error,
-                                "checkpoint did not run; the write-ahead log grows until one does"
+            let opened = current.take().map_or_else(&reopen, Ok);
+            let done = match opened {
+                Ok(mut checkpoints) => {
+                    let round = tokio::task::spawn_blocking(move || {
+                        let done = checkpoints.round();
+                        (checkpoints, done)
+                    })
+                    .await;
+                    match round {
+                        Ok((back, done)) => {
+                            current = Some(back);
+                            done
+                        }
+                        Err(error) => {
+                            tracing::error!(
+                                %error,
+                                "a checkpoint round stopped short; its connection is opened again"
                             );
+                            failing = true;
+                            continue;
                         }
                     }
-                    failing = done.is_err();
                 }
-                Err(error) => {
-                    tracing::error!(%error, "the checkpoint thread stopped; checkpoints stop");
-                    return;
+                Err(error) => Err(error.context("opening the checkpoints' connection again")),
+            };
+            if let Err(error) = &done {
+                let error = format!("{error:#}");
+                if failing {
+                    tracing::debug!(error, "checkpoint did not run");
+                } else {
+                    tracing::warn!(
+                        error,
+                        "checkpoint did not run; the write-ahead log grows until one does"
+                    );
                 }
             }
+            failing = done.is_err();
         }
     });
 }
@@ -219,6 +248,56 @@ mod tests {
                 .ok();
         }
         false
+    }
+
+    /// A round that panics on the connection `opened` first, and counts rounds on any other.
+    struct Flaky {
+        opened: usize,
+        rounds: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl Round for Flaky {
+        fn round(&mut self) -> anyhow::Result<()> {
+            assert!(self.opened > 0, "a bug in a checkpoint round");
+            self.rounds
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(())
+        }
+    }
+
+    /// The task outlives a round that panics: the next tick opens another connection and
+    /// rounds go on there.
+    #[tokio::test]
+    async fn a_round_that_panics_is_followed_by_rounds_on_a_connection_opened_again() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let rounds = Arc::new(AtomicUsize::new(0));
+        let opened = Arc::new(AtomicUsize::new(0));
+        let first = Flaky {
+            opened: 0,
+            rounds: Arc::clone(&rounds),
+        };
+        let reopen = {
+            let (rounds, opened) = (Arc::clone(&rounds), Arc::clone(&opened));
+            move || {
+                Ok(Flaky {
+                    opened: opened.fetch_add(1, Ordering::SeqCst) + 1,
+                    rounds: Arc::clone(&rounds),
+                })
+            }
+        };
+        let stop = tokio_util::sync::CancellationToken::new();
+        spawn(first, reopen, stop.clone());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while rounds.load(Ordering::SeqCst) < 2 {
+            assert!(
+                Instant::now() < deadline,
+                "no rounds after the panic: {} opened again",
+                opened.load(Ordering::SeqCst)
+            );
+            tokio::time::sleep(EVERY / 4).await;
+        }
+        stop.cancel();
+        assert_eq!(opened.load(Ordering::SeqCst), 1, "opened again once");
     }
 
     #[test]

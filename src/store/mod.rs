@@ -385,10 +385,12 @@ impl Store {
         let path = durable_options.get_filename().to_path_buf();
         let write_lock = Arc::default();
         let stop = tokio_util::sync::CancellationToken::new();
-        checkpoint::spawn(
-            checkpoint::Checkpoints::open(&path, settings.synchronous, Arc::clone(&write_lock))?,
-            stop.clone(),
-        );
+        let reopen = {
+            let (path, synchronous, write_lock) =
+                (path.clone(), settings.synchronous, Arc::clone(&write_lock));
+            move || checkpoint::Checkpoints::open(&path, synchronous, Arc::clone(&write_lock))
+        };
+        checkpoint::spawn(reopen()?, reopen, stop.clone());
         Ok(Self {
             db: Db::Sqlite(Sqlite {
                 path,
