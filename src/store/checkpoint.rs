@@ -14,8 +14,10 @@
 //! a round copies what it can as usual, and again until little came meanwhile, then takes the
 //! write turn (intake and every other writer wait), copies the last few frames and starts the
 //! log over (`RESTART`), waiting for readers at most [`READERS_WAIT`]. A reader still busy by
-//! then costs only this round's restart; the next round tries again. The log's file keeps its
-//! size (`journal_size_limit` is above it) and is written over from its start.
+//! then costs only this round's restart; the next round tries again. A log found wholly
+//! copied back (the load stopped) is left to the next writer, which starts it over by
+//! itself. The log's file keeps its size (`journal_size_limit` is above it) and is written
+//! over from its start.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -72,6 +74,13 @@ impl Report {
     fn could_not_run(&self) -> bool {
         self.busy && self.log < 0
     }
+
+    /// Every frame is copied back and nothing came meanwhile (the load stopped, or a
+    /// restart just ran): the next writer starts the log over by itself, as SQLite's writers
+    /// do when they find it wholly copied, so no restart need hold the write turn for it.
+    fn all_copied(&self) -> bool {
+        !self.busy && self.copied == self.log
+    }
 }
 
 /// The checkpoints' own connection.
@@ -109,7 +118,7 @@ impl Checkpoints {
     /// frames. Blocks: call it from a thread outside the async runtime.
     fn round(&self) -> anyhow::Result<()> {
         let mut report = self.checkpoint("PASSIVE")?;
-        if report.log < RESTART_AT {
+        if report.log < RESTART_AT || report.all_copied() {
             return Ok(());
         }
         // What is still to copy when the turn is taken is copied, and fsynced, while intake
@@ -298,6 +307,53 @@ mod tests {
         }
         stop.cancel();
         assert_eq!(opened.load(Ordering::SeqCst), 1, "opened again once");
+    }
+
+    /// Once the load stops, the log keeps its frame count, wholly copied, until the next
+    /// write. A round then copies nothing and must not take the write turn (it did, every
+    /// 250 ms, to restart a log the next writer starts over anyway); the next write does
+    /// start it over.
+    #[test]
+    fn a_round_over_a_wholly_copied_log_leaves_the_write_turn_alone() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("store.db");
+        let writer = Connection::open(&path).expect("open");
+        writer
+            .execute_batch(&format!(
+                "PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0;
+                 CREATE TABLE t (x);
+                 WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {})
+                 INSERT INTO t SELECT zeroblob(3000) FROM n;",
+                RESTART_AT + 100
+            ))
+            .expect("a log past the restart mark");
+        let lock = Arc::new(tokio::sync::Mutex::new(()));
+        let checkpoints = Checkpoints::open(&path, Synchronous::Full, Arc::clone(&lock))
+            .expect("the checkpoints' connection");
+        let first = checkpoints.checkpoint("PASSIVE").expect("a copy");
+        assert!(first.log >= RESTART_AT && first.all_copied(), "{first:?}");
+
+        // Someone holds the write turn: a round that wanted it would wait for good.
+        let held = lock.try_lock().expect("the turn is free");
+        let (done, rounds) = std::sync::mpsc::channel();
+        let round = std::thread::spawn(move || {
+            let outcome = checkpoints.round().map_err(|e| format!("{e:#}"));
+            let _ = done.send(outcome);
+            checkpoints
+        });
+        let outcome = rounds.recv_timeout(Duration::from_secs(10));
+        drop(held);
+        let checkpoints = round.join().expect("the round's thread");
+        assert_eq!(
+            outcome.expect("the round ended without the write turn"),
+            Ok(())
+        );
+
+        writer
+            .execute_batch("INSERT INTO t VALUES (1);")
+            .expect("a write");
+        let after = checkpoints.checkpoint("PASSIVE").expect("a copy");
+        assert!(after.log < 10, "the writer started the log over: {after:?}");
     }
 
     #[test]
