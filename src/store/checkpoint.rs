@@ -207,28 +207,14 @@ pub(super) fn spawn<R: Round>(
                 _ = stop.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            let opened = current.take().map_or_else(&reopen, Ok);
-            let done = match opened {
-                Ok(mut checkpoints) => {
-                    let round = tokio::task::spawn_blocking(move || {
-                        let done = checkpoints.round();
-                        (checkpoints, done)
-                    })
-                    .await;
-                    match round {
-                        Ok((back, done)) => {
-                            current = Some(back);
-                            done
-                        }
-                        Err(error) => {
-                            tracing::error!(
-                                %error,
-                                "a checkpoint round stopped short; its connection is opened again"
-                            );
-                            failing = true;
-                            continue;
-                        }
-                    }
+            let done = match current.take().map_or_else(&reopen, Ok) {
+                Ok(checkpoints) => {
+                    let Some((back, done)) = round_on_thread(checkpoints).await else {
+                        failing = true;
+                        continue;
+                    };
+                    current = Some(back);
+                    done
                 }
                 Err(error) => Err(error.context("opening the checkpoints' connection again")),
             };
@@ -246,6 +232,26 @@ pub(super) fn spawn<R: Round>(
             failing = done.is_err();
         }
     });
+}
+
+/// Runs a round on a blocking thread: the connection back with the round's outcome, or
+/// `None` when the round panicked and took the connection with it (logged here).
+async fn round_on_thread<R: Round>(mut checkpoints: R) -> Option<(R, anyhow::Result<()>)> {
+    let round = tokio::task::spawn_blocking(move || {
+        let done = checkpoints.round();
+        (checkpoints, done)
+    })
+    .await;
+    match round {
+        Ok(back) => Some(back),
+        Err(error) => {
+            tracing::error!(
+                %error,
+                "a checkpoint round stopped short; its connection is opened again"
+            );
+            None
+        }
+    }
 }
 
 #[cfg(test)]
@@ -325,6 +331,19 @@ mod tests {
         assert_eq!(opened.load(Ordering::SeqCst), 1, "opened again once");
     }
 
+    /// A database in write-ahead-log mode with SQLite's own checkpoints off, after `sql`: its
+    /// directory (keep it), its path, and the connection that made it.
+    fn database_in_a_log(sql: &str) -> (tempfile::TempDir, PathBuf, Connection) {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("store.db");
+        let conn = Connection::open(&path).expect("open");
+        conn.execute_batch(&format!(
+            "PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0; {sql}"
+        ))
+        .expect("a database in a write-ahead log");
+        (dir, path, conn)
+    }
+
     /// Runs a round on a thread of its own while the write turn is held here for at most
     /// `wait`, then lets the turn go: whether the round ended while the turn was held, its
     /// outcome, and the connection back.
@@ -359,18 +378,12 @@ mod tests {
     /// resets the log.
     #[test]
     fn a_wholly_copied_log_is_started_over_once_then_left_to_the_next_writer() {
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let path = dir.path().join("store.db");
-        let writer = Connection::open(&path).expect("open");
-        writer
-            .execute_batch(&format!(
-                "PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0;
-                 CREATE TABLE t (x);
-                 WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {})
-                 INSERT INTO t SELECT zeroblob(3000) FROM n;",
-                RESTART_AT + 100
-            ))
-            .expect("a log past the restart mark");
+        let (_dir, path, writer) = database_in_a_log(&format!(
+            "CREATE TABLE t (x);
+             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {})
+             INSERT INTO t SELECT zeroblob(3000) FROM n;",
+            RESTART_AT + 100
+        ));
         let lock = Arc::new(tokio::sync::Mutex::new(()));
         let checkpoints =
             Checkpoints::open(&path, Synchronous::Full, lock).expect("the checkpoints' connection");
@@ -399,15 +412,8 @@ mod tests {
 
     #[test]
     fn a_copy_that_could_not_run_is_told_from_one_that_copied_nothing() {
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let path = dir.path().join("store.db");
-        let setup = Connection::open(&path).expect("open");
-        setup
-            .execute_batch(
-                "PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0;
-                 CREATE TABLE t (x); INSERT INTO t VALUES (1);",
-            )
-            .expect("a table in a write-ahead log");
+        let (_dir, path, setup) =
+            database_in_a_log("CREATE TABLE t (x); INSERT INTO t VALUES (1);");
         PATH.set(path.clone()).expect("set once");
 
         // A reader holding a snapshot behind the log's end keeps a restart waiting.

@@ -117,7 +117,7 @@ pub(super) async fn insert(
              VALUES {} ON CONFLICT DO NOTHING RETURNING content_sha256",
             tuples(Marks::of(tx), chunk.len(), 8)
         );
-        let ids: Vec<String> = on_tx!(&mut *tx, t => {
+        let keys: Vec<String> = on_tx!(&mut *tx, t => {
             let mut query = sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(sql));
             for d in chunk {
                 query = query
@@ -132,7 +132,7 @@ pub(super) async fn insert(
             }
             query.fetch_all(&mut **t).await?
         });
-        inserted.extend(ids);
+        inserted.extend(keys);
     }
     Ok(inserted)
 }
