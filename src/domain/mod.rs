@@ -44,11 +44,14 @@ fn valid_part(part: &str) -> bool {
 }
 
 impl RepoName {
+    /// Owner and name are case-insensitive on Forgejo and GitHub, so a repository has one
+    /// identity however it is spelled (in the settings, a webhook, a scan): its lower-case
+    /// spelling, which every forge API and web page accepts.
     pub fn new(owner: &str, name: &str) -> Result<Self, DomainError> {
         if valid_part(owner) && valid_part(name) {
             Ok(Self {
-                owner: owner.to_owned(),
-                name: name.to_owned(),
+                owner: owner.to_ascii_lowercase(),
+                name: name.to_ascii_lowercase(),
             })
         } else {
             Err(DomainError::BadRepo(format!("{owner}/{name}")))
@@ -62,6 +65,12 @@ impl RepoName {
     pub fn name(&self) -> &str {
         &self.name
     }
+}
+
+/// Whether two spellings name one account: logins are case-insensitive on Forgejo and GitHub,
+/// and the settings may spell one (`forge.runner_login`, `forge.bot_login`) unlike the forge.
+pub fn same_login(a: &str, b: &str) -> bool {
+    !a.is_empty() && a.eq_ignore_ascii_case(b)
 }
 
 /// Whether the configuration watches `repo`: listed in `repos`, or owned by one of `orgs`
@@ -258,6 +267,23 @@ mod tests {
         for bad in ["", "acme", "/x", "x/", "a/b/c", "a/..", "a b/c", "ä/b"] {
             assert!(bad.parse::<RepoName>().is_err(), "{bad:?} must be rejected");
         }
+    }
+
+    #[test]
+    fn a_repository_spelled_in_two_cases_is_one_repository() {
+        let a: IssueRef = "Acme/Widgets#7".parse().expect("valid");
+        let b: IssueRef = "acme/WIDGETS#7".parse().expect("valid");
+        assert_eq!(a, b);
+        assert_eq!(a.to_string(), b.to_string(), "one store key");
+        let json: RepoName = serde_json::from_str("\"ACME/widgets\"").expect("valid");
+        assert_eq!(json, a.repo);
+    }
+
+    #[test]
+    fn logins_compare_as_the_forge_does() {
+        assert!(same_login("Director-Runner", "director-runner"));
+        assert!(!same_login("", ""), "an unknown login is nobody");
+        assert!(!same_login("runner", "runner2"));
     }
 
     #[test]

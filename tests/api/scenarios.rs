@@ -364,3 +364,25 @@ async fn closing_and_reopening_by_the_author_never_revives_the_issue() {
     t.wait_state(&issue, Lifecycle::Queued).await;
     t.assert_contract();
 }
+
+#[tokio::test]
+async fn one_issue_has_one_record_however_its_repository_is_spelled() {
+    // The operator spells the repository unlike the forge; webhooks and the scan must still
+    // meet on one record (two would mean two pre-flights, two runs, two pull requests).
+    let t = ForgeApp::spawn_with(|s| {
+        s.scan.repos = vec!["Acme/Widgets".parse().expect("repo")];
+    })
+    .await;
+    let issue = t
+        .forge
+        .open_issue(&t.repo, "reporter", "Spelled twice", "")
+        .await;
+    t.forge.label(WRITER, &issue, TRIGGER).await;
+    t.wait_state(&issue, Lifecycle::Pending).await;
+    t.scan().await;
+    t.app.wait_processed().await;
+    let shouted: director::domain::RepoName = "ACME/WIDGETS".parse().expect("repo");
+    let records = t.app.store.issues_in_repo(&shouted).await.expect("records");
+    assert_eq!(records.len(), 1, "{records:#?}");
+    t.assert_contract();
+}

@@ -5,7 +5,7 @@ use anyhow::Context;
 
 use super::Acts;
 use crate::director::decide::{all_state_labels, state_label};
-use crate::domain::{Command, IssueRef, RepoName};
+use crate::domain::{Command, IssueRef, RepoName, same_login};
 use crate::event::{Event, StickyDraft};
 use crate::forge::{Forge, ForgeError, Permission};
 use crate::preflight::comment;
@@ -77,7 +77,7 @@ pub(super) async fn post_once(
     let existing = acts.forge.comments(issue).await?;
     if existing
         .iter()
-        .any(|c| c.body.contains(marker) && bot.as_deref().is_none_or(|b| b == c.author))
+        .any(|c| c.body.contains(marker) && bot.as_deref().is_none_or(|b| same_login(b, &c.author)))
     {
         return Ok(());
     }
@@ -93,7 +93,8 @@ pub(super) async fn upsert_sticky(
     let bot = acts.bot();
     let comments = acts.forge.comments(issue).await?;
     let mine = comments.iter().find(|c| {
-        c.body.starts_with(comment::MARKER) && bot.as_deref().is_none_or(|b| b == c.author)
+        c.body.starts_with(comment::MARKER)
+            && bot.as_deref().is_none_or(|b| same_login(b, &c.author))
     });
     match mine {
         Some(c) if c.body == body => Ok(()),

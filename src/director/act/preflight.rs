@@ -9,7 +9,7 @@ use super::Acts;
 use super::forge::latest_label_actor;
 use crate::director::decide::{HOUR_MS, cap_reached};
 use crate::domain::verdict;
-use crate::domain::{Command, IssueRef, LeftOut, Vouched, command::is_only_commands};
+use crate::domain::{Command, IssueRef, LeftOut, Vouched, command::is_only_commands, same_login};
 use crate::event::{Event, PreflightOutcome, ReadContext};
 use crate::forge::{Comment, Forge, ForgeError, Issue};
 use crate::metrics::Metrics;
@@ -360,7 +360,7 @@ pub async fn gather_with(
     let mut newest_comment_id = handled_command_id;
     for c in &comments {
         newest_comment_id = newest_comment_id.max(c.id);
-        if bot == Some(c.author.as_str()) || c.body.starts_with(comment::MARKER) {
+        if bot.is_some_and(|b| same_login(b, &c.author)) || c.body.starts_with(comment::MARKER) {
             continue;
         }
         let writer = roles.of(&c.author).await?.can_write();

@@ -7,7 +7,7 @@ use anyhow::Context;
 use super::Acts;
 use crate::director::action::FeedbackSource;
 use crate::domain::command::fix_request;
-use crate::domain::{Command, Feedback, IssueRef};
+use crate::domain::{Command, Feedback, IssueRef, same_login};
 use crate::event::{Event, PullAsk};
 use crate::forge::Review;
 use crate::preflight::prompt::strip_hidden;
@@ -26,7 +26,8 @@ pub(super) async fn read_feedback(
     source: &FeedbackSource,
 ) -> anyhow::Result<Option<Event>> {
     let runner = acts.runs.as_ref().map(|r| r.runner.login.as_str());
-    let own = acts.bot().as_deref() == Some(sender) || runner == Some(sender);
+    let own = acts.bot().is_some_and(|b| same_login(&b, sender))
+        || runner.is_some_and(|r| same_login(r, sender));
     let may_write = !own
         && acts
             .permission(&issue.repo, sender)
@@ -164,8 +165,10 @@ async fn fix_text(
             break;
         }
         let relevant = matches!(review.state.as_str(), "REQUEST_CHANGES" | "COMMENT")
-            && Some(&review.user) != runner.as_ref()
-            && acts.bot().as_deref() != Some(review.user.as_str());
+            && !runner
+                .as_deref()
+                .is_some_and(|r| same_login(r, &review.user))
+            && !acts.bot().is_some_and(|b| same_login(&b, &review.user));
         if relevant
             && acts
                 .permission(&issue.repo, &review.user)

@@ -210,7 +210,8 @@ mod tests {
     fn github_s_own_examples_read_as_the_director_s_events() {
         let labeled = parse("issues", &shared("issues-labeled")).expect("labeled");
         assert_eq!(labeled.kind, EventKind::IssueLabel);
-        assert_eq!(labeled.issue.to_string(), "Codertocat/Hello-World#1");
+        // GitHub spells it `Codertocat/Hello-World`; one repository has one (lower-case) identity.
+        assert_eq!(labeled.issue.to_string(), "codertocat/hello-world#1");
         assert_eq!(labeled.sender, "Codertocat");
         assert!(!labeled.is_pull);
         assert!(labeled.snapshot.labels.iter().any(|l| l == "bug"));
