@@ -142,6 +142,9 @@ pub enum Event {
         actor: Option<String>,
         trusted: bool,
         permission: String,
+        /// When the timeline says the trigger was added (RFC 3339).
+        #[serde(default)]
+        labelled_at: Option<String>,
     },
     /// A `/director` command, with whether its author may write.
     CommandJudged {

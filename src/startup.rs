@@ -773,6 +773,8 @@ pub async fn preflight_dry_run(
         template: &template,
         automation_accounts: &settings.preflight.automation_accounts,
         bot: bot.as_deref(),
+        // The operator asked to see this issue read; nothing is acted on.
+        read_unvouched: true,
     };
     let gathered = crate::director::act::preflight::gather_with(&with, &issue, 0, None).await?;
     let reading = provider.read(&gathered.prompt.text).await?;

@@ -14,7 +14,7 @@ use crate::domain::verdict::Verdict;
 use crate::domain::{
     Command, IssueRecord, IssueRef, Judgement, Lifecycle, RepoName, RunRecord, RunState,
 };
-use crate::domain::{FollowUp, PullRecord, PullState, Vouched};
+use crate::domain::{FollowUp, PullRecord, PullState, TextSeen, Vouched};
 use crate::event::{
     Event, EventKind, ForgeEvent, IssueSnapshot, PreflightOutcome, PullAsk, ReadContext,
     ReviewKind, RunReport, StickyDraft,
@@ -91,7 +91,12 @@ pub fn decide(view: &IssueView<'_>, event: &Event, policy: &Policy, now: i64) ->
     let mut step = Step::new(view, policy, now);
     let changed = match event {
         Event::Forge(fact) => step.forge_fact(fact),
-        Event::TriggerJudged { actor, trusted, .. } => step.trigger_judged(actor, *trusted),
+        Event::TriggerJudged {
+            actor,
+            trusted,
+            labelled_at,
+            ..
+        } => step.trigger_judged(actor, *trusted, labelled_at.as_deref()),
         Event::CommandJudged {
             command,
             actor,
@@ -239,11 +244,15 @@ impl<'a> Step<'a> {
             true
         } else if live && seen.was_judged {
             trusted && self.content_changed(fact, seen.skip_changed)
-        } else if live
-            && self.policy.forge
-            && (!seen.trigger_was_there || self.record.trigger_trusted.is_none())
-        {
-            self.trigger_applied(&fact.snapshot);
+        } else if live && self.policy.forge && !seen.trigger_was_there {
+            let with_label = fact.kind == EventKind::IssueLabel && !fact.sender.is_empty();
+            self.trigger_applied(&fact.snapshot, with_label);
+            true
+        } else if live && self.policy.forge && self.record.trigger_trusted.is_none() {
+            // Still not judged (the timeline or permission read failed): ask again. The text
+            // proposed stays the one first seen with the trigger; an edit since is not vouched
+            // for by whoever applied it.
+            self.resolve_trigger();
             true
         } else if self.record.lifecycle.is_active() {
             self.cancel();
@@ -301,8 +310,16 @@ impl<'a> Step<'a> {
         if !content_event || !rereadable {
             return false;
         }
-        if fact.kind == EventKind::Issues {
-            // Read as the new text only if the editor may write (the read checks).
+        let says_go = fact.kind == EventKind::IssueComment
+            && fact.action == "created"
+            && fact
+                .comment
+                .as_ref()
+                .is_some_and(|c| Command::find(&c.body, &[Command::Go]).is_some());
+        if fact.kind == EventKind::Issues || says_go {
+            // Read as the new text only if the editor may write (the read checks). A writer's
+            // `/director go` vouches for the text as it was when they said it, which this
+            // delivery carries.
             self.record.preflight.proposed = Some(Vouched {
                 title: fact.snapshot.title.clone(),
                 body: fact.snapshot.body.clone(),
@@ -317,19 +334,32 @@ impl<'a> Step<'a> {
     /// The trigger is newly on (or not judged yet): find out who applied it. Reopening an
     /// issue whose trigger stayed on revives nothing: a writer applies it again, or says
     /// `/director retry`. The text as it is now is what whoever applied it vouches for.
-    fn trigger_applied(&mut self, snap: &IssueSnapshot) {
+    fn trigger_applied(&mut self, snap: &IssueSnapshot, with_label: bool) {
         self.record.preflight.proposed = Some(Vouched {
             title: snap.title.clone(),
             body: snap.body.clone(),
             by: String::new(),
         });
+        self.record.preflight.proposed_seen = Some(TextSeen {
+            with_label,
+            updated_at: snap.updated_at.clone(),
+        });
         self.record.trigger_actor = None;
         self.record.trigger_trusted = None;
+        self.resolve_trigger();
+    }
+
+    fn resolve_trigger(&mut self) {
         let v = self.version();
         self.act(format!("resolve:v{v}"), Action::ResolveTrigger);
     }
 
-    fn trigger_judged(&mut self, actor: &Option<String>, trusted: bool) -> bool {
+    fn trigger_judged(
+        &mut self,
+        actor: &Option<String>,
+        trusted: bool,
+        labelled_at: Option<&str>,
+    ) -> bool {
         if self.record.trigger_trusted.is_some()
             || !self.record.trigger_present
             || !self.record.is_open()
@@ -338,13 +368,24 @@ impl<'a> Step<'a> {
         }
         self.record.trigger_actor = actor.clone();
         self.record.trigger_trusted = Some(trusted);
-        // The text seen when the trigger was applied is what its (trusted) author vouched for.
+        // What the trigger's (trusted) author vouched for is the text as it was when they
+        // applied it: text seen in the label's own delivery, or seen with nothing changed
+        // on the issue since the label went on. Text that may hold a later edit is not theirs
+        // to vouch for; the read then leaves a non-writer's text out and lists it.
         let proposed = self.record.preflight.proposed.take();
+        let seen = self.record.preflight.proposed_seen.take();
+        let as_labelled = seen.is_some_and(|seen| {
+            seen.with_label
+                || matches!((labelled_at, seen.updated_at.as_deref()),
+                    (Some(at), Some(seen_at)) if is_not_older(Some(at), Some(seen_at)))
+        });
         if trusted {
-            self.record.preflight.vouched = proposed.map(|p| Vouched {
-                by: actor.clone().unwrap_or_default(),
-                ..p
-            });
+            if as_labelled {
+                self.record.preflight.vouched = proposed.map(|p| Vouched {
+                    by: actor.clone().unwrap_or_default(),
+                    ..p
+                });
+            }
             self.request_read();
         } else {
             self.set_lifecycle(Lifecycle::Untracked);

@@ -18,9 +18,13 @@ pub(super) async fn resolve_trigger(
     issue: &IssueRef,
 ) -> anyhow::Result<Option<Event>> {
     let forge = acts.forge.as_ref();
-    let actor = latest_label_actor(forge, issue, &acts.labels.trigger)
+    let added = latest_label_added(forge, issue, &acts.labels.trigger)
         .await
         .context("reading the timeline")?;
+    let (actor, labelled_at) = match added {
+        Some((actor, at)) => (Some(actor), Some(at)),
+        None => (None, None),
+    };
     let permission = match &actor {
         Some(a) => acts
             .permission(&issue.repo, a)
@@ -37,6 +41,7 @@ pub(super) async fn resolve_trigger(
         trusted: permission.can_write(),
         permission: permission.as_str().to_owned(),
         actor,
+        labelled_at,
     }))
 }
 
@@ -186,10 +191,21 @@ pub async fn latest_label_actor(
     issue: &IssueRef,
     label: &str,
 ) -> Result<Option<String>, ForgeError> {
+    Ok(latest_label_added(forge, issue, label)
+        .await?
+        .map(|(actor, _)| actor))
+}
+
+/// Who last added `label`, and when (the timeline entry's `created_at`).
+pub async fn latest_label_added(
+    forge: &dyn Forge,
+    issue: &IssueRef,
+    label: &str,
+) -> Result<Option<(String, String)>, ForgeError> {
     let timeline = forge.timeline(issue).await?;
     Ok(timeline
         .into_iter()
         .rev()
         .find(|t| t.kind == "label" && t.added && t.label.as_deref() == Some(label))
-        .map(|t| t.actor))
+        .map(|t| (t.actor, t.created_at)))
 }

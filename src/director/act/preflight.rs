@@ -89,6 +89,7 @@ impl PreflightAct {
             template: &self.template,
             automation_accounts: &self.settings.automation_accounts,
             bot: bot.as_deref(),
+            read_unvouched: false,
         };
         Ok(gather_with(&with, issue, handled_command_id, state.as_ref()).await?)
     }
@@ -294,6 +295,9 @@ pub struct Gatherer<'a> {
     pub template: &'a str,
     pub automation_accounts: &'a [String],
     pub bot: Option<&'a str>,
+    /// Text no writer vouched for is read as it is (the operator's dry run, which acts on
+    /// nothing) rather than left out.
+    pub read_unvouched: bool,
 }
 
 /// Roles asked while gathering: each account once.
@@ -343,6 +347,7 @@ pub async fn gather_with(
         template,
         automation_accounts,
         bot,
+        read_unvouched,
     } = *with;
     // Independent reads, at once: one round trip fewer on every read.
     let (issue, comments) = tokio::join!(forge.issue(issue_ref), forge.comments(issue_ref));
@@ -399,23 +404,27 @@ pub async fn gather_with(
         && roles.trusted(&p.by).await?
     {
         (current.clone(), Some(by(&p.by)))
-    } else if let Some((writer, _)) = &go_command {
-        (current.clone(), Some(by(writer)))
     } else if let Some(v) = state.and_then(|s| s.vouched.as_ref()) {
         if !same_text(v) {
-            left_out.insert(
-                0,
-                LeftOut {
-                    author: issue.author.clone(),
-                    comment_id: 0,
-                    issue_text: true,
-                },
-            );
+            left_out.insert(0, issue_text_left_out(&issue.author));
         }
         (v.clone(), None)
-    } else {
-        // Nothing vouched for yet (an issue picked up before this rule): the text as it is.
+    } else if read_unvouched {
         (current.clone(), None)
+    } else {
+        // No writer vouched for any version of this text (the trigger was seen only after an
+        // edit, or its timeline could not be read): none of it is read. A writer's edit or
+        // `/director go` vouches for it; a `/director go` counts for the text its delivery
+        // carried (the proposed text above), never for the text as it is when read.
+        left_out.insert(0, issue_text_left_out(&issue.author));
+        (
+            Vouched {
+                title: String::new(),
+                body: String::new(),
+                by: String::new(),
+            },
+            None,
+        )
     };
     let prompt = prompt::build(template, issue_ref, &text.title, &text.body, &trusted);
     Ok(Gathered {
@@ -428,6 +437,14 @@ pub async fn gather_with(
         body: text.body,
         vouched,
     })
+}
+
+fn issue_text_left_out(author: &str) -> LeftOut {
+    LeftOut {
+        author: author.to_owned(),
+        comment_id: 0,
+        issue_text: true,
+    }
 }
 
 fn prompt_comment(c: &Comment) -> PromptComment {

@@ -1273,6 +1273,11 @@ impl FakeForge {
         self.state().fail_next.extend(statuses.iter().copied());
     }
 
+    /// Failures queued by `fail_next` and not yet served are dropped: the forge is well again.
+    pub fn heal(&self) {
+        self.state().fail_next.clear();
+    }
+
     /// Requests that did not fit Forgejo's API spec.
     pub fn contract_violations(&self) -> Vec<String> {
         self.state().violations.clone()
