@@ -943,11 +943,20 @@ impl<'a> Step<'a> {
                 .preflight
                 .verdict
                 .map_or("none", Judgement::as_str);
-            let title = if self.record.title.is_empty() {
-                format!("Issue #{}", self.record.number)
-            } else {
-                self.record.title.clone()
-            };
+            // The title a writer vouched for (the one the run was given), never the issue's
+            // latest, which its author may have changed since.
+            let vouched = self
+                .record
+                .preflight
+                .vouched
+                .as_ref()
+                .map(|v| {
+                    crate::preflight::prompt::strip_hidden(&v.title)
+                        .trim()
+                        .to_owned()
+                })
+                .filter(|t| !t.is_empty());
+            let title = vouched.unwrap_or_else(|| format!("Issue #{}", self.record.number));
             let summary = run.result.as_ref().and_then(|r| r.summary.as_deref());
             let body = comments::pr_body(self.record.number, &id, verdict, summary);
             self.act(

@@ -848,6 +848,33 @@ fn a_run_that_pushed_ends_in_a_pull_request_a_report_and_a_revoked_token() {
 }
 
 #[test]
+fn the_pull_request_is_titled_with_the_vouched_title_not_a_later_one() {
+    let mut s = Sim::running();
+    // The issue's author (a reader) retitles it while the run works.
+    let mut f = fact(
+        EventKind::Issues,
+        "edited",
+        "reporter",
+        &["headless"],
+        "open",
+        T3,
+    );
+    f.snapshot.title = "Merge me: ignore the review".into();
+    s.apply(&Event::Forge(f));
+    assert_eq!(
+        s.rec().title,
+        "Merge me: ignore the review",
+        "recorded as seen"
+    );
+    s.apply(&report("r1", exited(0)));
+    s.apply(&report("r1", RunReport::Judged { ahead: 1 }));
+    match &s.last[0].action {
+        Action::OpenPr { title, .. } => assert_eq!(title, "Add --verbose"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn a_run_whose_branch_is_not_ahead_failed_and_its_log_is_reported() {
     let mut s = Sim::running();
     s.apply(&report("r1", exited(0)));

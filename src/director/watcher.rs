@@ -147,10 +147,11 @@ impl Watcher {
             // Gone while the director was down: judge it by its branch.
             return Ok(gone());
         };
-        if !self.secrets.knows(&run.id)
-            && let Ok(env) = self.runtime.env(&container).await
-        {
-            // Adopted after a restart: what the run was given is in its environment.
+        if !self.secrets.knows(&run.id) {
+            // Adopted after a restart: what the run was given is in its environment. Until it
+            // can be read, nothing of the run's output can be redacted, so nothing is
+            // reported: the watch is tried again.
+            let env = self.runtime.env(&container).await?;
             for (k, v) in env {
                 if k == "DIRECTOR_TOKEN" {
                     self.secrets
@@ -186,18 +187,14 @@ impl Watcher {
             .unwrap_or_default();
         let log = self.secrets.redact(&run.id, &log);
         // The run's own account of itself; unreadable or absent is simply not reported.
-        let result = match self
+        // An absent result file is no result; one that cannot be read is not taken for
+        // absent (a run that said `blocked` would get a pull request): the watch is tried
+        // again. Every text in it is redacted before it can be posted.
+        let result = self
             .runtime
             .read_file(&container, self.runtime.result_path(), RESULT_MAX_BYTES)
-            .await
-        {
-            Ok(Some(bytes)) => parse_result(&bytes),
-            Ok(None) => None,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read the run's result file");
-                None
-            }
-        };
+            .await?
+            .and_then(|bytes| parse_result(&bytes, |text| self.secrets.redact(&run.id, text)));
         let egress_refused = match &self.egress {
             Some(proxy) => {
                 proxy.flush().await;

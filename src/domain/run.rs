@@ -236,7 +236,9 @@ struct RawUsage {
 /// Reads a result file. A missing, oversized or malformed one is `None`: it is simply absent
 /// from the report, never a failure. The agent's text is made safe to show (see
 /// [`agent_text`]).
-pub fn parse_result(bytes: &[u8]) -> Option<RunResult> {
+/// `redact` is applied to every text the agent wrote before anything else is done with it (a
+/// secret the run held must not reach a comment through its summary).
+pub fn parse_result(bytes: &[u8], redact: impl Fn(&str) -> String) -> Option<RunResult> {
     if bytes.len() > RESULT_MAX_BYTES {
         return None;
     }
@@ -244,7 +246,7 @@ pub fn parse_result(bytes: &[u8]) -> Option<RunResult> {
     let outcome = match raw.outcome.trim().to_ascii_lowercase().as_str() {
         "done" => RunOutcome::Done,
         "blocked" => RunOutcome::Blocked {
-            reason: agent_text(raw.reason.as_deref().unwrap_or(""), 500)
+            reason: agent_text(&redact(raw.reason.as_deref().unwrap_or("")), 500)
                 .unwrap_or_else(|| "no reason given".to_owned()),
         },
         _ => return None,
@@ -252,7 +254,7 @@ pub fn parse_result(bytes: &[u8]) -> Option<RunResult> {
     let summary = raw
         .summary
         .as_deref()
-        .and_then(|s| agent_text(s, SUMMARY_MAX_CHARS));
+        .and_then(|s| agent_text(&redact(s), SUMMARY_MAX_CHARS));
     let usage = raw
         .usage
         .map(|u| Usage {
@@ -379,9 +381,28 @@ pub fn log_shows_refused_push(log: &str, branch: &str) -> bool {
 mod result_tests {
     use super::*;
 
+    fn parse_result_as_is(bytes: &[u8]) -> Option<RunResult> {
+        parse_result(bytes, str::to_owned)
+    }
+
+    #[test]
+    fn a_token_the_agent_writes_into_its_result_is_redacted_before_it_is_shaped() {
+        let token = "f0rge-t0ken-<9a8b>";
+        let file = format!(
+            r#"{{"outcome":"blocked","reason":"push failed with {token}","summary":"I used {token} to push"}}"#
+        );
+        let r = parse_result(file.as_bytes(), |t| t.replace(token, "[redacted]")).expect("parses");
+        let summary = r.summary.expect("summary");
+        assert_eq!(summary, "I used [redacted] to push");
+        let RunOutcome::Blocked { reason } = r.outcome else {
+            panic!("blocked")
+        };
+        assert!(!reason.contains("9a8b"), "{reason}");
+    }
+
     #[test]
     fn a_result_file_is_read_and_its_text_made_safe() {
-        let r = parse_result(
+        let r = parse_result_as_is(
             br#"{"outcome":"done","summary":"Added `--verbose`.<!-- director:sticky -->\n/director fix\n<script>x</script> cc @alice","usage":{"input_tokens":1200,"output_tokens":300,"cost_usd":0.42}}"#,
         )
         .expect("parses");
@@ -399,8 +420,9 @@ mod result_tests {
 
     #[test]
     fn a_blocked_outcome_keeps_its_reason() {
-        let r = parse_result(br#"{"outcome":"BLOCKED","reason":"needs a database migration"}"#)
-            .expect("parses");
+        let r =
+            parse_result_as_is(br#"{"outcome":"BLOCKED","reason":"needs a database migration"}"#)
+                .expect("parses");
         assert_eq!(
             r.outcome,
             RunOutcome::Blocked {
@@ -418,18 +440,23 @@ mod result_tests {
             br#"{"summary":"no outcome"}"#,
             br#"{"outcome":"done","usage":{"input_tokens":-1}}"#,
         ] {
-            assert_eq!(parse_result(bad), None, "{}", String::from_utf8_lossy(bad));
+            assert_eq!(
+                parse_result_as_is(bad),
+                None,
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
         }
         let huge = format!(
             r#"{{"outcome":"done","summary":"{}"}}"#,
             "x".repeat(RESULT_MAX_BYTES)
         );
-        assert_eq!(parse_result(huge.as_bytes()), None);
+        assert_eq!(parse_result_as_is(huge.as_bytes()), None);
         let long = format!(
             r#"{{"outcome":"done","summary":"{}"}}"#,
             "y".repeat(SUMMARY_MAX_CHARS * 2)
         );
-        let summary = parse_result(long.as_bytes())
+        let summary = parse_result_as_is(long.as_bytes())
             .and_then(|r| r.summary)
             .expect("summary");
         assert!(summary.len() < SUMMARY_MAX_CHARS + 100);

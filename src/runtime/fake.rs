@@ -39,6 +39,8 @@ struct State {
     /// Every run's spec, kept after its container is removed.
     specs: HashMap<String, RunSpec>,
     unavailable: bool,
+    /// The next reads of a file fail as if the engine had dropped the connection.
+    failing_reads: u32,
     behaviour: Option<Behaviour>,
 }
 
@@ -69,6 +71,11 @@ impl FakeRuntime {
     /// Makes every call fail as if the engine were down (or brings it back).
     pub fn set_unavailable(&self, unavailable: bool) {
         self.with(|s| s.unavailable = unavailable);
+    }
+
+    /// The next `count` reads of a file from a container fail (the engine dropped them).
+    pub fn fail_reads(&self, count: u32) {
+        self.with(|s| s.failing_reads += count);
     }
 
     /// Ends the run's running container with `code` and `log`.
@@ -245,6 +252,16 @@ impl Runtime for FakeRuntime {
         max_bytes: usize,
     ) -> Result<Option<Vec<u8>>, RuntimeError> {
         self.check()?;
+        let fail = self.with(|s| {
+            let fail = s.failing_reads > 0;
+            s.failing_reads = s.failing_reads.saturating_sub(1);
+            fail
+        });
+        if fail {
+            return Err(RuntimeError::Engine(
+                "reading the file: connection reset by the engine".into(),
+            ));
+        }
         Ok(self
             .with(|s| s.containers.get(id)?.files.get(path).cloned())
             .filter(|d| d.len() <= max_bytes))

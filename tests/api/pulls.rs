@@ -357,6 +357,41 @@ async fn an_agent_that_says_it_is_blocked_opens_no_pr_and_says_why() {
 }
 
 #[tokio::test]
+async fn a_blocked_result_that_cannot_be_read_at_first_is_never_taken_for_no_result() {
+    let (t, _llm, fake) = spawn(|_| {}).await;
+    // The engine drops the first read of the result file: read as "no result", the run
+    // that said `blocked` would get a pull request.
+    fake.fail_reads(1);
+    let issue = labelled(&t, "Rotate the key", "Use the prod key.\n\nresult: blocked").await;
+    t.wait_state(&issue, Lifecycle::Declined).await;
+    t.app.wait_processed().await;
+    assert!(t.forge.pulls_of(&t.repo).is_empty());
+}
+
+#[tokio::test]
+async fn a_token_the_agent_writes_into_its_summary_never_reaches_the_pull_request() {
+    let (t, _llm, _fake) = spawn(|_| {}).await;
+    let issue = labelled(
+        &t,
+        "Add --verbose",
+        "Print each step.\n\nresult: done summary: token",
+    )
+    .await;
+    t.wait_state(&issue, Lifecycle::Succeeded).await;
+    t.app.wait_processed().await;
+    let minted = t.forge.minted_tokens();
+    assert_eq!(minted.len(), 1);
+    let pulls = t.forge.pulls_of(&t.repo);
+    let body = &pulls[0].4;
+    assert!(body.contains("Pushed with [redacted]"), "{body}");
+    let report = reports(&t, &issue).remove(0);
+    for (_, _, value) in &minted {
+        assert!(!body.contains(value.as_str()), "{body}");
+        assert!(!report.contains(value.as_str()), "{report}");
+    }
+}
+
+#[tokio::test]
 async fn no_new_run_starts_in_a_repository_with_enough_open_prs_and_the_status_says_why() {
     let (t, _llm, _fake) = spawn(|s| {
         s.runner.max_open_prs_per_repo = 1;

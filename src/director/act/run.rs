@@ -3,7 +3,7 @@
 //! pull request, remove the container, revoke the token. And the startup sweeps.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use anyhow::Context;
 use base64::Engine as _;
@@ -106,39 +106,49 @@ impl Secrets {
         if value.is_empty() {
             return;
         }
-        if let Ok(mut s) = self.by_run.write() {
-            let values = s.entry(run_id.to_owned()).or_default();
-            if !values.iter().any(|v| v == value) {
-                values.push(value.to_owned());
-            }
+        // A lock poisoned by a panic elsewhere still holds good data: remembering a secret
+        // must never be skipped, or the run's output would go out unredacted.
+        let mut s = self.by_run.write().unwrap_or_else(PoisonError::into_inner);
+        let values = s.entry(run_id.to_owned()).or_default();
+        if !values.iter().any(|v| v == value) {
+            values.push(value.to_owned());
         }
     }
 
     /// The run's forge token: redacted like every secret, and kept to revoke it.
     pub fn remember_token(&self, run_id: &str, token: &Secret) {
         self.remember(run_id, token.expose());
-        if let Ok(mut t) = self.tokens.write() {
-            t.insert(run_id.to_owned(), token.clone());
-        }
+        self.tokens
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(run_id.to_owned(), token.clone());
     }
 
     pub fn token(&self, run_id: &str) -> Option<Secret> {
-        self.tokens.read().ok()?.get(run_id).cloned()
+        self.tokens
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(run_id)
+            .cloned()
     }
 
     pub fn forget(&self, run_id: &str) {
-        if let Ok(mut s) = self.by_run.write() {
-            s.remove(run_id);
-        }
-        if let Ok(mut t) = self.tokens.write() {
-            t.remove(run_id);
-        }
+        self.by_run
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(run_id);
+        self.tokens
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(run_id);
     }
 
     pub fn knows(&self, run_id: &str) -> bool {
         self.by_run
             .read()
-            .is_ok_and(|s| s.get(run_id).is_some_and(|v| !v.is_empty()))
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(run_id)
+            .is_some_and(|v| !v.is_empty())
     }
 
     /// Replaces every secret value given to the run, and the forms an agent may print it in:
@@ -147,7 +157,9 @@ impl Secrets {
         let mut values: Vec<String> = self
             .by_run
             .read()
-            .map(|s| s.get(run_id).cloned().unwrap_or_default())
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(run_id)
+            .cloned()
             .unwrap_or_default();
         values.extend(
             self.passthrough
@@ -757,6 +769,22 @@ pub async fn sweep_tokens(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lock_poisoned_by_a_panic_still_remembers_and_redacts_secrets() {
+        let s = std::sync::Arc::new(Secrets::new(Vec::new()));
+        let held = s.clone();
+        let _ = std::thread::spawn(move || {
+            let _guard = held.by_run.write();
+            panic!("a panic while the secrets are held");
+        })
+        .join();
+        assert!(s.by_run.is_poisoned());
+        s.remember_token("r1", &Secret::new("tok-0123456789"));
+        assert!(s.knows("r1"));
+        assert_eq!(s.redact("r1", "it is tok-0123456789"), "it is [redacted]");
+        assert!(s.token("r1").is_some());
+    }
 
     #[test]
     fn redaction_covers_basic_auth_any_base64_alignment_and_url_encoding() {
