@@ -93,6 +93,26 @@ pub async fn watched(
     (all, failed)
 }
 
+/// How Forgejo lists an event back: it stores `pull_request_review` as one flag and lists that
+/// flag as three events (`EventCheckers` in Forgejo's `models/webhook`).
+pub fn listed_as(event: &str) -> &'static [&'static str] {
+    match event {
+        "pull_request_review" => &[
+            "pull_request_review_approved",
+            "pull_request_review_rejected",
+            "pull_request_review_comment",
+        ],
+        _ => &[],
+    }
+}
+
+/// Whether the hook has `event`, in Forgejo's terms: named as given, or as Forgejo lists it.
+fn has_event(hook: &Hook, event: &str) -> bool {
+    let named = |e: &str| hook.events.iter().any(|h| h == e);
+    let listed = listed_as(event);
+    named(event) || (!listed.is_empty() && listed.iter().all(|e| named(e)))
+}
+
 fn same_url(a: &str, b: &str) -> bool {
     a.trim_end_matches('/') == b.trim_end_matches('/')
 }
@@ -106,7 +126,7 @@ fn problems(hook: &Hook) -> Vec<String> {
     let missing: Vec<&str> = EVENTS
         .iter()
         .copied()
-        .filter(|e| !hook.events.iter().any(|h| h == e))
+        .filter(|e| !has_event(hook, e))
         .collect();
     if !missing.is_empty() {
         out.push(format!("missing events: {}", missing.join(", ")));
@@ -183,9 +203,11 @@ pub async fn install_repo(
         let wrong = problems(first);
         if !wrong.is_empty() {
             // Keep the events it has beyond the director's (someone added them on purpose).
+            // Names Forgejo only lists (and ignores when given) stay out of the request.
             let mut events = spec.events.clone();
             for e in &first.events {
-                if !events.contains(e) {
+                let only_listed = EVENTS.iter().any(|d| listed_as(d).contains(&e.as_str()));
+                if !events.contains(e) && !only_listed {
                     events.push(e.clone());
                 }
             }

@@ -740,10 +740,7 @@ impl State {
             ));
         }
         let events: Vec<String> = match body["events"].as_array() {
-            Some(list) => list
-                .iter()
-                .filter_map(|e| e.as_str().map(str::to_owned))
-                .collect(),
+            Some(list) => stored_events(list),
             None => vec!["push".to_owned()],
         };
         let hook = FHook {
@@ -780,10 +777,7 @@ impl State {
             h.content_type = ct.to_owned();
         }
         if let Some(list) = body["events"].as_array() {
-            h.events = list
-                .iter()
-                .filter_map(|e| e.as_str().map(str::to_owned))
-                .collect();
+            h.events = stored_events(list);
         }
         if let Some(active) = body["active"].as_bool() {
             h.active = active;
@@ -1827,6 +1821,32 @@ impl Forge for FakeForge {
     fn run_endpoints(&self, repo: &RepoName, runner: &super::RunnerAccount) -> super::RunEndpoints {
         super::forgejo::run_endpoints("http://fake-forge.invalid", repo, runner)
     }
+}
+
+/// A hook's events as Forgejo 15 keeps and lists them: `pull_request_review` is one flag,
+/// listed back as its three events, and those three names are not recognised when given.
+fn stored_events(list: &[Value]) -> Vec<String> {
+    let given: Vec<&str> = list.iter().filter_map(Value::as_str).collect();
+    let mut out = Vec::new();
+    for e in given {
+        let listed = crate::hooks::listed_as(e);
+        let only_listed = crate::hooks::EVENTS
+            .iter()
+            .any(|d| crate::hooks::listed_as(d).contains(&e));
+        let names: Vec<&str> = if !listed.is_empty() {
+            listed.to_vec()
+        } else if only_listed {
+            Vec::new()
+        } else {
+            vec![e]
+        };
+        for n in names {
+            if !out.iter().any(|o| o == n) {
+                out.push(n.to_owned());
+            }
+        }
+    }
+    out
 }
 
 pub(crate) fn to_hook(h: &FHook) -> Hook {
