@@ -528,6 +528,9 @@ async fn a_wrong_key_is_a_clear_error_counted_in_the_metrics_never_a_crash_and_n
         err.contains("runner.timeout_secs") && err.contains("3300"),
         "{err}"
     );
+    // The defaults start on GitHub: a run's default limit there fits in the token's hour.
+    let (ok, out, err) = check_config(&good, &[("DIRECTOR_RUNNER__IMAGE", "agent:1")]);
+    assert!(ok, "the default configuration on GitHub: {out} {err}");
 }
 
 #[tokio::test]
