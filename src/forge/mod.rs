@@ -276,6 +276,10 @@ pub enum ForgeError {
         path: String,
         reason: String,
     },
+    /// A run token this process cannot revoke: it does not hold it (GitHub revokes a token
+    /// only when shown it).
+    #[error("the run token {name} is not held by this process and cannot be revoked")]
+    TokenNotHeld { name: String },
 }
 
 impl ForgeError {

@@ -262,7 +262,10 @@ impl KubeRuntime {
     }
 
     /// The NetworkPolicy of a confined run's pod: no ingress; egress only to the director's
-    /// pods on the proxy port, and to the cluster's DNS. Owned by the Job.
+    /// pods on the proxy port. No DNS: a recursive resolver would carry any name out
+    /// (`<secret>.attacker.example`), and a run that reaches the outside only through the
+    /// proxy needs none (it is given the proxy's address, and the proxy resolves). Owned by
+    /// the Job.
     pub fn network_policy(
         &self,
         spec: &RunSpec,
@@ -304,16 +307,6 @@ impl KubeRuntime {
                             "podSelector": { "matchLabels": director_pods },
                         }],
                         "ports": [{ "protocol": "TCP", "port": self.runner.egress_proxy_port }],
-                    },
-                    {
-                        "to": [{
-                            "namespaceSelector": {},
-                            "podSelector": { "matchLabels": { "k8s-app": "kube-dns" } },
-                        }],
-                        "ports": [
-                            { "protocol": "UDP", "port": 53 },
-                            { "protocol": "TCP", "port": 53 },
-                        ],
                     },
                 ],
             },
@@ -579,10 +572,12 @@ impl Runtime for KubeRuntime {
 
     /// The proxy listens on every address of the director's pod; runs reach it by
     /// `kubernetes.proxy_host` (its Service), and only it (their NetworkPolicy).
-    async fn prepare_egress(&self, _port: u16) -> Result<EgressPoint, RuntimeError> {
+    /// Runs have no DNS, so they are given the proxy's address: `kubernetes.proxy_host`
+    /// (its Service) resolved here, by the director's own resolver.
+    async fn prepare_egress(&self, port: u16) -> Result<EgressPoint, RuntimeError> {
         Ok(EgressPoint {
             listen: std::net::Ipv4Addr::UNSPECIFIED.into(),
-            host: self.settings.proxy_host.clone(),
+            host: proxy_address(&self.settings.proxy_host, port).await?,
         })
     }
 
@@ -615,7 +610,18 @@ impl Runtime for KubeRuntime {
         }
         .await;
         if let Err(e) = made {
-            let _ = self.remove(&name).await;
+            // If the clean-up fails too, the Job stays suspended: `start` refuses to lift the
+            // suspension of a run whose Secret or NetworkPolicy is missing.
+            if let Err(cleanup) = self.remove(&name).await {
+                tracing::error!(
+                    job = %name,
+                    error = %cleanup,
+                    "cannot remove a half-made run; it stays suspended and will not be started"
+                );
+                return Err(RuntimeError::Engine(format!(
+                    "{e}; removing the half-made Job also failed: {cleanup}"
+                )));
+            }
             return Err(e);
         }
         Ok(name)
@@ -629,6 +635,25 @@ impl Runtime for KubeRuntime {
             None => {
                 return Err(RuntimeError::Engine(format!(
                     "the run's Secret {id} is missing (an earlier attempt stopped between creating the Job and its Secret)"
+                )));
+            }
+        }
+        // Nor may a confined run's pod ever run without its NetworkPolicy: an earlier attempt
+        // may have died between the Secret and the policy, or failed to clean up after a
+        // policy that could not be made. Checked here, where the suspension is lifted.
+        if self.confined() {
+            let run_id = id.strip_prefix("director-run-").unwrap_or(id);
+            let policy = self.policies().get_opt(id).await.map_err(api_error)?;
+            let selects_the_run = policy
+                .as_ref()
+                .and_then(|p| p.spec.as_ref())
+                .and_then(|s| s.pod_selector.as_ref())
+                .and_then(|s| s.match_labels.as_ref())
+                .and_then(|l| l.get(RUN_LABEL))
+                .is_some_and(|v| *v == label_value(run_id));
+            if !selects_the_run {
+                return Err(RuntimeError::Engine(format!(
+                    "the run's NetworkPolicy {id} is missing or does not select its pod: a confined run is never started without it"
                 )));
             }
         }
@@ -774,8 +799,17 @@ impl Runtime for KubeRuntime {
         }
     }
 
-    /// Cancel: the Job goes at once, its pods with it (foreground propagation).
+    /// Cancel: the run stops acting at once. Its pods are deleted first with no grace (the
+    /// garbage collector would give a pod collected with its Job the pod's own grace period,
+    /// and the agent would run on meanwhile); then the Job, in the foreground, and its Secret.
     async fn kill(&self, id: &str) -> Result<(), RuntimeError> {
+        let now = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        };
+        for pod in self.pods_of(id).await? {
+            gone_ok(self.pods().delete(&Self::pod_name(&pod), &now).await)?;
+        }
         gone_ok(
             self.jobs()
                 .delete(
@@ -786,7 +820,8 @@ impl Runtime for KubeRuntime {
                     },
                 )
                 .await,
-        )
+        )?;
+        gone_ok(self.secrets().delete(id, &now).await)
     }
 
     async fn remove(&self, id: &str) -> Result<(), RuntimeError> {
@@ -840,6 +875,36 @@ impl Runtime for KubeRuntime {
 }
 
 /// An API error told as what the director could not do.
+/// `host` as an address a run can use without DNS: an IP literal as it is, a name resolved
+/// (an IPv4 address first, which every cluster network has).
+async fn proxy_address(host: &str, port: u16) -> Result<String, RuntimeError> {
+    let host = host.trim();
+    if let Ok(ip) = host.trim_matches(['[', ']']).parse::<std::net::IpAddr>() {
+        return Ok(bracketed(ip));
+    }
+    let found: Vec<std::net::SocketAddr> = tokio::net::lookup_host((host, port))
+        .await
+        .map_err(|e| {
+            RuntimeError::Engine(format!(
+                "kubernetes.proxy_host {host} does not resolve here ({e}): runs have no DNS and are given its address"
+            ))
+        })?
+        .collect();
+    found
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(found.first())
+        .map(|a| bracketed(a.ip()))
+        .ok_or_else(|| RuntimeError::Engine(format!("kubernetes.proxy_host {host} has no address")))
+}
+
+fn bracketed(ip: std::net::IpAddr) -> String {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4.to_string(),
+        std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+    }
+}
+
 fn described(e: kube::Error, what: &str) -> RuntimeError {
     match &e {
         kube::Error::Api(r) if r.code == 403 => RuntimeError::Engine(format!(

@@ -219,6 +219,28 @@ impl State {
             .collect()
     }
 
+    /// A graceful deletion: the pod is marked and keeps running for its grace period; one
+    /// without a grace period goes at once.
+    fn terminate_pod(&mut self, ns: &str, name: &str) {
+        let Some(mut pod) = self.get("pods", ns, name).cloned() else {
+            return;
+        };
+        let grace = pod["spec"]["terminationGracePeriodSeconds"]
+            .as_i64()
+            .unwrap_or(30);
+        let ended = matches!(
+            pod["status"]["phase"].as_str(),
+            Some("Succeeded" | "Failed")
+        );
+        if grace == 0 || ended {
+            self.remove("pods", ns, name);
+            return;
+        }
+        pod["metadata"]["deletionTimestamp"] = json!(now());
+        pod["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+        self.put("pods", ns, pod, "MODIFIED");
+    }
+
     fn pods_of_job(&self, ns: &str, job: &str) -> Vec<String> {
         self.objects
             .iter()
@@ -382,6 +404,11 @@ impl FakeKube {
 
     pub fn network_policy(&self, ns: &str, name: &str) -> Option<Value> {
         self.with(|s| s.get("networkpolicies", ns, name).cloned())
+    }
+
+    /// Deletes the run's NetworkPolicy, as a crash before it was made would leave things.
+    pub fn remove_network_policy(&self, ns: &str, name: &str) {
+        self.with(|s| s.remove("networkpolicies", ns, name));
     }
 
     pub fn pods_of(&self, ns: &str, job: &str) -> Vec<Value> {
@@ -696,9 +723,14 @@ async fn handle(req: HttpRequest, body: Bytes, data: web::Data<Shared>) -> HttpR
                 let uid = object["metadata"]["uid"].as_str().unwrap_or("").to_owned();
                 // The garbage collector: Secrets owned by the object always go; pods of a Job
                 // only with a propagation policy (the API's default for Jobs orphans them).
+                // Pods it collects get their own grace period, as the garbage collector gives
+                // them: they stay, terminating and running, until it has passed (a test ends
+                // it with `pass_grace`).
                 for (r, owned) in s.owned_by(&ns, &uid) {
-                    if r != "pods" || policy == "Foreground" || policy == "Background" {
+                    if r != "pods" {
                         s.remove(r, &ns, &owned);
+                    } else if policy == "Foreground" || policy == "Background" {
+                        s.terminate_pod(&ns, &owned);
                     }
                 }
                 if resource == "pods"

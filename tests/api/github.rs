@@ -886,10 +886,15 @@ async fn a_run_token_minted_before_a_restart_is_revoked_once_read_back_from_its_
     drop(before);
     // The director restarts: the new process holds no token by that name.
     let after = director::forge::github::GithubClient::new(&settings, None).expect("client");
-    after
+    // It cannot be revoked without being shown, and the client says so: never a quiet Ok.
+    let err = after
         .delete_run_token(&runner, "director-run-r1-d1")
         .await
-        .expect("nothing to do");
+        .expect_err("not held");
+    assert!(
+        matches!(err, director::forge::ForgeError::TokenNotHeld { .. }),
+        "{err}"
+    );
     assert!(
         gh.tokens().iter().all(|t| !t.revoked),
         "it could not be shown"

@@ -34,6 +34,8 @@ fn runner() -> RunnerSettings {
         timeout_secs: 600,
         stop_grace_secs: 7,
         workspace_mb: 512,
+        // Open egress unless a test confines its runs (`confined_runner`).
+        egress: "open".into(),
         ..RunnerSettings::default()
     }
 }
@@ -327,7 +329,24 @@ async fn cancel_deletes_the_job_in_the_foreground_and_the_watch_ends() {
     rt.kill(&id).await.expect("killed");
     let delete = requests_to(&fake, "DELETE", &format!("/jobs/{id}"));
     assert_eq!(delete[0].body["propagationPolicy"], "Foreground");
-    assert!(fake.job(NS, &id).is_none() && fake.pods_of(NS, &id).is_empty());
+    // The fake's garbage collector, like the cluster's, leaves a pod collected with its Job
+    // running for its grace period: the agent's pod must have been deleted with none.
+    assert!(
+        fake.job(NS, &id).is_none() && fake.pods_of(NS, &id).is_empty(),
+        "the pod still runs after the cancel: {:?}",
+        fake.pods_of(NS, &id)
+    );
+    let requests = fake.requests();
+    let pod_delete = requests
+        .iter()
+        .position(|r| r.method == "DELETE" && r.path.contains("/pods/"))
+        .expect("the pod is deleted itself");
+    assert_eq!(requests[pod_delete].body["gracePeriodSeconds"], 0);
+    let job_delete = requests
+        .iter()
+        .position(|r| r.method == "DELETE" && r.path.ends_with(&format!("/jobs/{id}")))
+        .expect("the Job is deleted");
+    assert!(pod_delete < job_delete, "the pod before its Job");
     assert!(
         fake.secret(NS, &id).is_none(),
         "the owned Secret is collected"
@@ -336,8 +355,9 @@ async fn cancel_deletes_the_job_in_the_foreground_and_the_watch_ends() {
         .await
         .expect("the watch ends")
         .expect("joined");
+    // Gone, or seen failing in the moment between its pod's end and its own deletion.
     assert!(
-        matches!(waited, Err(RuntimeError::NotFound(_))),
+        matches!(waited, Err(RuntimeError::NotFound(_)) | Ok(Exit::Code(_))),
         "{waited:?}"
     );
     rt.kill(&id).await.expect("killing what is gone is fine");
@@ -611,7 +631,8 @@ fn confined_runner() -> RunnerSettings {
 
 fn confined_settings(fake: &FakeKube) -> KubernetesSettings {
     KubernetesSettings {
-        proxy_host: "director.forge.svc".into(),
+        // Resolved by the director: runs have no DNS.
+        proxy_host: "localhost".into(),
         proxy_namespace: "forge".into(),
         proxy_pod_labels: vec![
             "app.kubernetes.io/name=director".into(),
@@ -622,7 +643,7 @@ fn confined_settings(fake: &FakeKube) -> KubernetesSettings {
 }
 
 #[tokio::test]
-async fn a_confined_runs_pod_gets_a_network_policy_to_the_proxy_and_dns_only_before_it_starts() {
+async fn a_confined_runs_pod_gets_a_network_policy_to_the_proxy_only_before_it_starts() {
     let fake = FakeKube::start();
     let _ = rustls::crypto::ring::default_provider().install_default();
     let rt = KubeRuntime::connect(confined_runner(), confined_settings(&fake))
@@ -630,7 +651,10 @@ async fn a_confined_runs_pod_gets_a_network_policy_to_the_proxy_and_dns_only_bef
         .expect("client");
     rt.check().await.expect("allowed");
     let point = rt.prepare_egress(3128).await.expect("egress");
-    assert_eq!(point.host, "director.forge.svc");
+    assert_eq!(
+        point.host, "127.0.0.1",
+        "runs are given the proxy's address"
+    );
     assert!(point.listen.is_unspecified());
     let confined = RunSpec {
         confined: true,
@@ -667,8 +691,8 @@ async fn a_confined_runs_pod_gets_a_network_policy_to_the_proxy_and_dns_only_bef
     let egress = p["egress"].as_array().expect("egress rules");
     assert_eq!(
         egress.len(),
-        2,
-        "the proxy and DNS, nothing else: {egress:?}"
+        1,
+        "the proxy, nothing else (no DNS: a resolver carries any name out): {egress:?}"
     );
     let proxy = &egress[0];
     assert_eq!(
@@ -684,18 +708,6 @@ async fn a_confined_runs_pod_gets_a_network_policy_to_the_proxy_and_dns_only_bef
         serde_json::json!([{ "protocol": "TCP", "port": 3128 }])
     );
     assert!(proxy["to"][0]["ipBlock"].is_null());
-    let dns = &egress[1];
-    assert_eq!(
-        dns["to"][0]["podSelector"]["matchLabels"]["k8s-app"],
-        "kube-dns"
-    );
-    let ports: Vec<i64> = dns["ports"]
-        .as_array()
-        .expect("ports")
-        .iter()
-        .filter_map(|p| p["port"].as_i64())
-        .collect();
-    assert_eq!(ports, [53, 53]);
     let problems = crate::chart::invalid(std::slice::from_ref(&policy));
     assert!(problems.is_empty(), "{problems:?}");
     rt.remove(&id).await.expect("removed");
@@ -717,4 +729,50 @@ async fn a_confined_runs_pod_gets_a_network_policy_to_the_proxy_and_dns_only_bef
         "no Job left to start unconfined"
     );
     assert!(fake.secret(NS, "director-run-aaaaaaaaaaaa").is_none());
+}
+
+#[tokio::test]
+async fn a_confined_run_whose_policy_is_missing_is_never_started() {
+    let fake = FakeKube::start();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let rt = KubeRuntime::connect(confined_runner(), confined_settings(&fake))
+        .await
+        .expect("client");
+    let confined = RunSpec {
+        confined: true,
+        ..spec("bbbbbbbbbbbb")
+    };
+    let id = rt.create(&confined).await.expect("created");
+    // The director died between the Secret and the policy (or the policy's clean-up
+    // failed): the next attempt adopts the suspended Job.
+    fake.remove_network_policy(NS, &id);
+    let err = rt.start(&id).await.expect_err("refused");
+    assert!(err.to_string().contains("NetworkPolicy"), "{err}");
+    assert_eq!(
+        fake.job(NS, &id).expect("job")["spec"]["suspend"],
+        true,
+        "still suspended: no pod ran unconfined"
+    );
+    assert!(fake.pods_of(NS, &id).is_empty());
+
+    // A policy that cannot be made, and a clean-up that fails as well: the error says both,
+    // and what is left is never started.
+    fake.forbid("create", "networkpolicies");
+    fake.forbid("delete", "jobs");
+    let err = rt
+        .create(&RunSpec {
+            confined: true,
+            ..spec("cccccccccccc")
+        })
+        .await
+        .expect_err("not created");
+    assert!(
+        err.to_string().contains("removing the half-made Job"),
+        "{err}"
+    );
+    let left = "director-run-cccccccccccc";
+    assert!(fake.job(NS, left).is_some(), "the Job could not be removed");
+    let err = rt.start(left).await.expect_err("refused");
+    assert!(err.to_string().contains("NetworkPolicy"), "{err}");
+    assert!(fake.pods_of(NS, left).is_empty());
 }

@@ -126,7 +126,7 @@ impl Acts {
             }
             Action::StartRun { run_id } => self.runs()?.start(self, issue, run_id).await,
             Action::StopRun { run_id } => {
-                self.runs()?.stop(run_id).await?;
+                self.runs()?.stop(self, run_id).await?;
                 Ok(None)
             }
             Action::JudgeRun { run_id } => self.runs()?.judge(self, run_id).await,

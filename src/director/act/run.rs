@@ -304,10 +304,11 @@ impl RunAct {
         }
         // A token's value cannot be read back: one an earlier attempt minted is replaced.
         let name = token_name(&self.director_id, run_id);
-        acts.forge
-            .delete_run_token(&self.runner, &name)
-            .await
-            .context("clearing an earlier run token")?;
+        match acts.forge.delete_run_token(&self.runner, &name).await {
+            // Nothing minted by this process under the name: nothing to clear here.
+            Ok(()) | Err(crate::forge::ForgeError::TokenNotHeld { .. }) => {}
+            Err(e) => return Err(anyhow::Error::new(e).context("clearing an earlier run token")),
+        }
         let minted = acts
             .forge
             .mint_run_token(&self.runner, &run.repo, &name)
@@ -483,7 +484,12 @@ impl RunAct {
         })
     }
 
-    pub async fn stop(&self, run_id: &str) -> anyhow::Result<()> {
+    /// A cancel ends the run's ability to act at once: its token first (revoked at the forge,
+    /// still remembered for redaction until the run's end is reported), then the run.
+    pub async fn stop(&self, acts: &Acts, run_id: &str) -> anyhow::Result<()> {
+        self.revoke_token(acts, run_id)
+            .await
+            .context("revoking the run's token before stopping it")?;
         if let Some((id, _)) = self.find_container(run_id).await? {
             tracing::info!(container = %id, "stopping the run");
             self.runtime.kill(&id).await?;
@@ -554,15 +560,43 @@ impl RunAct {
         Ok(())
     }
 
+    /// The run's end: its token revoked, and its secrets forgotten (nothing of it is
+    /// redacted any more after this).
     pub async fn revoke(&self, acts: &Acts, run_id: &str) -> anyhow::Result<()> {
+        self.revoke_token(acts, run_id).await?;
+        self.secrets.forget(run_id);
+        Ok(())
+    }
+
+    async fn revoke_token(&self, acts: &Acts, run_id: &str) -> anyhow::Result<()> {
         let name = token_name(&self.director_id, run_id);
         if let Some(token) = self.secrets.token(run_id) {
             // After a restart only the run's environment had it (the watcher read it back).
             acts.forge.hold_run_token(&name, &token);
         }
-        acts.forge.delete_run_token(&self.runner, &name).await?;
-        self.secrets.forget(run_id);
-        Ok(())
+        match acts.forge.delete_run_token(&self.runner, &name).await {
+            Ok(()) => Ok(()),
+            Err(crate::forge::ForgeError::TokenNotHeld { name }) => {
+                // Nothing here can revoke it (GitHub revokes a token only when shown it, and
+                // this process never held it, or lost it with its container). A run that never
+                // started may never have had one; one that started did: said, not hidden.
+                let started = acts
+                    .store
+                    .run(run_id)
+                    .await?
+                    .is_some_and(|r| r.container_id.is_some());
+                if started {
+                    tracing::warn!(
+                        token = %name,
+                        "cannot revoke the run's token: this process does not hold it; GitHub expires it within the hour of its minting"
+                    );
+                } else {
+                    tracing::debug!(token = %name, "no run token held to revoke");
+                }
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Deletes this director's run tokens that belong to no active run.
@@ -760,7 +794,13 @@ pub async fn sweep_tokens(
         };
         if ours && !active.contains(run_id) {
             tracing::info!(token = %name, "deleting a run token left behind");
-            forge.delete_run_token(runner, &name).await?;
+            match forge.delete_run_token(runner, &name).await {
+                Ok(()) => {}
+                Err(crate::forge::ForgeError::TokenNotHeld { name }) => {
+                    tracing::warn!(token = %name, "a run token left behind cannot be revoked here");
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
     }
     Ok(())

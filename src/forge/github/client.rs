@@ -1561,7 +1561,9 @@ impl Forge for GithubClient {
             .get(name)
             .cloned();
         let Some(token) = token else {
-            return Ok(());
+            return Err(ForgeError::TokenNotHeld {
+                name: name.to_owned(),
+            });
         };
         match self
             .send(
