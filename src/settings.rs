@@ -682,6 +682,10 @@ pub struct RunnerSettings {
     /// Follow-up runs per pull request (review feedback, `/director fix`) before a writer's
     /// `/director retry` on it is needed.
     pub max_followups: u32,
+    /// Attempts at starting a run before the issue is told it could not start. Retries back
+    /// off from half a second, doubling: the default of 10 spans about four minutes, to
+    /// outlast a forge or engine restart.
+    pub start_attempts: u32,
     /// No new run starts in a repository with this many open pull requests from the
     /// director (follow-ups on an open one are exempt).
     pub max_open_prs_per_repo: usize,
@@ -732,6 +736,7 @@ impl Default for RunnerSettings {
             stop_grace_secs: 30,
             idle_timeout_secs: 1800,
             max_followups: 3,
+            start_attempts: 10,
             max_open_prs_per_repo: 6,
             keep_failed_secs: 0,
             env_passthrough: Vec::new(),
@@ -1039,6 +1044,9 @@ impl Settings {
             }
         }
         self.validate_egress()?;
+        if r.start_attempts == 0 {
+            return Err(invalid("runner.start_attempts", "must be at least 1"));
+        }
         if r.timeout_secs == 0 {
             return Err(invalid("runner.timeout_secs", "must be greater than 0"));
         }

@@ -102,11 +102,13 @@ impl Action {
     }
 
     /// How often it is tried before the issue is left waiting for a person.
-    pub fn max_attempts(&self) -> u32 {
+    /// `start_attempts`: `runner.start_attempts`.
+    pub fn max_attempts(&self, start_attempts: u32) -> u32 {
         match self {
             // The pre-flight keeps its own attempts and backoff (`preflight.max_attempts`).
             Self::ReadPreflight { .. } => 3,
-            Self::StartRun { .. } => 3,
+            // A forge or engine restart must not fail a run for good within seconds.
+            Self::StartRun { .. } => start_attempts,
             // A live token is never given up on: retried (backoff capped near 9 minutes) until
             // it is gone, and the run's report waits behind it.
             Self::RevokeToken { .. } => u32::MAX,

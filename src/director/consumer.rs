@@ -327,7 +327,7 @@ impl Consumer {
             let event = Event::Admitted { run_id, branch };
             if let Some(decision) = views.decide(&issue, &event, &self.planner.policy, now) {
                 tracing::info!(%issue, run_id = ?decision.run.as_ref().map(|r| &r.id), "run admitted");
-                pass.add(&issue, decision);
+                pass.add(&issue, decision, &self.planner.policy);
                 *in_repo += 1;
                 running += 1;
             }
@@ -383,7 +383,7 @@ impl Planner {
             );
             if let Some(decision) = views.decide(issue, event, &self.policy, now) {
                 span.in_scope(|| log_decision(event, &decision));
-                pass.add(issue, decision);
+                pass.add(issue, decision, &self.policy);
             }
         }
         pass.commit.records = views.changed_records();
@@ -413,12 +413,15 @@ struct Pass {
 }
 
 impl Pass {
-    fn add(&mut self, issue: &IssueRef, decision: Decision) {
+    fn add(&mut self, issue: &IssueRef, decision: Decision, policy: &Policy) {
         self.decided += 1;
         self.commit.retract.extend(decision.retract);
-        self.commit
-            .actions
-            .extend(decision.actions.into_iter().map(|p| new_action(issue, p)));
+        self.commit.actions.extend(
+            decision
+                .actions
+                .into_iter()
+                .map(|p| new_action(issue, p, policy)),
+        );
     }
 
     fn is_empty(&self) -> bool {
@@ -426,13 +429,13 @@ impl Pass {
     }
 }
 
-fn new_action(issue: &IssueRef, planned: Planned) -> NewAction {
+fn new_action(issue: &IssueRef, planned: Planned, policy: &Policy) -> NewAction {
     NewAction {
         key: planned.key,
         issue: issue.clone(),
         kind: planned.action.kind().to_owned(),
         payload: serde_json::to_string(&planned.action).unwrap_or_default(),
-        max_attempts: planned.action.max_attempts(),
+        max_attempts: planned.action.max_attempts(policy.start_attempts),
         not_before_ms: planned.not_before_ms,
     }
 }

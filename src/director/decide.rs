@@ -40,6 +40,8 @@ pub struct Policy {
     pub keep_failed_secs: u64,
     /// `runner.max_followups`.
     pub max_followups: u32,
+    /// `runner.start_attempts`.
+    pub start_attempts: u32,
     /// Links to the forge's pages (branches), as the forge spells them.
     pub links: crate::settings::WebLinks,
 }
@@ -58,6 +60,7 @@ impl Policy {
             idle_timeout_secs: settings.runner.idle_timeout_secs,
             keep_failed_secs: settings.runner.keep_failed_secs,
             max_followups: settings.runner.max_followups,
+            start_attempts: settings.runner.start_attempts.max(1),
             links: crate::settings::WebLinks {
                 base: settings.forge.web_url(),
                 kind: settings.forge.kind,

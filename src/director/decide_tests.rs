@@ -23,6 +23,7 @@ fn policy() -> Policy {
         idle_timeout_secs: 1_800,
         keep_failed_secs: 0,
         max_followups: 3,
+        start_attempts: 10,
         links: crate::settings::WebLinks {
             base: "http://forge.example".into(),
             kind: crate::settings::ForgeKind::Forgejo,

@@ -286,6 +286,16 @@ impl ForgeError {
     pub fn is_not_found(&self) -> bool {
         matches!(self, Self::NotFound { .. })
     }
+
+    /// Whether a write that failed this way may still have taken effect: no answer, an
+    /// answer cut or unreadable, or a server error midway. A refusal (4xx) took none.
+    pub fn is_ambiguous(&self) -> bool {
+        match self {
+            Self::Transport { .. } | Self::Decode { .. } => true,
+            Self::Status { status, .. } => *status >= 500,
+            _ => false,
+        }
+    }
 }
 
 /// How a run reaches its repository on this forge, and what its token must look like.

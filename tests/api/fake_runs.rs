@@ -345,8 +345,41 @@ async fn a_token_the_run_prints_is_redacted_in_its_report() {
 }
 
 #[tokio::test]
+async fn a_mint_whose_answer_is_lost_is_resolved_by_name_and_the_run_goes_on() {
+    let cut = std::sync::OnceLock::new();
+    let (t, _llm, fake) = spawn(|s| {
+        let proxy = crate::cut::CutProxy::start(&s.forge.url);
+        s.forge.url = proxy.url.clone();
+        let _ = cut.set(proxy);
+    })
+    .await;
+    let cut = cut.get().expect("the proxy");
+    // The forge makes the token, and the connection closes before its answer, three times:
+    // as many as a start was once allowed in all.
+    cut.lose_answers("POST", "/tokens", 3);
+    let issue = labelled(&t, "Add --verbose", "Print each step.").await;
+    t.wait_state(&issue, Lifecycle::Succeeded).await;
+    t.app.wait_processed().await;
+    assert_eq!(cut.lost(), 3, "the answers were lost");
+    let minted = t.forge.minted_tokens();
+    assert_eq!(
+        minted.len(),
+        4,
+        "minted again under the same name: {minted:?}"
+    );
+    assert!(
+        t.forge.tokens_of(RUNNER).is_empty(),
+        "neither token outlives the run"
+    );
+    let id = run_ids(&t, &issue).await.pop().expect("a run");
+    assert_eq!(fake.starts(&id), 1);
+    assert_eq!(t.forge.pulls_of(&t.repo).len(), 1);
+}
+
+#[tokio::test]
 async fn an_engine_that_stays_down_fails_the_run_visibly_after_its_attempts() {
-    let (t, _llm, fake) = spawn(|_| {}).await;
+    // Three attempts (about 1.5 s) rather than the default's four minutes.
+    let (t, _llm, fake) = spawn(|s| s.runner.start_attempts = 3).await;
     fake.set_unavailable(true);
     let issue = labelled(&t, "No engine", "").await;
     // Not `wait_state`: the container removal keeps failing, so the outbox is never quiet.

@@ -492,6 +492,8 @@ async fn spawn_kube(fake: &FakeKube) -> (ForgeApp, crate::fake_llm::FakeLlm) {
         s.runner.kind = "kubernetes".into();
         s.runner.image = "registry.example/agent:1".into();
         s.runner.timeout_secs = 600;
+        // A start the cluster refuses is told after three attempts, not four minutes.
+        s.runner.start_attempts = 3;
         s.kubernetes.namespace = NS.into();
         s.kubernetes.kubeconfig = kubeconfig;
     })

@@ -12,6 +12,7 @@ mod chart;
 mod config;
 mod contract;
 mod crash;
+mod cut;
 mod demo;
 mod durability;
 mod egress;

@@ -309,11 +309,7 @@ impl RunAct {
             Ok(()) | Err(crate::forge::ForgeError::TokenNotHeld { .. }) => {}
             Err(e) => return Err(anyhow::Error::new(e).context("clearing an earlier run token")),
         }
-        let minted = acts
-            .forge
-            .mint_run_token(&self.runner, &run.repo, &name)
-            .await
-            .context("minting the run token")?;
+        let minted = self.mint(acts, &run.repo, &name).await?;
         self.secrets.remember_token(run_id, &minted.token);
         // The forge's answer must show the restriction asked for: an older Forgejo ignores it.
         let restricted = minted.repositories.as_deref() == Some(std::slice::from_ref(&run.repo));
@@ -385,6 +381,33 @@ impl RunAct {
             base_branch: run.base_branch,
             start_head: run.followup.and_then(|f| f.start_head),
         }))
+    }
+
+    /// Mints the run's token. A mint that got no answer (the connection closed, the answer
+    /// was cut, the forge failed midway) may or may not have made the token; its name is
+    /// known, so one that was made is deleted (its value cannot be read back) and the token
+    /// minted again, once. A second failure is left to the action's retries.
+    async fn mint(
+        &self,
+        acts: &Acts,
+        repo: &crate::domain::RepoName,
+        name: &str,
+    ) -> anyhow::Result<crate::forge::MintedToken> {
+        match acts.forge.mint_run_token(&self.runner, repo, name).await {
+            Ok(minted) => Ok(minted),
+            Err(e) if e.is_ambiguous() => {
+                tracing::warn!(error = %e, "the run token's mint got no clear answer; looking for it by name");
+                acts.forge
+                    .delete_run_token(&self.runner, name)
+                    .await
+                    .context("removing the token an unanswered mint may have made")?;
+                acts.forge
+                    .mint_run_token(&self.runner, repo, name)
+                    .await
+                    .context("minting the run token again")
+            }
+            Err(e) => Err(anyhow::Error::new(e).context("minting the run token")),
+        }
     }
 
     /// Why the runner account may not hold a run token here: its role must be exactly write
