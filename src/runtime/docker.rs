@@ -347,10 +347,21 @@ impl Runtime for DockerRuntime {
             )
             .await
         {
-            let _ = self.remove(&created.id).await;
+            // A container left without its task is never started: a later attempt finds it
+            // (`has_task`) and makes it again. A failed removal is said, not swallowed.
+            if let Err(cleanup) = self.remove(&created.id).await {
+                tracing::error!(container = %created.id, error = %cleanup, "cannot remove a container whose task could not be copied in");
+                return Err(RuntimeError::Engine(format!(
+                    "copying the task in: {e}; removing the container also failed: {cleanup}"
+                )));
+            }
             return Err(engine(e));
         }
         Ok(created.id)
+    }
+
+    async fn has_task(&self, id: &str, path: &str) -> Result<bool, RuntimeError> {
+        Ok(self.read_file(id, path, usize::MAX).await?.is_some())
     }
 
     async fn start(&self, id: &str) -> Result<(), RuntimeError> {

@@ -24,6 +24,8 @@ enum Status {
 struct Container {
     run_id: String,
     spec: RunSpec,
+    /// The task was put in place.
+    has_task: bool,
     status: Status,
     log: String,
     /// Files the run left (its result file), by path.
@@ -41,6 +43,9 @@ struct State {
     unavailable: bool,
     /// The next reads of a file fail as if the engine had dropped the connection.
     failing_reads: u32,
+    /// The next creations leave a container without its task and fail (as Docker's copy of
+    /// the task failing, with a clean-up that failed too).
+    failing_task_copies: u32,
     behaviour: Option<Behaviour>,
 }
 
@@ -71,6 +76,11 @@ impl FakeRuntime {
     /// Makes every call fail as if the engine were down (or brings it back).
     pub fn set_unavailable(&self, unavailable: bool) {
         self.with(|s| s.unavailable = unavailable);
+    }
+
+    /// The next `count` creations leave their container without its task and fail.
+    pub fn fail_task_copies(&self, count: u32) {
+        self.with(|s| s.failing_task_copies += count);
     }
 
     /// The next `count` reads of a file from a container fail (the engine dropped them).
@@ -169,18 +179,33 @@ impl Runtime for FakeRuntime {
             let mut spec = spec.clone();
             spec.labels
                 .insert(RUN_LABEL.to_owned(), spec.run_id.clone());
+            let copy_fails = s.failing_task_copies > 0;
+            s.failing_task_copies = s.failing_task_copies.saturating_sub(1);
             s.containers.insert(
                 id.clone(),
                 Container {
                     run_id: spec.run_id.clone(),
                     spec,
+                    has_task: !copy_fails,
                     status: Status::Created,
                     log: String::new(),
                     files: HashMap::new(),
                 },
             );
+            if copy_fails {
+                return Err(RuntimeError::Engine(
+                    "copying the task in: connection reset; removing the container also failed"
+                        .into(),
+                ));
+            }
             Ok(id)
         })
+    }
+
+    async fn has_task(&self, id: &str, _path: &str) -> Result<bool, RuntimeError> {
+        self.check()?;
+        self.with(|s| s.containers.get(id).map(|c| c.has_task))
+            .ok_or_else(|| RuntimeError::NotFound(id.to_owned()))
     }
 
     async fn start(&self, id: &str) -> Result<(), RuntimeError> {

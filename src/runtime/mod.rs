@@ -164,6 +164,12 @@ pub trait Runtime: Send + Sync {
     async fn wait(&self, id: &str, limits: WaitLimits) -> Result<Exit, RuntimeError>;
     /// The file at `path` in the (possibly ended) container, when it exists and is at most
     /// `max_bytes` long; `Ok(None)` otherwise.
+    /// Whether a created container holds its task at `path`. Docker copies the task in after
+    /// creating the container, and a copy that failed (with a clean-up that failed too) leaves
+    /// one without; a runtime that creates the task with the run has it.
+    async fn has_task(&self, _id: &str, _path: &str) -> Result<bool, RuntimeError> {
+        Ok(true)
+    }
     async fn read_file(
         &self,
         id: &str,

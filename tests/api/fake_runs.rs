@@ -377,6 +377,64 @@ async fn a_mint_whose_answer_is_lost_is_resolved_by_name_and_the_run_goes_on() {
 }
 
 #[tokio::test]
+async fn a_container_left_without_its_task_is_never_started_but_made_again() {
+    let (t, _llm, fake) = spawn(|_| {}).await;
+    fake.fail_task_copies(1);
+    let issue = labelled(&t, "Add --verbose", "Print each step.").await;
+    t.wait_state(&issue, Lifecycle::Succeeded).await;
+    let id = run_ids(&t, &issue).await.pop().expect("a run");
+    assert_eq!(fake.creations(&id), 2, "made again");
+    assert_eq!(
+        fake.starts(&id),
+        1,
+        "only the container with its task started"
+    );
+    assert!(
+        !fake.spec_of(&id).expect("spec").task.is_empty(),
+        "the started run had its task"
+    );
+}
+
+#[tokio::test]
+async fn a_run_cancelled_before_its_container_started_is_never_started() {
+    let (t, _llm, fake) = spawn(|s| s.runner.start_attempts = 10).await;
+    // The first attempt leaves a container behind and fails; the engine then stops
+    // answering, so the retries wait until the cancel is decided. The next retry must remove
+    // that container rather than start it.
+    fake.fail_task_copies(1);
+    let issue = labelled(&t, "Add --verbose", "Print each step.").await;
+    wait_until("a container was left", || async {
+        !fake.present().is_empty()
+    })
+    .await;
+    fake.set_unavailable(true);
+    t.forge.unlabel(WRITER, &issue, TRIGGER).await;
+    wait_until("the cancel is decided", || async {
+        t.record(&issue)
+            .await
+            .is_some_and(|r| r.lifecycle == Lifecycle::Cancelled)
+            || t.app
+                .store
+                .runs_of(&issue)
+                .await
+                .is_ok_and(|runs| runs.iter().any(|r| r.stop_requested))
+    })
+    .await;
+    fake.set_unavailable(false);
+    wait_until("the issue is cancelled and the container gone", || async {
+        t.record(&issue)
+            .await
+            .is_some_and(|r| r.lifecycle == Lifecycle::Cancelled)
+            && fake.present().is_empty()
+    })
+    .await;
+    t.app.wait_processed().await;
+    let id = run_ids(&t, &issue).await.pop().expect("a run");
+    assert_eq!(fake.starts(&id), 0, "never started");
+    assert!(t.forge.tokens_of(RUNNER).is_empty(), "its token revoked");
+}
+
+#[tokio::test]
 async fn an_engine_that_stays_down_fails_the_run_visibly_after_its_attempts() {
     // Three attempts (about 1.5 s) rather than the default's four minutes.
     let (t, _llm, fake) = spawn(|s| s.runner.start_attempts = 3).await;

@@ -243,13 +243,31 @@ impl RunAct {
                 report,
             })
         };
-        if run.stop_requested && self.find_container(run_id).await?.is_none() {
-            // Cancelled before anything was created: nothing is minted or started.
+        let mut found = self.find_container(run_id).await?;
+        if run.stop_requested
+            && found
+                .as_ref()
+                .is_none_or(|(_, never_started)| *never_started)
+        {
+            // Cancelled before it started: nothing more is minted or started, and a container
+            // an earlier attempt created is removed, never started.
+            if let Some((id, _)) = &found {
+                self.runtime.remove(id).await?;
+            }
             return Ok(report(RunReport::Refused {
                 why: "it was cancelled before it started".into(),
             }));
         }
-        if let Some((id, never_started)) = self.find_container(run_id).await? {
+        if let Some((id, true)) = &found
+            && !self.runtime.has_task(id, TASK_PATH).await?
+        {
+            // An earlier attempt created the container but could not put its task in (nor
+            // remove it): it is removed and made again, with a new token.
+            tracing::warn!(container = %id, "an earlier attempt's container has no task; making it again");
+            self.runtime.remove(id).await?;
+            found = None;
+        }
+        if let Some((id, never_started)) = found {
             // An earlier attempt got this far: the PR-only check passed before the container
             // was created, and the token it holds stays alive while the run is active.
             if never_started {
