@@ -174,12 +174,14 @@ pub async fn install_repo(
     repo: &RepoName,
     url: &str,
     secret: &Secret,
+    authorization: Option<&Secret>,
     rotate: bool,
 ) -> Outcome {
     let spec = HookSpec {
         url: url.to_owned(),
         events: EVENTS.iter().map(|e| (*e).to_owned()).collect(),
         secret: secret.clone(),
+        authorization: authorization.cloned(),
     };
     let result = async {
         let hooks = forge.hooks(repo).await?;
@@ -211,7 +213,7 @@ pub async fn install_repo(
                     events.push(e.clone());
                 }
             }
-            forge.edit_hook(repo, first.id, url, &events).await?;
+            forge.edit_hook(repo, first.id, &spec, &events).await?;
             fixed.extend(wrong);
         }
         Ok::<_, crate::forge::ForgeError>(if fixed.is_empty() {

@@ -152,6 +152,8 @@ fn hooks(action: HooksAction) -> ExitCode {
         }
     };
     let url = settings.webhook.public_url.clone();
+    let authorization =
+        (!settings.webhook.authorization.is_empty()).then_some(&settings.webhook.authorization);
     let mut attention = false;
     let code = run_async(async {
         let (repos, mut rows) =
@@ -159,7 +161,15 @@ fn hooks(action: HooksAction) -> ExitCode {
                 .await;
         for repo in repos {
             let outcome = if install {
-                director::hooks::install_repo(forge.as_ref(), &repo, &url, &secret, rotate).await
+                director::hooks::install_repo(
+                    forge.as_ref(),
+                    &repo,
+                    &url,
+                    &secret,
+                    authorization,
+                    rotate,
+                )
+                .await
             } else {
                 director::hooks::check_repo(forge.as_ref(), &repo, &url).await
             };

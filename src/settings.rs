@@ -147,8 +147,19 @@ pub struct ServerSettings {
     /// Address the HTTP server binds.
     #[serde(deserialize_with = "lenient::string")]
     pub listen: String,
-    /// Largest webhook body accepted; larger ones get 413.
+    /// Largest webhook body accepted; larger ones get 413. The default holds the largest real
+    /// payloads with room to spare: an issue or comment body at GitHub's 65,536-character
+    /// cap, every character escaped as `\uXXXX`, is 384 KiB; the rest of a payload is about
+    /// 15 KiB.
     pub max_body_bytes: usize,
+    /// A webhook body must have arrived this long after its headers; a slower one gets 408
+    /// and its memory back.
+    pub body_timeout_secs: u64,
+    /// Memory for webhook bodies being read (before their signature can be checked), in
+    /// MiB. A body reserves its declared length; one that does not fit waits, unread, for
+    /// up to `body_timeout_secs`, then gets 503. Bodies cannot outlast their deadline, so
+    /// a signed delivery waits at most that long for room whatever else is sent.
+    pub body_memory_mb: usize,
     /// `json` (default) or `pretty`.
     pub log_format: LogFormat,
     /// HTTP worker threads (0: one per core).
@@ -159,7 +170,9 @@ impl Default for ServerSettings {
     fn default() -> Self {
         Self {
             listen: "127.0.0.1:8080".into(),
-            max_body_bytes: 5 * 1024 * 1024,
+            max_body_bytes: 1024 * 1024,
+            body_timeout_secs: 10,
+            body_memory_mb: 32,
             log_format: LogFormat::Json,
             workers: 0,
         }
@@ -239,6 +252,13 @@ pub struct WebhookSettings {
     /// Where Forgejo reaches this director's webhook route (`director hooks install`).
     #[serde(deserialize_with = "lenient::string")]
     pub public_url: String,
+    /// A token Forgejo sends with every delivery as `Authorization: Bearer <token>` (the
+    /// hook's authorization header, set by `director hooks install`). A delivery that shows it
+    /// is read in a budget of its own, so no load from anyone without it can delay or refuse
+    /// it. Empty: every body shares the anonymous budget.
+    pub authorization: Secret,
+    #[serde(deserialize_with = "lenient::opt_string")]
+    pub authorization_file: Option<String>,
 }
 
 /// Where runs go with `runner.kind = "kubernetes"`: one Job per run in `namespace`.
@@ -884,6 +904,12 @@ impl Settings {
             "status.token",
             "status.token_file",
         )?;
+        one(
+            &mut self.webhook.authorization,
+            &self.webhook.authorization_file,
+            "webhook.authorization",
+            "webhook.authorization_file",
+        )?;
         if let Some(file) = &self.store.url_file {
             self.store.url = read("store.url_file", file)?.trim().to_owned();
         }
@@ -907,6 +933,7 @@ impl Settings {
             &self.github.private_key,
             &self.preflight.api_key,
             &self.status.token,
+            &self.webhook.authorization,
         ]
         .into_iter()
         .chain(self.webhook.secrets.iter())
@@ -921,6 +948,21 @@ impl Settings {
             .map_err(|e| invalid("server.listen", format!("`{}`: {e}", self.server.listen)))?;
         if self.server.max_body_bytes == 0 {
             return Err(invalid("server.max_body_bytes", "must be greater than 0"));
+        }
+        if self.server.body_timeout_secs == 0 {
+            return Err(invalid(
+                "server.body_timeout_secs",
+                "must be greater than 0",
+            ));
+        }
+        if self.server.body_memory_mb.saturating_mul(1024 * 1024) < self.server.max_body_bytes {
+            return Err(invalid(
+                "server.body_memory_mb",
+                format!(
+                    "{} MiB cannot hold one body of server.max_body_bytes ({} bytes)",
+                    self.server.body_memory_mb, self.server.max_body_bytes
+                ),
+            ));
         }
         let url = self.store.url.trim();
         let postgres = url.starts_with("postgres://") || url.starts_with("postgresql://");

@@ -451,6 +451,8 @@ impl Application {
             forge: forge.clone(),
             visibility: Default::default(),
             clock: clock.clone(),
+            bodies: crate::http::webhook::BodyBudget::new(&settings.server),
+            authorized_bodies: crate::http::webhook::BodyBudget::new(&settings.server),
         });
         let mut server = HttpServer::new(move || {
             App::new()

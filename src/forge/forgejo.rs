@@ -1157,7 +1157,7 @@ impl Forge for ForgejoClient {
         &self,
         repo: &RepoName,
         id: u64,
-        url: &str,
+        spec: &HookSpec,
         events: &[String],
     ) -> Result<Hook, ForgeError> {
         let path = format!("{}/hooks/{id}", repo_path(repo));
@@ -1167,7 +1167,7 @@ impl Forge for ForgejoClient {
                 "/repos/{owner}/{repo}/hooks/{id}",
                 &path,
                 &[],
-                Some(&super::hook_edit_body(url, events)),
+                Some(&spec.edit_body(events)),
             )
             .await?;
         Ok(wire.into())

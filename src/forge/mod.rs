@@ -85,22 +85,31 @@ impl HookSpec {
     /// The `POST .../hooks` body: an active JSON hook of type `forgejo` (Forgejo leaves a hook
     /// inactive when `active` is left out).
     pub fn create_body(&self) -> serde_json::Value {
-        serde_json::json!({
+        let mut body = serde_json::json!({
             "type": "forgejo",
             "config": { "url": self.url, "content_type": "json", "secret": self.secret.expose() },
             "events": self.events,
             "active": true,
-        })
+        });
+        if let Some(a) = &self.authorization {
+            body["authorization_header"] = format!("Bearer {}", a.expose()).into();
+        }
+        body
     }
-}
 
-/// The `PATCH .../hooks/{id}` body that repairs a hook (its secret cannot be changed so).
-pub fn hook_edit_body(url: &str, events: &[String]) -> serde_json::Value {
-    serde_json::json!({
-        "config": { "url": url, "content_type": "json" },
-        "events": events,
-        "active": true,
-    })
+    /// The `PATCH .../hooks/{id}` body that repairs a hook to this (its secret cannot be
+    /// changed so), with `events`.
+    pub fn edit_body(&self, events: &[String]) -> serde_json::Value {
+        let mut body = serde_json::json!({
+            "config": { "url": self.url, "content_type": "json" },
+            "events": events,
+            "active": true,
+        });
+        if let Some(a) = &self.authorization {
+            body["authorization_header"] = format!("Bearer {}", a.expose()).into();
+        }
+        body
+    }
 }
 
 /// Percent-encoding of everything but RFC 3986's unreserved characters: a path segment or
@@ -143,6 +152,9 @@ pub struct HookSpec {
     pub url: String,
     pub events: Vec<String>,
     pub secret: crate::settings::Secret,
+    /// `webhook.authorization`: sent by the forge as `Authorization: Bearer <it>`, so a
+    /// delivery proves itself before its body is read.
+    pub authorization: Option<crate::settings::Secret>,
 }
 
 /// A branch as seen by the account asking.
@@ -441,7 +453,7 @@ pub trait Forge: Send + Sync {
         &self,
         repo: &RepoName,
         id: u64,
-        url: &str,
+        spec: &HookSpec,
         events: &[String],
     ) -> Result<Hook, ForgeError>;
     async fn delete_hook(&self, repo: &RepoName, id: u64) -> Result<(), ForgeError>;

@@ -32,6 +32,10 @@ pub struct AppState {
     pub forge: Option<Arc<dyn crate::forge::Forge>>,
     pub visibility: status::Visibility,
     pub clock: crate::clock::SharedClock,
+    /// The memory webhook bodies may take while they are read, before they are verified:
+    /// anyone's, and (apart) those that showed `webhook.authorization`.
+    pub bodies: webhook::BodyBudget,
+    pub authorized_bodies: webhook::BodyBudget,
 }
 
 impl AppState {

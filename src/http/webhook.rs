@@ -31,9 +31,14 @@ fn answer(status: StatusCode, outcome: &str, detail: impl Into<String>) -> HttpR
     HttpResponse::build(status).json(json!({ "status": outcome, "detail": detail.into() }))
 }
 
-/// Reads the body, refusing it as soon as it grows past `limit` bytes.
-async fn read_limited(mut payload: web::Payload, limit: usize) -> Result<web::Bytes, StatusCode> {
-    let mut body = web::BytesMut::new();
+/// Reads the body, refusing it as soon as it grows past `limit` bytes. `expected`: its
+/// declared length, allocated at once (growing by doubling could take twice the budget).
+async fn read_limited(
+    mut payload: web::Payload,
+    limit: usize,
+    expected: Option<usize>,
+) -> Result<web::Bytes, StatusCode> {
+    let mut body = web::BytesMut::with_capacity(expected.unwrap_or(0).min(limit));
     while let Some(chunk) = payload.next().await {
         let chunk = chunk.map_err(|_| StatusCode::BAD_REQUEST)?;
         if body.len() + chunk.len() > limit {
@@ -42,6 +47,85 @@ async fn read_limited(mut payload: web::Payload, limit: usize) -> Result<web::By
         body.extend_from_slice(&chunk);
     }
     Ok(body.freeze())
+}
+
+/// The memory unverified webhook bodies may take at once (`server.body_memory_mb`), counted
+/// in KiB. Anyone can send a body; only a signed one is stored, and the signature can only be
+/// checked once the body is in. So the bodies being read share a fixed budget, and each must
+/// arrive by its deadline: what an anonymous sender can hold is bounded in bytes and time.
+#[derive(Clone)]
+pub struct BodyBudget {
+    kib: std::sync::Arc<tokio::sync::Semaphore>,
+    total_kib: u32,
+    timeout: std::time::Duration,
+}
+
+impl BodyBudget {
+    pub fn new(server: &crate::settings::ServerSettings) -> Self {
+        let total_kib =
+            u32::try_from(server.body_memory_mb.saturating_mul(1024)).unwrap_or(u32::MAX);
+        Self {
+            kib: std::sync::Arc::new(tokio::sync::Semaphore::new(total_kib as usize)),
+            total_kib,
+            timeout: std::time::Duration::from_secs(server.body_timeout_secs),
+        }
+    }
+
+    /// KiB of the budget in use now.
+    pub fn in_use_kib(&self) -> u32 {
+        let free = u32::try_from(self.kib.available_permits()).unwrap_or(u32::MAX);
+        self.total_kib.saturating_sub(free)
+    }
+}
+
+/// Whether the request shows `Authorization: Bearer <token>` (compared in constant time).
+fn authorized(req: &HttpRequest, token: &crate::settings::Secret) -> bool {
+    use subtle::ConstantTimeEq as _;
+    if token.is_empty() {
+        return false;
+    }
+    let Some(given) = header(req, "authorization").and_then(|v| v.strip_prefix("Bearer ")) else {
+        return false;
+    };
+    let (a, b) = (
+        Sha256::digest(given.trim().as_bytes()),
+        Sha256::digest(token.expose().as_bytes()),
+    );
+    a.ct_eq(&b).into()
+}
+
+/// Why a body was not read.
+enum Unread {
+    TooLarge,
+    Unreadable,
+    TooSlow,
+    NoRoom,
+}
+
+/// Reads a body of at most `limit` bytes within the budget: room for `declared` bytes (or
+/// `limit` when the length is not declared) is reserved first, waiting unread while there is
+/// none, then the body must arrive in time. The room is handed out in arrival order, and every
+/// body holding some must be done within its own time, so a delivery that waits gets room
+/// before its wait ends, however many bodies others send meanwhile.
+async fn read_within(
+    budget: &BodyBudget,
+    payload: web::Payload,
+    declared: Option<usize>,
+    limit: usize,
+) -> Result<web::Bytes, Unread> {
+    let kib = u32::try_from(declared.unwrap_or(limit).div_ceil(1024).max(1)).unwrap_or(u32::MAX);
+    let _room = tokio::time::timeout(budget.timeout, budget.kib.acquire_many(kib))
+        .await
+        .map_err(|_| Unread::NoRoom)?
+        .map_err(|_| Unread::NoRoom)?;
+    // A body longer than it declared is refused as it passes its declared length.
+    let limit = declared.map_or(limit, |d| d.min(limit));
+    match tokio::time::timeout(budget.timeout, read_limited(payload, limit, declared)).await {
+        Err(_) => Err(Unread::TooSlow),
+        Ok(Err(StatusCode::PAYLOAD_TOO_LARGE)) => Err(Unread::TooLarge),
+        Ok(Err(_)) => Err(Unread::Unreadable),
+        Ok(Ok(body)) => Ok(body),
+    }
 }
 
 /// What differs between the forges' webhooks.
@@ -146,16 +230,53 @@ async fn receive_as(
             format!("body over {limit} bytes"),
         );
     }
-    let body = match read_limited(payload, limit).await {
+    // A delivery that shows the hook's authorization token is read in a budget of its own.
+    let budget = if authorized(&req, &state.settings.webhook.authorization) {
+        &state.authorized_bodies
+    } else {
+        &state.bodies
+    };
+    let body = match read_within(budget, payload, declared, limit).await {
         Ok(body) => body,
-        Err(status) => {
+        Err(Unread::TooLarge) => {
             count("too_large");
-            let detail = if status == StatusCode::PAYLOAD_TOO_LARGE {
-                format!("body over {limit} bytes")
-            } else {
-                "the body could not be read".to_owned()
-            };
-            return answer(status, "rejected", detail);
+            return answer(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "rejected",
+                format!("body over {limit} bytes"),
+            );
+        }
+        Err(Unread::Unreadable) => {
+            count("bad_request");
+            return answer(
+                StatusCode::BAD_REQUEST,
+                "rejected",
+                "the body could not be read",
+            );
+        }
+        Err(Unread::TooSlow) => {
+            count("too_slow");
+            return answer(
+                StatusCode::REQUEST_TIMEOUT,
+                "rejected",
+                format!(
+                    "the body did not arrive within {} s (server.body_timeout_secs)",
+                    state.settings.server.body_timeout_secs
+                ),
+            );
+        }
+        Err(Unread::NoRoom) => {
+            count("busy");
+            let mut busy = answer(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "busy",
+                "too many webhook bodies are being read; send it again",
+            );
+            busy.headers_mut().insert(
+                actix_web::http::header::RETRY_AFTER,
+                actix_web::http::header::HeaderValue::from_static("5"),
+            );
+            return busy;
         }
     };
 

@@ -9,6 +9,7 @@ use crate::forge_helpers::{BOT, BOT_TOKEN};
 
 const PUBLIC_URL: &str = "https://director.example.org/webhooks/forgejo";
 const FOREIGN_URL: &str = "https://ci.example.org/hook";
+const HOOK_TOKEN: &str = "hook-token-77aa";
 
 struct Setup {
     forge: FakeForge,
@@ -54,7 +55,7 @@ impl Setup {
         std::fs::write(
             &path,
             format!(
-                "[store]\nurl = \"sqlite://{}/d.db\"\n[forge]\nurl = \"{}\"\ntoken = \"{BOT_TOKEN}\"\n[scan]\nrepos = [\"acme/widgets\", \"acme/gadgets\", \"acme/locked\"]\norgs = [\"tools\"]\n[webhook]\nsecrets = [{}]\npublic_url = \"{public_url}\"\n",
+                "[store]\nurl = \"sqlite://{}/d.db\"\n[forge]\nurl = \"{}\"\ntoken = \"{BOT_TOKEN}\"\n[scan]\nrepos = [\"acme/widgets\", \"acme/gadgets\", \"acme/locked\"]\norgs = [\"tools\"]\n[webhook]\nsecrets = [{}]\npublic_url = \"{public_url}\"\nauthorization = \"{HOOK_TOKEN}\"\n",
                 self.dir.path().display(),
                 self.server.url(),
                 secrets.join(", ")
@@ -134,6 +135,11 @@ async fn install_creates_and_repairs_hooks_leaves_foreign_ones_alone_and_is_idem
         assert_eq!(url, PUBLIC_URL);
         assert!(*active);
         assert_eq!(secret, "first-secret-1234", "signed with the first secret");
+        assert_eq!(
+            s.forge.hook_authorization(repo, hooks[0].0).as_deref(),
+            Some(format!("Bearer {HOOK_TOKEN}").as_str()),
+            "deliveries prove themselves before their body is read"
+        );
         for e in director::hooks::EVENTS {
             // As Forgejo 15 lists them: the review flag comes back as its three events.
             let listed = director::hooks::listed_as(e);

@@ -17,6 +17,7 @@ mod demo;
 mod durability;
 mod egress;
 mod fake_runs;
+mod flood;
 mod git;
 #[cfg(feature = "github")]
 mod github;

@@ -158,6 +158,8 @@ pub(crate) struct FHook {
     pub secret: String,
     pub events: Vec<String>,
     pub active: bool,
+    /// The `Authorization` header value it sends with each delivery.
+    pub authorization: String,
 }
 
 struct Webhook {
@@ -751,6 +753,10 @@ impl State {
             secret: config["secret"].as_str().unwrap_or_default().to_owned(),
             events,
             active: body["active"].as_bool().unwrap_or(false),
+            authorization: body["authorization_header"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
         };
         self.hook_admin(login, repo)?.hooks.push(hook.clone());
         Ok(hook)
@@ -781,6 +787,9 @@ impl State {
         }
         if let Some(active) = body["active"].as_bool() {
             h.active = active;
+        }
+        if let Some(a) = body["authorization_header"].as_str() {
+            h.authorization = a.to_owned();
         }
         Ok(h.clone())
     }
@@ -905,9 +914,20 @@ impl FakeForge {
                 secret: String::new(),
                 events: events.iter().map(|e| (*e).to_owned()).collect(),
                 active,
+                authorization: String::new(),
             });
         }
         id
+    }
+
+    /// The `Authorization` header the hook `id` of `repo` sends.
+    pub fn hook_authorization(&self, repo: &RepoName, id: u64) -> Option<String> {
+        let s = self.state();
+        let r = s.repo(repo).ok()?;
+        r.hooks
+            .iter()
+            .find(|h| h.id == id)
+            .map(|h| h.authorization.clone())
     }
 
     /// The hooks of `repo`: (id, url, events, active, secret).
@@ -1798,11 +1818,11 @@ impl Forge for FakeForge {
         &self,
         repo: &RepoName,
         id: u64,
-        url: &str,
+        spec: &super::HookSpec,
         events: &[String],
     ) -> Result<Hook, ForgeError> {
         let bot = self.bot();
-        let body = super::hook_edit_body(url, events);
+        let body = spec.edit_body(events);
         let h = self
             .state()
             .edit_hook(&bot, repo, id, &body)

@@ -774,7 +774,7 @@ fn hook_json(h: &super::FHook) -> Value {
         "config": { "url": h.url, "content_type": h.content_type, "http_method": "post" },
         "events": h.events,
         "active": h.active,
-        "authorization_header": "",
+        "authorization_header": h.authorization,
         "branch_filter": "*",
         "created_at": rfc3339(super::EPOCH),
         "updated_at": rfc3339(super::EPOCH),

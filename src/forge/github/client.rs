@@ -1675,7 +1675,7 @@ impl Forge for GithubClient {
         &self,
         _repo: &RepoName,
         _id: u64,
-        _url: &str,
+        _spec: &HookSpec,
         _events: &[String],
     ) -> Result<Hook, ForgeError> {
         Err(not_supported("repairing a repository webhook"))
