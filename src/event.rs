@@ -268,6 +268,10 @@ pub struct ReadContext {
     /// it, may write; or a writer said `/director go`).
     #[serde(default)]
     pub vouched: Option<crate::domain::Vouched>,
+    /// What was removed from the read as hidden from a reader of the rendered issue, one
+    /// line per place (`the body: a link reference definition (not rendered)`).
+    #[serde(default)]
+    pub hidden: Vec<String>,
 }
 
 /// What happened to one run.

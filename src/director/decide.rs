@@ -709,6 +709,7 @@ impl<'a> Step<'a> {
             skip_label: &self.policy.labels.skip_preflight,
             reading,
             left_out: &read.left_out,
+            hidden: &read.hidden,
             model,
             hash: &read.hash,
         });

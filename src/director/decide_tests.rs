@@ -288,11 +288,13 @@ fn ctx() -> ReadContext {
             author: "mallory".into(),
             comment_id: 3,
             issue_text: false,
+            never_vouched: false,
         }],
         newest_comment_id: 9,
         title: "Add --verbose".into(),
         body: "Print each step.".into(),
         vouched: None,
+        hidden: Vec::new(),
     }
 }
 

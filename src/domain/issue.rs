@@ -158,6 +158,9 @@ pub struct LeftOut {
     /// The issue's title and body as they are now (the vouched text was read instead).
     #[serde(default)]
     pub issue_text: bool,
+    /// For the issue text: no writer vouched for any version of it, so none of it was read.
+    #[serde(default)]
+    pub never_vouched: bool,
 }
 
 /// Pre-flight calls made within a window, overall and for one repository.

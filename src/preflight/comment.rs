@@ -60,6 +60,8 @@ pub struct CommentInput<'a> {
     /// The model's full answer, if there was one.
     pub reading: Option<&'a str>,
     pub left_out: &'a [LeftOut],
+    /// What was removed as hidden from readers, one line per place.
+    pub hidden: &'a [String],
     pub model: &'a str,
     /// SHA-256 of the text read.
     pub hash: &'a str,
@@ -154,7 +156,12 @@ pub fn render(input: &CommentInput<'_>) -> String {
             .collect();
         let edited = input.left_out.iter().find(|l| l.issue_text);
         let mut lines = Vec::new();
-        if let Some(e) = edited {
+        if let Some(e) = edited.filter(|e| e.never_vouched) {
+            lines.push(format!(
+                "The issue's title and body are by @{}, who has no write access, and no writer has vouched for any version of them: they are not read. A writer vouches for them by applying `{}` again, by editing the issue, or by commenting `/director go`.",
+                e.author, input.trigger
+            ));
+        } else if let Some(e) = edited {
             lines.push(format!(
                 "The issue's title and body as edited since a writer vouched for them (the issue is by @{}, who has no write access) are not read; the text as it was then is. A writer vouches for the new text by applying `{}` again or commenting `/director go`.",
                 e.author, input.trigger
@@ -170,6 +177,18 @@ pub fn render(input: &CommentInput<'_>) -> String {
             "<details>\n<summary>Left out as untrusted ({})</summary>\n\n{}\n\n</details>\n\n",
             list.len() + usize::from(edited.is_some()),
             lines.join("\n\n")
+        ));
+    }
+    if !input.hidden.is_empty() {
+        let lines: Vec<String> = input
+            .hidden
+            .iter()
+            .map(|h| format!("- {}", one_line(h)))
+            .collect();
+        out.push_str(&format!(
+            "<details>\n<summary>Hidden from readers, so not read ({})</summary>\n\n{}\n\n</details>\n\n",
+            lines.len(),
+            lines.join("\n")
         ));
     }
     let model = if input.model.is_empty() {
@@ -213,14 +232,50 @@ mod tests {
             skip_label: "headless:skip-preflight",
             reading,
             left_out,
+            hidden: &[],
             model: "qwen2.5-coder:32b",
             hash: HASH,
         })
     }
 
     #[test]
+    fn go_with_hidden_text_listed() {
+        let hidden = [
+            "the body: a link reference definition (not rendered), a link's title (shown only on hover)".to_owned(),
+            "the comment by `alice` of 2026-11-30T10:00:00Z: an HTML comment".to_owned(),
+        ];
+        insta::assert_snapshot!(render(&CommentInput {
+            shown: &Shown::Go,
+            trigger: "headless",
+            skip_label: "headless:skip-preflight",
+            reading: Some(READ),
+            left_out: &[],
+            hidden: &hidden,
+            model: "qwen2.5-coder:32b",
+            hash: HASH,
+        }));
+    }
+
+    #[test]
     fn go() {
         insta::assert_snapshot!(render_with(Shown::Go, Some(READ), &[]));
+    }
+
+    #[test]
+    fn no_go_with_a_readers_text_never_vouched_for() {
+        let left = [LeftOut {
+            author: "reporter".into(),
+            comment_id: 0,
+            issue_text: true,
+            never_vouched: true,
+        }];
+        insta::assert_snapshot!(render_with(
+            Shown::NoGo {
+                reason: "the issue says nothing".into()
+            },
+            Some("Context to front-load: none.\n\nNothing to do.\n\nNO-GO: the issue says nothing"),
+            &left
+        ));
     }
 
     #[test]
@@ -230,11 +285,13 @@ mod tests {
                 author: "mallory".into(),
                 comment_id: 41,
                 issue_text: false,
+                never_vouched: false,
             },
             LeftOut {
                 author: "eve".into(),
                 comment_id: 42,
                 issue_text: false,
+                never_vouched: false,
             },
         ];
         insta::assert_snapshot!(render_with(
@@ -255,11 +312,13 @@ mod tests {
                 author: "rita".into(),
                 comment_id: 0,
                 issue_text: true,
+                never_vouched: false,
             },
             LeftOut {
                 author: "rita".into(),
                 comment_id: 12,
                 issue_text: false,
+                never_vouched: false,
             },
         ];
         insta::assert_snapshot!(render_with(Shown::Go, Some(READ), &left));

@@ -6,6 +6,7 @@
 pub mod comment;
 pub mod prompt;
 pub mod providers;
+pub mod visible;
 pub use crate::domain::verdict;
 
 use async_trait::async_trait;

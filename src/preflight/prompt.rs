@@ -9,40 +9,11 @@ use crate::domain::IssueRef;
 /// The template shipped with the director (`config/preflight-prompt.md`).
 pub const DEFAULT_TEMPLATE: &str = include_str!("../../config/preflight-prompt.md");
 
-/// Removes what a person reading the issue in Forgejo does not see: HTML comments (where an
-/// instruction to the model could hide), zero-width characters and bidirectional controls.
+/// Removes what a person reading the issue in the forge does not see (see
+/// [`super::visible`]): HTML comments, invisible characters, reference definitions no link
+/// uses, link titles and alt text.
 pub fn strip_hidden(text: &str) -> String {
-    let mut text: String = text.chars().filter(|c| !is_hidden_char(*c)).collect();
-    // Removing one comment can join `<!` and `--` into a new opening: repeat until none is left.
-    while text.contains("<!--") {
-        let mut out = String::with_capacity(text.len());
-        let mut rest = text.as_str();
-        while let Some(start) = rest.find("<!--") {
-            out.push_str(&rest[..start]);
-            match rest[start + 4..].find("-->") {
-                Some(end) => rest = &rest[start + 4 + end + 3..],
-                // An unclosed comment hides everything after it in the rendered page.
-                None => rest = "",
-            }
-        }
-        out.push_str(rest);
-        text = out;
-    }
-    text
-}
-
-fn is_hidden_char(c: char) -> bool {
-    matches!(
-        c,
-        '\u{200B}'..='\u{200F}'   // zero-width space/joiners, LRM, RLM
-            | '\u{202A}'..='\u{202E}' // bidi embeddings and overrides
-            | '\u{2060}'..='\u{2064}' // word joiner, invisible operators
-            | '\u{2066}'..='\u{2069}' // bidi isolates
-            | '\u{FEFF}'              // BOM / zero-width no-break space
-            | '\u{061C}'              // Arabic letter mark
-            | '\u{00AD}'              // soft hyphen
-            | '\u{180E}'              // Mongolian vowel separator
-    )
+    super::visible::visible(text).text
 }
 
 /// One comment that goes into the prompt.
@@ -152,6 +123,7 @@ pub fn uses_fence(template: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::preflight::visible::is_hidden_char;
     use proptest::prelude::*;
 
     #[test]

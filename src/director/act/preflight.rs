@@ -38,6 +38,8 @@ pub struct Gathered {
     pub body: String,
     /// The text vouched for anew by this reading, if it was.
     pub vouched: Option<Vouched>,
+    /// What the read left out as hidden from a reader, one line per place.
+    pub hidden: Vec<String>,
 }
 
 impl Gathered {
@@ -49,6 +51,7 @@ impl Gathered {
             title: self.title.clone(),
             body: self.body.clone(),
             vouched: self.vouched.clone(),
+            hidden: self.hidden.clone(),
         }
     }
 }
@@ -382,6 +385,7 @@ pub async fn gather_with(
                 author: c.author.clone(),
                 comment_id: c.id,
                 issue_text: false,
+                never_vouched: false,
             });
         }
     }
@@ -406,7 +410,7 @@ pub async fn gather_with(
         (current.clone(), Some(by(&p.by)))
     } else if let Some(v) = state.and_then(|s| s.vouched.as_ref()) {
         if !same_text(v) {
-            left_out.insert(0, issue_text_left_out(&issue.author));
+            left_out.insert(0, issue_text_left_out(&issue.author, false));
         }
         (v.clone(), None)
     } else if read_unvouched {
@@ -416,7 +420,7 @@ pub async fn gather_with(
         // edit, or its timeline could not be read): none of it is read. A writer's edit or
         // `/director go` vouches for it; a `/director go` counts for the text its delivery
         // carried (the proposed text above), never for the text as it is when read.
-        left_out.insert(0, issue_text_left_out(&issue.author));
+        left_out.insert(0, issue_text_left_out(&issue.author, true));
         (
             Vouched {
                 title: String::new(),
@@ -427,6 +431,17 @@ pub async fn gather_with(
         )
     };
     let prompt = prompt::build(template, issue_ref, &text.title, &text.body, &trusted);
+    let mut hidden = Vec::new();
+    for (place, t) in [("the title", &text.title), ("the body", &text.body)] {
+        note_hidden(&mut hidden, place, t);
+    }
+    for c in &trusted {
+        note_hidden(
+            &mut hidden,
+            &format!("the comment by `{}` of {}", c.author, c.created_at),
+            &c.body,
+        );
+    }
     Ok(Gathered {
         issue,
         prompt,
@@ -436,14 +451,28 @@ pub async fn gather_with(
         title: text.title,
         body: text.body,
         vouched,
+        hidden,
     })
 }
 
-fn issue_text_left_out(author: &str) -> LeftOut {
+/// One line naming what `text` (at `place`) held that a reader of the rendered page does not
+/// see, if anything.
+fn note_hidden(out: &mut Vec<String>, place: &str, text: &str) {
+    let mut kinds = crate::preflight::visible::visible(text).hidden;
+    kinds.sort();
+    kinds.dedup();
+    if !kinds.is_empty() {
+        let what: Vec<&str> = kinds.iter().map(|k| k.describe()).collect();
+        out.push(format!("{place}: {}", what.join(", ")));
+    }
+}
+
+fn issue_text_left_out(author: &str, never_vouched: bool) -> LeftOut {
     LeftOut {
         author: author.to_owned(),
         comment_id: 0,
         issue_text: true,
+        never_vouched,
     }
 }
 
