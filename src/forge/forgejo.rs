@@ -30,6 +30,8 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 pub struct ForgejoClient {
     http: reqwest::Client,
+    /// The same with no credential: what an anonymous visitor may see.
+    anonymous: reqwest::Client,
     api: String,
     max_attempts: u32,
     backoff_base: Duration,
@@ -59,14 +61,17 @@ impl ForgejoClient {
             value.set_sensitive(true);
             headers.insert(AUTHORIZATION, value);
         }
-        let http = reqwest::Client::builder()
-            .default_headers(headers)
-            .timeout(Duration::from_secs(settings.timeout_secs))
-            .connect_timeout(Duration::from_secs(settings.timeout_secs.min(10)))
-            .user_agent(concat!("director/", env!("CARGO_PKG_VERSION")))
-            .build()?;
+        let builder = || {
+            reqwest::Client::builder()
+                .timeout(Duration::from_secs(settings.timeout_secs))
+                .connect_timeout(Duration::from_secs(settings.timeout_secs.min(10)))
+                .user_agent(concat!("director/", env!("CARGO_PKG_VERSION")))
+        };
+        let http = builder().default_headers(headers).build()?;
+        let anonymous = builder().build()?;
         Ok(Self {
             http,
+            anonymous,
             api: format!("{}/api/v1", base_url.trim_end_matches('/')),
             max_attempts: settings.max_attempts.max(1),
             backoff_base: Duration::from_millis(250),
@@ -605,6 +610,35 @@ impl Forge for ForgejoClient {
             default_branch: wire.default_branch,
             private: wire.private.unwrap_or(true),
         })
+    }
+
+    /// Asked as an anonymous visitor: the forge applies every rule (the repository's and its
+    /// owner's visibility, `REQUIRE_SIGNIN_VIEW`) itself.
+    async fn anonymous_can_see(&self, repo: &RepoName) -> Result<bool, ForgeError> {
+        let path = repo_path(repo);
+        let endpoint = "/repos/{owner}/{repo}";
+        let resp = self
+            .anonymous
+            .get(format!("{}{path}", self.api))
+            .send()
+            .await
+            .map_err(|e| ForgeError::Transport {
+                method: "GET".into(),
+                path: path.clone(),
+                reason: e.to_string(),
+            })?;
+        let status = resp.status();
+        self.count(endpoint, status.as_str());
+        match status.as_u16() {
+            200 => Ok(true),
+            401 | 403 | 404 => Ok(false),
+            code => Err(ForgeError::Status {
+                method: "GET".into(),
+                path,
+                status: code,
+                message: "asked as an anonymous visitor".into(),
+            }),
+        }
     }
 
     async fn open_issues_with_label(

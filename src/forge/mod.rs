@@ -336,6 +336,12 @@ pub trait Forge: Send + Sync {
     /// The login of the account whose token the director uses.
     async fn current_user(&self) -> Result<String, ForgeError>;
     async fn repository(&self, repo: &RepoName) -> Result<Repository, ForgeError>;
+    /// Whether an anonymous visitor of the forge can see `repo`. A repository's own `private`
+    /// flag is not enough: on Forgejo one of a `limited` or `private` organisation or user
+    /// reports `private: false`. By default the flag (GitHub's, where it is the whole answer).
+    async fn anonymous_can_see(&self, repo: &RepoName) -> Result<bool, ForgeError> {
+        Ok(!self.repository(repo).await?.private)
+    }
     /// Open issues (not pulls) that the forge says carry `label`, every page. The forge may
     /// ignore a label the repository does not define: callers check the labels themselves.
     async fn open_issues_with_label(

@@ -57,8 +57,8 @@ impl Visibility {
         };
         let answers: Vec<(RepoName, bool)> = futures_util::stream::iter(stale)
             .map(|repo| async move {
-                let is_public = match forge.repository(&repo).await {
-                    Ok(r) => !r.private,
+                let is_public = match forge.anonymous_can_see(&repo).await {
+                    Ok(visible) => visible,
                     Err(e) => {
                         tracing::warn!(%repo, error = %e, "status page: cannot tell whether the repository is public; its issues stay hidden");
                         false

@@ -261,3 +261,33 @@ async fn a_disabled_page_is_not_there() {
     assert_eq!(p.get("/status", None).await.status(), 404);
     assert_eq!(p.get("/status.json", Some(TOKEN)).await.status(), 404);
 }
+
+#[tokio::test]
+async fn a_repository_of_a_limited_organisation_is_hidden_from_anonymous_visitors() {
+    let p = page(|s| s.scan.orgs.push("inner".into())).await;
+    // `private: false`, but its organisation is `limited`: an anonymous visitor of the forge
+    // cannot see it, so neither may one of the status page.
+    let limited = p.t.forge.add_org_repo("inner", "tools");
+    p.t.forge.set_owner_visibility("inner", "limited");
+    p.t.forge.grant(&limited, BOT, Permission::Admin);
+    p.t.forge.grant(&limited, WRITER, Permission::Write);
+    p.t.forge.define_label(&limited, TRIGGER);
+    let public = p.queued(&p.t.repo, "Public work").await;
+    let hidden = p.queued(&limited, "Limited plans").await;
+    let anon: serde_json::Value = p
+        .get("/status.json", None)
+        .await
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(refs(&anon), vec![public.to_string()], "{anon}");
+    let page = p.get("/status", None).await.text().await.expect("body");
+    assert!(!page.contains("Limited plans"), "{page}");
+    let full: serde_json::Value = p
+        .get("/status.json", Some(TOKEN))
+        .await
+        .json()
+        .await
+        .expect("JSON");
+    assert!(refs(&full).contains(&hidden.to_string()), "{full}");
+}

@@ -193,6 +193,9 @@ pub(crate) struct State {
     pub violations: Vec<String>,
     /// Tokens are minted unrestricted, whatever was asked (a Forgejo older than 15).
     pub ignore_token_restrictions: bool,
+    /// Owners (users and organisations) whose visibility is `limited` or `private`: their
+    /// repositories are hidden from anonymous visitors, `private: false` or not.
+    pub hidden_owners: std::collections::BTreeSet<String>,
     webhook: Option<Webhook>,
     outbox: Vec<Outgoing>,
 }
@@ -223,6 +226,12 @@ pub(crate) enum Refusal {
 }
 
 impl State {
+    /// As Forgejo answers an anonymous visitor: the repository is public and so is its owner.
+    pub(crate) fn anonymous_can_see(&self, repo: &RepoName) -> bool {
+        self.repos.get(repo).is_some_and(|r| !r.private)
+            && !self.hidden_owners.contains(repo.owner())
+    }
+
     fn tick(&mut self) -> i64 {
         self.now += 1;
         self.now
@@ -893,6 +902,17 @@ impl FakeForge {
         name
     }
 
+    /// Sets an owner's visibility as Forgejo names it (`public`, `limited`, `private`).
+    pub fn set_owner_visibility(&self, owner: &str, visibility: &str) {
+        let mut s = self.state();
+        let owner = owner.to_ascii_lowercase();
+        if visibility == "public" {
+            s.hidden_owners.remove(&owner);
+        } else {
+            s.hidden_owners.insert(owner);
+        }
+    }
+
     /// Makes a repository private (visible to those granted access only).
     pub fn make_private(&self, repo: &RepoName) {
         if let Some(r) = self.state().repos.get_mut(repo) {
@@ -1416,6 +1436,10 @@ impl FakeForge {
 impl Forge for FakeForge {
     async fn current_user(&self) -> Result<String, ForgeError> {
         Ok(self.bot())
+    }
+
+    async fn anonymous_can_see(&self, repo: &RepoName) -> Result<bool, ForgeError> {
+        Ok(self.state().anonymous_can_see(repo))
     }
 
     async fn repository(&self, repo: &RepoName) -> Result<Repository, ForgeError> {

@@ -233,6 +233,26 @@ async fn handle(req: HttpRequest, body: web::Bytes, forge: web::Data<FakeForge>)
                     caller.login(),
                 ),
             }
+        } else if let (true, ["repos", o, r]) = (
+            // No credential at all (a wrong one is refused, as Forgejo refuses it).
+            method == "GET" && req.headers().get("authorization").is_none(),
+            segments
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .as_slice(),
+        ) {
+            // An anonymous visitor sees a repository only when it and its owner are public.
+            match RepoName::new(o, r) {
+                Ok(repo) if state.anonymous_can_see(&repo) => {
+                    (StatusCode::OK, repo_json(&state, &repo), Vec::new())
+                }
+                _ => (
+                    StatusCode::NOT_FOUND,
+                    json!({ "message": "The target couldn't be found." }),
+                    Vec::new(),
+                ),
+            }
         } else {
             (
                 StatusCode::UNAUTHORIZED,
