@@ -702,6 +702,10 @@ pub struct RunnerSettings {
     /// Follow-up runs per pull request (review feedback, `/director fix`) before a writer's
     /// `/director retry` on it is needed.
     pub max_followups: u32,
+    /// Confine runs on a Docker engine that leaks DNS from internal networks
+    /// (CVE-2024-29018: before 23.0.11, 24, and 25 before 25.0.5), with a warning, instead of
+    /// refusing them: a run could then carry any name out through the host's resolver.
+    pub allow_dns_leaking_engine: bool,
     /// Attempts at starting a run before the issue is told it could not start. Retries back
     /// off from half a second, doubling: the default of 10 spans about four minutes, to
     /// outlast a forge or engine restart.
@@ -757,6 +761,7 @@ impl Default for RunnerSettings {
             idle_timeout_secs: 1800,
             max_followups: 3,
             start_attempts: 10,
+            allow_dns_leaking_engine: false,
             max_open_prs_per_repo: 6,
             keep_failed_secs: 0,
             env_passthrough: Vec::new(),

@@ -154,6 +154,29 @@ impl DockerRuntime {
     }
 }
 
+/// Whether an engine of this version forwards DNS from internal networks to the host's
+/// resolver (CVE-2024-29018): before 23.0.11, all of 24, and 25 before 25.0.5. A version that
+/// does not parse counts as leaking.
+fn internal_networks_leak_dns(version: &str) -> bool {
+    let mut parts = version
+        .trim()
+        .trim_start_matches('v')
+        .split(['.', '-', '+'])
+        .map(|p| p.parse::<u64>().ok());
+    let (Some(Some(major)), Some(Some(minor)), patch) = (parts.next(), parts.next(), parts.next())
+    else {
+        return true;
+    };
+    let patch = patch.flatten().unwrap_or(0);
+    match major {
+        ..=22 => true,
+        23 => minor == 0 && patch < 11,
+        24 => true,
+        25 => minor == 0 && patch < 5,
+        _ => false,
+    }
+}
+
 fn uid(user: &str) -> &str {
     user.split(':').next().unwrap_or("1000")
 }
@@ -218,6 +241,19 @@ impl Runtime for DockerRuntime {
     /// be internal), and the director's address on it: the bridge's gateway on the host, or,
     /// when the director itself runs in a container, that container joined to the network.
     async fn prepare_egress(&self, _port: u16) -> Result<EgressPoint, RuntimeError> {
+        let version = self.docker.version().await.map_err(engine)?;
+        let version = version.version.unwrap_or_default();
+        if internal_networks_leak_dns(&version) {
+            let why = format!(
+                "the Docker engine {version} resolves names for containers on internal networks through the host's resolver (CVE-2024-29018, fixed in 23.0.11, 25.0.5 and 26.0.0): a confined run could carry any name out"
+            );
+            if !self.settings.allow_dns_leaking_engine {
+                return Err(RuntimeError::Engine(format!(
+                    "{why}; upgrade the engine (or accept the risk with runner.allow_dns_leaking_engine)"
+                )));
+            }
+            tracing::warn!("{why}; runs are confined anyway (runner.allow_dns_leaking_engine)");
+        }
         let name = &self.settings.egress_network;
         let network = match self
             .docker
@@ -550,5 +586,30 @@ impl Runtime for DockerRuntime {
                     .map(|(k, v)| (k.to_owned(), v.to_owned()))
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::internal_networks_leak_dns;
+
+    #[test]
+    fn engines_that_leak_dns_from_internal_networks_are_named() {
+        for leaks in [
+            "20.10.24", "23.0.10", "24.0.9", "25.0.4", "v25.0.0", "", "dev",
+        ] {
+            assert!(internal_networks_leak_dns(leaks), "{leaks}");
+        }
+        for fixed in [
+            "23.0.11",
+            "23.1.0",
+            "25.0.5",
+            "25.1.0",
+            "26.0.0",
+            "28.2.2",
+            "29.0.0-rc.1",
+        ] {
+            assert!(!internal_networks_leak_dns(fixed), "{fixed}");
+        }
     }
 }
