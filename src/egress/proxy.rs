@@ -11,7 +11,15 @@
 //! - **What was refused** is counted per run and destination (`host:port`), kept in the
 //!   database (so the run's report has it whichever replica refused), and counted in
 //!   `director_egress_refused_total`.
-//! - A request is forwarded with `Connection: close`: one destination per client connection.
+//! - A request is forwarded with `Connection: close`: one destination per client connection,
+//!   and with the `Host` of the URL that was checked, whatever `Host` the run wrote (a front
+//!   end hosting several names would otherwise serve another one).
+//! - A tunnel to a name carries TLS whose server name (SNI) is that name, checked in the
+//!   first record before a byte reaches the server; Encrypted Client Hello, which hides the
+//!   name, is refused. A tunnel to an address may carry anything but another name.
+//! - **How much.** At most [`MAX_PER_RUN`] connections per run (and per client address, which
+//!   counts before credentials are read), of [`MAX_CONNECTIONS`] in all: one run cannot
+//!   starve the others.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -42,6 +50,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections served at once, all runs together: a run opening connections without end
 /// gets 503s, and the director keeps its file descriptors.
 const MAX_CONNECTIONS: usize = 1024;
+/// Connections one run, or one client address, may hold at once.
+pub const MAX_PER_RUN: usize = 64;
+/// The largest TLS record a ClientHello may come in (2^14 plus the header and some slack).
+const RECORD_MAX: usize = 16 * 1024 + 512;
 
 pub struct Proxy {
     policy: Policy,
@@ -52,7 +64,55 @@ pub struct Proxy {
     distinct: Mutex<std::collections::HashMap<String, std::collections::HashSet<String>>>,
     refused_total: Option<prometheus::IntCounterVec>,
     listen: SocketAddr,
+    /// Connections held per client address and per run.
+    held: Arc<Mutex<std::collections::HashMap<String, usize>>>,
 }
+
+/// One connection counted against a key (`peer:<ip>`, `run:<id>`), until dropped.
+struct Held {
+    key: String,
+    held: Arc<Mutex<std::collections::HashMap<String, usize>>>,
+}
+
+impl Held {
+    /// Counts one more under `key`, unless it already holds `max`.
+    fn take(
+        held: &Arc<Mutex<std::collections::HashMap<String, usize>>>,
+        key: String,
+        max: usize,
+    ) -> Option<Self> {
+        let mut map = held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = map.entry(key.clone()).or_default();
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(Self {
+            key,
+            held: held.clone(),
+        })
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut map = self
+            .held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = map.get_mut(&self.key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                map.remove(&self.key);
+            }
+        }
+    }
+}
+
+const BUSY: &[u8] =
+    b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
 
 /// A refused request: what the client is answered and, when a run asked, what is recorded.
 struct Refused {
@@ -84,6 +144,7 @@ impl Proxy {
                 distinct: Mutex::default(),
                 refused_total,
                 listen,
+                held: Arc::default(),
             }),
             listener,
         ))
@@ -135,18 +196,20 @@ impl Proxy {
                     a = listener.accept() => a,
                 };
                 match accepted {
-                    Ok((mut stream, _)) => {
-                        let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    Ok((mut stream, peer)) => {
+                        let peer_slot =
+                            Held::take(&self.held, format!("peer:{}", peer.ip()), MAX_PER_RUN);
+                        let (Ok(slot), Some(peer_slot)) =
+                            (slots.clone().try_acquire_owned(), peer_slot)
+                        else {
                             self.count("busy");
-                            let _ = stream
-                                .write_all(b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
-                                .await;
+                            let _ = stream.write_all(BUSY).await;
                             continue;
                         };
                         let this = self.clone();
                         tokio::spawn(async move {
                             this.handle(stream).await;
-                            drop(slot);
+                            drop((slot, peer_slot));
                         });
                     }
                     Err(e) => {
@@ -196,7 +259,13 @@ impl Proxy {
             return;
         };
         match self.route(&head).await {
-            Ok((request, upstream)) => {
+            Ok((request, upstream, run_id)) => {
+                let Some(_run_slot) = Held::take(&self.held, format!("run:{run_id}"), MAX_PER_RUN)
+                else {
+                    self.count("busy");
+                    let _ = client.write_all(BUSY).await;
+                    return;
+                };
                 let Ok(Ok(mut server)) =
                     tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(upstream)).await
                 else {
@@ -206,14 +275,34 @@ impl Proxy {
                     return;
                 };
                 let _ = server.set_nodelay(true);
-                let opened = match request {
-                    Forward::Tunnel => client
-                        .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                        .await
-                        .is_ok(),
-                    Forward::Request(head) => server.write_all(&head).await.is_ok(),
+                // What goes to the server before the two sides are joined.
+                let first: Vec<u8> = match request {
+                    Forward::Tunnel { name } => {
+                        if client
+                            .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                            .await
+                            .is_err()
+                        {
+                            return;
+                        }
+                        match first_record(&mut client, rest, name.as_deref()).await {
+                            Ok(first) => first,
+                            Err(why) => {
+                                self.count("server_name");
+                                self.refused(&run_id, &format!("{upstream} ({why})"));
+                                tracing::info!(run_id, %upstream, why, "egress tunnel refused");
+                                return;
+                            }
+                        }
+                    }
+                    Forward::Request(head) => {
+                        if server.write_all(&head).await.is_err() {
+                            return;
+                        }
+                        rest
+                    }
                 };
-                if !opened || (!rest.is_empty() && server.write_all(&rest).await.is_err()) {
+                if !first.is_empty() && server.write_all(&first).await.is_err() {
                     return;
                 }
                 let _ = tokio::io::copy_bidirectional_with_sizes(
@@ -244,7 +333,7 @@ impl Proxy {
 
     /// Who asks for what, and whether it may: the request to send on (or a tunnel) and
     /// the address to connect to.
-    async fn route(&self, head: &[u8]) -> Result<(Forward, SocketAddr), Refused> {
+    async fn route(&self, head: &[u8]) -> Result<(Forward, SocketAddr, String), Refused> {
         let bad = |why: &str| Refused {
             status: "400 Bad Request",
             reason: "malformed",
@@ -271,7 +360,12 @@ impl Proxy {
         let (host, port, forward) = if method.eq_ignore_ascii_case("CONNECT") {
             let (host, port) =
                 split_host_port(target).ok_or_else(|| bad("CONNECT needs host:port"))?;
-            (host, port, Forward::Tunnel)
+            // A name must be the TLS server name; an address must not be given another.
+            let name = host
+                .parse::<std::net::IpAddr>()
+                .is_err()
+                .then(|| host.clone());
+            (host, port, Forward::Tunnel { name })
         } else {
             let rest = target.strip_prefix("http://").ok_or_else(|| {
                 bad("only http:// URLs are forwarded; https goes through CONNECT")
@@ -285,9 +379,11 @@ impl Proxy {
                 Some(hp) => hp,
                 None => (super::normal_host(authority), 80),
             };
-            let mut out = format!("{method} {path} {version}\r\n");
+            let mut out = format!("{method} {path} {version}\r\nHost: {authority}\r\n");
             for (k, v) in &headers {
+                // The Host is the checked URL's: never one the run wrote.
                 let drop = [
+                    "host",
                     "proxy-authorization",
                     "proxy-connection",
                     "connection",
@@ -327,7 +423,7 @@ impl Proxy {
         };
         // The name was checked first: an unlisted one is never even resolved.
         match self.policy.pick(&host, &resolved, exact) {
-            Ok(addr) => Ok((forward, addr)),
+            Ok(addr) => Ok((forward, addr, run_id)),
             Err(why) => Err(refuse("forbidden_address", why)),
         }
     }
@@ -395,9 +491,154 @@ impl Proxy {
 }
 
 enum Forward {
-    Tunnel,
+    /// A tunnel; `name`: the host name its TLS must be for (`None` for an address).
+    Tunnel { name: Option<String> },
     /// The request head to send, rewritten to origin form.
     Request(Vec<u8>),
+}
+
+/// Reads the tunnel's first TLS record (after what already came, `got`) and checks the server
+/// name it asks for: `name` exactly (ignoring case) for a name, none for an address. Returns
+/// every byte read, to be sent on. Plain bytes may go to an address, never to a name.
+async fn first_record(
+    client: &mut TcpStream,
+    mut got: Vec<u8>,
+    name: Option<&str>,
+) -> Result<Vec<u8>, &'static str> {
+    let read = async {
+        let mut chunk = [0u8; 4096];
+        loop {
+            match first_kind(&got) {
+                Some(Record::Complete(len)) if len > RECORD_MAX => {
+                    return Err("a record too large");
+                }
+                Some(Record::Complete(len)) if got.len() >= len => return Ok(()),
+                Some(Record::NotTls) => return Ok(()),
+                _ => {}
+            }
+            if got.len() > RECORD_MAX {
+                return Err("a record too large");
+            }
+            let n = client
+                .read(&mut chunk)
+                .await
+                .map_err(|_| "the connection failed")?;
+            if n == 0 {
+                return Err("the connection closed before a TLS handshake");
+            }
+            got.extend_from_slice(&chunk[..n]);
+        }
+    };
+    tokio::time::timeout(HEAD_TIMEOUT, read)
+        .await
+        .map_err(|_| "no TLS handshake in time")??;
+    let hello = match first_kind(&got) {
+        Some(Record::Complete(len)) => client_hello(&got[5..len]),
+        _ => None,
+    };
+    match (name, hello) {
+        (Some(_), None) => Err("a tunnel to a name must carry TLS"),
+        (_, Some(h)) if h.encrypted => Err("Encrypted Client Hello hides the server name"),
+        (Some(want), Some(h)) => match h.server_name {
+            Some(sni) if sni.eq_ignore_ascii_case(want) => Ok(got),
+            Some(_) => Err("TLS for another name than the one allowed"),
+            None => Err("TLS without a server name"),
+        },
+        (None, Some(h)) if h.server_name.is_some() => Err("TLS for a name, through an address"),
+        (None, _) => Ok(got),
+    }
+}
+
+enum Record {
+    /// A TLS handshake record of this many bytes, header included.
+    Complete(usize),
+    NotTls,
+}
+
+/// What the first bytes of a tunnel are, once five have come.
+fn first_kind(bytes: &[u8]) -> Option<Record> {
+    let header = bytes.get(..5)?;
+    if header[0] != 0x16 || header[1] != 0x03 {
+        return Some(Record::NotTls);
+    }
+    Some(Record::Complete(
+        5 + usize::from(u16::from_be_bytes([header[3], header[4]])),
+    ))
+}
+
+/// What a ClientHello says of the server it is for.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Hello {
+    server_name: Option<String>,
+    /// It carries Encrypted Client Hello (the real name is inside).
+    encrypted: bool,
+}
+
+/// Reads a ClientHello from a handshake record's body; `None` when it is not one.
+fn client_hello(record: &[u8]) -> Option<Hello> {
+    let mut r = Reader(record);
+    if r.u8()? != 1 {
+        return None;
+    }
+    let length = r.u24()?;
+    let mut body = Reader(r.take(length)?);
+    body.take(2 + 32)?; // version, random
+    let session = usize::from(body.u8()?);
+    body.take(session)?;
+    let suites = usize::from(body.u16()?);
+    body.take(suites)?;
+    let compression = usize::from(body.u8()?);
+    body.take(compression)?;
+    let mut hello = Hello::default();
+    if body.0.is_empty() {
+        return Some(hello);
+    }
+    let extensions = usize::from(body.u16()?);
+    let mut ext = Reader(body.take(extensions)?);
+    while !ext.0.is_empty() {
+        let kind = ext.u16()?;
+        let len = usize::from(ext.u16()?);
+        let data = ext.take(len)?;
+        match kind {
+            0x0000 => {
+                let mut list = Reader(data);
+                let total = usize::from(list.u16()?);
+                let mut names = Reader(list.take(total)?);
+                while !names.0.is_empty() {
+                    let name_type = names.u8()?;
+                    let n = usize::from(names.u16()?);
+                    let name = names.take(n)?;
+                    if name_type == 0 {
+                        hello.server_name = Some(String::from_utf8(name.to_vec()).ok()?);
+                    }
+                }
+            }
+            0xfe0d => hello.encrypted = true,
+            _ => {}
+        }
+    }
+    Some(hello)
+}
+
+/// Big-endian reads that end in `None`, never a panic, past the end.
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let (head, tail) = (self.0.get(..n)?, self.0.get(n..)?);
+        self.0 = tail;
+        Some(head)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        self.take(1).map(|b| b[0])
+    }
+    fn u16(&mut self) -> Option<u16> {
+        self.take(2).map(|b| u16::from_be_bytes([b[0], b[1]]))
+    }
+    fn u24(&mut self) -> Option<usize> {
+        self.take(3)
+            .map(|b| usize::from(b[0]) << 16 | usize::from(b[1]) << 8 | usize::from(b[2]))
+    }
 }
 
 /// Reads up to the end of the request head; returns it and whatever came after it.

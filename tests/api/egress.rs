@@ -226,7 +226,10 @@ mod proxy {
                 "169.254.169.254:80".into(),
                 "*.example.invalid:443".into(),
             ],
-            vec![Entry::exact("127.0.0.1", origin.port())],
+            vec![
+                Entry::exact("127.0.0.1", origin.port()),
+                Entry::exact("localhost", origin.port()),
+            ],
             vec![director_addr],
         )
         .expect("policy");
@@ -322,6 +325,139 @@ mod proxy {
             "the tunnel carried the bytes"
         );
         assert!(s.book.refusals.lock().expect("lock").is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_forwarded_request_carries_the_host_that_was_checked_not_the_one_written() {
+        let s = setup().await;
+        let a = auth("run-run1", &s.proxy.password("run1"));
+        let head = format!(
+            "GET http://127.0.0.1:{}/ HTTP/1.1\r\nHost: internal-admin.example\r\n{a}\r\n",
+            s.origin.port()
+        );
+        let answer = ask(&s.proxy, &head).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        let seen = s.seen.lock().expect("lock").clone();
+        assert!(
+            seen.contains(&format!("Host: 127.0.0.1:{}\r\n", s.origin.port())),
+            "{seen}"
+        );
+        assert!(!seen.contains("internal-admin"), "{seen}");
+    }
+
+    /// A minimal TLS ClientHello record for `server_name`, with `ech` when asked.
+    fn client_hello(server_name: Option<&str>, ech: bool) -> Vec<u8> {
+        let mut ext = Vec::new();
+        if let Some(name) = server_name {
+            let n = name.as_bytes();
+            let list_len = 3 + n.len();
+            ext.extend_from_slice(&[0, 0]);
+            ext.extend_from_slice(&((list_len + 2) as u16).to_be_bytes());
+            ext.extend_from_slice(&(list_len as u16).to_be_bytes());
+            ext.push(0);
+            ext.extend_from_slice(&(n.len() as u16).to_be_bytes());
+            ext.extend_from_slice(n);
+        }
+        if ech {
+            ext.extend_from_slice(&[0xfe, 0x0d, 0, 1, 0]);
+        }
+        let mut body = vec![3, 3];
+        body.extend_from_slice(&[7; 32]);
+        body.extend_from_slice(&[0, 0, 2, 0x13, 0x01, 1, 0]);
+        body.extend_from_slice(&(ext.len() as u16).to_be_bytes());
+        body.extend_from_slice(&ext);
+        let mut hs = vec![1, 0];
+        hs.extend_from_slice(&(body.len() as u16).to_be_bytes());
+        hs.extend_from_slice(&body);
+        let mut record = vec![0x16, 3, 1];
+        record.extend_from_slice(&(hs.len() as u16).to_be_bytes());
+        record.extend_from_slice(&hs);
+        record
+    }
+
+    /// Opens a tunnel to `target`, sends `first`, and returns whether the origin got it.
+    async fn tunnel(s: &Setup, target: &str, first: &[u8]) -> bool {
+        s.seen.lock().expect("lock").clear();
+        let a = auth("run-run1", &s.proxy.password("run1"));
+        let mut t = TcpStream::connect(s.proxy.local_addr())
+            .await
+            .expect("connect");
+        t.write_all(format!("CONNECT {target} HTTP/1.1\r\n{a}\r\n").as_bytes())
+            .await
+            .expect("write");
+        let mut buf = vec![0u8; 39];
+        t.read_exact(&mut buf).await.expect("established");
+        let _ = t.write_all(first).await;
+        let mut rest = Vec::new();
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(10), t.read_to_end(&mut rest))
+            .await;
+        !s.seen.lock().expect("lock").is_empty()
+    }
+
+    #[tokio::test]
+    async fn a_tunnel_to_a_name_carries_tls_for_that_name_only() {
+        let s = setup().await;
+        let named = format!("localhost:{}", s.origin.port());
+        let address = format!("127.0.0.1:{}", s.origin.port());
+        assert!(tunnel(&s, &named, &client_hello(Some("LocalHost"), false)).await);
+        // A front end hosting several names would serve the other one.
+        assert!(!tunnel(&s, &named, &client_hello(Some("billing.internal"), false)).await);
+        assert!(!tunnel(&s, &named, &client_hello(None, false)).await);
+        assert!(!tunnel(&s, &named, &client_hello(Some("localhost"), true)).await);
+        assert!(
+            !tunnel(
+                &s,
+                &named,
+                b"GET / HTTP/1.1\r\nHost: billing.internal\r\n\r\n"
+            )
+            .await
+        );
+        // To an address: anything but a name.
+        assert!(tunnel(&s, &address, &client_hello(None, false)).await);
+        assert!(!tunnel(&s, &address, &client_hello(Some("billing.internal"), false)).await);
+        s.proxy.flush().await;
+        let refusals = s.book.refusals.lock().expect("lock").clone();
+        assert_eq!(refusals.values().sum::<u32>(), 5, "{refusals:?}");
+    }
+
+    #[tokio::test]
+    async fn one_run_cannot_hold_every_connection_of_the_proxy() {
+        let s = setup().await;
+        let a = auth("run-run1", &s.proxy.password("run1"));
+        let mut held = Vec::new();
+        for _ in 0..director::egress::proxy::MAX_PER_RUN {
+            let mut t = TcpStream::connect(s.proxy.local_addr())
+                .await
+                .expect("connect");
+            t.write_all(
+                format!("CONNECT 127.0.0.1:{} HTTP/1.1\r\n{a}\r\n", s.origin.port()).as_bytes(),
+            )
+            .await
+            .expect("write");
+            let mut buf = vec![0u8; 39];
+            t.read_exact(&mut buf).await.expect("established");
+            held.push(t);
+        }
+        let answer = ask(
+            &s.proxy,
+            &format!("CONNECT 127.0.0.1:{} HTTP/1.1\r\n{a}\r\n", s.origin.port()),
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        held.pop();
+        // The slot comes back once the connection is gone.
+        crate::helpers::wait_until("a slot is free again", || async {
+            ask(
+                &s.proxy,
+                &format!(
+                    "GET http://127.0.0.1:{}/ HTTP/1.1\r\n{a}\r\n",
+                    s.origin.port()
+                ),
+            )
+            .await
+            .starts_with("HTTP/1.1 200")
+        })
+        .await;
     }
 
     #[tokio::test]
