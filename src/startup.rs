@@ -323,6 +323,8 @@ impl Application {
             );
         }
         let runtime_state = Arc::new(RwLock::new("disabled".to_owned()));
+        // The director's address on the runs' network, where only the proxy may answer.
+        let mut runs_network: Option<std::net::IpAddr> = None;
         if let Some(forge) = &forge {
             let mut wakes = Wakes::default();
             let secrets = Arc::new(Secrets::new(passthrough(&settings)));
@@ -337,6 +339,10 @@ impl Application {
                     } else {
                         None
                     };
+                    if let Some(Ok(e)) = &egress {
+                        let ip = e.proxy.local_addr().ip();
+                        runs_network = (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip);
+                    }
                     if let Some(Err(error)) = &egress {
                         tracing::error!(%error, "no run starts: runs are allow-listed and the egress proxy is not there");
                     }
@@ -452,13 +458,23 @@ impl Application {
             visibility: Default::default(),
             clock: clock.clone(),
             bodies: crate::http::webhook::BodyBudget::new(&settings.server),
+            runs_network,
             authorized_bodies: crate::http::webhook::BodyBudget::new(&settings.server),
         });
         let mut server = HttpServer::new(move || {
             App::new()
                 .app_data(state.clone())
                 .wrap(from_fn(observe_latency))
+                .wrap(from_fn(crate::http::not_from_runs))
                 .configure(routes)
+        })
+        // Which of the host's addresses each connection came in on (see `not_from_runs`).
+        .on_connect(|conn, data| {
+            if let Some(tcp) = conn.downcast_ref::<actix_web::rt::net::TcpStream>()
+                && let Ok(local) = tcp.local_addr()
+            {
+                data.insert(crate::http::LocalAddr(local));
+            }
         })
         .listen(listener)?;
         if settings.server.workers > 0 {

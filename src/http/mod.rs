@@ -32,6 +32,9 @@ pub struct AppState {
     pub forge: Option<Arc<dyn crate::forge::Forge>>,
     pub visibility: status::Visibility,
     pub clock: crate::clock::SharedClock,
+    /// The director's address on the runs' network (Docker, confined runs), where runs reach
+    /// the egress proxy and nothing else of the director.
+    pub runs_network: Option<std::net::IpAddr>,
     /// The memory webhook bodies may take while they are read, before they are verified:
     /// anyone's, and (apart) those that showed `webhook.authorization`.
     pub bodies: webhook::BodyBudget,
@@ -68,6 +71,33 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 }
 
 /// Records each request's latency under its route template (never the raw path).
+/// The local address a connection came in on.
+#[derive(Clone, Copy, Debug)]
+pub struct LocalAddr(pub std::net::SocketAddr);
+
+/// Refuses every request that came in on the director's address on the runs' network: a run
+/// reaches the egress proxy there, never the director's own routes (a listener on every
+/// address would otherwise answer it, bypassing the proxy and its allow-list).
+pub async fn not_from_runs(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<actix_web::body::EitherBody<impl MessageBody>>, actix_web::Error> {
+    let runs_network = req
+        .app_data::<web::Data<AppState>>()
+        .and_then(|s| s.runs_network);
+    let local = req.conn_data::<LocalAddr>().map(|l| l.0.ip());
+    if let (Some(runs), Some(local)) = (runs_network, local)
+        && runs == local
+    {
+        let refused = HttpResponse::Forbidden()
+            .json(json!({ "status": "rejected", "detail": "not served on the runs' network" }));
+        return Ok(req.into_response(refused).map_into_right_body());
+    }
+    next.call(req)
+        .await
+        .map(ServiceResponse::map_into_left_body)
+}
+
 pub async fn observe_latency(
     req: ServiceRequest,
     next: Next<impl MessageBody>,

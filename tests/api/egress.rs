@@ -148,6 +148,50 @@ async fn an_allow_listed_run_reaches_only_what_is_allowed_through_the_proxy_and_
 
 // ---- the proxy itself, in this process, as an attacker inside a run would use it ----
 
+#[tokio::test]
+async fn the_directors_own_routes_refuse_connections_on_the_runs_network() {
+    let network = Network(format!(
+        "director-egress-test-{:08x}",
+        rand::random::<u32>()
+    ));
+    let network_name = network.0.clone();
+    // The director listens on every address, as it does in a container.
+    let (t, _llm) = spawn_runs(|s| {
+        s.server.listen = "0.0.0.0:0".into();
+        s.runner.egress = "allowlist".into();
+        s.runner.allow_dns_leaking_engine = true;
+        s.runner.egress_network = network_name;
+        s.runner.egress_proxy_port = free_port();
+    })
+    .await;
+    // The director's address on the runs' network: the bridge's gateway, on the host.
+    let (ok, gateway) = docker(&[
+        "network",
+        "inspect",
+        "-f",
+        "{{range .IPAM.Config}}{{.Gateway}}{{end}}",
+        &network.0,
+    ]);
+    assert!(
+        ok && !gateway.is_empty(),
+        "the network has a gateway: {gateway}"
+    );
+    let port = t.app.address.rsplit(':').next().expect("a port").to_owned();
+    let client = crate::helpers::http_client();
+    let from_runs = client
+        .get(format!("http://{gateway}:{port}/status.json"))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(from_runs.status(), 403, "the runs' network is not served");
+    let from_host = client
+        .get(format!("{}/healthz", t.app.address))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(from_host.status(), 200);
+}
+
 mod proxy {
     use std::collections::BTreeMap;
     use std::net::SocketAddr;
