@@ -540,6 +540,9 @@ pub struct LabelSettings {
     /// Put on the issue when its pull request was merged (`pr_open` comes off).
     #[serde(deserialize_with = "lenient::string")]
     pub merged: String,
+    /// On an issue whose pre-flight waits: for an hourly cap's queue, or to retry.
+    #[serde(deserialize_with = "lenient::string")]
+    pub waiting: String,
     /// Priority labels, highest first: queued issues start in this order, then queue order.
     #[serde(deserialize_with = "lenient::list")]
     pub priority: Vec<String>,
@@ -556,6 +559,7 @@ impl Default for LabelSettings {
             failed: "headless:failed".into(),
             no_go: "headless:no-go".into(),
             merged: "headless:merged".into(),
+            waiting: "headless:waiting".into(),
             priority: Vec::new(),
         }
     }

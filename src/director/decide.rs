@@ -131,6 +131,8 @@ struct Step<'a> {
     now: i64,
     known: bool,
     before: Lifecycle,
+    /// The state label the issue had before this decision.
+    before_label: Option<String>,
     record: IssueRecord,
     run: Option<RunRecord>,
     actions: Vec<(String, Action, i64)>,
@@ -150,6 +152,7 @@ impl<'a> Step<'a> {
             now,
             known: view.record.is_some(),
             before: record.lifecycle,
+            before_label: state_label(&policy.labels, &record).map(str::to_owned),
             record,
             run: view.run.cloned(),
             actions: Vec::new(),
@@ -173,11 +176,18 @@ impl<'a> Step<'a> {
 
     fn finish(mut self) -> Decision {
         if self.policy.forge
-            && state_label(&self.policy.labels, self.before)
-                != state_label(&self.policy.labels, self.record.lifecycle)
+            && self.before_label.as_deref() != state_label(&self.policy.labels, &self.record)
         {
             let v = self.version();
-            self.act(format!("labels:v{v}"), Action::SyncLabels);
+            // An issue's actions run in order: the labels go before any deferred action (a
+            // read waiting for its cap), which would hold them back until it is due.
+            let at = self
+                .actions
+                .iter()
+                .position(|(_, _, not_before)| *not_before > self.now)
+                .unwrap_or(self.actions.len());
+            self.actions
+                .insert(at, (format!("labels:v{v}"), Action::SyncLabels, self.now));
         }
         if let Some(reason) = self.blocked.take() {
             self.record.blocked = Some(reason);
@@ -533,13 +543,10 @@ impl<'a> Step<'a> {
                 until_ms,
                 read,
             } => {
+                // Waiting in the cap's queue is a state (its label, `status`, the status
+                // page), not news: no comment, so a backlog never notifies every watcher.
                 self.vouch(read);
-                let until = format_time(*until_ms);
-                let shown = Shown::WaitingOnCap {
-                    limit: limit.clone(),
-                    until,
-                };
-                self.sticky(&shown, None, "", read);
+                tracing::debug!(limit, until = %format_time(*until_ms), "pre-flight waits for its cap");
                 self.record.preflight.not_before_ms = Some(*until_ms);
                 self.record.preflight.rev += 1;
                 self.plan_read(*until_ms);
@@ -1417,8 +1424,9 @@ fn format_time(ms: i64) -> String {
 }
 
 /// The state label for a lifecycle state, if it has one.
-pub fn state_label(labels: &LabelSettings, lifecycle: Lifecycle) -> Option<&str> {
-    let name = match lifecycle {
+pub fn state_label<'a>(labels: &'a LabelSettings, record: &IssueRecord) -> Option<&'a str> {
+    let name = match record.lifecycle {
+        Lifecycle::Pending if record.preflight.not_before_ms.is_some() => &labels.waiting,
         Lifecycle::Queued => &labels.queued,
         Lifecycle::Launching | Lifecycle::Running => &labels.running,
         Lifecycle::Succeeded => &labels.pr_open,
@@ -1439,6 +1447,7 @@ pub fn all_state_labels(labels: &LabelSettings) -> Vec<&str> {
         &labels.failed,
         &labels.no_go,
         &labels.merged,
+        &labels.waiting,
     ]
     .into_iter()
     .filter(|l| !l.is_empty())

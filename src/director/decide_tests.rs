@@ -675,7 +675,7 @@ fn with_on_error_proceed_a_failed_pre_flight_queues_the_issue() {
 }
 
 #[test]
-fn a_cap_defers_the_read_until_the_window_frees_and_says_so() {
+fn a_cap_defers_the_read_until_the_window_frees_as_a_labelled_state_without_a_comment() {
     let mut s = Sim::picked_up();
     let until = NOW + 3_600_000;
     s.read(PreflightOutcome::Capped {
@@ -688,7 +688,21 @@ fn a_cap_defers_the_read_until_the_window_frees_and_says_so() {
         s.find("read_preflight").expect("later").not_before_ms,
         until
     );
-    assert!(s.sticky().contains("20 pre-flights per hour"));
+    // A backlog of thousands must not notify every watcher of every issue.
+    assert!(s.find("upsert_sticky").is_none(), "{:?}", s.kinds());
+    assert!(s.find("post_notice").is_none(), "{:?}", s.kinds());
+    assert!(s.kinds().contains(&"sync_labels"));
+    assert_eq!(
+        state_label(&s.policy.labels, s.rec()),
+        Some("headless:waiting")
+    );
+    // Its read, when the window frees, takes the label off again.
+    s.read(go());
+    assert_eq!(
+        state_label(&s.policy.labels, s.rec()),
+        Some("headless:queued")
+    );
+    assert!(s.kinds().contains(&"sync_labels"));
 }
 
 #[test]
@@ -1390,7 +1404,7 @@ fn a_merged_pull_request_makes_the_issue_merged_and_swaps_the_label() {
     assert_eq!(s.state(), Lifecycle::Merged);
     assert!(s.kinds().contains(&"sync_labels"));
     assert_eq!(
-        state_label(&s.policy.labels, Lifecycle::Merged),
+        state_label(&s.policy.labels, s.rec()),
         Some("headless:merged")
     );
     assert!(s.find("post_notice").is_none(), "a merge needs no comment");

@@ -163,7 +163,7 @@ pub(super) async fn sync_labels(acts: &Acts, issue: &IssueRef) -> anyhow::Result
     let Some(record) = acts.store.issue(issue).await? else {
         return Ok(());
     };
-    let wanted = state_label(&acts.labels, record.lifecycle);
+    let wanted = state_label(&acts.labels, &record);
     let all = all_state_labels(&acts.labels);
     let current = acts.forge.issue(issue).await?;
     for l in current
