@@ -299,6 +299,18 @@ impl ForgeError {
         matches!(self, Self::NotFound { .. })
     }
 
+    /// Whether the forge answered no, for good: retrying the same request changes nothing (a
+    /// 4xx other than a timeout, a conflict or a rate limit).
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            Self::Unauthorized { .. } | Self::Forbidden { .. } | Self::NotFound { .. } => true,
+            Self::Status { status, .. } => {
+                (400..500).contains(status) && !matches!(status, 408 | 409 | 425 | 429)
+            }
+            _ => false,
+        }
+    }
+
     /// Whether a write that failed this way may still have taken effect: no answer, an
     /// answer cut or unreadable, or a server error midway. A refusal (4xx) took none.
     pub fn is_ambiguous(&self) -> bool {

@@ -761,8 +761,8 @@ async fn review_feedback_starts_a_follow_up_and_a_merge_is_told_on_the_issue() {
 
 #[tokio::test]
 async fn a_token_github_refuses_is_told_on_the_issue_and_counted() {
-    // A refusal is told after three attempts here, not the default's four minutes.
-    let t = GithubApp::spawn(|s| s.runner.start_attempts = 3).await;
+    // Told at once, with the default attempts: a refusal is not retried for minutes.
+    let t = GithubApp::spawn(|_| {}).await;
     t.gh.ruleset(REPO, "active", 1, false);
     // The App was granted `contents: read` only: a run token with write is refused (422).
     t.gh.set_permission(t.installation, "contents", "read");

@@ -11,7 +11,7 @@ use base64::Engine as _;
 use super::Acts;
 use crate::domain::{IssueRecord, IssueRef, RunRecord, RunState};
 use crate::event::{Event, RunReport};
-use crate::forge::{Branch, Permission, RunEndpoints, RunnerAccount};
+use crate::forge::{Branch, ForgeError, Permission, RunEndpoints, RunnerAccount};
 use crate::preflight::prompt::strip_hidden;
 use crate::runtime::{RUN_LABEL, RunSpec, Runtime, RuntimeError};
 use crate::settings::{RunnerSettings, Secret};
@@ -324,10 +324,23 @@ impl RunAct {
         let name = token_name(&self.director_id, run_id);
         match acts.forge.delete_run_token(&self.runner, &name).await {
             // Nothing minted by this process under the name: nothing to clear here.
-            Ok(()) | Err(crate::forge::ForgeError::TokenNotHeld { .. }) => {}
+            Ok(()) | Err(ForgeError::TokenNotHeld { .. }) => {}
             Err(e) => return Err(anyhow::Error::new(e).context("clearing an earlier run token")),
         }
-        let minted = self.mint(acts, &run.repo, &name).await?;
+        let minted = match self.mint(acts, &run.repo, &name).await {
+            Ok(minted) => minted,
+            // The forge said no (a permission, the runner's password): no retry changes that,
+            // and the issue is told at once, not after minutes of attempts.
+            Err(e)
+                if e.downcast_ref::<ForgeError>()
+                    .is_some_and(ForgeError::is_refusal) =>
+            {
+                return Ok(report(RunReport::Refused {
+                    why: format!("the forge refused to mint the run's token: {e:#}"),
+                }));
+            }
+            Err(e) => return Err(e),
+        };
         self.secrets.remember_token(run_id, &minted.token);
         // The forge's answer must show the restriction asked for: an older Forgejo ignores it.
         let restricted = minted.repositories.as_deref() == Some(std::slice::from_ref(&run.repo));
@@ -617,7 +630,7 @@ impl RunAct {
         }
         match acts.forge.delete_run_token(&self.runner, &name).await {
             Ok(()) => Ok(()),
-            Err(crate::forge::ForgeError::TokenNotHeld { name }) => {
+            Err(ForgeError::TokenNotHeld { name }) => {
                 // Nothing here can revoke it (GitHub revokes a token only when shown it, and
                 // this process never held it, or lost it with its container). A run that never
                 // started may never have had one; one that started did: said, not hidden.
@@ -837,7 +850,7 @@ pub async fn sweep_tokens(
             tracing::info!(token = %name, "deleting a run token left behind");
             match forge.delete_run_token(runner, &name).await {
                 Ok(()) => {}
-                Err(crate::forge::ForgeError::TokenNotHeld { name }) => {
+                Err(ForgeError::TokenNotHeld { name }) => {
                     tracing::warn!(token = %name, "a run token left behind cannot be revoked here");
                 }
                 Err(e) => return Err(e.into()),
