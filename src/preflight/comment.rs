@@ -30,11 +30,6 @@ pub enum Shown {
         error: String,
         proceeding: bool,
     },
-    /// An hourly cap is reached; the read happens later.
-    WaitingOnCap {
-        limit: String,
-        until: String,
-    },
 }
 
 impl Shown {
@@ -46,7 +41,6 @@ impl Shown {
             Self::Routed { .. } => "WRONG-REPO",
             Self::Skipped { .. } => "SKIPPED",
             Self::Failed { .. } => "ERROR",
-            Self::WaitingOnCap { .. } => "WAITING",
         }
     }
 }
@@ -115,11 +109,6 @@ pub fn render(input: &CommentInput<'_>) -> String {
             } else {
                 "No container was launched; the issue waits.".to_owned()
             },
-        ),
-        Shown::WaitingOnCap { limit, until } => (
-            "waiting",
-            Some(format!("the limit of {limit} is reached")),
-            format!("This issue is read after {until}. No container was launched."),
         ),
     };
     out.push_str(&format!("### 🛫 pre-flight: {header}\n\n"));
@@ -367,18 +356,6 @@ mod tests {
             Shown::Failed {
                 error: "the provider answered HTTP 500: overloaded".into(),
                 proceeding: true
-            },
-            None,
-            &[]
-        ));
-    }
-
-    #[test]
-    fn waiting_on_a_cap() {
-        insta::assert_snapshot!(render_with(
-            Shown::WaitingOnCap {
-                limit: "20 pre-flights per hour for acme/widgets".into(),
-                until: "2026-11-30 11:00 UTC".into()
             },
             None,
             &[]
