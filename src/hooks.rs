@@ -93,18 +93,7 @@ pub async fn watched(
     (all, failed)
 }
 
-/// How Forgejo lists an event back: it stores `pull_request_review` as one flag and lists that
-/// flag as three events (`EventCheckers` in Forgejo's `models/webhook`).
-pub fn listed_as(event: &str) -> &'static [&'static str] {
-    match event {
-        "pull_request_review" => &[
-            "pull_request_review_approved",
-            "pull_request_review_rejected",
-            "pull_request_review_comment",
-        ],
-        _ => &[],
-    }
-}
+pub use crate::forge::{hook_event_listed_as as listed_as, hook_event_only_listed};
 
 /// Whether the hook has `event`, in Forgejo's terms: named as given, or as Forgejo lists it.
 fn has_event(hook: &Hook, event: &str) -> bool {
@@ -208,8 +197,7 @@ pub async fn install_repo(
             // Names Forgejo only lists (and ignores when given) stay out of the request.
             let mut events = spec.events.clone();
             for e in &first.events {
-                let only_listed = EVENTS.iter().any(|d| listed_as(d).contains(&e.as_str()));
-                if !events.contains(e) && !only_listed {
+                if !events.contains(e) && !hook_event_only_listed(e) {
                     events.push(e.clone());
                 }
             }

@@ -157,6 +157,24 @@ pub struct HookSpec {
     pub authorization: Option<crate::settings::Secret>,
 }
 
+/// How Forgejo lists a hook event back: it stores `pull_request_review` as one flag and lists
+/// that flag as three events (`EventCheckers` in Forgejo's `models/webhook`).
+pub fn hook_event_listed_as(event: &str) -> &'static [&'static str] {
+    match event {
+        "pull_request_review" => &[
+            "pull_request_review_approved",
+            "pull_request_review_rejected",
+            "pull_request_review_comment",
+        ],
+        _ => &[],
+    }
+}
+
+/// Whether `name` is one Forgejo only lists back, and ignores when it is given.
+pub fn hook_event_only_listed(name: &str) -> bool {
+    hook_event_listed_as("pull_request_review").contains(&name)
+}
+
 /// A branch as seen by the account asking.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Branch {

@@ -1873,13 +1873,10 @@ fn stored_events(list: &[Value]) -> Vec<String> {
     let given: Vec<&str> = list.iter().filter_map(Value::as_str).collect();
     let mut out = Vec::new();
     for e in given {
-        let listed = crate::hooks::listed_as(e);
-        let only_listed = crate::hooks::EVENTS
-            .iter()
-            .any(|d| crate::hooks::listed_as(d).contains(&e));
+        let listed = super::hook_event_listed_as(e);
         let names: Vec<&str> = if !listed.is_empty() {
             listed.to_vec()
-        } else if only_listed {
+        } else if super::hook_event_only_listed(e) {
             Vec::new()
         } else {
             vec![e]
