@@ -14,7 +14,7 @@ use crate::domain::verdict::Verdict;
 use crate::domain::{
     Command, IssueRecord, IssueRef, Judgement, Lifecycle, RepoName, RunRecord, RunState,
 };
-use crate::domain::{FollowUp, PullRecord, PullState, TextSeen, Vouched};
+use crate::domain::{FollowUp, PullRecord, PullState, Vouched};
 use crate::event::{
     Event, EventKind, ForgeEvent, IssueSnapshot, PreflightOutcome, PullAsk, ReadContext,
     ReviewKind, RunReport, StickyDraft,
@@ -258,8 +258,7 @@ impl<'a> Step<'a> {
         } else if live && seen.was_judged {
             trusted && self.content_changed(fact, seen.skip_changed)
         } else if live && self.policy.forge && !seen.trigger_was_there {
-            let with_label = fact.kind == EventKind::IssueLabel && !fact.sender.is_empty();
-            self.trigger_applied(&fact.snapshot, with_label);
+            self.trigger_applied(&fact.snapshot);
             true
         } else if live && self.policy.forge && self.record.trigger_trusted.is_none() {
             // Still not judged (the timeline or permission read failed): ask again. The text
@@ -347,16 +346,13 @@ impl<'a> Step<'a> {
     /// The trigger is newly on (or not judged yet): find out who applied it. Reopening an
     /// issue whose trigger stayed on revives nothing: a writer applies it again, or says
     /// `/director retry`. The text as it is now is what whoever applied it vouches for.
-    fn trigger_applied(&mut self, snap: &IssueSnapshot, with_label: bool) {
+    fn trigger_applied(&mut self, snap: &IssueSnapshot) {
         self.record.preflight.proposed = Some(Vouched {
             title: snap.title.clone(),
             body: snap.body.clone(),
             by: String::new(),
         });
-        self.record.preflight.proposed_seen = Some(TextSeen {
-            with_label,
-            updated_at: snap.updated_at.clone(),
-        });
+        self.record.preflight.proposed_seen_at = snap.updated_at.clone();
         self.record.trigger_actor = None;
         self.record.trigger_trusted = None;
         self.resolve_trigger();
@@ -382,16 +378,15 @@ impl<'a> Step<'a> {
         self.record.trigger_actor = actor.clone();
         self.record.trigger_trusted = Some(trusted);
         // What the trigger's (trusted) author vouched for is the text as it was when they
-        // applied it: text seen in the label's own delivery, or seen with nothing changed
-        // on the issue since the label went on. Text that may hold a later edit is not theirs
-        // to vouch for; the read then leaves a non-writer's text out and lists it.
+        // applied it: text seen with nothing changed on the issue after the label went on
+        // (its `updated_at` not after the label's timeline entry; the label's own delivery
+        // is such a sight). Any delivery, a label change among them, may come after a lost
+        // one that carried a reader's edit: its text is not the labeller's to vouch for, and
+        // the read then leaves a non-writer's text out and lists it.
         let proposed = self.record.preflight.proposed.take();
-        let seen = self.record.preflight.proposed_seen.take();
-        let as_labelled = seen.is_some_and(|seen| {
-            seen.with_label
-                || matches!((labelled_at, seen.updated_at.as_deref()),
-                    (Some(at), Some(seen_at)) if is_not_older(Some(at), Some(seen_at)))
-        });
+        let seen_at = self.record.preflight.proposed_seen_at.take();
+        let as_labelled = matches!((labelled_at, seen_at.as_deref()),
+            (Some(at), Some(seen_at)) if is_not_older(Some(at), Some(seen_at)));
         if trusted {
             if as_labelled {
                 self.record.preflight.vouched = proposed.map(|p| Vouched {

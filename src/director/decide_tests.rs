@@ -441,6 +441,17 @@ fn a_scan_that_sees_the_trigger_after_a_later_change_vouches_for_nothing() {
 }
 
 #[test]
+fn another_labels_delivery_after_lost_ones_vouches_for_nothing() {
+    // The trigger's own delivery and a reader's edit were lost; a writer's later change of
+    // another label shows the trigger, and the text as edited.
+    let mut s = Sim::new();
+    s.apply(&label("alice", &["bug", "headless"], T2));
+    s.apply(&judged(true));
+    assert_eq!(s.state(), Lifecycle::Pending);
+    assert_eq!(s.rec().preflight.vouched, None);
+}
+
+#[test]
 fn a_scan_that_sees_the_issue_unchanged_since_the_label_vouches_for_its_text() {
     let mut s = Sim::new();
     s.apply(&observed(&["headless"], "open", T1));

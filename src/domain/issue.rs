@@ -122,21 +122,11 @@ pub struct PreflightState {
     /// Text seen with the trigger being applied or an edit, waiting for its proposer's
     /// permission to be known before it can be vouched for.
     pub proposed: Option<Vouched>,
-    /// Where the proposed text of a trigger was seen: it counts as the text the trigger's
-    /// author saw only when known to be as it was when the label went on.
+    /// The issue's `updated_at` (RFC 3339) when the text proposed with a trigger was seen: it
+    /// counts as the text the trigger's author saw only when nothing changed after the label
+    /// went on.
     #[serde(default)]
-    pub proposed_seen: Option<TextSeen>,
-}
-
-/// Where text proposed with a trigger was seen.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TextSeen {
-    /// In the delivery of the label change itself: the text as it was then.
-    #[serde(default)]
-    pub with_label: bool,
-    /// The forge's `updated_at` of the issue when it was seen (RFC 3339).
-    #[serde(default)]
-    pub updated_at: Option<String>,
+    pub proposed_seen_at: Option<String>,
 }
 
 /// An issue's title and body, and who vouched for (or proposed) them.

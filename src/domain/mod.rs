@@ -9,7 +9,7 @@ pub mod run;
 pub mod verdict;
 
 pub use command::Command;
-pub use issue::{IssueRecord, Judgement, LeftOut, PreflightState, TextSeen, Vouched};
+pub use issue::{IssueRecord, Judgement, LeftOut, PreflightState, Vouched};
 pub use pull::{Feedback, FollowUp, PullRecord, PullState};
 pub use run::{RunRecord, RunState};
 
