@@ -397,6 +397,7 @@ impl Runtime for DockerRuntime {
     }
 
     async fn has_task(&self, id: &str, path: &str) -> Result<bool, RuntimeError> {
+        // Any size counts: a task is only ever as large as the issue it came from.
         Ok(self.read_file(id, path, usize::MAX).await?.is_some())
     }
 
@@ -477,7 +478,7 @@ impl Runtime for DockerRuntime {
                 Ok(bytes) => {
                     archive.extend_from_slice(&bytes);
                     // A tar holds the file plus headers and padding: stop reading well past it.
-                    if archive.len() > max_bytes + 64 * 1024 {
+                    if archive.len() > max_bytes.saturating_add(64 * 1024) {
                         return Ok(None);
                     }
                 }

@@ -871,3 +871,50 @@ async fn a_writers_review_gets_a_follow_up_container_that_pushes_to_the_pr() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_created_container_is_told_apart_by_whether_its_task_is_in_it() {
+    use director::runtime::{RunSpec, Runtime, docker::DockerRuntime};
+    let image = agent_image();
+    let settings = director::settings::RunnerSettings {
+        image: image.clone(),
+        network: "none".into(),
+        ..Default::default()
+    };
+    let rt = DockerRuntime::connect(settings).await.expect("the engine");
+    let run_id = format!("{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
+    let spec = RunSpec {
+        run_id: run_id.clone(),
+        image: image.clone(),
+        command: vec!["/bin/true".into()],
+        env: Vec::new(),
+        labels: Default::default(),
+        task_path: "/run/director/task.md".into(),
+        task: b"# A task".to_vec(),
+        mounts: Vec::new(),
+        result_path: None,
+        confined: false,
+    };
+    // Created, never started: the state an adopting attempt finds after a crash.
+    let with_task = rt.create(&spec).await.expect("created");
+    assert!(
+        rt.has_task(&with_task, &spec.task_path)
+            .await
+            .expect("asked"),
+        "the task was copied in"
+    );
+    let name = format!("director-test-bare-{run_id}");
+    let created = Command::new("docker")
+        .args(["create", "--name", &name, &image, "/bin/true"])
+        .output()
+        .expect("docker runs");
+    assert!(created.status.success());
+    let bare = String::from_utf8_lossy(&created.stdout).trim().to_owned();
+    let has = rt.has_task(&bare, &spec.task_path).await;
+    let _ = Command::new("docker").args(["rm", "-f", &name]).output();
+    rt.remove(&with_task).await.expect("removed");
+    assert!(
+        !has.expect("asked"),
+        "no task in a container made without one"
+    );
+}
