@@ -221,11 +221,26 @@ impl Executor {
         );
         let result = match serde_json::from_str::<Action>(&claimed.payload) {
             Ok(action) => {
-                tracing::Instrument::instrument(
+                // A panic (a bug) fails this attempt like any error: it must not end the task
+                // that holds the action's slot, or the executor would run one slot short for
+                // good.
+                use futures_util::FutureExt as _;
+                let performed = tracing::Instrument::instrument(
                     self.acts.perform(&claimed.issue, &action),
                     span.clone(),
-                )
-                .await
+                );
+                match std::panic::AssertUnwindSafe(performed).catch_unwind().await {
+                    Ok(result) => result,
+                    Err(panic) => {
+                        let what = panic
+                            .downcast_ref::<&str>()
+                            .map(|s| (*s).to_owned())
+                            .or_else(|| panic.downcast_ref::<String>().cloned())
+                            .unwrap_or_else(|| "no message".to_owned());
+                        span.in_scope(|| tracing::error!(panic = what, "the action panicked"));
+                        Err(anyhow::anyhow!("the action panicked: {what}"))
+                    }
+                }
             }
             Err(e) => Err(anyhow::anyhow!("the stored action does not parse: {e}")),
         };

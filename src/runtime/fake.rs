@@ -46,6 +46,8 @@ struct State {
     /// The next creations leave a container without its task and fail (as Docker's copy of
     /// the task failing, with a clean-up that failed too).
     failing_task_copies: u32,
+    /// The next creations panic (a bug in a runtime).
+    panicking_creates: u32,
     behaviour: Option<Behaviour>,
 }
 
@@ -76,6 +78,11 @@ impl FakeRuntime {
     /// Makes every call fail as if the engine were down (or brings it back).
     pub fn set_unavailable(&self, unavailable: bool) {
         self.with(|s| s.unavailable = unavailable);
+    }
+
+    /// The next `count` creations panic, as a bug in a runtime would.
+    pub fn panic_on_create(&self, count: u32) {
+        self.with(|s| s.panicking_creates += count);
     }
 
     /// The next `count` creations leave their container without its task and fail.
@@ -168,6 +175,12 @@ impl Runtime for FakeRuntime {
 
     async fn create(&self, spec: &RunSpec) -> Result<String, RuntimeError> {
         self.check()?;
+        let panics = self.with(|s| {
+            let panics = s.panicking_creates > 0;
+            s.panicking_creates = s.panicking_creates.saturating_sub(1);
+            panics
+        });
+        assert!(!panics, "the fake runtime was told to panic on create");
         self.with(|s| {
             if s.containers.values().any(|c| c.run_id == spec.run_id) {
                 return Err(RuntimeError::Exists(spec.run_id.clone()));

@@ -435,6 +435,20 @@ async fn a_run_cancelled_before_its_container_started_is_never_started() {
 }
 
 #[tokio::test]
+async fn an_action_that_panics_is_retried_and_the_executor_keeps_its_slots() {
+    let (t, _llm, fake) = spawn(|s| s.runner.max_concurrent = 1).await;
+    // A bug in the runtime panics inside the start action, twice.
+    fake.panic_on_create(2);
+    let issue = labelled(&t, "Add --verbose", "Print each step.").await;
+    t.wait_state(&issue, Lifecycle::Succeeded).await;
+    t.wait_for_metric(r#"director_actions_total{kind="start_run",outcome="retried"} 2"#)
+        .await;
+    // Every slot is still there: a second issue runs too.
+    let second = labelled(&t, "Add --quiet", "Print nothing.").await;
+    t.wait_state(&second, Lifecycle::Succeeded).await;
+}
+
+#[tokio::test]
 async fn an_engine_that_stays_down_fails_the_run_visibly_after_its_attempts() {
     // Three attempts (about 1.5 s) rather than the default's four minutes.
     let (t, _llm, fake) = spawn(|s| s.runner.start_attempts = 3).await;
