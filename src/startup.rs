@@ -83,14 +83,22 @@ pub fn scanner(
     if settings.scan.repos.is_empty() && settings.scan.orgs.is_empty() {
         return None;
     }
-    Some(Scanner::new(
-        forge.clone(),
-        store.clone(),
-        settings.labels.trigger.clone(),
-        settings.scan.repos.clone(),
-        settings.scan.orgs.clone(),
-        wake,
-    ))
+    Some(
+        Scanner::new(
+            forge.clone(),
+            store.clone(),
+            settings.labels.trigger.clone(),
+            settings.scan.repos.clone(),
+            settings.scan.orgs.clone(),
+            wake,
+        )
+        .with_state_labels(
+            crate::director::decide::all_state_labels(&settings.labels)
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
+        ),
+    )
 }
 
 /// The pre-flight over the configured provider, when enabled.

@@ -72,6 +72,8 @@ pub struct Scanner {
     repos: Vec<RepoName>,
     orgs: Vec<String>,
     wake: Arc<Notify>,
+    /// The state labels the director keeps on issues: a change of these alone is its own.
+    state_labels: Vec<String>,
     /// Where the next incremental pass asks from (less the overlap): the forge's clock at the
     /// last pass, and whether it was the forge's (else the director's). `None` until a full
     /// pass.
@@ -100,8 +102,16 @@ impl Scanner {
             repos,
             orgs,
             wake,
+            state_labels: Vec::new(),
             watermark: std::sync::Mutex::new(None),
         }
+    }
+
+    /// The state labels the director keeps (`labels.queued`, ...): an issue whose only change
+    /// since its record is in these is not observed again.
+    pub fn with_state_labels(mut self, labels: Vec<String>) -> Self {
+        self.state_labels = labels;
+        self
     }
 
     /// The newest of this process's watermark and the one kept in the database (where
@@ -205,7 +215,7 @@ impl Scanner {
             if labelled && issue.state == "open" {
                 report.labelled += 1;
             }
-            if let Some(seen) = worth_observing(repo, record, issue, now) {
+            if let Some(seen) = worth_observing(repo, record, issue, &self.state_labels, now) {
                 observations.push(seen);
             }
         }
@@ -366,7 +376,7 @@ impl Scanner {
         for issue in &labelled {
             seen.insert(issue.number);
             let record = known.get(&issue.number);
-            if let Some(seen) = worth_observing(repo, record, issue, now) {
+            if let Some(seen) = worth_observing(repo, record, issue, &self.state_labels, now) {
                 observations.push(seen);
             }
         }
@@ -410,16 +420,40 @@ impl Scanner {
 /// The observation to queue for `issue`, when it is new, its `updated_at` changed since the
 /// director recorded it, or its trigger is still unjudged (a forge error while judging): an
 /// unjudged trigger is retried with a fresh observation each scan.
+///
+/// A change in nothing but the director's own state labels is its own write (a backlog's
+/// thousands of `waiting` labels): not observed. What a scan observation can change in a
+/// decision is the trigger, the skip and priority labels, the title and the state, so any
+/// other change is observed. (Text and comments reach a decision only by webhook.)
 fn worth_observing(
     repo: &RepoName,
     record: Option<&crate::store::IssueRecord>,
     issue: &Issue,
+    state_labels: &[String],
     now_ms: i64,
 ) -> Option<NewDelivery> {
     let unjudged = record.is_some_and(|r| r.trigger_present && r.trigger_trusted.is_none());
-    let changed =
-        record.is_none_or(|r| r.forge_updated_at.as_deref() != Some(issue.updated_at.as_str()));
+    let changed = record.is_none_or(|r| {
+        r.forge_updated_at.as_deref() != Some(issue.updated_at.as_str())
+            && !(r.title == issue.title
+                && r.state == issue.state
+                && other_labels(r.labels.iter().map(String::as_str), state_labels)
+                    == other_labels(issue.labels.iter().map(|l| l.name.as_str()), state_labels))
+    });
     (changed || unjudged).then(|| observation(repo, issue, unjudged.then_some(now_ms), now_ms))
+}
+
+/// The labels that are not the director's own state labels, in order.
+fn other_labels<'a>(
+    labels: impl Iterator<Item = &'a str>,
+    state_labels: &[String],
+) -> Vec<&'a str> {
+    let mut kept: Vec<&str> = labels
+        .filter(|l| !state_labels.iter().any(|s| s == l))
+        .collect();
+    kept.sort_unstable();
+    kept.dedup();
+    kept
 }
 
 /// A pull request's state as the scan found it, as a stored delivery (the same state seen

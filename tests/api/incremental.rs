@@ -239,3 +239,34 @@ async fn the_fakes_issue_search_follows_forgejo() {
     let _ = c;
     t.assert_contract();
 }
+
+#[tokio::test]
+async fn the_directors_own_state_labels_are_not_observed_again() {
+    let (t, llm) = ForgeApp::spawn_with_llm(|_| {}).await;
+    llm.always("Fine.\n\nGO");
+    t.forge.webhooks_enabled(false);
+    let issue = t.forge.open_issue(&t.repo, "reporter", "Known", "").await;
+    t.forge.label(WRITER, &issue, TRIGGER).await;
+    // The pass picks it up; its read says GO and the director puts its `queued` label on,
+    // which moves the issue's `updated_at` past what the pass recorded.
+    t.scan().await;
+    t.wait_state(&issue, Lifecycle::Queued).await;
+    wait_until("the queued label is on", || async {
+        t.forge
+            .labels_on(&issue)
+            .iter()
+            .any(|l| l == "headless:queued")
+    })
+    .await;
+    t.app.wait_processed().await;
+    let report = t.scan_incremental().await;
+    assert_eq!(
+        report.queued, 0,
+        "its own change, observed again: {report:?}"
+    );
+    // Anyone else's label is a change.
+    t.forge.define_label(&t.repo, "bug");
+    t.forge.label(WRITER, &issue, "bug").await;
+    let report = t.scan_incremental().await;
+    assert_eq!(report.queued, 1, "{report:?}");
+}
