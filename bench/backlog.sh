@@ -6,6 +6,7 @@
 # requests it made, and the comments it posted, once its outbox is idle.
 # Usage: bench/backlog.sh [REPOS] [ISSUES]   (defaults 1000 and 10000)
 # PROFILE=release for the shipped build (fat LTO, slow to build); fastbench by default.
+# MALLOC_ARENA_MAX is 2 as in the image (Dockerfile); MALLOC_ARENA_MAX= measures glibc's default.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repos=${1:-1000}
@@ -55,6 +56,7 @@ DIRECTOR_PREFLIGHT__PROVIDER=openai \
 DIRECTOR_PREFLIGHT__BASE_URL=http://127.0.0.1:18091/v1 \
 DIRECTOR_PREFLIGHT__MODEL=bench \
 RUST_LOG=warn \
+MALLOC_ARENA_MAX=${MALLOC_ARENA_MAX-2} \
   "$bin/director" serve >"$work/director.log" 2>&1 &
 director=$!
 started=$(date +%s)

@@ -28,6 +28,7 @@ tar --numeric-owner -C "$root" -c . | docker import \
   --change 'USER 65532:65532' \
   --change 'WORKDIR /data' \
   --change 'EXPOSE 8080' \
+  --change 'ENV MALLOC_ARENA_MAX=2' \
   --change 'ENTRYPOINT ["/usr/local/bin/director"]' \
   --change 'CMD ["serve", "--config", "/etc/director/director.toml"]' \
   - "$tag" >/dev/null
