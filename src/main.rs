@@ -152,8 +152,14 @@ fn hooks(action: HooksAction) -> ExitCode {
         }
     };
     let url = settings.webhook.public_url.clone();
-    let authorization =
-        (!settings.webhook.authorization.is_empty()).then_some(&settings.webhook.authorization);
+    // The hooks prove themselves before their bodies are read: with `webhook.authorization`,
+    // or with a token derived from the secret they sign with.
+    let authorization = if settings.webhook.authorization.is_empty() {
+        director::settings::Secret::new(director::http::signature::hook_token(secret.expose()))
+    } else {
+        settings.webhook.authorization.clone()
+    };
+    let authorization = Some(&authorization);
     let mut attention = false;
     let code = run_async(async {
         let (repos, mut rows) =

@@ -255,7 +255,7 @@ pub struct WebhookSettings {
     /// A token Forgejo sends with every delivery as `Authorization: Bearer <token>` (the
     /// hook's authorization header, set by `director hooks install`). A delivery that shows it
     /// is read in a budget of its own, so no load from anyone without it can delay or refuse
-    /// it. Empty: every body shares the anonymous budget.
+    /// it. Empty: a token derived from the webhook secret (`signature::hook_token`).
     pub authorization: Secret,
     #[serde(deserialize_with = "lenient::opt_string")]
     pub authorization_file: Option<String>,

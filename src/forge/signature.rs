@@ -86,6 +86,16 @@ pub fn verify(
 
 /// Lowercase hex HMAC-SHA256 of `body`, as Forgejo computes it. Used by tests and the load
 /// generator.
+/// The bearer token a hook installed by the director sends (`Authorization: Bearer <it>`),
+/// derived from its webhook secret unless `webhook.authorization` names one: a delivery shows
+/// it before its body is read. Derived, it needs no setting of its own and rotates with the
+/// secret; it is not the secret, which never leaves the director but in the hook.
+pub fn hook_token(secret: &str) -> String {
+    let mut mac = HmacSha256::new_from_slice(secret.as_bytes()).expect("HMAC takes any key length");
+    mac.update(b"director:webhook-authorization");
+    hex::encode(&mac.finalize().into_bytes()[..20])
+}
+
 pub fn sign(secret: &str, body: &[u8]) -> String {
     let mut mac = HmacSha256::new_from_slice(secret.as_bytes()).expect("HMAC takes any key length");
     mac.update(body);

@@ -78,20 +78,25 @@ impl BodyBudget {
     }
 }
 
-/// Whether the request shows `Authorization: Bearer <token>` (compared in constant time).
-fn authorized(req: &HttpRequest, token: &crate::settings::Secret) -> bool {
+/// Whether the request shows `Authorization: Bearer <token>` with `webhook.authorization`, or
+/// with the token derived from one of `webhook.secrets` (compared in constant time).
+fn authorized(req: &HttpRequest, webhook: &crate::settings::WebhookSettings) -> bool {
     use subtle::ConstantTimeEq as _;
-    if token.is_empty() {
-        return false;
-    }
     let Some(given) = header(req, "authorization").and_then(|v| v.strip_prefix("Bearer ")) else {
         return false;
     };
-    let (a, b) = (
-        Sha256::digest(given.trim().as_bytes()),
-        Sha256::digest(token.expose().as_bytes()),
-    );
-    a.ct_eq(&b).into()
+    let given = Sha256::digest(given.trim().as_bytes());
+    let derived = webhook
+        .secrets
+        .iter()
+        .map(|s| crate::forge::signature::hook_token(s.expose()));
+    let explicit =
+        (!webhook.authorization.is_empty()).then(|| webhook.authorization.expose().to_owned());
+    let mut found = false;
+    for token in explicit.into_iter().chain(derived) {
+        found |= bool::from(given.ct_eq(&Sha256::digest(token.as_bytes())));
+    }
+    found
 }
 
 /// Why a body was not read.
@@ -231,7 +236,7 @@ async fn receive_as(
         );
     }
     // A delivery that shows the hook's authorization token is read in a budget of its own.
-    let budget = if authorized(&req, &state.settings.webhook.authorization) {
+    let budget = if authorized(&req, &state.settings.webhook) {
         &state.authorized_bodies
     } else {
         &state.bodies
