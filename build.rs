@@ -6,7 +6,7 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     // Pack the binary's relative relocations (DT_RELR): about 30,000 of them take 720 KB as
     // ordinary `.rela.dyn` entries, every page of which the loader reads at start-up and keeps
-    // mapped, against 8 KB packed. The binary stays position-independent (README, *Intake*,
+    // mapped, against 8 KB packed. The binary stays position-independent (docs/benchmarks.md, *Intake*,
     // idle memory). Only glibc 2.36 and later can load such a binary (the image's Debian 12
     // has 2.36), so it is done only when building on such a system for itself: a build on an
     // older one, or for another target, links as before and runs where it was built.
@@ -22,7 +22,7 @@ fn main() {
 /// The functions a release `director serve` runs from start-up to idle, laid out together
 /// (`link/startup-order.txt`, made by `link/order.sh`): the kernel maps a program's code
 /// around each page it first runs, 64 KB at a time, so about 2 MB of them scattered over the
-/// 20 MB of code kept 10 MB of it resident at idle (README, *Intake*, idle memory). Only
+/// 20 MB of code kept 10 MB of it resident at idle (docs/benchmarks.md, *Intake*, idle memory). Only
 /// with LLD, rustc's own linker for this target, and no other linker asked for; names the
 /// list no longer matches (another compiler, other features) are passed over, and the
 /// binary is laid out as without it.

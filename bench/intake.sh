@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Webhook intake benchmark: a release `director serve` on loopback against the same load sent
 # to a trivial actix handler, both driven by `director-loadgen` on this machine.
-# Usage: bench/intake.sh   (prints the figures the README quotes)
+# Usage: bench/intake.sh   (prints the figures docs/benchmarks.md quotes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet --bin director --bin director-loadgen
