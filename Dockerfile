@@ -6,7 +6,8 @@
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .
-# The service only: Forgejo and GitHub, Docker and Kubernetes runtimes, no demo, no test fakes.
+# The service only (the workspace's other packages are its test kit, demo and benchmarks):
+# Forgejo and GitHub, Docker and Kubernetes runtimes.
 RUN cargo build --release --locked --no-default-features --features kubernetes,github --bin director \
  && cp target/release/director /director
 

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 repos=${1:-1000}
 issues=${2:-10000}
 profile=${PROFILE:-fastbench}
-cargo build --profile "$profile" --quiet --features fake-forge --bin director --bin director-scanbench
+cargo build --profile "$profile" --quiet -p director -p director-bench --bin director --bin director-scanbench
 bin="target/$profile"
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 replicas=${1:-1}
 shift || true
-cargo build --release --quiet --bin director --bin director-loadgen
+cargo build --release --quiet -p director -p director-bench --bin director --bin director-loadgen
 work=$(mktemp -d)
 eval "$(DIRECTOR_PG_DURABLE=1 tests/pg-cluster.sh start)"
 trap 'kill $(jobs -p) 2>/dev/null || true; tests/pg-cluster.sh stop "$DIRECTOR_TEST_PG_DIR"; rm -rf "$work"' EXIT

@@ -4,13 +4,7 @@
 # Usage: bench/intake.sh   (prints the figures docs/benchmarks.md quotes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --quiet --bin director --bin director-loadgen
-# The start-up layout (build.rs) holds only while the list names this binary's functions.
-listed=$(LC_ALL=C sort -u link/startup-order.txt)
-found=$(nm --defined-only target/release/director | awk '{print $3}' | LC_ALL=C sort -u |
-  LC_ALL=C comm -12 - <(echo "$listed") | wc -l)
-echo "start-up layout: $found of $(echo "$listed" | wc -l) listed functions in this binary" \
-  "(link/order.sh makes the list again)"
+cargo build --release --quiet -p director -p director-bench --bin director --bin director-loadgen
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 sync_mode=${SYNC:-full}

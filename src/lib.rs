@@ -2,11 +2,9 @@
 //! periodic scan bring issues in, one consumer decides what to do with each.
 
 pub mod clock;
-#[cfg(feature = "demo")]
-pub mod demo;
-pub mod director;
 pub mod domain;
 pub mod egress;
+pub mod engine;
 pub mod event;
 pub mod failpoint;
 pub mod forge;

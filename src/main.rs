@@ -51,20 +51,6 @@ enum Command {
         #[arg(long, env = "DIRECTOR_CONFIG")]
         config: Option<PathBuf>,
     },
-    /// The whole flow on this machine, against a fake Forgejo and a scripted model: watch a
-    /// label become a pre-flight comment, a run, a pull request; then look at the status page.
-    #[cfg(feature = "demo")]
-    Demo {
-        /// Where the director and its status page listen.
-        #[arg(long, default_value = "127.0.0.1:8080")]
-        listen: String,
-        /// Exit when the flow is done instead of waiting for Ctrl-C.
-        #[arg(long)]
-        once: bool,
-        /// Skip runs even when a Docker engine answers.
-        #[arg(long)]
-        no_docker: bool,
-    },
     /// Create, repair or check the webhook of every watched repository.
     Hooks {
         #[command(subcommand)]
@@ -273,28 +259,6 @@ fn main() -> ExitCode {
             })
         }
         Command::Hooks { action } => hooks(action),
-        #[cfg(feature = "demo")]
-        Command::Demo {
-            listen,
-            once,
-            no_docker,
-        } => {
-            let _ = rustls::crypto::ring::default_provider().install_default();
-            let result = actix_web::rt::System::new().block_on(director::demo::run(
-                director::demo::DemoOptions {
-                    listen,
-                    once,
-                    no_docker,
-                },
-            ));
-            match result {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("error: {e:#}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
         Command::Status { json, config } => {
             let settings = match load(config.as_ref()) {
                 Ok(s) => s,

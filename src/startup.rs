@@ -13,13 +13,13 @@ use tokio_cron_scheduler::{Job, JobScheduler};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::SharedClock;
-use crate::director::act::run::Secrets;
-use crate::director::act::{Acts, PreflightAct, RunAct};
-use crate::director::consumer::{Consumer, Limits, Wakes};
-use crate::director::decide::Policy;
-use crate::director::executor::Executor;
-use crate::director::scanner::{ScanReport, Scanner};
-use crate::director::watcher::Watcher;
+use crate::engine::act::run::Secrets;
+use crate::engine::act::{Acts, PreflightAct, RunAct};
+use crate::engine::consumer::{Consumer, Limits, Wakes};
+use crate::engine::decide::Policy;
+use crate::engine::executor::Executor;
+use crate::engine::scanner::{ScanReport, Scanner};
+use crate::engine::watcher::Watcher;
 use crate::forge::Forge;
 use crate::forge::RunnerAccount;
 use crate::forge::forgejo::ForgejoClient;
@@ -93,7 +93,7 @@ pub fn scanner(
             wake,
         )
         .with_state_labels(
-            crate::director::decide::all_state_labels(&settings.labels)
+            crate::engine::decide::all_state_labels(&settings.labels)
                 .into_iter()
                 .map(str::to_owned)
                 .collect(),
@@ -161,7 +161,7 @@ async fn egress_proxy(
     store: &Store,
     metrics: &Metrics,
     shutdown: &CancellationToken,
-) -> Result<crate::director::act::run::RunEgress, String> {
+) -> Result<crate::engine::act::run::RunEgress, String> {
     use crate::egress::{Entry, Policy, proxy::Proxy};
     let port = settings.runner.egress_proxy_port;
     let point = runtime
@@ -206,7 +206,7 @@ async fn egress_proxy(
     .await?;
     tracing::info!(listen = %proxy.local_addr(), "egress proxy listening for allow-listed runs");
     proxy.clone().serve(listener, shutdown.clone());
-    Ok(crate::director::act::run::RunEgress {
+    Ok(crate::engine::act::run::RunEgress {
         proxy,
         host: point.host,
     })
@@ -792,8 +792,8 @@ pub async fn preflight_dry_run(
     };
     let provider: Arc<dyn crate::preflight::Preflight> =
         Arc::from(providers::from_settings(&settings.preflight)?);
-    let template = crate::director::act::preflight::load_template(&settings.preflight)?;
-    let with = crate::director::act::preflight::Gatherer {
+    let template = crate::engine::act::preflight::load_template(&settings.preflight)?;
+    let with = crate::engine::act::preflight::Gatherer {
         forge: forge.as_ref(),
         acts: None,
         template: &template,
@@ -802,7 +802,7 @@ pub async fn preflight_dry_run(
         // The operator asked to see this issue read; nothing is acted on.
         read_unvouched: true,
     };
-    let gathered = crate::director::act::preflight::gather_with(&with, &issue, 0, None).await?;
+    let gathered = crate::engine::act::preflight::gather_with(&with, &issue, 0, None).await?;
     let reading = provider.read(&gathered.prompt.text).await?;
     Ok(DryRun {
         prompt: gathered.prompt.text,

@@ -1,8 +1,6 @@
 //! Everything about the forge: webhook payloads, the [`Forge`] trait covering exactly the
-//! calls the director makes, its Forgejo implementation, and (for tests) a stateful fake.
+//! calls the director makes, its Forgejo and GitHub implementations. The stateful fake is in the test kit.
 
-#[cfg(any(test, feature = "fake-forge"))]
-pub mod fake;
 pub mod forgejo;
 pub mod github;
 pub mod payload;

@@ -1,10 +1,8 @@
 //! Where coder runs execute. [`Runtime`] covers what the director does with a run's
 //! container; [`docker::DockerRuntime`] implements it over the Docker Engine API (bollard),
-//! and `fake::FakeRuntime` in memory for tests.
+//! and the test kit (`director-testkit`) has `FakeRuntime`, in memory, for tests.
 
 pub mod docker;
-#[cfg(any(test, feature = "fake-forge"))]
-pub mod fake;
 #[cfg(feature = "kubernetes")]
 pub mod kubernetes;
 pub mod mounts;

@@ -312,7 +312,7 @@ impl Store {
     }
 
     /// Stores a raw event row as an older or foreign writer might have (tests of set-aside).
-    #[cfg(any(test, feature = "fake-forge"))]
+    #[cfg(any(test, feature = "testkit"))]
     pub async fn insert_raw_event(
         &self,
         delivery_id: &str,

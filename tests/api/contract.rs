@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use director::domain::IssueRef;
-use director::forge::fake::FakeForge;
 use director::forge::forgejo::ForgejoClient;
 use director::forge::{Forge, ForgeError, Permission};
 use director::settings::{ForgeSettings, Secret};
+use director_testkit::forge::FakeForge;
 
 use crate::forge_helpers::{BOT, BOT_TOKEN, READER, TRIGGER, WRITER};
 use crate::helpers::http_client;

@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use actix_web::web::Bytes;
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
-use director::forge::fake::contract::Spec;
 use director::http::signature::sign;
+use director_testkit::forge::contract::Spec;
 use serde_json::{Value, json};
 
 pub const APP_ID: u64 = 4242;

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use director::domain::{IssueRef, Lifecycle, RunState};
 use director::forge::Permission;
 use director::runtime::RunSpec;
-use director::runtime::fake::FakeRuntime;
 use director::startup::Overrides;
+use director_testkit::runtime::FakeRuntime;
 use futures_util::FutureExt;
 
 use crate::fake_llm::FakeLlm;
@@ -31,7 +31,7 @@ pub fn env<'a>(spec: &'a RunSpec, name: &str) -> &'a str {
 /// (default), `nobranch`, `leak` (print the token and fail), `hang` (until killed). A
 /// follow-up (`DIRECTOR_PR` set) commits on the pull request's branch. `result: <outcome>`
 /// in the body leaves a result file saying so.
-fn agent(runtime: FakeRuntime) -> director::runtime::fake::Behaviour {
+fn agent(runtime: FakeRuntime) -> director_testkit::runtime::Behaviour {
     Arc::new(move |spec: RunSpec| {
         let runtime = runtime.clone();
         async move {

@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
-use director::director::scanner::{ScanReport, Scanner};
 use director::domain::{IssueRef, Lifecycle, RepoName};
+use director::engine::scanner::{ScanReport, Scanner};
 use director::forge::Permission;
-use director::forge::fake::{FakeForge, FakeServer};
 use director::settings::Secret;
 use director::store::IssueRecord;
+use director_testkit::forge::{FakeForge, FakeServer};
 
 use crate::fake_llm::FakeLlm;
 use crate::helpers::{SECRET, TestApp, wait_until};

@@ -7,8 +7,8 @@ use std::process::{Command, Output};
 
 use director::domain::run::{git_environment, log_shows_refused_push};
 use director::domain::{Lifecycle, RepoName};
-use director::forge::fake::FakeForge;
 use director::forge::{Forge, Permission};
+use director_testkit::forge::FakeForge;
 
 use crate::runs::{RUNNER, RUNNER_PASSWORD, labelled, run_comments, spawn_runs, wait_ended};
 
@@ -69,7 +69,7 @@ fn stderr(o: &Output) -> String {
 
 struct GitForge {
     forge: FakeForge,
-    server: director::forge::fake::FakeServer,
+    server: director_testkit::forge::FakeServer,
     widgets: RepoName,
     other: RepoName,
     _root: tempfile::TempDir,

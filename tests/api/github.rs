@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use director::domain::{IssueRef, Lifecycle, RepoName};
 use director::runtime::RunSpec;
-use director::runtime::fake::FakeRuntime;
 use director::settings::Secret;
 use director::startup::Overrides;
+use director_testkit::runtime::FakeRuntime;
 use futures_util::FutureExt;
 
 use crate::fake_github::{self, APP_ID, BOT, FakeGitHub};
@@ -27,7 +27,7 @@ struct GithubApp {
     app: TestApp,
     gh: FakeGitHub,
     llm: FakeLlm,
-    scanner: Option<Arc<director::director::scanner::Scanner>>,
+    scanner: Option<Arc<director::engine::scanner::Scanner>>,
     runtime: FakeRuntime,
     installation: u64,
 }
@@ -158,7 +158,7 @@ impl GithubApp {
 /// The fake agent: with the run token, what a real agent does through GitHub's API: read
 /// the base, make the branch, commit a file. It also tries what the token must not do, and
 /// prints whether each attempt was refused.
-fn agent() -> director::runtime::fake::Behaviour {
+fn agent() -> director_testkit::runtime::Behaviour {
     Arc::new(move |spec: RunSpec| {
         async move {
             let api = env(&spec, "DIRECTOR_API_URL").to_owned();

@@ -55,7 +55,7 @@ impl TestApp {
         configure: impl FnOnce(&mut Settings),
     ) -> (
         Self,
-        Option<std::sync::Arc<director::director::scanner::Scanner>>,
+        Option<std::sync::Arc<director::engine::scanner::Scanner>>,
     ) {
         Self::spawn_overridden(configure, Overrides::default()).await
     }
@@ -66,7 +66,7 @@ impl TestApp {
         overrides: Overrides,
     ) -> (
         Self,
-        Option<std::sync::Arc<director::director::scanner::Scanner>>,
+        Option<std::sync::Arc<director::engine::scanner::Scanner>>,
     ) {
         let client = http_client();
         let dir = tempfile::tempdir().expect("temp dir");

@@ -3,7 +3,7 @@
 
 use director::domain::RepoName;
 use director::forge::Permission;
-use director::forge::fake::{FakeForge, FakeServer};
+use director_testkit::forge::{FakeForge, FakeServer};
 
 use crate::forge_helpers::{BOT, BOT_TOKEN};
 

@@ -13,7 +13,6 @@ mod config;
 mod contract;
 mod crash;
 mod cut;
-mod demo;
 mod durability;
 mod egress;
 mod fake_runs;
@@ -26,6 +25,7 @@ mod image;
 mod incremental;
 #[cfg(feature = "kubernetes")]
 mod kube;
+mod layout;
 mod outbox;
 mod pg;
 mod preflight;

@@ -308,15 +308,15 @@ async fn work_in_flight_in_a_database_from_before_the_outbox_is_carried_over() {
         .await
         .expect("claim");
     for c in claimed {
-        let action: director::director::action::Action =
+        let action: director::engine::action::Action =
             serde_json::from_str(&c.payload).expect("parses");
         assert!(
             matches!(
                 action,
-                director::director::action::Action::ReadPreflight {
+                director::engine::action::Action::ReadPreflight {
                     rev: 3,
                     handled_command_id: 9
-                } | director::director::action::Action::StartRun { .. }
+                } | director::engine::action::Action::StartRun { .. }
             ),
             "{action:?}"
         );

@@ -4,7 +4,7 @@
 //! the run's result file, and pacing by open pull requests.
 
 use director::domain::{IssueRef, Lifecycle, RunState};
-use director::forge::fake::ReviewEvent;
+use director_testkit::forge::ReviewEvent;
 
 use crate::fake_runs::{labelled, reports, spawn, status_json, status_json_with};
 use crate::forge_helpers::{ForgeApp, READER, TRIGGER, WRITER};

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use director::domain::{IssueRef, Lifecycle, RunState};
 use director::forge::Permission;
-use director::forge::fake::{FakeForge, FakeServer};
 use director::store::Store;
+use director_testkit::forge::{FakeForge, FakeServer};
 
 use crate::fake_llm::FakeLlm;
 use crate::forge_helpers::{BOT, BOT_TOKEN, TRIGGER, WRITER};

@@ -154,7 +154,7 @@ pub fn runner_env() -> Vec<(String, String)> {
 }
 
 /// The runner account: write access to `repo`, and a password to mint its tokens with.
-pub fn admit_runner(forge: &director::forge::fake::FakeForge, repo: &director::domain::RepoName) {
+pub fn admit_runner(forge: &director_testkit::forge::FakeForge, repo: &director::domain::RepoName) {
     forge.grant(repo, RUNNER, Permission::Write);
     forge.set_password(RUNNER, RUNNER_PASSWORD);
 }
@@ -517,7 +517,7 @@ async fn with_a_limit_of_one_three_go_issues_run_one_after_another() {
 
 #[tokio::test]
 async fn a_director_killed_mid_run_adopts_the_run_after_restart_and_one_container_ever_exists() {
-    use director::forge::fake::FakeForge;
+    use director_testkit::forge::FakeForge;
     let image = agent_image();
     let forge = FakeForge::new();
     forge.add_account(BOT, crate::forge_helpers::BOT_TOKEN);
@@ -722,8 +722,8 @@ async fn director_cancel_and_retry_count_only_from_writers() {
 
 #[tokio::test]
 async fn run_tokens_left_behind_are_deleted_and_another_directors_live_tokens_kept() {
-    use director::forge::fake::FakeForge;
     use director::forge::{Forge, RunnerAccount};
+    use director_testkit::forge::FakeForge;
     let forge = FakeForge::new();
     forge.add_account(BOT, crate::forge_helpers::BOT_TOKEN);
     let repo = forge.add_repo("acme/widgets");
@@ -772,7 +772,7 @@ async fn run_tokens_left_behind_are_deleted_and_another_directors_live_tokens_ke
             .await
             .expect("mint");
     }
-    director::director::act::run::sweep_tokens(&forge, &store, &runner, &me)
+    director::engine::act::run::sweep_tokens(&forge, &store, &runner, &me)
         .await
         .expect("sweep");
     let mut names: Vec<String> = forge.tokens_of(RUNNER).into_iter().map(|t| t.0).collect();
@@ -851,7 +851,7 @@ async fn a_writers_review_gets_a_follow_up_container_that_pushes_to_the_pr() {
             WRITER,
             &t.repo,
             pr,
-            director::forge::fake::ReviewEvent::RequestChanges,
+            director_testkit::forge::ReviewEvent::RequestChanges,
             "Rename the flag.",
             &[],
         )

@@ -1,0 +1,83 @@
+//! `director-demo`: the whole flow a newcomer watches, printed step by step.
+
+use std::time::Duration;
+
+async fn demo(args: &[&str]) -> String {
+    let out = tokio::time::timeout(
+        Duration::from_secs(200),
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_director-demo"))
+            .args(["--once", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .output(),
+    )
+    .await
+    .expect("the demo finishes")
+    .expect("runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    text
+}
+
+/// Each of `steps` appears, in this order.
+fn in_order(text: &str, steps: &[&str]) {
+    let mut from = 0;
+    for step in steps {
+        match text[from..].find(step) {
+            Some(at) => from += at + step.len(),
+            None => panic!("`{step}` missing (or out of order) in:\n{text}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_demo_shows_a_label_become_a_go_comment_a_run_and_a_pull_request() {
+    let text = demo(&[]).await;
+    in_order(
+        &text,
+        &[
+            "runs use the local Docker engine",
+            "alice applies the label `headless` to #1",
+            "admitted: minting its token",
+            "container started",
+            "branch pushed: director-issue-1-",
+            "pull request #3 opened",
+            "finished and its branch is pull request #3",
+            "The status page: http://127.0.0.1:",
+        ],
+    );
+    in_order(
+        &text,
+        &[
+            "applies the label `headless` to #2",
+            "pre-flight: NO-GO",
+            "> far too broad",
+        ],
+    );
+    in_order(
+        &text,
+        &["applies the label `headless` to #1", "pre-flight: GO"],
+    );
+    assert!(text.contains("headless:pr-open"), "{text}");
+}
+
+#[tokio::test]
+async fn without_docker_the_demo_says_runs_are_skipped_and_the_go_issue_waits() {
+    let text = demo(&["--no-docker"]).await;
+    // The demo prints what changed on the forge per look: a label and a comment that changed
+    // between two looks come out labels first, so the two are checked apart.
+    in_order(&text, &["runs skipped: --no-docker", "pre-flight: GO"]);
+    in_order(
+        &text,
+        &[
+            "runs skipped: --no-docker",
+            "headless:queued",
+            "The status page:",
+        ],
+    );
+    assert!(text.contains("pre-flight: NO-GO"), "{text}");
+    assert!(!text.contains("container started"), "{text}");
+}

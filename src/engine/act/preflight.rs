@@ -1,0 +1,485 @@
+//! The pre-flight read: gather the trusted text, notice a writer's skip, use the cache of the
+//! same text, hold to the hourly caps, ask the model. Every outcome, a failure included, goes
+//! back to `decide` as an event; it chooses the verdict's consequences and the retries.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::Acts;
+use super::forge::latest_label_actor;
+use crate::domain::verdict;
+use crate::domain::{Command, IssueRef, LeftOut, Vouched, command::is_only_commands, same_login};
+use crate::engine::decide::{HOUR_MS, cap_reached};
+use crate::event::{Event, PreflightOutcome, ReadContext};
+use crate::forge::{Comment, Forge, ForgeError, Issue};
+use crate::metrics::Metrics;
+use crate::preflight::prompt::{self, Prompt, PromptComment};
+use crate::preflight::{Preflight, PreflightError, comment};
+use crate::settings::PreflightSettings;
+
+pub struct PreflightAct {
+    pub provider: Arc<dyn Preflight>,
+    pub settings: PreflightSettings,
+    pub template: String,
+    pub metrics: Option<Metrics>,
+}
+
+/// What the pre-flight gathered from the forge for one issue.
+pub struct Gathered {
+    pub issue: Issue,
+    pub prompt: Prompt,
+    pub left_out: Vec<LeftOut>,
+    /// A writer's `/director go` not yet acted on: (who, comment id).
+    pub go_command: Option<(String, u64)>,
+    /// The newest comment id seen.
+    pub newest_comment_id: u64,
+    /// The trusted title and body: what the prompt and the run's task hold.
+    pub title: String,
+    pub body: String,
+    /// The text vouched for anew by this reading, if it was.
+    pub vouched: Option<Vouched>,
+    /// What the read left out as hidden from a reader, one line per place.
+    pub hidden: Vec<String>,
+}
+
+impl Gathered {
+    fn context(&self) -> ReadContext {
+        ReadContext {
+            hash: self.prompt.sha256.clone(),
+            left_out: self.left_out.clone(),
+            newest_comment_id: self.newest_comment_id,
+            title: self.title.clone(),
+            body: self.body.clone(),
+            vouched: self.vouched.clone(),
+            hidden: self.hidden.clone(),
+        }
+    }
+}
+
+impl PreflightAct {
+    /// The template from `preflight.template_file`, or the default.
+    pub fn new(
+        provider: Arc<dyn Preflight>,
+        settings: PreflightSettings,
+        metrics: Option<Metrics>,
+    ) -> anyhow::Result<Self> {
+        let template = load_template(&settings)?;
+        if !prompt::uses_fence(&template) {
+            tracing::warn!(
+                "preflight.template_file has no {{{{fence}}}}: issue text can close its data block"
+            );
+        }
+        Ok(Self {
+            provider,
+            settings,
+            template,
+            metrics,
+        })
+    }
+
+    /// Gathers with what the director knows of the issue (the vouched text).
+    pub async fn gather(
+        &self,
+        acts: &Acts,
+        issue: &IssueRef,
+        handled_command_id: u64,
+    ) -> anyhow::Result<Gathered> {
+        let state = acts.store.issue(issue).await?.map(|r| r.preflight);
+        let bot = acts.bot();
+        let with = Gatherer {
+            forge: acts.forge.as_ref(),
+            acts: Some(acts),
+            template: &self.template,
+            automation_accounts: &self.settings.automation_accounts,
+            bot: bot.as_deref(),
+            read_unvouched: false,
+        };
+        Ok(gather_with(&with, issue, handled_command_id, state.as_ref()).await?)
+    }
+
+    /// Reads revision `rev` of the issue.
+    pub async fn read(
+        &self,
+        acts: &Acts,
+        issue: &IssueRef,
+        rev: i64,
+        handled_command_id: u64,
+    ) -> anyhow::Result<Option<Event>> {
+        let outcome = self.outcome(acts, issue, handled_command_id).await?;
+        self.count(&outcome);
+        Ok(Some(Event::PreflightRead { rev, outcome }))
+    }
+
+    async fn outcome(
+        &self,
+        acts: &Acts,
+        issue: &IssueRef,
+        handled_command_id: u64,
+    ) -> anyhow::Result<PreflightOutcome> {
+        let model = self.provider.model().to_owned();
+        let g = match self.gather(acts, issue, handled_command_id).await {
+            Ok(g) => g,
+            Err(e) => {
+                return Ok(PreflightOutcome::Failed {
+                    error: e.to_string(),
+                    reading: None,
+                    model,
+                    read: None,
+                });
+            }
+        };
+        if g.issue.state != "open" || !g.issue.has_label(&acts.labels.trigger) {
+            return Ok(PreflightOutcome::NotEligible);
+        }
+        let read = g.context();
+        if let Some((by, _)) = &g.go_command {
+            return Ok(PreflightOutcome::Skipped {
+                by: by.clone(),
+                how: "`/director go`".into(),
+                read,
+            });
+        }
+        match skip_label_by(acts, &g.issue, issue).await {
+            Ok(Some((by, how))) => return Ok(PreflightOutcome::Skipped { by, how, read }),
+            Ok(None) => {}
+            Err(e) => {
+                return Ok(PreflightOutcome::Failed {
+                    error: e.to_string(),
+                    reading: None,
+                    model,
+                    read: Some(read),
+                });
+            }
+        }
+        if let Some((reading, model)) = acts.store.cached_reading(&g.prompt.sha256).await? {
+            tracing::info!("this exact text was read before; using that read");
+            return Ok(match verdict::parse(&reading) {
+                Some(verdict) => PreflightOutcome::Read {
+                    verdict,
+                    reading,
+                    model,
+                    read,
+                },
+                None => PreflightOutcome::Failed {
+                    error: "the cached read held no verdict".into(),
+                    reading: Some(reading),
+                    model,
+                    read: Some(read),
+                },
+            });
+        }
+        let now = acts.clock.now_ms();
+        let window = acts
+            .store
+            .preflight_calls_since(&issue.repo, now - HOUR_MS)
+            .await?;
+        if let Some((limit, until_ms)) = cap_reached(
+            &window,
+            &issue.repo,
+            self.settings.max_per_hour,
+            self.settings.max_per_repo_per_hour,
+            now,
+        ) {
+            tracing::info!(limit, "pre-flight cap reached; waiting");
+            return Ok(PreflightOutcome::Capped {
+                limit,
+                until_ms,
+                read,
+            });
+        }
+        acts.store.record_preflight_call(&issue.repo, now).await?;
+        let started = Instant::now();
+        let answer = self.provider.read(&g.prompt.text).await;
+        crate::failpoint::hit("during_model_call").await;
+        if let Some(m) = &self.metrics {
+            m.preflight_latency.observe(started.elapsed().as_secs_f64());
+        }
+        Ok(match answer {
+            Ok(r) => match verdict::parse(&r.text) {
+                Some(verdict) => {
+                    acts.store
+                        .cache_reading(&g.prompt.sha256, &r.text, &r.model, now)
+                        .await?;
+                    tracing::info!(verdict = verdict.word(), "pre-flight read");
+                    PreflightOutcome::Read {
+                        verdict,
+                        reading: r.text,
+                        model: r.model,
+                        read,
+                    }
+                }
+                None => {
+                    self.count_error("unclear");
+                    PreflightOutcome::Failed {
+                        error: "the answer held no verdict line (GO, NO-GO or WRONG-REPO)".into(),
+                        reading: Some(r.text),
+                        model: r.model,
+                        read: Some(read),
+                    }
+                }
+            },
+            Err(e) => {
+                self.count_error(match e {
+                    PreflightError::Timeout(_) => "timeout",
+                    PreflightError::Status { .. } => "status",
+                    _ => "other",
+                });
+                tracing::warn!(error = %e, "pre-flight attempt failed");
+                PreflightOutcome::Failed {
+                    error: e.to_string(),
+                    reading: None,
+                    model,
+                    read: Some(read),
+                }
+            }
+        })
+    }
+
+    fn count(&self, outcome: &PreflightOutcome) {
+        let label = match outcome {
+            PreflightOutcome::Read { verdict, .. } => match verdict {
+                verdict::Verdict::Go => "go",
+                verdict::Verdict::NoGo { .. } => "no_go",
+                verdict::Verdict::WrongRepo { .. } => "wrong_repo",
+            },
+            PreflightOutcome::Skipped { .. } => "skipped",
+            PreflightOutcome::Capped { .. } => "capped",
+            PreflightOutcome::Failed { .. } => "error",
+            PreflightOutcome::NotEligible => return,
+        };
+        if let Some(m) = &self.metrics {
+            m.preflight_verdicts.with_label_values(&[label]).inc();
+        }
+    }
+
+    fn count_error(&self, kind: &str) {
+        if let Some(m) = &self.metrics {
+            m.preflight_errors.with_label_values(&[kind]).inc();
+        }
+    }
+}
+
+/// `preflight.template_file`, or the default template.
+pub fn load_template(settings: &PreflightSettings) -> anyhow::Result<String> {
+    match &settings.template_file {
+        Some(file) => std::fs::read_to_string(file)
+            .map_err(|e| anyhow::anyhow!("preflight.template_file {file}: {e}")),
+        None => Ok(prompt::DEFAULT_TEMPLATE.to_owned()),
+    }
+}
+
+/// Who applied the skip label, if it is on the issue and they may.
+async fn skip_label_by(
+    acts: &Acts,
+    issue: &Issue,
+    issue_ref: &IssueRef,
+) -> Result<Option<(String, String)>, ForgeError> {
+    let skip = &acts.labels.skip_preflight;
+    if skip.is_empty() || !issue.has_label(skip) {
+        return Ok(None);
+    }
+    let Some(actor) = latest_label_actor(acts.forge.as_ref(), issue_ref, skip).await? else {
+        return Ok(None);
+    };
+    if acts.permission(&issue_ref.repo, &actor).await?.can_write() {
+        Ok(Some((actor, format!("the label `{skip}`"))))
+    } else {
+        tracing::info!(actor, "skip label applied without write access: ignored");
+        Ok(None)
+    }
+}
+
+/// What gathering reads with: the forge (through `acts` when there, for its role cache), the
+/// template, the automation accounts, and the bot's login (its own comments are left out).
+#[derive(Clone, Copy)]
+pub struct Gatherer<'a> {
+    pub forge: &'a dyn Forge,
+    pub acts: Option<&'a Acts>,
+    pub template: &'a str,
+    pub automation_accounts: &'a [String],
+    pub bot: Option<&'a str>,
+    /// Text no writer vouched for is read as it is (the operator's dry run, which acts on
+    /// nothing) rather than left out.
+    pub read_unvouched: bool,
+}
+
+/// Roles asked while gathering: each account once.
+struct Roles<'a> {
+    forge: &'a dyn Forge,
+    acts: Option<&'a Acts>,
+    repo: &'a crate::domain::RepoName,
+    automation: &'a [String],
+    known: std::collections::HashMap<String, crate::forge::Permission>,
+}
+
+impl Roles<'_> {
+    async fn of(&mut self, user: &str) -> Result<crate::forge::Permission, ForgeError> {
+        if let Some(p) = self.known.get(user) {
+            return Ok(*p);
+        }
+        let p = match self.acts {
+            Some(acts) => acts.permission(self.repo, user).await?,
+            None => self.forge.permission(self.repo, user).await?,
+        };
+        self.known.insert(user.to_owned(), p);
+        Ok(p)
+    }
+
+    /// A writer or a configured automation account: their text is read.
+    async fn trusted(&mut self, user: &str) -> Result<bool, ForgeError> {
+        let automation = self.automation.iter().any(|a| a.eq_ignore_ascii_case(user));
+        Ok(automation || (!user.is_empty() && self.of(user).await?.can_write()))
+    }
+}
+
+/// Reads the issue and its comments and builds the prompt from trusted text: comments by
+/// writers and automation accounts, oldest first; the director's own left out silently;
+/// everyone else's left out and listed. The issue's own title and body are read as they are
+/// when their author may write, or when a writer vouches for exactly this text (the edit was
+/// theirs, or they said `/director go`); otherwise as they were when a writer last vouched
+/// (`state.vouched`), and a later edit is listed as left out.
+pub async fn gather_with(
+    with: &Gatherer<'_>,
+    issue_ref: &IssueRef,
+    handled_command_id: u64,
+    state: Option<&crate::domain::PreflightState>,
+) -> Result<Gathered, ForgeError> {
+    let Gatherer {
+        forge,
+        acts,
+        template,
+        automation_accounts,
+        bot,
+        read_unvouched,
+    } = *with;
+    // Independent reads, at once: one round trip fewer on every read.
+    let (issue, comments) = tokio::join!(forge.issue(issue_ref), forge.comments(issue_ref));
+    let (issue, comments) = (issue?, comments?);
+    let mut roles = Roles {
+        forge,
+        acts,
+        repo: &issue_ref.repo,
+        automation: automation_accounts,
+        known: std::collections::HashMap::new(),
+    };
+    let mut trusted = Vec::new();
+    let mut left_out = Vec::new();
+    let mut go_command = None;
+    let mut newest_comment_id = handled_command_id;
+    for c in &comments {
+        newest_comment_id = newest_comment_id.max(c.id);
+        if bot.is_some_and(|b| same_login(b, &c.author)) || c.body.starts_with(comment::MARKER) {
+            continue;
+        }
+        let writer = roles.of(&c.author).await?.can_write();
+        if writer && c.id > handled_command_id && Command::find(&c.body, &[Command::Go]).is_some() {
+            go_command = Some((c.author.clone(), c.id));
+        }
+        if is_only_commands(&c.body) {
+            continue;
+        }
+        if roles.trusted(&c.author).await? {
+            trusted.push(prompt_comment(c));
+        } else {
+            left_out.push(LeftOut {
+                author: c.author.clone(),
+                comment_id: c.id,
+                issue_text: false,
+                never_vouched: false,
+            });
+        }
+    }
+    let current = Vouched {
+        title: issue.title.clone(),
+        body: issue.body.clone(),
+        by: String::new(),
+    };
+    let same_text = |v: &Vouched| v.title == current.title && v.body == current.body;
+    let by = |who: &str| Vouched {
+        by: who.to_owned(),
+        ..current.clone()
+    };
+    let proposed = state
+        .and_then(|s| s.proposed.as_ref())
+        .filter(|p| same_text(p));
+    let (text, vouched) = if roles.trusted(&issue.author).await? {
+        (current.clone(), Some(by(&issue.author)))
+    } else if let Some(p) = proposed
+        && roles.trusted(&p.by).await?
+    {
+        (current.clone(), Some(by(&p.by)))
+    } else if let Some(v) = state.and_then(|s| s.vouched.as_ref()) {
+        if !same_text(v) {
+            left_out.insert(0, issue_text_left_out(&issue.author, false));
+        }
+        (v.clone(), None)
+    } else if read_unvouched {
+        (current.clone(), None)
+    } else {
+        // No writer vouched for any version of this text (the trigger was seen only after an
+        // edit, or its timeline could not be read): none of it is read. A writer's edit or
+        // `/director go` vouches for it; a `/director go` counts for the text its delivery
+        // carried (the proposed text above), never for the text as it is when read.
+        left_out.insert(0, issue_text_left_out(&issue.author, true));
+        (
+            Vouched {
+                title: String::new(),
+                body: String::new(),
+                by: String::new(),
+            },
+            None,
+        )
+    };
+    let prompt = prompt::build(template, issue_ref, &text.title, &text.body, &trusted);
+    let mut hidden = Vec::new();
+    for (place, t) in [("the title", &text.title), ("the body", &text.body)] {
+        note_hidden(&mut hidden, place, t);
+    }
+    for c in &trusted {
+        note_hidden(
+            &mut hidden,
+            &format!("the comment by `{}` of {}", c.author, c.created_at),
+            &c.body,
+        );
+    }
+    Ok(Gathered {
+        issue,
+        prompt,
+        left_out,
+        go_command,
+        newest_comment_id,
+        title: text.title,
+        body: text.body,
+        vouched,
+        hidden,
+    })
+}
+
+/// One line naming what `text` (at `place`) held that a reader of the rendered page does not
+/// see, if anything.
+fn note_hidden(out: &mut Vec<String>, place: &str, text: &str) {
+    let mut kinds = crate::preflight::visible::visible(text).hidden;
+    kinds.sort();
+    kinds.dedup();
+    if !kinds.is_empty() {
+        let what: Vec<&str> = kinds.iter().map(|k| k.describe()).collect();
+        out.push(format!("{place}: {}", what.join(", ")));
+    }
+}
+
+fn issue_text_left_out(author: &str, never_vouched: bool) -> LeftOut {
+    LeftOut {
+        author: author.to_owned(),
+        comment_id: 0,
+        issue_text: true,
+        never_vouched,
+    }
+}
+
+fn prompt_comment(c: &Comment) -> PromptComment {
+    PromptComment {
+        author: c.author.clone(),
+        created_at: c.created_at.clone(),
+        body: c.body.clone(),
+    }
+}

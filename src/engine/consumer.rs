@@ -1,0 +1,550 @@
+//! The consumer: reads stored events (webhooks, scan observations, executor outcomes) in
+//! arrival order, asks [`decide`] about each, and commits the new records and runs, the actions
+//! they call for and the consumed events in one transaction. Then it admits queued issues to
+//! free run slots, the one place admission is counted. After a restart it picks up whatever
+//! was stored and not consumed.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::SharedClock;
+use crate::domain::{IssueRecord, IssueRef, RunRecord};
+use crate::engine::action::Planned;
+use crate::engine::decide::{Decision, IssueView, Policy, decide};
+use crate::event::Event;
+use crate::metrics::Metrics;
+use crate::store::{Commit, Fence, NewAction, PassInput, Passed, Store, StoredEvent};
+
+const BATCH: u32 = 256;
+/// A backstop: the intake and the executors wake the consumer on every commit, but a missed
+/// wake-up must not leave work waiting for long.
+const IDLE_POLL: Duration = Duration::from_secs(5);
+/// Under a steady stream of webhook deliveries a pass for them starts no sooner than this
+/// after the one before, so that it takes what arrived meanwhile in one go: each pass costs a
+/// few database round trips and thread wake-ups whatever its size, and at 1,000 deliveries a
+/// second a pass per delivery cost more CPU than the deliveries themselves. The first
+/// delivery after a quiet spell is taken at once, and so is every other event (an action's
+/// outcome, a scan's finding): a flow's later steps never wait to be gathered.
+const GATHER: Duration = Duration::from_millis(4);
+
+/// With several replicas one consumes at a time: the holder of this lease.
+const LEASE: &str = "consumer";
+/// How long the lease lasts unrenewed: a replica that dies hands the consumer over within
+/// this plus [`LEASE_POLL`].
+const LEASE_MS: i64 = 15_000;
+/// How often a replica renews the lease, or tries to take it.
+const LEASE_POLL: Duration = Duration::from_secs(3);
+
+/// Run slots: `runner.max_concurrent` and `runner.max_per_repo`; pacing by open pull
+/// requests (`runner.max_open_prs_per_repo`); the priority labels, highest first.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    pub max_concurrent: usize,
+    pub max_per_repo: usize,
+    pub max_open_prs_per_repo: usize,
+    pub priority: Vec<String>,
+}
+
+/// Who to wake when a commit gives them work.
+#[derive(Clone, Default)]
+pub struct Wakes {
+    /// The action executor: new actions.
+    pub executor: Option<Arc<Notify>>,
+    /// The run watcher: a run changed.
+    pub watcher: Option<Arc<Notify>>,
+}
+
+pub struct Consumer {
+    store: Store,
+    planner: Arc<Planner>,
+    wake: Arc<Notify>,
+    /// Intake's wake-up: new deliveries, taken in gathered passes (see [`GATHER`]).
+    deliveries: Option<Arc<Notify>>,
+    wakes: Wakes,
+    /// `None` without a runtime: queued issues wait.
+    limits: Option<Limits>,
+    /// This replica's name, when several share the store.
+    replica: Option<String>,
+    /// What this replica last learnt of the lease, so that a wake-up costs no database
+    /// round trip: (held by it until, held by another until).
+    lease: std::sync::Mutex<(i64, i64)>,
+}
+
+impl Consumer {
+    pub fn new(store: Store, policy: Policy, clock: SharedClock, wake: Arc<Notify>) -> Self {
+        Self {
+            store,
+            planner: Arc::new(Planner {
+                policy,
+                clock,
+                metrics: None,
+            }),
+            wake,
+            deliveries: None,
+            wakes: Wakes::default(),
+            limits: None,
+            replica: None,
+            lease: std::sync::Mutex::new((0, 0)),
+        }
+    }
+
+    /// One of several replicas on a shared store, named `name`: it consumes only while it
+    /// holds the consumer lease, and each pass commits only if it still does.
+    pub fn as_replica(mut self, name: &str) -> Self {
+        self.replica = Some(name.to_owned());
+        self
+    }
+
+    /// Whether this consumer may consume now (it holds, or took, the lease). The lease is
+    /// renewed when half of it is left (every commit renews it too); while another replica
+    /// holds it, it is asked for again only every [`LEASE_POLL`]. Each commit checks it anyway.
+    async fn lead(&self) -> anyhow::Result<bool> {
+        let Some(me) = &self.replica else {
+            return Ok(true);
+        };
+        let now = crate::clock::now_ms();
+        let (mine, theirs) = *self.lease.lock().unwrap_or_else(|e| e.into_inner());
+        if mine > now + LEASE_MS / 2 {
+            return Ok(true);
+        }
+        if theirs > now {
+            return Ok(false);
+        }
+        let held = self
+            .store
+            .hold_lease(LEASE, me, now + LEASE_MS, now)
+            .await?;
+        let poll = i64::try_from(LEASE_POLL.as_millis()).unwrap_or(3_000);
+        *self.lease.lock().unwrap_or_else(|e| e.into_inner()) = if held {
+            (now + LEASE_MS, 0)
+        } else {
+            (0, now + poll)
+        };
+        Ok(held)
+    }
+
+    fn fence(&self) -> Option<Fence> {
+        self.replica.as_ref().map(|me| Fence {
+            name: LEASE.to_owned(),
+            owner: me.clone(),
+            until_ms: crate::clock::now_ms() + LEASE_MS,
+        })
+    }
+
+    /// Woken by `deliveries` for new webhook deliveries, which it takes in gathered passes.
+    pub fn gathering(mut self, deliveries: Arc<Notify>) -> Self {
+        self.deliveries = Some(deliveries);
+        self
+    }
+
+    pub fn with_wakes(mut self, wakes: Wakes) -> Self {
+        self.wakes = wakes;
+        self
+    }
+
+    pub fn with_admission(mut self, limits: Limits) -> Self {
+        self.limits = Some(limits);
+        self
+    }
+
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        Arc::make_mut(&mut self.planner).metrics = Some(metrics);
+        self
+    }
+
+    /// Processes until `shutdown` fires. A replica hands the lease over as it stops.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let poll = if self.replica.is_some() {
+            LEASE_POLL
+        } else {
+            IDLE_POLL
+        };
+        let never = Notify::new();
+        let deliveries = self.deliveries.as_deref().unwrap_or(&never);
+        // When the last pass woken by intake started.
+        let mut gathered: Option<tokio::time::Instant> = None;
+        loop {
+            if let Err(error) = self.drain().await {
+                if self.store.is_up() {
+                    tracing::error!(error = %format!("{error:#}"), "consumer failed; retrying");
+                } else {
+                    tracing::debug!(error = %format!("{error:#}"), "consumer waits for the database");
+                }
+            }
+            let by_intake = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => break,
+                _ = self.wake.notified() => false,
+                _ = deliveries.notified() => true,
+                _ = tokio::time::sleep(poll) => false,
+            };
+            if !by_intake {
+                continue;
+            }
+            let now = tokio::time::Instant::now();
+            if let Some(at) = gathered.and_then(|last| gathered_until(last, now)) {
+                // Anything else that comes meanwhile is taken at once, with what gathered.
+                tokio::select! {
+                    biased;
+                    _ = shutdown.cancelled() => break,
+                    _ = self.wake.notified() => {}
+                    _ = tokio::time::sleep_until(at) => {}
+                }
+            }
+            gathered = Some(tokio::time::Instant::now());
+        }
+        self.hand_over().await;
+    }
+
+    /// Gives the consumer lease up, if this replica holds it: another takes over at once.
+    pub async fn hand_over(&self) {
+        if let Some(me) = &self.replica
+            && let Err(error) = self.store.release_lease(LEASE, me).await
+        {
+            tracing::debug!(error = %format!("{error:#}"), "could not hand the consumer over");
+        }
+    }
+
+    /// Processes every stored event and admits what fits; returns how many events.
+    pub async fn drain(&self) -> anyhow::Result<usize> {
+        if !self.lead().await? {
+            return Ok(0);
+        }
+        let mut done = 0;
+        loop {
+            let passed = self.pass().await?;
+            done += passed.events;
+            // A short batch was all there was when it was read: what arrived since woke
+            // the consumer, which comes back for it.
+            if passed.events < BATCH as usize {
+                if passed.queued {
+                    self.admit().await?;
+                }
+                return Ok(done);
+            }
+        }
+    }
+
+    /// Decides the next batch of events and commits what it decided: on SQLite in one
+    /// hand-off to a thread of the store's (see [`Store::pass`]).
+    async fn pass(&self) -> anyhow::Result<Passed> {
+        let planner = self.planner.clone();
+        let fence = self.fence();
+        let until = fence.as_ref().map(|f| f.until_ms);
+        let passed = self
+            .store
+            .pass(BATCH, move |input| planner.plan(input, fence))
+            .await;
+        self.after_commit(until, passed.as_ref().ok().map(|p| (p.actions, p.runs)));
+        passed
+    }
+
+    /// Keeps what this replica knows of its lease after a commit fenced `until` (`None`
+    /// without replicas), and wakes whoever has new work; `done` is `None` when the commit
+    /// failed, else whether it made (actions, runs).
+    fn after_commit(&self, until: Option<i64>, done: Option<(bool, bool)>) {
+        if let Some(until) = until {
+            let mut lease = self.lease.lock().unwrap_or_else(|e| e.into_inner());
+            // Renewed by the commit, or perhaps lost: then asked again before the next pass.
+            lease.0 = if done.is_some() { until } else { 0 };
+        }
+        let Some((actions, runs)) = done else {
+            return;
+        };
+        if actions && let Some(w) = &self.wakes.executor {
+            w.notify_one();
+        }
+        if runs && let Some(w) = &self.wakes.watcher {
+            w.notify_one();
+        }
+    }
+
+    /// `durable`: fsynced before anything acts on it (see [`Store::commit_with`]).
+    async fn commit(&self, mut pass: Pass, durable: bool) -> anyhow::Result<()> {
+        pass.commit.fence = self.fence();
+        let until = pass.commit.fence.as_ref().map(|f| f.until_ms);
+        let committed = self
+            .store
+            .commit_with(&pass.commit, self.planner.clock.now_ms(), durable)
+            .await;
+        let made = (
+            !pass.commit.actions.is_empty(),
+            !pass.commit.runs.is_empty(),
+        );
+        self.after_commit(until, committed.as_ref().ok().map(|()| made));
+        committed
+    }
+
+    /// Gives free run slots to queued issues, priority labels first, then in queue order,
+    /// within both limits. A repository with `max_open_prs_per_repo` open pull requests from
+    /// the director starts no new run (follow-ups on an open one are exempt).
+    async fn admit(&self) -> anyhow::Result<()> {
+        let Some(limits) = &self.limits else {
+            return Ok(());
+        };
+        let (mut running, mut per_repo) = self.store.active_run_counts().await?;
+        if running >= limits.max_concurrent {
+            return Ok(());
+        }
+        let mut queued = self.store.queued_issues().await?;
+        if queued.is_empty() {
+            return Ok(());
+        }
+        // Stable: queue order within a priority.
+        queued.sort_by_key(|r| crate::domain::priority_rank(&limits.priority, &r.labels));
+        let open_prs = self.store.open_pull_counts().await?;
+        let followup: HashSet<IssueRef> = queued
+            .iter()
+            .filter(|r| {
+                r.pr.as_ref()
+                    .is_some_and(crate::domain::PullRecord::is_open)
+            })
+            .map(IssueRecord::issue_ref)
+            .collect();
+        let refs: Vec<IssueRef> = queued.iter().map(IssueRecord::issue_ref).collect();
+        let mut views = Views::load(&self.store, &refs).await?;
+        let mut pass = Pass::default();
+        let now = self.planner.clock.now_ms();
+        for issue in refs {
+            if running >= limits.max_concurrent {
+                break;
+            }
+            let in_repo = per_repo.entry(issue.repo.clone()).or_default();
+            if *in_repo >= limits.max_per_repo {
+                continue;
+            }
+            let paced =
+                open_prs.get(&issue.repo).copied().unwrap_or(0) >= limits.max_open_prs_per_repo;
+            if paced && !followup.contains(&issue) {
+                continue;
+            }
+            let run_id = format!("{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
+            let branch = format!("director-issue-{}-{}", issue.number, &run_id[..8]);
+            let event = Event::Admitted { run_id, branch };
+            if let Some(decision) = views.decide(&issue, &event, &self.planner.policy, now) {
+                tracing::info!(%issue, run_id = ?decision.run.as_ref().map(|r| &r.id), "run admitted");
+                pass.add(&issue, decision, &self.planner.policy);
+                *in_repo += 1;
+                running += 1;
+            }
+        }
+        if pass.is_empty() {
+            return Ok(());
+        }
+        pass.commit.records = views.changed_records();
+        pass.commit.runs = views.changed_runs();
+        // New run ids: durable before a container can be started for one.
+        self.commit(pass, true).await
+    }
+}
+
+/// What decides a batch of events: pure, so that on SQLite it runs on the store's thread,
+/// between the pass's reads and its commit.
+#[derive(Clone)]
+struct Planner {
+    policy: Policy,
+    clock: SharedClock,
+    metrics: Option<Metrics>,
+}
+
+impl Planner {
+    /// Decides `input`'s events in order; returns the commit, fenced by `fence`, and the time
+    /// to stamp it with. Every event read is consumed or set aside.
+    fn plan(&self, input: PassInput, fence: Option<Fence>) -> (Commit, i64) {
+        let mut views = Views {
+            records: input.records,
+            runs: input.runs,
+            ..Views::default()
+        };
+        let mut pass = Pass::default();
+        let now = self.clock.now_ms();
+        for (stored, target) in &input.events {
+            let (issue, event) = match (target, &stored.event) {
+                (Some(issue), Ok(event)) => (issue, event),
+                (_, Err(reason)) => {
+                    self.set_aside(stored, reason, &mut pass);
+                    continue;
+                }
+                (None, Ok(_)) => {
+                    self.set_aside(stored, "the row names no valid issue", &mut pass);
+                    continue;
+                }
+            };
+            pass.commit.consumed.push(stored.seq);
+            let span = tracing::info_span!(
+                "decide",
+                event = %stored.delivery_id,
+                repo = %issue.repo,
+                issue = issue.number,
+            );
+            if let Some(decision) = views.decide(issue, event, &self.policy, now) {
+                span.in_scope(|| log_decision(event, &decision));
+                pass.add(issue, decision, &self.policy);
+            }
+        }
+        pass.commit.records = views.changed_records();
+        pass.commit.runs = views.changed_runs();
+        pass.commit.fence = fence;
+        (pass.commit, self.clock.now_ms())
+    }
+
+    fn set_aside(&self, stored: &StoredEvent, reason: &str, pass: &mut Pass) {
+        tracing::warn!(
+            event = %stored.delivery_id,
+            reason,
+            "a stored event does not parse; set aside"
+        );
+        if let Some(m) = &self.metrics {
+            m.events_set_aside.inc();
+        }
+        pass.commit.dead.push((stored.seq, reason.to_owned()));
+    }
+}
+
+/// What one pass decided, before it is committed.
+#[derive(Default)]
+struct Pass {
+    commit: Commit,
+    decided: usize,
+}
+
+impl Pass {
+    fn add(&mut self, issue: &IssueRef, decision: Decision, policy: &Policy) {
+        self.decided += 1;
+        self.commit.retract.extend(decision.retract);
+        self.commit.actions.extend(
+            decision
+                .actions
+                .into_iter()
+                .map(|p| new_action(issue, p, policy)),
+        );
+    }
+
+    fn is_empty(&self) -> bool {
+        self.decided == 0
+    }
+}
+
+fn new_action(issue: &IssueRef, planned: Planned, policy: &Policy) -> NewAction {
+    NewAction {
+        key: planned.key,
+        issue: issue.clone(),
+        kind: planned.action.kind().to_owned(),
+        payload: serde_json::to_string(&planned.action).unwrap_or_default(),
+        max_attempts: planned.action.max_attempts(policy.start_attempts),
+        not_before_ms: planned.not_before_ms,
+    }
+}
+
+/// The records and runs a pass reads and changes, applied in event order.
+#[derive(Default)]
+struct Views {
+    records: HashMap<IssueRef, IssueRecord>,
+    runs: HashMap<IssueRef, RunRecord>,
+    changed: HashSet<IssueRef>,
+    changed_runs: HashSet<IssueRef>,
+}
+
+impl Views {
+    async fn load(store: &Store, issues: &[IssueRef]) -> anyhow::Result<Self> {
+        let records = store
+            .issues(issues)
+            .await?
+            .into_iter()
+            .map(|r| (r.issue_ref(), r))
+            .collect();
+        let runs = store
+            .latest_runs(issues)
+            .await?
+            .into_iter()
+            .map(|r| (r.issue_ref(), r))
+            .collect();
+        Ok(Self {
+            records,
+            runs,
+            ..Default::default()
+        })
+    }
+
+    fn decide(
+        &mut self,
+        issue: &IssueRef,
+        event: &Event,
+        policy: &Policy,
+        now: i64,
+    ) -> Option<Decision> {
+        let view = IssueView {
+            issue,
+            record: self.records.get(issue),
+            run: self.runs.get(issue),
+        };
+        let decision = decide(&view, event, policy, now)?;
+        if let Some(run) = &decision.run
+            && self.runs.get(issue) != Some(run)
+        {
+            self.runs.insert(issue.clone(), run.clone());
+            self.changed_runs.insert(issue.clone());
+        }
+        self.records.insert(issue.clone(), decision.record.clone());
+        self.changed.insert(issue.clone());
+        Some(decision)
+    }
+
+    fn changed_records(&mut self) -> Vec<IssueRecord> {
+        self.changed
+            .iter()
+            .filter_map(|i| self.records.get(i).cloned())
+            .collect()
+    }
+
+    fn changed_runs(&mut self) -> Vec<RunRecord> {
+        self.changed_runs
+            .iter()
+            .filter_map(|i| self.runs.get(i).cloned())
+            .collect()
+    }
+}
+
+/// When a pass for deliveries woken at `now` may start, if not at once: [`GATHER`] after the
+/// previous one `started`.
+fn gathered_until(
+    started: tokio::time::Instant,
+    now: tokio::time::Instant,
+) -> Option<tokio::time::Instant> {
+    let at = started + GATHER;
+    (now < at).then_some(at)
+}
+
+fn log_decision(event: &Event, decision: &Decision) {
+    let kinds: Vec<&str> = decision.actions.iter().map(|p| p.action.kind()).collect();
+    if kinds.is_empty() {
+        tracing::debug!(event = event.kind_str(), state = %decision.record.lifecycle, "recorded");
+        return;
+    }
+    tracing::info!(
+        event = event.kind_str(),
+        state = %decision.record.lifecycle,
+        run = decision.run.as_ref().map(|r| r.state.as_str()).unwrap_or(""),
+        actions = ?kinds,
+        "decided"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pass_soon_after_the_last_waits_to_gather_and_one_after_a_quiet_spell_does_not() {
+        let started = tokio::time::Instant::now();
+        let soon = started + Duration::from_millis(1);
+        assert_eq!(gathered_until(started, soon), Some(started + GATHER));
+        assert_eq!(gathered_until(started, started + GATHER), None);
+        let quiet = started + Duration::from_secs(1);
+        assert_eq!(gathered_until(started, quiet), None);
+    }
+}

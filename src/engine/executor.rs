@@ -1,0 +1,336 @@
+//! The executor: claims due actions from the outbox (a lease each, an issue's actions one at a
+//! time), performs them, and records each outcome as an event in the same transaction that
+//! marks the action done. A failed attempt is retried with backoff; one that fails on every
+//! attempt becomes an event too, so the state machine can leave the issue visibly waiting.
+//! What finished meanwhile is recorded together, in one transaction (a group commit).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{Notify, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::SharedClock;
+use crate::engine::act::Acts;
+use crate::engine::action::Action;
+use crate::event::Event;
+use crate::metrics::Metrics;
+use crate::store::{ClaimedAction, Finished, Lane, NewDelivery, Store};
+
+const READ: &str = "read_preflight";
+/// What became of one performed action, and the slot it frees once recorded.
+type Record = (Finished, Arc<AtomicUsize>);
+
+/// A backstop for wake-ups that never come (another process added work).
+const IDLE_POLL: Duration = Duration::from_secs(30);
+/// The first retry of a failed action; doubling after that.
+const RETRY_BASE_MS: u64 = 500;
+/// With several replicas, a claim lasts this long and is renewed every [`RENEW_EVERY`] while
+/// the action is performed: a replica that dies has its actions taken over within it.
+const SHARED_LEASE_MS: i64 = 20_000;
+const RENEW_EVERY: Duration = Duration::from_secs(5);
+
+pub struct Executor {
+    acts: Arc<Acts>,
+    clock: SharedClock,
+    /// Woken when actions are added or one finishes.
+    wake: Arc<Notify>,
+    /// The consumer, woken when an outcome is stored.
+    consumer: Arc<Notify>,
+    owner: String,
+    read_slots: usize,
+    other_slots: usize,
+    reads: Arc<AtomicUsize>,
+    others: Arc<AtomicUsize>,
+    read_lease_ms: i64,
+    metrics: Option<Metrics>,
+}
+
+impl Executor {
+    pub fn new(
+        acts: Arc<Acts>,
+        clock: SharedClock,
+        wake: Arc<Notify>,
+        consumer: Arc<Notify>,
+        read_slots: usize,
+        preflight_timeout_secs: u64,
+    ) -> Self {
+        let read_lease_ms = Action::ReadPreflight {
+            rev: 0,
+            handled_command_id: 0,
+        }
+        .lease_ms(preflight_timeout_secs);
+        Self {
+            acts,
+            clock,
+            wake,
+            consumer,
+            owner: format!("director-{:08x}", rand::random::<u32>()),
+            read_slots: read_slots.max(1),
+            other_slots: 32,
+            reads: Arc::default(),
+            others: Arc::default(),
+            read_lease_ms,
+            metrics: None,
+        }
+    }
+
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Performs actions until `shutdown`.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        // What became of each performed action, and the slot it frees, go to the recorder.
+        let (recorder, recorded) = mpsc::unbounded_channel();
+        tokio::spawn(record(
+            self.acts.store.clone(),
+            self.clock.clone(),
+            recorded,
+            self.consumer.clone(),
+            self.wake.clone(),
+        ));
+        let clock_changed = self.clock.changed();
+        loop {
+            // Made before the claim: a clock that moves while the claim runs (on the old
+            // time) still wakes the wait below. `notify_waiters` keeps no permit, but a
+            // `Notified` made before it sees it.
+            let clock_moved = clock_changed.as_ref().map(|n| n.notified());
+            let wait = match self.clone().claim_and_spawn(&recorder).await {
+                Ok(wait) => wait,
+                Err(error) => {
+                    if self.acts.store.is_up() {
+                        tracing::error!(error = %format!("{error:#}"), "cannot claim actions; retrying");
+                    }
+                    Duration::from_secs(1)
+                }
+            };
+            let clock = async {
+                match clock_moved {
+                    Some(moved) => moved.await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = self.wake.notified() => {}
+                _ = clock => {}
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    /// Claims what fits in the free slots and starts it; returns how long to sleep at most.
+    async fn claim_and_spawn(
+        self: Arc<Self>,
+        recorder: &mpsc::UnboundedSender<Record>,
+    ) -> anyhow::Result<Duration> {
+        let now = self.clock.now_ms();
+        let store = &self.acts.store;
+        let shared = store.is_shared();
+        let (read_lease, other_lease) = if shared {
+            (SHARED_LEASE_MS, SHARED_LEASE_MS)
+        } else {
+            (self.read_lease_ms, 300_000)
+        };
+        let free_reads = self
+            .read_slots
+            .saturating_sub(self.reads.load(Ordering::SeqCst));
+        let reads = store
+            .claim_actions(&self.owner, Lane::Only(READ), free_reads, read_lease, now)
+            .await?;
+        let free_others = self
+            .other_slots
+            .saturating_sub(self.others.load(Ordering::SeqCst));
+        let others = store
+            .claim_actions(
+                &self.owner,
+                Lane::Except(READ),
+                free_others,
+                other_lease,
+                now,
+            )
+            .await?;
+        for (claimed, counter) in reads
+            .into_iter()
+            .map(|c| (c, self.reads.clone()))
+            .chain(others.into_iter().map(|c| (c, self.others.clone())))
+        {
+            counter.fetch_add(1, Ordering::SeqCst);
+            let this = self.clone();
+            let recorder = recorder.clone();
+            tokio::spawn(async move {
+                let renewal = shared.then(|| this.clone().renew(claimed.id));
+                let finished = this.perform(claimed).await;
+                if let Some(r) = renewal {
+                    r.abort();
+                }
+                // The slot frees once the outcome is recorded, not before.
+                if recorder.send((finished, counter.clone())).is_err() {
+                    counter.fetch_sub(1, Ordering::SeqCst);
+                }
+            });
+        }
+        let next = store.next_action_due_ms().await?;
+        Ok(match next {
+            Some(at) if at > now => {
+                Duration::from_millis(u64::try_from(at - now).unwrap_or(0)).min(IDLE_POLL)
+            }
+            _ => IDLE_POLL,
+        })
+    }
+
+    /// Keeps the claim on action `id` alive while it is performed (several replicas).
+    fn renew(self: Arc<Self>, id: i64) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(RENEW_EVERY).await;
+                let until = crate::clock::now_ms() + SHARED_LEASE_MS;
+                match self
+                    .acts
+                    .store
+                    .renew_action_lease(id, &self.owner, until)
+                    .await
+                {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        tracing::warn!(
+                            action = id,
+                            "the claim ran out and another replica took the action over"
+                        );
+                        return;
+                    }
+                    Err(error) => {
+                        tracing::debug!(error = %format!("{error:#}"), "cannot renew a claim yet");
+                    }
+                }
+            }
+        })
+    }
+
+    /// Performs one action and says what became of it.
+    async fn perform(&self, claimed: ClaimedAction) -> Finished {
+        let span = tracing::info_span!(
+            "act",
+            action = %claimed.kind,
+            key = %claimed.key,
+            repo = %claimed.issue.repo,
+            issue = claimed.issue.number,
+        );
+        let result = match serde_json::from_str::<Action>(&claimed.payload) {
+            Ok(action) => {
+                // A panic (a bug) fails this attempt like any error: it must not end the task
+                // that holds the action's slot, or the executor would run one slot short for
+                // good.
+                use futures_util::FutureExt as _;
+                let performed = tracing::Instrument::instrument(
+                    self.acts.perform(&claimed.issue, &action),
+                    span.clone(),
+                );
+                match std::panic::AssertUnwindSafe(performed).catch_unwind().await {
+                    Ok(result) => result,
+                    Err(panic) => {
+                        let what = panic
+                            .downcast_ref::<&str>()
+                            .map(|s| (*s).to_owned())
+                            .or_else(|| panic.downcast_ref::<String>().cloned())
+                            .unwrap_or_else(|| "no message".to_owned());
+                        span.in_scope(|| tracing::error!(panic = what, "the action panicked"));
+                        Err(anyhow::anyhow!("the action panicked: {what}"))
+                    }
+                }
+            }
+            Err(e) => Err(anyhow::anyhow!("the stored action does not parse: {e}")),
+        };
+        let now = self.clock.now_ms();
+        match result {
+            Ok(outcome) => {
+                self.count(&claimed.kind, "done");
+                Finished::Done {
+                    id: claimed.id,
+                    event: outcome.map(|e| {
+                        NewDelivery::internal(
+                            format!("outcome:{}", claimed.key),
+                            claimed.issue.clone(),
+                            e,
+                            now,
+                        )
+                    }),
+                }
+            }
+            Err(error) => {
+                let error = format!("{error:#}");
+                let attempt = claimed.attempts + 1;
+                if attempt >= claimed.max_attempts {
+                    self.count(&claimed.kind, "gave_up");
+                    span.in_scope(|| {
+                        tracing::error!(
+                            attempt,
+                            error,
+                            "action failed on every attempt; the issue waits"
+                        )
+                    });
+                    Finished::GaveUp {
+                        id: claimed.id,
+                        event: NewDelivery::internal(
+                            format!("gave-up:{}", claimed.key),
+                            claimed.issue.clone(),
+                            Event::ActionGaveUp {
+                                key: claimed.key.clone(),
+                                kind: claimed.kind.clone(),
+                                error: error.clone(),
+                            },
+                            now,
+                        ),
+                        error,
+                    }
+                } else {
+                    self.count(&claimed.kind, "retried");
+                    span.in_scope(|| {
+                        tracing::warn!(attempt, error, "action failed; retried later")
+                    });
+                    Finished::Retry {
+                        id: claimed.id,
+                        not_before_ms: now.saturating_add(crate::engine::decide::backoff_ms(
+                            attempt,
+                            RETRY_BASE_MS,
+                        )),
+                        error,
+                    }
+                }
+            }
+        }
+    }
+
+    fn count(&self, kind: &str, outcome: &str) {
+        if let Some(m) = &self.metrics {
+            m.actions.with_label_values(&[kind, outcome]).inc();
+        }
+    }
+}
+
+/// The recorder: stores what finished meanwhile in one transaction, then frees the slots and
+/// wakes the consumer (new outcome events) and the executor (free slots, next actions).
+async fn record(
+    store: Store,
+    clock: SharedClock,
+    mut rx: mpsc::UnboundedReceiver<Record>,
+    consumer: Arc<Notify>,
+    executor: Arc<Notify>,
+) {
+    let mut batch = Vec::new();
+    while rx.recv_many(&mut batch, 256).await > 0 {
+        let (finished, slots): (Vec<_>, Vec<_>) = batch.drain(..).unzip();
+        if let Err(e) = store.record_outcomes(&finished, clock.now_ms()).await {
+            // The leases run out and the actions are performed again: safe by construction.
+            tracing::error!(error = %format!("{e:#}"), actions = finished.len(), "could not record what the actions did");
+        }
+        for slot in slots {
+            slot.fetch_sub(1, Ordering::SeqCst);
+        }
+        consumer.notify_one();
+        executor.notify_one();
+    }
+}

@@ -1,0 +1,234 @@
+//! The run watcher: one task per running run waits for its container to end (or kills it at
+//! `runner.timeout_secs`), reads the end of its log, redacts it, and reports the exit as an
+//! event. At startup it picks up every run a previous process left running: adoption.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::SharedClock;
+use crate::domain::run::{RESULT_MAX_BYTES, StopCause, parse_result};
+use crate::domain::{RunRecord, RunState};
+use crate::engine::act::run::Secrets;
+use crate::event::{Event, RunReport};
+use crate::runtime::{Exit, Runtime, RuntimeError, WaitLimits};
+use crate::settings::RunnerSettings;
+use crate::store::{NewDelivery, Store};
+
+const IDLE_POLL: Duration = Duration::from_secs(30);
+
+pub struct Watcher {
+    store: Store,
+    runtime: Arc<dyn Runtime>,
+    clock: SharedClock,
+    settings: RunnerSettings,
+    secrets: Arc<Secrets>,
+    wake: Arc<Notify>,
+    consumer: Arc<Notify>,
+    watched: Mutex<HashSet<String>>,
+    /// With allow-listed runs: the egress proxy, whose refusals the report lists.
+    egress: Option<Arc<crate::egress::proxy::Proxy>>,
+}
+
+impl Watcher {
+    pub fn new(
+        store: Store,
+        runtime: Arc<dyn Runtime>,
+        clock: SharedClock,
+        settings: RunnerSettings,
+        secrets: Arc<Secrets>,
+        wake: Arc<Notify>,
+        consumer: Arc<Notify>,
+    ) -> Self {
+        Self {
+            store,
+            runtime,
+            clock,
+            settings,
+            secrets,
+            wake,
+            consumer,
+            watched: Mutex::default(),
+            egress: None,
+        }
+    }
+
+    /// Runs are allow-listed through `proxy`.
+    pub fn with_egress(mut self, proxy: Option<Arc<crate::egress::proxy::Proxy>>) -> Self {
+        self.egress = proxy;
+        self
+    }
+
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        loop {
+            match self.store.active_runs().await {
+                Ok(runs) => {
+                    for run in runs.into_iter().filter(|r| r.state == RunState::Running) {
+                        self.clone().watch_once(run, shutdown.clone());
+                    }
+                }
+                Err(e) => tracing::error!(error = %format!("{e:#}"), "cannot list running runs"),
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(IDLE_POLL) => {}
+            }
+        }
+    }
+
+    fn watch_once(self: Arc<Self>, run: RunRecord, shutdown: CancellationToken) {
+        let fresh = self
+            .watched
+            .lock()
+            .map(|mut w| w.insert(run.id.clone()))
+            .unwrap_or(false);
+        if !fresh {
+            return;
+        }
+        tokio::spawn(async move {
+            let span = tracing::info_span!("watch", run_id = %run.id, repo = %run.repo, issue = run.number);
+            let id = run.id.clone();
+            tokio::select! {
+                _ = shutdown.cancelled() => {}
+                _ = tracing::Instrument::instrument(self.watch(&run), span) => {}
+            }
+            if let Ok(mut w) = self.watched.lock() {
+                w.remove(&id);
+            }
+        });
+    }
+
+    /// Waits for the run's end and reports it, retrying while the engine is unreachable.
+    async fn watch(&self, run: &RunRecord) {
+        loop {
+            match self.wait_for_exit(run).await {
+                Ok(report) => {
+                    let event = NewDelivery::internal(
+                        format!("exited:{}", run.id),
+                        run.issue_ref(),
+                        Event::Run {
+                            run_id: run.id.clone(),
+                            report,
+                        },
+                        self.clock.now_ms(),
+                    );
+                    match self.store.insert_deliveries(&[event]).await {
+                        Ok(_) => {
+                            self.consumer.notify_one();
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::error!(error = %format!("{e:#}"), "cannot record the run's exit")
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot watch the run's container; retrying"),
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    }
+
+    async fn wait_for_exit(&self, run: &RunRecord) -> Result<RunReport, RuntimeError> {
+        let container = match &run.container_id {
+            Some(id) => Some(id.clone()),
+            None => self
+                .runtime
+                .list_runs()
+                .await?
+                .into_iter()
+                .find(|c| c.run_id == run.id)
+                .map(|c| c.id),
+        };
+        let Some(container) = container else {
+            // Gone while the director was down: judge it by its branch.
+            return Ok(gone());
+        };
+        if !self.secrets.knows(&run.id) {
+            // Adopted after a restart: what the run was given is in its environment. Until it
+            // can be read, nothing of the run's output can be redacted, so nothing is
+            // reported: the watch is tried again.
+            let env = self.runtime.env(&container).await?;
+            for (k, v) in env {
+                if k == "DIRECTOR_TOKEN" {
+                    self.secrets
+                        .remember_token(&run.id, &crate::settings::Secret::new(v));
+                }
+            }
+            if let Some(proxy) = &self.egress {
+                self.secrets.remember(&run.id, &proxy.password(&run.id));
+            }
+        }
+        let limit = Duration::from_secs(self.settings.timeout_secs);
+        let elapsed_ms = run
+            .started_at_ms
+            .map_or(0, |s| (self.clock.now_ms() - s).max(0));
+        let elapsed = Duration::from_millis(u64::try_from(elapsed_ms).unwrap_or(0));
+        let limits = WaitLimits {
+            timeout: limit.saturating_sub(elapsed).max(Duration::from_millis(1)),
+            idle: (self.settings.idle_timeout_secs > 0)
+                .then(|| Duration::from_secs(self.settings.idle_timeout_secs)),
+            grace: Duration::from_secs(self.settings.stop_grace_secs),
+        };
+        let exit = match self.runtime.wait(&container, limits).await {
+            Ok(exit) => exit,
+            Err(RuntimeError::NotFound(_)) => {
+                return Ok(gone());
+            }
+            Err(e) => return Err(e),
+        };
+        let log = self
+            .runtime
+            .logs_tail(&container, self.settings.log_tail_lines)
+            .await
+            .unwrap_or_default();
+        let log = self.secrets.redact(&run.id, &log);
+        // The run's own account of itself; unreadable or absent is simply not reported.
+        // An absent result file is no result; one that cannot be read is not taken for
+        // absent (a run that said `blocked` would get a pull request): the watch is tried
+        // again. Every text in it is redacted before it can be posted.
+        let result = self
+            .runtime
+            .read_file(&container, self.runtime.result_path(), RESULT_MAX_BYTES)
+            .await?
+            .and_then(|bytes| parse_result(&bytes, |text| self.secrets.redact(&run.id, text)));
+        let egress_refused = match &self.egress {
+            Some(proxy) => {
+                proxy.flush().await;
+                self.store.egress_refusals(&run.id).await.unwrap_or_else(|e| {
+                    tracing::warn!(error = %format!("{e:#}"), "cannot read the run's egress refusals");
+                    Vec::new()
+                })
+            }
+            None => Vec::new(),
+        };
+        let (code, stopped) = match exit {
+            Exit::Code(code) => (Some(code), None),
+            Exit::TimedOut => (None, Some(StopCause::Timeout)),
+            Exit::Idle => (None, Some(StopCause::Idle)),
+        };
+        Ok(RunReport::Exited {
+            code,
+            timed_out: stopped == Some(StopCause::Timeout),
+            log,
+            stopped,
+            result,
+            egress_refused,
+        })
+    }
+}
+
+/// The container is gone (removed while the director was down): judged by its branch.
+fn gone() -> RunReport {
+    RunReport::Exited {
+        code: None,
+        timed_out: false,
+        log: String::new(),
+        stopped: None,
+        result: None,
+        egress_refused: Vec::new(),
+    }
+}
