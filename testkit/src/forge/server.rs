@@ -15,10 +15,13 @@ use super::{
 use director::domain::{IssueRef, RepoName};
 use director::forge::Permission;
 
-/// A running fake server; stopped when dropped.
+/// A running fake server; stopped when dropped. Every request it serves is checked against
+/// Forgejo's API description, and dropping it fails the test (panics) when any did not fit,
+/// unless the test took them first ([`FakeForge::take_contract_violations`]).
 pub struct FakeServer {
     pub url: String,
     handle: ServerHandle,
+    forge: FakeForge,
 }
 
 impl FakeServer {
@@ -31,15 +34,27 @@ impl Drop for FakeServer {
     fn drop(&mut self) {
         let handle = self.handle.clone();
         drop(handle.stop(false));
+        // A test already failing says why on its own; a second panic would abort.
+        if std::thread::panicking() {
+            return;
+        }
+        let violations = self.forge.take_contract_violations();
+        assert!(
+            violations.is_empty(),
+            "requests outside Forgejo's API description ({}):\n{}",
+            violations.len(),
+            violations.join("\n")
+        );
     }
 }
 
 pub(super) fn start(forge: FakeForge) -> std::io::Result<FakeServer> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let port = listener.local_addr()?.port();
+    let served = forge.clone();
     let server = HttpServer::new(move || {
         App::new()
-            .app_data(web::Data::new(forge.clone()))
+            .app_data(web::Data::new(served.clone()))
             .app_data(web::PayloadConfig::new(16 << 20))
             .default_service(web::to(handle))
     })
@@ -52,6 +67,7 @@ pub(super) fn start(forge: FakeForge) -> std::io::Result<FakeServer> {
     Ok(FakeServer {
         url: format!("http://127.0.0.1:{port}"),
         handle,
+        forge,
     })
 }
 
