@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::run::{RunResult, StopCause};
 use crate::domain::verdict::Verdict;
-use crate::domain::{Command, Feedback, IssueRef, LeftOut, RepoName};
+use crate::domain::{ActionKind, Command, Feedback, IssueRef, LeftOut, RepoName};
 
 /// The version of the stored event format. Version 1 rows held a bare [`ForgeEvent`].
 pub const SCHEMA_VERSION: i64 = 2;
@@ -174,9 +174,14 @@ pub enum Event {
     },
     /// An action failed on every attempt; the issue waits for a person.
     ActionGaveUp {
+        /// The action's key, as the outbox holds it (for people reading the database).
         key: String,
-        kind: String,
+        kind: ActionKind,
         error: String,
+        /// The run the action was about, for the actions of one run. Events stored by
+        /// versions before it was recorded have none (see `decide`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        run: Option<String>,
     },
 }
 

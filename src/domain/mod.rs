@@ -2,12 +2,14 @@
 //! issue reference), the records the director keeps of issues and runs, commands, and the
 //! verdict. Nothing here does I/O, and nothing here imports another module of the crate.
 
+pub mod action;
 pub mod command;
 pub mod issue;
 pub mod pull;
 pub mod run;
 pub mod verdict;
 
+pub use action::ActionKind;
 pub use command::Command;
 pub use issue::{IssueRecord, Judgement, LeftOut, PreflightState, Vouched};
 pub use pull::{Feedback, FollowUp, PullRecord, PullState};

@@ -4,7 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{Command, RepoName};
+use std::fmt;
+
+use crate::domain::{ActionKind, Command, IssueRef, RepoName};
 use crate::event::StickyDraft;
 
 /// Something to do on the forge, the model or the container engine.
@@ -79,25 +81,39 @@ pub enum FeedbackSource {
 }
 
 impl Action {
-    /// The `kind` column and the metric label.
-    pub fn kind(&self) -> &'static str {
+    /// Which kind it is: the `kind` column and the metric label.
+    pub fn kind(&self) -> ActionKind {
         match self {
-            Self::ResolveTrigger { .. } => "resolve_trigger",
-            Self::AuthorizeCommand { .. } => "authorize_command",
-            Self::PostNotice { .. } => "post_notice",
-            Self::ReadPreflight { .. } => "read_preflight",
-            Self::UpsertSticky { .. } => "upsert_sticky",
-            Self::FileRouted { .. } => "file_routed",
-            Self::SyncLabels => "sync_labels",
-            Self::StartRun { .. } => "start_run",
-            Self::StopRun { .. } => "stop_run",
-            Self::JudgeRun { .. } => "judge_run",
-            Self::OpenPr { .. } => "open_pr",
-            Self::RemoveContainer { .. } => "remove_container",
-            Self::RevokeToken { .. } => "revoke_token",
-            Self::ReportRun { .. } => "report_run",
-            Self::CommentOnPull { .. } => "comment_on_pull",
-            Self::ReadFeedback { .. } => "read_feedback",
+            Self::ResolveTrigger => ActionKind::ResolveTrigger,
+            Self::AuthorizeCommand { .. } => ActionKind::AuthorizeCommand,
+            Self::PostNotice { .. } => ActionKind::PostNotice,
+            Self::ReadPreflight { .. } => ActionKind::ReadPreflight,
+            Self::UpsertSticky { .. } => ActionKind::UpsertSticky,
+            Self::FileRouted { .. } => ActionKind::FileRouted,
+            Self::SyncLabels => ActionKind::SyncLabels,
+            Self::StartRun { .. } => ActionKind::StartRun,
+            Self::StopRun { .. } => ActionKind::StopRun,
+            Self::JudgeRun { .. } => ActionKind::JudgeRun,
+            Self::OpenPr { .. } => ActionKind::OpenPr,
+            Self::RemoveContainer { .. } => ActionKind::RemoveContainer,
+            Self::RevokeToken { .. } => ActionKind::RevokeToken,
+            Self::ReportRun { .. } => ActionKind::ReportRun,
+            Self::CommentOnPull { .. } => ActionKind::CommentOnPull,
+            Self::ReadFeedback { .. } => ActionKind::ReadFeedback,
+        }
+    }
+
+    /// The run the action is about, for the actions of one run.
+    pub fn run_id(&self) -> Option<&str> {
+        match self {
+            Self::StartRun { run_id }
+            | Self::StopRun { run_id }
+            | Self::JudgeRun { run_id }
+            | Self::OpenPr { run_id, .. }
+            | Self::RemoveContainer { run_id }
+            | Self::RevokeToken { run_id }
+            | Self::ReportRun { run_id, .. } => Some(run_id),
+            _ => None,
         }
     }
 
@@ -127,11 +143,211 @@ impl Action {
     }
 }
 
+/// Which of an issue's effects an action is. With the issue it is the action's idempotency
+/// key ([`ActionKey`]): the same decision made twice names the same effect, and the outbox
+/// keeps one row for it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Effect {
+    /// The state labels, as of the record's version.
+    Labels {
+        version: i64,
+    },
+    /// Checking who wrote a `/director` command.
+    Command {
+        comment: u64,
+        command: Command,
+    },
+    /// Finding who applied the trigger, as of the record's version.
+    Resolve {
+        version: i64,
+    },
+    /// The one-time notice that the trigger was applied by someone who may not write.
+    UntrustedNotice,
+    /// The pre-flight read of a revision of the issue.
+    Read {
+        rev: i64,
+    },
+    /// Filing the WRONG-REPO issue for a revision.
+    Routed {
+        rev: i64,
+    },
+    /// The pre-flight comment, as of the record's version.
+    Sticky {
+        version: i64,
+    },
+    Start {
+        run: String,
+    },
+    FollowupStart {
+        run: String,
+    },
+    Stop {
+        run: String,
+    },
+    Judge {
+        run: String,
+    },
+    Pr {
+        run: String,
+    },
+    Revoke {
+        run: String,
+    },
+    Report {
+        run: String,
+    },
+    Remove {
+        run: String,
+    },
+    /// Reading a review that requested changes (`review`: a digest of who, what and when).
+    ReviewFeedback {
+        pr: u64,
+        review: String,
+    },
+    /// Reading a comment on the pull request.
+    CommentFeedback {
+        pr: u64,
+        comment: u64,
+    },
+    /// Telling the issue its pull request was closed, as of the record's version.
+    PrClosed {
+        pr: u64,
+        version: i64,
+    },
+    /// Telling the pull request its follow-ups ran out, per grant of more.
+    FollowupCap {
+        pr: u64,
+        grants: u32,
+    },
+}
+
+impl fmt::Display for Effect {
+    /// The effect as the outbox's `key` column holds it (`start:<run id>`, `read:rev3`...):
+    /// written, never read back.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Labels { version } => write!(f, "labels:v{version}"),
+            Self::Command { comment, command } => {
+                write!(f, "command:{comment}:{}", command.as_str())
+            }
+            Self::Resolve { version } => write!(f, "resolve:v{version}"),
+            Self::UntrustedNotice => f.write_str("notice:untrusted"),
+            Self::Read { rev } => write!(f, "read:rev{rev}"),
+            Self::Routed { rev } => write!(f, "routed:rev{rev}"),
+            Self::Sticky { version } => write!(f, "sticky:v{version}"),
+            Self::Start { run } => write!(f, "start:{run}"),
+            Self::FollowupStart { run } => write!(f, "followup-start:{run}"),
+            Self::Stop { run } => write!(f, "stop:{run}"),
+            Self::Judge { run } => write!(f, "judge:{run}"),
+            Self::Pr { run } => write!(f, "pr:{run}"),
+            Self::Revoke { run } => write!(f, "revoke:{run}"),
+            Self::Report { run } => write!(f, "report:{run}"),
+            Self::Remove { run } => write!(f, "remove:{run}"),
+            Self::ReviewFeedback { pr, review } => write!(f, "feedback:pr{pr}:review:{review}"),
+            Self::CommentFeedback { pr, comment } => write!(f, "feedback:pr{pr}:comment:{comment}"),
+            Self::PrClosed { pr, version } => write!(f, "pr-closed:pr{pr}:v{version}"),
+            Self::FollowupCap { pr, grants } => write!(f, "followup-cap:pr{pr}:g{grants}"),
+        }
+    }
+}
+
+/// An action's idempotency key: the issue and the effect.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ActionKey {
+    pub issue: IssueRef,
+    pub effect: Effect,
+}
+
+impl fmt::Display for ActionKey {
+    /// The outbox's `key` column: `owner/name#N:<effect>`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.issue, self.effect)
+    }
+}
+
 /// An action as `decide` plans it: with its idempotency key and when it may run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Planned {
     /// Unique per effect: the same decision made twice writes one row.
-    pub key: String,
+    pub key: ActionKey,
     pub action: Action,
     pub not_before_ms: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The outbox holds keys as text, and rows written by an earlier version are still there
+    /// after an upgrade: each effect must be spelt as it always was, or an effect decided
+    /// again would get a second row.
+    #[test]
+    fn each_effect_is_spelt_as_the_outbox_has_always_held_it() {
+        let issue: IssueRef = "acme/widgets#7".parse().expect("an issue");
+        let run = || "0123456789ab".to_owned();
+        let cases = [
+            (Effect::Labels { version: 3 }, "labels:v3"),
+            (
+                Effect::Command {
+                    comment: 41,
+                    command: Command::Retry,
+                },
+                "command:41:retry",
+            ),
+            (Effect::Resolve { version: 1 }, "resolve:v1"),
+            (Effect::UntrustedNotice, "notice:untrusted"),
+            (Effect::Read { rev: 2 }, "read:rev2"),
+            (Effect::Routed { rev: 2 }, "routed:rev2"),
+            (Effect::Sticky { version: 4 }, "sticky:v4"),
+            (Effect::Start { run: run() }, "start:0123456789ab"),
+            (
+                Effect::FollowupStart { run: run() },
+                "followup-start:0123456789ab",
+            ),
+            (Effect::Stop { run: run() }, "stop:0123456789ab"),
+            (Effect::Judge { run: run() }, "judge:0123456789ab"),
+            (Effect::Pr { run: run() }, "pr:0123456789ab"),
+            (Effect::Revoke { run: run() }, "revoke:0123456789ab"),
+            (Effect::Report { run: run() }, "report:0123456789ab"),
+            (Effect::Remove { run: run() }, "remove:0123456789ab"),
+            (
+                Effect::ReviewFeedback {
+                    pr: 12,
+                    review: "9f2c".into(),
+                },
+                "feedback:pr12:review:9f2c",
+            ),
+            (
+                Effect::CommentFeedback {
+                    pr: 12,
+                    comment: 77,
+                },
+                "feedback:pr12:comment:77",
+            ),
+            (Effect::PrClosed { pr: 12, version: 9 }, "pr-closed:pr12:v9"),
+            (
+                Effect::FollowupCap { pr: 12, grants: 1 },
+                "followup-cap:pr12:g1",
+            ),
+        ];
+        for (effect, spelt) in cases {
+            let key = ActionKey {
+                issue: issue.clone(),
+                effect,
+            };
+            assert_eq!(key.to_string(), format!("acme/widgets#7:{spelt}"));
+        }
+    }
+
+    #[test]
+    fn the_actions_of_one_run_name_it_and_the_others_do_not() {
+        let run = Action::OpenPr {
+            run_id: "r1".into(),
+            title: "t".into(),
+            body: "b".into(),
+        };
+        assert_eq!(run.run_id(), Some("r1"));
+        assert_eq!(run.kind(), ActionKind::OpenPr);
+        assert_eq!(Action::SyncLabels.run_id(), None);
+    }
 }

@@ -415,7 +415,10 @@ struct Pass {
 impl Pass {
     fn add(&mut self, issue: &IssueRef, decision: Decision, policy: &Policy) {
         self.decided += 1;
-        self.commit.retract.extend(decision.retract);
+        // The store keeps keys as text: written once here, never read back into a key.
+        self.commit
+            .retract
+            .extend(decision.retract.iter().map(ToString::to_string));
         self.commit.actions.extend(
             decision
                 .actions
@@ -431,9 +434,9 @@ impl Pass {
 
 fn new_action(issue: &IssueRef, planned: Planned, policy: &Policy) -> NewAction {
     NewAction {
-        key: planned.key,
+        key: planned.key.to_string(),
         issue: issue.clone(),
-        kind: planned.action.kind().to_owned(),
+        kind: planned.action.kind().as_str().to_owned(),
         payload: serde_json::to_string(&planned.action).unwrap_or_default(),
         max_attempts: planned.action.max_attempts(policy.start_attempts),
         not_before_ms: planned.not_before_ms,
@@ -520,7 +523,11 @@ fn gathered_until(
 }
 
 fn log_decision(event: &Event, decision: &Decision) {
-    let kinds: Vec<&str> = decision.actions.iter().map(|p| p.action.kind()).collect();
+    let kinds: Vec<&str> = decision
+        .actions
+        .iter()
+        .map(|p| p.action.kind().as_str())
+        .collect();
     if kinds.is_empty() {
         tracing::debug!(event = event.kind_str(), state = %decision.record.lifecycle, "recorded");
         return;

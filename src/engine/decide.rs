@@ -10,10 +10,10 @@ use crate::domain::issue::CallWindow;
 use crate::domain::run::StopCause;
 use crate::domain::verdict::Verdict;
 use crate::domain::{
-    Command, IssueRecord, IssueRef, Judgement, Lifecycle, RepoName, RunRecord, RunState,
+    ActionKind, Command, IssueRecord, IssueRef, Judgement, Lifecycle, RepoName, RunRecord, RunState,
 };
 use crate::domain::{FollowUp, PullRecord, PullState, Vouched};
-use crate::engine::action::{Action, FeedbackSource, Planned};
+use crate::engine::action::{Action, ActionKey, Effect, FeedbackSource, Planned};
 use crate::engine::comments;
 use crate::event::{
     Event, EventKind, ForgeEvent, IssueSnapshot, PreflightOutcome, PullAsk, ReadContext,
@@ -85,7 +85,7 @@ pub struct Decision {
     pub run: Option<RunRecord>,
     pub actions: Vec<Planned>,
     /// Keys of actions not yet started that this change makes pointless.
-    pub retract: Vec<String>,
+    pub retract: Vec<ActionKey>,
 }
 
 /// The decision for `event`; `None` when it changes nothing (a stale result, an older
@@ -109,7 +109,16 @@ pub fn decide(view: &IssueView<'_>, event: &Event, policy: &Policy, now: i64) ->
         Event::RoutedFiled { rev, filed, sticky } => step.routed_filed(*rev, filed, sticky),
         Event::Admitted { run_id, branch } => step.admitted(run_id, branch),
         Event::Run { run_id, report } => step.run_report(run_id, report),
-        Event::ActionGaveUp { key, kind, error } => step.gave_up(key, kind, error),
+        Event::ActionGaveUp {
+            key,
+            kind,
+            error,
+            run,
+        } => step.gave_up(
+            *kind,
+            run.as_deref().or_else(|| run_of_legacy_key(key)),
+            error,
+        ),
         Event::PullAsked {
             pr, allowed, ask, ..
         } => *allowed && step.pull_asked(*pr, ask),
@@ -135,8 +144,8 @@ struct Step<'a> {
     before_label: Option<String>,
     record: IssueRecord,
     run: Option<RunRecord>,
-    actions: Vec<(String, Action, i64)>,
-    retract: Vec<String>,
+    actions: Vec<(Effect, Action, i64)>,
+    retract: Vec<Effect>,
     /// Set by a give-up: the reason stays visible through the change it causes.
     blocked: Option<String>,
 }
@@ -166,11 +175,11 @@ impl<'a> Step<'a> {
         self.record.version + 1
     }
 
-    fn act(&mut self, what: String, action: Action) {
+    fn act(&mut self, what: Effect, action: Action) {
         self.act_at(what, action, self.now);
     }
 
-    fn act_at(&mut self, what: String, action: Action, not_before_ms: i64) {
+    fn act_at(&mut self, what: Effect, action: Action, not_before_ms: i64) {
         self.actions.push((what, action, not_before_ms));
     }
 
@@ -186,8 +195,10 @@ impl<'a> Step<'a> {
                 .iter()
                 .position(|(_, _, not_before)| *not_before > self.now)
                 .unwrap_or(self.actions.len());
-            self.actions
-                .insert(at, (format!("labels:v{v}"), Action::SyncLabels, self.now));
+            self.actions.insert(
+                at,
+                (Effect::Labels { version: v }, Action::SyncLabels, self.now),
+            );
         }
         if let Some(reason) = self.blocked.take() {
             self.record.blocked = Some(reason);
@@ -196,21 +207,21 @@ impl<'a> Step<'a> {
         }
         self.record.version += 1;
         self.record.last_change_ms = self.now;
-        let prefix = self.record.issue_ref().to_string();
+        let issue = self.record.issue_ref();
+        let key = |effect| ActionKey {
+            issue: issue.clone(),
+            effect,
+        };
         let actions = self
             .actions
             .into_iter()
-            .map(|(what, action, not_before_ms)| Planned {
-                key: format!("{prefix}:{what}"),
+            .map(|(effect, action, not_before_ms)| Planned {
+                key: key(effect),
                 action,
                 not_before_ms,
             })
             .collect();
-        let retract = self
-            .retract
-            .into_iter()
-            .map(|what| format!("{prefix}:{what}"))
-            .collect();
+        let retract = self.retract.into_iter().map(key).collect();
         Decision {
             record: self.record,
             run: self.run,
@@ -248,7 +259,10 @@ impl<'a> Step<'a> {
         {
             // Counts only once the author's permission is known.
             self.act(
-                format!("command:{comment_id}:{}", command.as_str()),
+                Effect::Command {
+                    comment: comment_id,
+                    command,
+                },
                 Action::AuthorizeCommand {
                     command,
                     actor: fact.sender.clone(),
@@ -360,7 +374,7 @@ impl<'a> Step<'a> {
 
     fn resolve_trigger(&mut self) {
         let v = self.version();
-        self.act(format!("resolve:v{v}"), Action::ResolveTrigger);
+        self.act(Effect::Resolve { version: v }, Action::ResolveTrigger);
     }
 
     fn trigger_judged(
@@ -400,7 +414,7 @@ impl<'a> Step<'a> {
             if !self.record.untrusted_notice {
                 self.record.untrusted_notice = true;
                 self.act(
-                    "notice:untrusted".into(),
+                    Effect::UntrustedNotice,
                     Action::PostNotice {
                         marker: comments::UNTRUSTED_MARKER.into(),
                         body: comments::untrusted_trigger(
@@ -445,22 +459,27 @@ impl<'a> Step<'a> {
             self.cancel_followup();
             return;
         }
-        self.retract
-            .push(format!("read:rev{}", self.record.preflight.rev));
+        self.retract.push(Effect::Read {
+            rev: self.record.preflight.rev,
+        });
         self.set_lifecycle(Lifecycle::Cancelled);
         if let Some(run) = self.run.as_mut().filter(|r| r.state.is_active())
             && !run.stop_requested
         {
             run.stop_requested = true;
             let id = run.id.clone();
-            self.act(format!("stop:{id}"), Action::StopRun { run_id: id });
+            self.act(
+                Effect::Stop { run: id.clone() },
+                Action::StopRun { run_id: id },
+            );
         }
     }
 
     /// Moves the issue to `pending` under a new revision, and asks for a read.
     fn request_read(&mut self) {
-        self.retract
-            .push(format!("read:rev{}", self.record.preflight.rev));
+        self.retract.push(Effect::Read {
+            rev: self.record.preflight.rev,
+        });
         let p = &mut self.record.preflight;
         p.rev += 1;
         p.attempts = 0;
@@ -477,7 +496,7 @@ impl<'a> Step<'a> {
         let rev = self.record.preflight.rev;
         let handled_command_id = self.record.preflight.handled_command_id;
         self.act_at(
-            format!("read:rev{rev}"),
+            Effect::Read { rev },
             Action::ReadPreflight {
                 rev,
                 handled_command_id,
@@ -602,7 +621,7 @@ impl<'a> Step<'a> {
                         let from = self.record.issue_ref();
                         let rev = self.record.preflight.rev;
                         self.act(
-                            format!("routed:rev{rev}"),
+                            Effect::Routed { rev },
                             Action::FileRouted {
                                 rev,
                                 target: repo.clone(),
@@ -716,7 +735,7 @@ impl<'a> Step<'a> {
             hash: &read.hash,
         });
         let v = self.version();
-        self.act(format!("sticky:v{v}"), Action::UpsertSticky { body });
+        self.act(Effect::Sticky { version: v }, Action::UpsertSticky { body });
     }
 
     // ---- runs ----
@@ -747,7 +766,9 @@ impl<'a> Step<'a> {
             });
         }
         self.act(
-            format!("start:{run_id}"),
+            Effect::Start {
+                run: run_id.to_owned(),
+            },
             Action::StartRun {
                 run_id: run_id.to_owned(),
             },
@@ -843,7 +864,7 @@ impl<'a> Step<'a> {
         }
         if let Some((pr, marker, body, id)) = notice {
             self.act(
-                format!("followup-start:{id}"),
+                Effect::FollowupStart { run: id.clone() },
                 Action::CommentOnPull { pr, marker, body },
             );
         }
@@ -861,7 +882,10 @@ impl<'a> Step<'a> {
         run.detail = Some("stale verdict: the issue changed since the pre-flight".into());
         run.finished_at_ms = Some(self.now);
         let id = run.id.clone();
-        self.act(format!("revoke:{id}"), Action::RevokeToken { run_id: id });
+        self.act(
+            Effect::Revoke { run: id.clone() },
+            Action::RevokeToken { run_id: id },
+        );
         if self.record.lifecycle == Lifecycle::Launching {
             self.request_read();
         }
@@ -880,7 +904,10 @@ impl<'a> Step<'a> {
             self.end_cancelled(&id);
         } else {
             run.state = RunState::Exited;
-            self.act(format!("judge:{id}"), Action::JudgeRun { run_id: id });
+            self.act(
+                Effect::Judge { run: id.clone() },
+                Action::JudgeRun { run_id: id },
+            );
         }
     }
 
@@ -966,7 +993,7 @@ impl<'a> Step<'a> {
             let summary = run.result.as_ref().and_then(|r| r.summary.as_deref());
             let body = comments::pr_body(self.record.number, &id, verdict, summary);
             self.act(
-                format!("pr:{id}"),
+                Effect::Pr { run: id.clone() },
                 Action::OpenPr {
                     run_id: id.clone(),
                     title,
@@ -1002,7 +1029,7 @@ impl<'a> Step<'a> {
         // The token first, then the people; the container last (an engine that is down must
         // not hold up the report).
         self.act(
-            format!("revoke:{id}"),
+            Effect::Revoke { run: id.clone() },
             Action::RevokeToken { run_id: id.clone() },
         );
         let report = match followup_of {
@@ -1017,9 +1044,9 @@ impl<'a> Step<'a> {
                 body: report,
             },
         };
-        self.act(format!("report:{id}"), report);
+        self.act(Effect::Report { run: id.clone() }, report);
         self.act_at(
-            format!("remove:{id}"),
+            Effect::Remove { run: id.clone() },
             Action::RemoveContainer { run_id: id },
             if keep {
                 self.now.saturating_add(keep_ms)
@@ -1097,7 +1124,10 @@ impl<'a> Step<'a> {
                     snap.updated_at.as_deref().unwrap_or(""),
                 ]);
                 self.act(
-                    format!("feedback:pr{number}:review:{key}"),
+                    Effect::ReviewFeedback {
+                        pr: number,
+                        review: key,
+                    },
                     Action::ReadFeedback {
                         pr: number,
                         sender: fact.sender.clone(),
@@ -1118,7 +1148,10 @@ impl<'a> Step<'a> {
                     return false;
                 }
                 self.act(
-                    format!("feedback:pr{number}:comment:{}", c.id),
+                    Effect::CommentFeedback {
+                        pr: number,
+                        comment: c.id,
+                    },
                     Action::ReadFeedback {
                         pr: number,
                         sender: fact.sender.clone(),
@@ -1155,7 +1188,10 @@ impl<'a> Step<'a> {
         });
         if !merged {
             self.act(
-                format!("pr-closed:pr{number}:v{v}"),
+                Effect::PrClosed {
+                    pr: number,
+                    version: v,
+                },
                 Action::PostNotice {
                     marker: comments::pr_closed_marker(number, v),
                     body: comments::pr_closed(number, v),
@@ -1240,7 +1276,7 @@ impl<'a> Step<'a> {
             });
             let (number, grants) = (pr.number, pr.grants);
             self.act(
-                format!("followup-cap:pr{number}:g{grants}"),
+                Effect::FollowupCap { pr: number, grants },
                 Action::CommentOnPull {
                     pr: number,
                     marker: comments::followup_cap_marker(number, grants),
@@ -1273,7 +1309,10 @@ impl<'a> Step<'a> {
         {
             run.stop_requested = true;
             let id = run.id.clone();
-            self.act(format!("stop:{id}"), Action::StopRun { run_id: id });
+            self.act(
+                Effect::Stop { run: id.clone() },
+                Action::StopRun { run_id: id },
+            );
         }
     }
 
@@ -1325,20 +1364,24 @@ impl<'a> Step<'a> {
 
     // ---- actions that failed on every attempt ----
 
-    fn gave_up(&mut self, key: &str, kind: &str, error: &str) -> bool {
+    /// `run`: the run the action was about, if it was one run's.
+    fn gave_up(&mut self, kind: ActionKind, run: Option<&str>, error: &str) -> bool {
         let run_state = self.run.as_ref().map(|r| r.state);
-        // A run's actions are keyed by its id (`...:start:<id>`). One that gave up for an
-        // earlier run (its start still being retried when that run was cancelled and the
-        // issue run again) says nothing about the run there is now.
+        // One that gave up for an earlier run (its start still being retried when that run
+        // was cancelled and the issue run again) says nothing about the run there is now.
         let of_this_run = self
             .run
             .as_ref()
-            .is_some_and(|r| key.rsplit(':').next() == Some(r.id.as_str()));
-        if matches!(kind, "start_run" | "judge_run" | "open_pr") && !of_this_run {
+            .is_some_and(|r| run == Some(r.id.as_str()));
+        let about_a_run = matches!(
+            kind,
+            ActionKind::StartRun | ActionKind::JudgeRun | ActionKind::OpenPr
+        );
+        if about_a_run && !of_this_run {
             return false;
         }
         match (kind, run_state) {
-            ("start_run", Some(RunState::Launching)) => {
+            (ActionKind::StartRun, Some(RunState::Launching)) => {
                 let why = format!("the run could not be started: {error}");
                 let id = self.run.as_ref().map(|r| r.id.clone()).unwrap_or_default();
                 self.end_run(
@@ -1347,8 +1390,8 @@ impl<'a> Step<'a> {
                     comments::run_failed(&id, &why, ""),
                 );
             }
-            ("judge_run" | "open_pr", Some(RunState::Exited)) => {
-                let why = if kind == "judge_run" {
+            (ActionKind::JudgeRun | ActionKind::OpenPr, Some(RunState::Exited)) => {
+                let why = if kind == ActionKind::JudgeRun {
                     format!("the run's branch could not be checked: {error}")
                 } else {
                     format!("opening the pull request failed: {error}")
@@ -1362,7 +1405,7 @@ impl<'a> Step<'a> {
                     comments::run_failed(&id, &why, &log),
                 );
             }
-            ("file_routed", _) if self.record.lifecycle == Lifecycle::Routed => {
+            (ActionKind::FileRouted, _) if self.record.lifecycle == Lifecycle::Routed => {
                 let error = format!("filing the issue in the named repository failed: {error}");
                 let shown = Shown::Failed {
                     error: error.clone(),
@@ -1378,6 +1421,13 @@ impl<'a> Step<'a> {
         self.blocked = Some(format!("{kind} failed on every attempt: {error}"));
         true
     }
+}
+
+/// The run a give-up stored by an earlier version was about: those events carry only the
+/// action's key, whose last part is the run id for the actions of one run
+/// (`owner/name#N:start:<id>`). Newer events carry the run itself.
+fn run_of_legacy_key(key: &str) -> Option<&str> {
+    key.rsplit(':').next()
 }
 
 /// The retry delay after `attempts` failed reads: doubling from `base_ms`, capped.

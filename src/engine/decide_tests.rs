@@ -107,11 +107,11 @@ impl Sim {
     }
 
     fn kinds(&self) -> Vec<&'static str> {
-        self.last.iter().map(|p| p.action.kind()).collect()
+        self.last.iter().map(|p| p.action.kind().as_str()).collect()
     }
 
     fn find(&self, kind: &str) -> Option<&Planned> {
-        self.last.iter().find(|p| p.action.kind() == kind)
+        self.last.iter().find(|p| p.action.kind().as_str() == kind)
     }
 
     fn sticky(&self) -> String {
@@ -829,7 +829,7 @@ fn admission_starts_exactly_one_run() {
     assert_eq!(s.state(), Lifecycle::Launching);
     assert_eq!(s.run().state, RunState::Launching);
     assert_eq!(
-        s.find("start_run").expect("start").key,
+        s.find("start_run").expect("start").key.to_string(),
         "acme/widgets#7:start:r1"
     );
     assert!(
@@ -1014,7 +1014,7 @@ fn removing_the_trigger_mid_run_stops_it_and_it_ends_cancelled() {
     s.apply(&label("alice", &[], T2));
     assert_eq!(s.state(), Lifecycle::Cancelled);
     assert_eq!(
-        s.find("stop_run").expect("stop").key,
+        s.find("stop_run").expect("stop").key.to_string(),
         "acme/widgets#7:stop:r1"
     );
     s.apply(&report("r1", exited(137)));
@@ -1075,13 +1075,27 @@ fn a_run_that_cannot_be_started_fails_visibly() {
     s.apply(&admitted("r1"));
     s.apply(&Event::ActionGaveUp {
         key: "acme/widgets#7:start:r1".into(),
-        kind: "start_run".into(),
+        kind: ActionKind::StartRun,
         error: "minting the run token: HTTP 500".into(),
+        run: Some("r1".into()),
     });
     assert_eq!(s.state(), Lifecycle::Failed);
     assert_eq!(s.run().state, RunState::Failed);
     assert!(s.report().contains("HTTP 500"));
     assert!(s.rec().blocked.is_some());
+}
+
+#[test]
+fn a_give_up_stored_before_runs_were_recorded_in_it_is_read_by_its_key() {
+    let stored = r#"{"type":"action_gave_up","key":"acme/widgets#7:start:r1","kind":"start_run","error":"HTTP 500"}"#;
+    let legacy: Event = serde_json::from_str(stored).expect("an earlier version's event parses");
+    let mut s = Sim::queued();
+    s.apply(&admitted("r1"));
+    s.apply(&legacy);
+    assert_eq!(s.run().state, RunState::Failed);
+    let mut other = Sim::queued();
+    other.apply(&admitted("r2"));
+    assert!(!other.apply(&legacy), "r2 failed for r1's start");
 }
 
 #[test]
@@ -1095,13 +1109,14 @@ fn a_start_that_gave_up_for_an_earlier_run_leaves_the_run_now_alone() {
     s.apply(&command(Command::Retry, true));
     s.apply(&admitted("r2"));
     assert_eq!(s.run().id, "r2");
-    let late = |kind: &str, what: &str| Event::ActionGaveUp {
+    let late = |kind: ActionKind, what: &str| Event::ActionGaveUp {
         key: format!("acme/widgets#7:{what}:r1"),
-        kind: kind.into(),
+        kind,
         error: "HTTP 500".into(),
+        run: Some("r1".into()),
     };
     assert!(
-        !s.apply(&late("start_run", "start")),
+        !s.apply(&late(ActionKind::StartRun, "start")),
         "r2 failed for r1's start"
     );
     assert_eq!(s.run().state, RunState::Launching);
@@ -1110,8 +1125,9 @@ fn a_start_that_gave_up_for_an_earlier_run_leaves_the_run_now_alone() {
     // Its own start giving up still fails it.
     s.apply(&Event::ActionGaveUp {
         key: "acme/widgets#7:start:r2".into(),
-        kind: "start_run".into(),
+        kind: ActionKind::StartRun,
         error: "HTTP 500".into(),
+        run: Some("r2".into()),
     });
     assert_eq!(s.run().state, RunState::Failed);
 }
@@ -1125,8 +1141,9 @@ fn a_routed_issue_that_cannot_be_filed_says_so_on_the_issue() {
     }));
     s.apply(&Event::ActionGaveUp {
         key: "k".into(),
-        kind: "file_routed".into(),
+        kind: ActionKind::FileRouted,
         error: "HTTP 403".into(),
+        run: None,
     });
     assert_eq!(s.state(), Lifecycle::PreflightFailed);
     assert!(s.sticky().contains("HTTP 403"));
@@ -1143,8 +1160,9 @@ fn a_failed_comment_leaves_the_state_and_names_the_reason() {
     let mut s = Sim::queued();
     s.apply(&Event::ActionGaveUp {
         key: "k".into(),
-        kind: "upsert_sticky".into(),
+        kind: ActionKind::UpsertSticky,
         error: "HTTP 502".into(),
+        run: None,
     });
     assert_eq!(s.state(), Lifecycle::Queued);
     assert!(
@@ -1160,7 +1178,7 @@ fn every_decision_bumps_the_version_its_action_keys_name() {
     let mut s = Sim::new();
     s.apply(&label("alice", &["headless"], T1));
     assert_eq!(s.rec().version, 1);
-    assert_eq!(s.last[0].key, "acme/widgets#7:resolve:v1");
+    assert_eq!(s.last[0].key.to_string(), "acme/widgets#7:resolve:v1");
     s.apply(&judged(true));
     assert_eq!(s.rec().version, 2);
 }
@@ -1210,8 +1228,9 @@ fn pool() -> Vec<Event> {
         }
         out.push(Event::ActionGaveUp {
             key: format!("start:{id}"),
-            kind: "start_run".into(),
+            kind: ActionKind::StartRun,
             error: "boom".into(),
+            run: Some(id.to_owned()),
         });
     }
     out

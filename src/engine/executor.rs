@@ -12,6 +12,7 @@ use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::SharedClock;
+use crate::domain::ActionKind;
 use crate::engine::act::Acts;
 use crate::engine::action::Action;
 use crate::event::Event;
@@ -219,7 +220,16 @@ impl Executor {
             repo = %claimed.issue.repo,
             issue = claimed.issue.number,
         );
-        let result = match serde_json::from_str::<Action>(&claimed.payload) {
+        let parsed = serde_json::from_str::<Action>(&claimed.payload);
+        // What a give-up tells `decide`: the kind, and the run for the actions of one run.
+        let (kind, run) = match &parsed {
+            Ok(action) => (action.kind(), action.run_id().map(str::to_owned)),
+            Err(_) => {
+                let Ok(kind) = claimed.kind.parse::<ActionKind>();
+                (kind, None)
+            }
+        };
+        let result = match parsed {
             Ok(action) => {
                 // A panic (a bug) fails this attempt like any error: it must not end the task
                 // that holds the action's slot, or the executor would run one slot short for
@@ -279,8 +289,9 @@ impl Executor {
                             claimed.issue.clone(),
                             Event::ActionGaveUp {
                                 key: claimed.key.clone(),
-                                kind: claimed.kind.clone(),
+                                kind,
                                 error: error.clone(),
+                                run,
                             },
                             now,
                         ),
