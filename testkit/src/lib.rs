@@ -3,8 +3,22 @@
 //!
 //! - [`forge`]: `FakeForge`, a Forgejo held in memory and served over HTTP (API and git),
 //!   every request checked against Forgejo's own API description (`forge::contract`).
+//! - [`github`]: `FakeGitHub`, a GitHub (an App, its installations and tokens) on loopback,
+//!   every request checked against GitHub's REST description.
+//! - [`kube`]: `FakeKube`, a Kubernetes API server on loopback that also plays the Job
+//!   controller and the kubelet.
+//! - [`llm`]: `FakeLlm`, a model server speaking Anthropic's and OpenAI's APIs, scripted.
 //! - [`runtime`]: `FakeRuntime`, a container runtime in memory whose "containers" run scripted
 //!   behaviours.
 
 pub mod forge;
+pub mod github;
+pub mod kube;
+pub mod llm;
 pub mod runtime;
+
+/// An HTTP client for the fakes' own calls (webhook echoes), with the process's TLS provider.
+pub(crate) fn http_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}

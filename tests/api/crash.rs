@@ -15,6 +15,7 @@ use director_testkit::forge::{FakeForge, FakeServer};
 use crate::fake_llm::FakeLlm;
 use crate::forge_helpers::{BOT, BOT_TOKEN, TRIGGER, WRITER};
 use crate::helpers::{SECRET, http_client};
+use director_testkit::llm::FakeLlm;
 use crate::runs::{RUNNER, RUNNER_PASSWORD, admit_runner, creations, runner_env};
 
 /// A forge, a model and a database that outlive the director processes started on them.
@@ -439,7 +440,7 @@ async fn a_token_printed_before_a_restart_is_redacted_in_the_report_after_it() {
 #[cfg(feature = "kubernetes")]
 mod kubernetes {
     use super::*;
-    use crate::fake_kube::FakeKube;
+    use director_testkit::kube::FakeKube;
 
     const NS: &str = "runs";
 

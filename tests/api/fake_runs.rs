@@ -15,6 +15,7 @@ use futures_util::FutureExt;
 use crate::fake_llm::FakeLlm;
 use crate::forge_helpers::{ForgeApp, TRIGGER, WRITER};
 use crate::helpers::wait_until;
+use director_testkit::llm::FakeLlm;
 use crate::runs::{RUNNER, RUNNER_PASSWORD};
 
 const GO: &str = "Fine.\n\nGO";

@@ -11,6 +11,7 @@ use director::store::IssueRecord;
 use director_testkit::forge::{FakeForge, FakeServer};
 
 use crate::fake_llm::FakeLlm;
+use director_testkit::llm::FakeLlm;
 use crate::helpers::{SECRET, TestApp, wait_until};
 
 pub const BOT: &str = "director-bot";

@@ -468,7 +468,7 @@ async fn spawn_git_runs(
     command: &[&str],
 ) -> (
     crate::forge_helpers::ForgeApp,
-    crate::fake_llm::FakeLlm,
+    director_testkit::llm::FakeLlm,
     tempfile::TempDir,
 ) {
     let image = git_agent_image();

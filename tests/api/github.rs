@@ -13,6 +13,8 @@ use futures_util::FutureExt;
 
 use crate::fake_github::{self, APP_ID, BOT, FakeGitHub};
 use crate::fake_llm::FakeLlm;
+use director_testkit::github::{self as fake_github, APP_ID, BOT, FakeGitHub};
+use director_testkit::llm::FakeLlm;
 use crate::fake_runs::env;
 use crate::helpers::{SECRET, TestApp, wait_until};
 

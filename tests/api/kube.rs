@@ -18,6 +18,7 @@ use crate::fake_kube::FakeKube;
 use crate::fake_runs::{labelled, reports};
 use crate::forge_helpers::ForgeApp;
 use crate::helpers::wait_until;
+use director_testkit::kube::FakeKube;
 use crate::runs::{RUNNER, RUNNER_PASSWORD};
 
 const NS: &str = "runs";
@@ -278,7 +279,11 @@ async fn waiting_on(
     waiting
 }
 
-fn requests_to(fake: &FakeKube, method: &str, suffix: &str) -> Vec<crate::fake_kube::Recorded> {
+fn requests_to(
+    fake: &FakeKube,
+    method: &str,
+    suffix: &str,
+) -> Vec<director_testkit::kube::Recorded> {
     fake.requests()
         .into_iter()
         .filter(|r| r.method == method && r.path.ends_with(suffix))
@@ -468,7 +473,7 @@ async fn a_missing_namespace_forbidden_jobs_or_an_unreachable_api_server_is_told
     let config = dir.path().join("kubeconfig");
     std::fs::write(
         &config,
-        crate::fake_kube::kubeconfig_yaml(&format!("http://127.0.0.1:{port}")),
+        director_testkit::kube::kubeconfig_yaml(&format!("http://127.0.0.1:{port}")),
     )
     .expect("write");
     let mut settings = kube_settings(&fake, NS);
@@ -484,7 +489,7 @@ async fn a_missing_namespace_forbidden_jobs_or_an_unreachable_api_server_is_told
 
 /// The director with runs as Jobs: FakeForge, a GO model and the fake API server. The test
 /// plays the pod: it pushes the run's branch with the token the pod's environment holds.
-async fn spawn_kube(fake: &FakeKube) -> (ForgeApp, crate::fake_llm::FakeLlm) {
+async fn spawn_kube(fake: &FakeKube) -> (ForgeApp, director_testkit::llm::FakeLlm) {
     let kubeconfig = fake.kubeconfig.display().to_string();
     let (t, llm) = ForgeApp::spawn_with_llm(|s| {
         s.forge.runner_login = RUNNER.into();

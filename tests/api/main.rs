@@ -1,10 +1,5 @@
 //! One integration-test binary: each module spawns the real app against fakes.
 
-#[cfg(feature = "github")]
-mod fake_github;
-#[cfg(feature = "kubernetes")]
-mod fake_kube;
-mod fake_llm;
 mod forge_helpers;
 mod helpers;
 

@@ -10,6 +10,7 @@ use director::startup::Overrides;
 use director::store::{Commit, Finished, Lane, NewAction, NewDelivery, Store};
 
 use crate::fake_llm::Reply;
+use director_testkit::llm::Reply;
 use crate::forge_helpers::{ForgeApp, TRIGGER, WRITER};
 
 #[tokio::test]

@@ -7,6 +7,7 @@ use director::forge::Permission;
 
 use crate::fake_llm::{Reply, text};
 use crate::forge_helpers::{BOT, ForgeApp, READER, TRIGGER, WRITER};
+use director_testkit::llm::{Reply, text};
 use crate::helpers::wait_until;
 
 const GO_READ: &str = "Context to front-load: the CLI in src/cli.rs.\n\nSmall change; output tests may need updating.\n\nGO";
@@ -448,7 +449,7 @@ mod providers {
     use director::preflight::providers::{Anthropic, CommandProvider};
     use director::settings::{PreflightSettings, Secret};
 
-    use crate::fake_llm::{FakeLlm, Reply};
+    use director_testkit::llm::{FakeLlm, Reply};
 
     #[tokio::test]
     async fn the_anthropic_provider_speaks_the_messages_api() {

@@ -15,6 +15,7 @@ use director_testkit::forge::{FakeForge, FakeServer};
 use crate::fake_llm::FakeLlm;
 use crate::forge_helpers::{BOT, BOT_TOKEN, TRIGGER, WRITER};
 use crate::helpers::{SECRET, http_client};
+use director_testkit::llm::FakeLlm;
 use crate::pg::Pg;
 
 struct Replicas {

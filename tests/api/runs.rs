@@ -161,7 +161,7 @@ pub fn admit_runner(forge: &director_testkit::forge::FakeForge, repo: &director:
 
 pub async fn spawn_runs(
     configure: impl FnOnce(&mut director::settings::Settings),
-) -> (ForgeApp, crate::fake_llm::FakeLlm) {
+) -> (ForgeApp, director_testkit::llm::FakeLlm) {
     let image = agent_image();
     let (t, llm) = ForgeApp::spawn_with_llm(|s| {
         s.forge.runner_login = RUNNER.into();
@@ -528,7 +528,7 @@ async fn a_director_killed_mid_run_adopts_the_run_after_restart_and_one_containe
     forge.set_password(RUNNER, RUNNER_PASSWORD);
     forge.define_label(&repo, TRIGGER);
     let server = forge.serve().expect("serves");
-    let llm = crate::fake_llm::FakeLlm::start();
+    let llm = director_testkit::llm::FakeLlm::start();
     llm.always(GO);
     let dir = tempfile::tempdir().expect("dir");
     let db = format!("sqlite://{}", dir.path().join("director.db").display());

@@ -17,7 +17,7 @@ const GO: &str = "Context to front-load: none.\n\nFine.\n\nGO";
 
 struct Page {
     t: ForgeApp,
-    _llm: crate::fake_llm::FakeLlm,
+    _llm: director_testkit::llm::FakeLlm,
     secret_repo: RepoName,
 }
 
