@@ -1,0 +1,245 @@
+//! The pre-flight: a read's outcome, the verdict and what it does, the WRONG-REPO route, and
+//! the pre-flight comment.
+
+use super::*;
+
+impl Step<'_> {
+    pub(super) fn preflight_read(&mut self, rev: i64, outcome: &PreflightOutcome) -> bool {
+        if self.record.lifecycle != Lifecycle::Pending || self.record.preflight.rev != rev {
+            return false;
+        }
+        match outcome {
+            PreflightOutcome::NotEligible => false,
+            PreflightOutcome::Skipped { by, how, read } => {
+                self.seen_commands(read);
+                let p = &mut self.record.preflight;
+                p.verdict = Some(Judgement::Skipped);
+                p.reason = Some(format!("skipped by @{by}"));
+                p.hash = Some(read.hash.clone());
+                p.attempts = 0;
+                p.not_before_ms = None;
+                let shown = Shown::Skipped {
+                    by: by.clone(),
+                    how: how.clone(),
+                };
+                self.sticky(&shown, None, "", read);
+                self.set_lifecycle(Lifecycle::Queued);
+                true
+            }
+            PreflightOutcome::Read {
+                verdict,
+                reading,
+                model,
+                read,
+            } => {
+                self.seen_commands(read);
+                self.verdict(verdict, reading, model, read);
+                true
+            }
+            PreflightOutcome::Failed {
+                error,
+                reading,
+                model,
+                read,
+            } => {
+                self.failed_read(error, reading.as_deref(), model, read.as_ref());
+                true
+            }
+            PreflightOutcome::Capped {
+                limit,
+                until_ms,
+                read,
+            } => {
+                // Waiting in the cap's queue is a state (its label, `status`, the status
+                // page), not news: no comment, so a backlog never notifies every watcher.
+                self.vouch(read);
+                tracing::debug!(limit, until = %format_time(*until_ms), "pre-flight waits for its cap");
+                self.record.preflight.not_before_ms = Some(*until_ms);
+                self.record.preflight.rev += 1;
+                self.plan_read(*until_ms);
+                true
+            }
+        }
+    }
+
+    pub(super) fn seen_commands(&mut self, read: &ReadContext) {
+        let p = &mut self.record.preflight;
+        p.handled_command_id = p.handled_command_id.max(read.newest_comment_id);
+        self.vouch(read);
+    }
+
+    /// The read found a writer vouching for the text as it is: that is the text from now on.
+    pub(super) fn vouch(&mut self, read: &ReadContext) {
+        if let Some(v) = &read.vouched {
+            let p = &mut self.record.preflight;
+            p.vouched = Some(v.clone());
+            p.proposed = None;
+        }
+    }
+
+    pub(super) fn verdict(
+        &mut self,
+        verdict: &Verdict,
+        reading: &str,
+        model: &str,
+        read: &ReadContext,
+    ) {
+        let p = &mut self.record.preflight;
+        p.hash = Some(read.hash.clone());
+        p.model = Some(model.to_owned());
+        p.attempts = 0;
+        p.last_error = None;
+        p.not_before_ms = None;
+        let (shown, lifecycle, judgement) = match verdict {
+            Verdict::Go => (Shown::Go, Lifecycle::Queued, Judgement::Go),
+            Verdict::NoGo { reason } => (
+                Shown::NoGo {
+                    reason: reason.clone(),
+                },
+                Lifecycle::NoGo,
+                Judgement::NoGo,
+            ),
+            Verdict::WrongRepo { repo, what } if self.trusted_owner(repo) => {
+                self.record.preflight.verdict = Some(Judgement::WrongRepo);
+                self.record.preflight.reason = Some(what.clone());
+                self.set_lifecycle(Lifecycle::Routed);
+                let draft = StickyDraft {
+                    reading: Some(reading.to_owned()),
+                    model: model.to_owned(),
+                    read: read.clone(),
+                    what: what.clone(),
+                    target: repo.clone(),
+                };
+                match self.record.preflight.routed_to.clone() {
+                    // Filed there by an earlier read of this issue: say so again.
+                    Some(filed) if filed.starts_with(&format!("{repo}#")) => {
+                        self.routed_sticky(&filed, &draft);
+                    }
+                    _ => {
+                        self.record.preflight.routed_to = None;
+                        let from = self.record.issue_ref();
+                        let rev = self.record.preflight.rev;
+                        self.act(
+                            Effect::Routed { rev },
+                            Action::FileRouted {
+                                rev,
+                                target: repo.clone(),
+                                title: comments::routed_title(&read.title),
+                                body: comments::routed_body(&from, &read.title, &read.body, what),
+                                marker: comments::routed_marker(&from),
+                                sticky: Box::new(draft),
+                            },
+                        );
+                    }
+                }
+                return;
+            }
+            Verdict::WrongRepo { repo, what } => {
+                let reason = format!(
+                    "the read says this belongs in {repo} ({what}), but `{}` is not in preflight.trusted_owners",
+                    repo.owner()
+                );
+                (Shown::NoGo { reason }, Lifecycle::NoGo, Judgement::NoGo)
+            }
+        };
+        self.record.preflight.verdict = Some(if matches!(verdict, Verdict::WrongRepo { .. }) {
+            Judgement::WrongRepo
+        } else {
+            judgement
+        });
+        self.record.preflight.reason = match &shown {
+            Shown::NoGo { reason } => Some(reason.clone()),
+            _ => None,
+        };
+        self.sticky(&shown, Some(reading), model, read);
+        self.set_lifecycle(lifecycle);
+    }
+
+    pub(super) fn trusted_owner(&self, repo: &RepoName) -> bool {
+        self.policy
+            .trusted_owners
+            .iter()
+            .any(|o| o.eq_ignore_ascii_case(repo.owner()))
+    }
+
+    pub(super) fn failed_read(
+        &mut self,
+        error: &str,
+        reading: Option<&str>,
+        model: &str,
+        read: Option<&ReadContext>,
+    ) {
+        let p = &mut self.record.preflight;
+        p.attempts += 1;
+        p.last_error = Some(error.to_owned());
+        if p.attempts < self.policy.preflight_max_attempts {
+            let at = self
+                .now
+                .saturating_add(backoff_ms(p.attempts, self.policy.retry_backoff_ms));
+            p.not_before_ms = Some(at);
+            p.rev += 1;
+            self.plan_read(at);
+            return;
+        }
+        let proceeding = self.policy.on_error == OnError::Proceed;
+        let shown = Shown::Failed {
+            error: error.to_owned(),
+            proceeding,
+        };
+        let empty = ReadContext::default();
+        self.sticky(&shown, reading, model, read.unwrap_or(&empty));
+        let p = &mut self.record.preflight;
+        p.verdict = Some(Judgement::Error);
+        p.reason = Some(error.to_owned());
+        p.not_before_ms = None;
+        self.set_lifecycle(if proceeding {
+            Lifecycle::Queued
+        } else {
+            Lifecycle::PreflightFailed
+        });
+    }
+
+    pub(super) fn routed_filed(&mut self, rev: i64, filed: &IssueRef, draft: &StickyDraft) -> bool {
+        if self.record.lifecycle != Lifecycle::Routed
+            || self.record.preflight.rev != rev
+            || self.record.preflight.routed_to.is_some()
+        {
+            return false;
+        }
+        let filed = filed.to_string();
+        self.record.preflight.routed_to = Some(filed.clone());
+        self.routed_sticky(&filed, draft);
+        true
+    }
+
+    pub(super) fn routed_sticky(&mut self, filed: &str, draft: &StickyDraft) {
+        let shown = Shown::Routed {
+            repo: draft.target.clone(),
+            filed: filed.to_owned(),
+            what: draft.what.clone(),
+        };
+        self.sticky(&shown, draft.reading.as_deref(), &draft.model, &draft.read);
+    }
+
+    /// Plans the edit of the one pre-flight comment.
+    pub(super) fn sticky(
+        &mut self,
+        shown: &Shown,
+        reading: Option<&str>,
+        model: &str,
+        read: &ReadContext,
+    ) {
+        let body = comment::render(&CommentInput {
+            shown,
+            trigger: &self.policy.labels.trigger,
+            skip_label: &self.policy.labels.skip_preflight,
+            reading,
+            left_out: &read.left_out,
+            hidden: &read.hidden,
+            model,
+            hash: &read.hash,
+        });
+        let v = self.version();
+        self.act(Effect::Sticky { version: v }, Action::UpsertSticky { body });
+    }
+}

@@ -1,0 +1,291 @@
+//! The pull request: its facts, its end, feedback asked of it and the follow-up runs that
+//! answer it.
+
+use super::*;
+
+impl Step<'_> {
+    pub(super) fn has_open_pull(&self) -> bool {
+        self.record.pr.as_ref().is_some_and(PullRecord::is_open)
+    }
+
+    /// A fact about a pull request, decided on the issue whose run opened it.
+    pub(super) fn pull_fact(&mut self, fact: &ForgeEvent) -> bool {
+        let Some(pr) = self
+            .record
+            .pr
+            .as_ref()
+            .filter(|p| p.number == fact.issue.number)
+        else {
+            return false;
+        };
+        let number = pr.number;
+        let open = pr.is_open();
+        let snap = &fact.snapshot;
+        match fact.kind {
+            EventKind::PullRequest | EventKind::Scan => {
+                if snap.state == "closed" && open {
+                    self.pull_ended(snap.merged);
+                    true
+                } else if snap.state == "open" && pr.state == PullState::Closed {
+                    self.pull_reopened();
+                    true
+                } else {
+                    false
+                }
+            }
+            EventKind::PullReview => {
+                let Some(review) = fact
+                    .review
+                    .as_ref()
+                    .filter(|r| r.kind == ReviewKind::ChangesRequested)
+                else {
+                    // An approval or a plain comment review starts nothing.
+                    return false;
+                };
+                if !open || fact.sender.is_empty() {
+                    return false;
+                }
+                let key = short_hash(&[
+                    &fact.sender,
+                    &review.body,
+                    snap.updated_at.as_deref().unwrap_or(""),
+                ]);
+                self.act(
+                    Effect::ReviewFeedback {
+                        pr: number,
+                        review: key,
+                    },
+                    Action::ReadFeedback {
+                        pr: number,
+                        sender: fact.sender.clone(),
+                        source: FeedbackSource::Review {
+                            body: review.body.clone(),
+                        },
+                    },
+                );
+                true
+            }
+            EventKind::PullComment => {
+                let Some(c) = fact.comment.as_ref() else {
+                    return false;
+                };
+                let asks = fix_request(&c.body).is_some()
+                    || Command::find(&c.body, &[Command::Cancel, Command::Retry]).is_some();
+                if fact.action != "created" || !open || !asks || fact.sender.is_empty() {
+                    return false;
+                }
+                self.act(
+                    Effect::CommentFeedback {
+                        pr: number,
+                        comment: c.id,
+                    },
+                    Action::ReadFeedback {
+                        pr: number,
+                        sender: fact.sender.clone(),
+                        source: FeedbackSource::Comment {
+                            id: c.id,
+                            body: c.body.clone(),
+                        },
+                    },
+                );
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Merged or closed: the issue says so, and a follow-up on it stops.
+    pub(super) fn pull_ended(&mut self, merged: bool) {
+        let v = self.version();
+        let Some(pr) = self.record.pr.as_mut() else {
+            return;
+        };
+        pr.state = if merged {
+            PullState::Merged
+        } else {
+            PullState::Closed
+        };
+        pr.pending = None;
+        let number = pr.number;
+        self.stop_followup();
+        self.set_lifecycle(if merged {
+            Lifecycle::Merged
+        } else {
+            Lifecycle::PrClosed
+        });
+        if !merged {
+            self.act(
+                Effect::PrClosed {
+                    pr: number,
+                    version: v,
+                },
+                Action::PostNotice {
+                    marker: comments::pr_closed_marker(number, v),
+                    body: comments::pr_closed(number, v),
+                },
+            );
+        }
+    }
+
+    pub(super) fn pull_reopened(&mut self) {
+        if let Some(pr) = self.record.pr.as_mut() {
+            pr.state = PullState::Open;
+        }
+        if self.record.lifecycle == Lifecycle::PrClosed {
+            self.set_lifecycle(Lifecycle::Succeeded);
+        }
+    }
+
+    /// A writer's review, fix, cancel or retry on the open pull request.
+    pub(super) fn pull_asked(&mut self, number: u64, ask: &PullAsk) -> bool {
+        let Some(pr) = self
+            .record
+            .pr
+            .as_mut()
+            .filter(|p| p.number == number && p.is_open())
+        else {
+            return false;
+        };
+        match ask {
+            PullAsk::Fix { feedback } => {
+                if !pr.take(&feedback.key) {
+                    return false;
+                }
+                pr.pending = Some(match pr.pending.take() {
+                    Some(waiting) => waiting.merged_with(feedback.clone()),
+                    None => feedback.clone(),
+                });
+                self.queue_followup();
+                true
+            }
+            PullAsk::Cancel { comment_id } => {
+                if !pr.take(&format!("comment:{comment_id}")) {
+                    return false;
+                }
+                self.cancel_followup();
+                true
+            }
+            PullAsk::Retry { comment_id } => {
+                if !pr.take(&format!("comment:{comment_id}")) {
+                    return false;
+                }
+                pr.followups = 0;
+                pr.grants += 1;
+                if let Some(capped) = pr.capped.take() {
+                    pr.pending = Some(match pr.pending.take() {
+                        Some(waiting) => waiting.merged_with(capped),
+                        None => capped,
+                    });
+                }
+                self.queue_followup();
+                true
+            }
+        }
+    }
+
+    /// Feedback is waiting: queue a follow-up, unless a run is on (it waits for its end) or
+    /// the cap is reached (it waits for a writer's `/director retry`; the PR is told once).
+    pub(super) fn queue_followup(&mut self) {
+        let max = self.policy.max_followups;
+        if self.record.lifecycle != Lifecycle::Succeeded {
+            return;
+        }
+        let Some(pr) = self.record.pr.as_mut().filter(|p| p.is_open()) else {
+            return;
+        };
+        let Some(feedback) = pr.pending.take() else {
+            return;
+        };
+        if pr.followups >= max {
+            pr.capped = Some(match pr.capped.take() {
+                Some(earlier) => earlier.merged_with(feedback),
+                None => feedback,
+            });
+            let (number, grants) = (pr.number, pr.grants);
+            self.act(
+                Effect::FollowupCap { pr: number, grants },
+                Action::CommentOnPull {
+                    pr: number,
+                    marker: comments::followup_cap_marker(number, grants),
+                    body: comments::followup_cap(number, grants, max),
+                },
+            );
+            return;
+        }
+        pr.pending = Some(feedback);
+        self.set_lifecycle(Lifecycle::Queued);
+    }
+
+    /// Stops the follow-up: waiting feedback is dropped, a running one is stopped.
+    pub(super) fn cancel_followup(&mut self) {
+        if let Some(pr) = self.record.pr.as_mut() {
+            pr.pending = None;
+        }
+        self.stop_followup();
+        if self.record.lifecycle == Lifecycle::Queued {
+            self.set_lifecycle(Lifecycle::Succeeded);
+        }
+    }
+
+    pub(super) fn stop_followup(&mut self) {
+        if let Some(run) = self
+            .run
+            .as_mut()
+            .filter(|r| r.state.is_active() && r.followup.is_some())
+            && !run.stop_requested
+        {
+            run.stop_requested = true;
+            let id = run.id.clone();
+            self.act(
+                Effect::Stop { run: id.clone() },
+                Action::StopRun { run_id: id },
+            );
+        }
+    }
+
+    /// A follow-up succeeds once the branch moved past the head it started from.
+    pub(super) fn followup_judged(&mut self, ahead: u64) {
+        let Some(run) = self.run.as_ref() else {
+            return;
+        };
+        let id = run.id.clone();
+        let log = run.log_tail.clone().unwrap_or_default();
+        let summary = run.result.as_ref().and_then(|r| r.summary.clone());
+        let usage = comments::usage_line(run.result.as_ref().and_then(|r| r.usage.as_ref()));
+        let stopped = run.stopped;
+        let declined = run.declined_reason().map(str::to_owned);
+        if ahead > 0 && stopped.is_none() && declined.is_none() {
+            let mut body = comments::followup_succeeded(&id, ahead, summary.as_deref());
+            body.push_str(&usage);
+            self.end_run(
+                RunState::Succeeded,
+                format!("{ahead} new commit(s) on the pull request"),
+                body,
+            );
+            return;
+        }
+        let mut why = match (stopped, &declined) {
+            (Some(cause), _) => format!("it was stopped: {}", self.stop_words(cause)),
+            (None, Some(reason)) => format!("the agent reported that it is blocked: {reason}"),
+            (None, None) => {
+                let code = run.exit_code.map_or("none".to_owned(), |c| c.to_string());
+                format!(
+                    "the run exited with code {code} and pushed no new commits to `{}`",
+                    run.branch
+                )
+            }
+        };
+        if ahead > 0 {
+            why.push_str(&format!(
+                "; {ahead} commit(s) it pushed before that are on the pull request"
+            ));
+        }
+        let state = match (stopped, declined) {
+            (Some(_), _) => RunState::TimedOut,
+            (None, Some(_)) => RunState::Declined,
+            _ => RunState::Failed,
+        };
+        let body = comments::followup_failed(&id, &why, &log);
+        self.end_run(state, why, body);
+    }
+}

@@ -1,0 +1,345 @@
+//! Runs: admission, what the watcher and the executor report of a run, and how it ends.
+
+use super::*;
+
+impl Step<'_> {
+    pub(super) fn admitted(&mut self, run_id: &str, branch: &str) -> bool {
+        // A run id names one container and one token, ever: never admitted twice.
+        if self.record.lifecycle != Lifecycle::Queued
+            || self
+                .run
+                .as_ref()
+                .is_some_and(|r| r.state.is_active() || r.id == run_id)
+        {
+            return false;
+        }
+        let mut run = RunRecord::admitted(&self.record.issue_ref(), run_id, branch, self.now);
+        if let Some(pr) = self.record.pr.as_mut().filter(|p| p.is_open()) {
+            // A follow-up: on the pull request's branch, answering the feedback waiting.
+            let Some(feedback) = pr.pending.take() else {
+                self.set_lifecycle(Lifecycle::Succeeded);
+                return true;
+            };
+            pr.followups += 1;
+            run.branch = pr.branch.clone();
+            run.followup = Some(FollowUp {
+                pr: pr.number,
+                feedback,
+                start_head: None,
+            });
+        }
+        self.act(
+            Effect::Start {
+                run: run_id.to_owned(),
+            },
+            Action::StartRun {
+                run_id: run_id.to_owned(),
+            },
+        );
+        self.run = Some(run);
+        self.set_lifecycle(Lifecycle::Launching);
+        true
+    }
+
+    /// A report about the issue's current run, applied only in the run state it follows from.
+    pub(super) fn run_report(&mut self, run_id: &str, report: &RunReport) -> bool {
+        let Some(state) = self
+            .run
+            .as_ref()
+            .filter(|r| r.id == run_id)
+            .map(|r| r.state)
+        else {
+            return false;
+        };
+        let launched = matches!(state, RunState::Launching | RunState::Running);
+        match report {
+            RunReport::Started {
+                container_id,
+                base_branch,
+                start_head,
+            } if state == RunState::Launching => {
+                self.started(container_id, base_branch, start_head.as_deref());
+            }
+            RunReport::Stale if state == RunState::Launching => self.stale(),
+            RunReport::Refused { .. }
+                if state == RunState::Launching
+                    && self.run.as_ref().is_some_and(|r| r.stop_requested) =>
+            {
+                self.end_cancelled(run_id);
+            }
+            RunReport::Refused { why } if state == RunState::Launching => {
+                let body = comments::run_refused(run_id, why);
+                self.end_run(RunState::Refused, why.clone(), body);
+            }
+            RunReport::Exited {
+                code,
+                timed_out,
+                log,
+                stopped,
+                result,
+                egress_refused,
+            } if launched => {
+                // Stored before stop causes were named: a time-out.
+                let stopped = stopped.or(timed_out.then_some(StopCause::Timeout));
+                if let Some(run) = self.run.as_mut() {
+                    run.result = result.clone();
+                    run.stopped = stopped;
+                    run.egress_refused = egress_refused.clone();
+                }
+                self.exited(*code, log);
+            }
+            RunReport::Judged { ahead } if state == RunState::Exited => self.judged(*ahead),
+            RunReport::PrOpened { number } if state == RunState::Exited => {
+                let mut body = comments::run_succeeded(run_id, *number);
+                if let Some(run) = self.run.as_mut() {
+                    run.pr_number = Some(*number);
+                    if refused_default_push(run) {
+                        body.push_str(&comments::default_push_refused(&run.base_branch));
+                    }
+                    body.push_str(&comments::usage_line(
+                        run.result.as_ref().and_then(|r| r.usage.as_ref()),
+                    ));
+                    self.record.pr = Some(PullRecord::opened(*number, &run.branch));
+                }
+                self.end_run(RunState::Succeeded, format!("pull request #{number}"), body);
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    pub(super) fn started(
+        &mut self,
+        container_id: &str,
+        base_branch: &str,
+        start_head: Option<&str>,
+    ) {
+        let mut notice = None;
+        if let Some(run) = self.run.as_mut() {
+            run.state = RunState::Running;
+            run.container_id = Some(container_id.to_owned());
+            run.base_branch = base_branch.to_owned();
+            run.started_at_ms = Some(self.now);
+            if let Some(f) = run.followup.as_mut() {
+                f.start_head = start_head.map(str::to_owned);
+                notice = Some((
+                    f.pr,
+                    comments::followup_start_marker(&run.id),
+                    comments::followup_started(&run.id, &f.feedback.by, &run.branch),
+                    run.id.clone(),
+                ));
+            }
+        }
+        if let Some((pr, marker, body, id)) = notice {
+            self.act(
+                Effect::FollowupStart { run: id.clone() },
+                Action::CommentOnPull { pr, marker, body },
+            );
+        }
+        if self.record.lifecycle == Lifecycle::Launching {
+            self.set_lifecycle(Lifecycle::Running);
+        }
+    }
+
+    /// The trusted text changed since the verdict: nothing started; read it again.
+    pub(super) fn stale(&mut self) {
+        let Some(run) = self.run.as_mut() else {
+            return;
+        };
+        run.state = RunState::Cancelled;
+        run.detail = Some("stale verdict: the issue changed since the pre-flight".into());
+        run.finished_at_ms = Some(self.now);
+        let id = run.id.clone();
+        self.act(
+            Effect::Revoke { run: id.clone() },
+            Action::RevokeToken { run_id: id },
+        );
+        if self.record.lifecycle == Lifecycle::Launching {
+            self.request_read();
+        }
+    }
+
+    /// The container ended. Whatever ended it, the branch is judged next: a stopped or
+    /// declined run may have pushed work worth naming.
+    pub(super) fn exited(&mut self, code: Option<i64>, log: &str) {
+        let Some(run) = self.run.as_mut() else {
+            return;
+        };
+        run.exit_code = code;
+        run.log_tail = Some(log.to_owned());
+        let id = run.id.clone();
+        if run.stop_requested {
+            self.end_cancelled(&id);
+        } else {
+            run.state = RunState::Exited;
+            self.act(
+                Effect::Judge { run: id.clone() },
+                Action::JudgeRun { run_id: id },
+            );
+        }
+    }
+
+    /// Why the director stopped the run, in words.
+    pub(super) fn stop_words(&self, cause: StopCause) -> String {
+        match cause {
+            StopCause::Timeout => format!(
+                "it outlived `runner.timeout_secs` ({} s)",
+                self.policy.run_timeout_secs
+            ),
+            StopCause::Idle => format!(
+                "it printed nothing for `runner.idle_timeout_secs` ({} s) and was taken to be wedged",
+                self.policy.idle_timeout_secs
+            ),
+        }
+    }
+
+    /// Success is the branch ahead of the base, not the exit code; but a run that was stopped
+    /// or says it is blocked opens no pull request (its branch is named instead).
+    pub(super) fn judged(&mut self, ahead: u64) {
+        let Some(run) = self.run.as_ref() else {
+            return;
+        };
+        let id = run.id.clone();
+        let log = run.log_tail.clone().unwrap_or_default();
+        let branch_note = (ahead > 0).then(|| {
+            comments::branch_note(
+                &self.policy.links,
+                &run.repo,
+                &run.base_branch,
+                &run.branch,
+                ahead,
+            )
+        });
+        let declined = run.declined_reason().map(str::to_owned);
+        if run.stop_requested {
+            self.end_cancelled(&id);
+        } else if run.followup.is_some() {
+            self.followup_judged(ahead);
+        } else if let Some(cause) = run.stopped {
+            let why = self.stop_words(cause);
+            let mut body = comments::run_stopped(&id, &why, &log);
+            body.push_str(&branch_note.unwrap_or_default());
+            self.end_run(RunState::TimedOut, why, body);
+        } else if let Some(reason) = declined {
+            let mut body = comments::run_declined(&id, &reason);
+            body.push_str(&branch_note.unwrap_or_default());
+            self.end_run(RunState::Declined, format!("blocked: {reason}"), body);
+        } else if ahead == 0 {
+            let code = run.exit_code.map_or("none".to_owned(), |c| c.to_string());
+            let mut why = format!(
+                "the run exited with code {code} and branch `{}` is not ahead of `{}`",
+                run.branch, run.base_branch
+            );
+            if refused_default_push(run) {
+                why.push_str(&format!(
+                    "; the forge refused its push to the default branch `{}` (a run pushes to its own branch, `DIRECTOR_BRANCH`)",
+                    run.base_branch
+                ));
+            }
+            let body = comments::run_failed(&id, &why, &log);
+            self.end_run(RunState::Failed, why, body);
+        } else {
+            let verdict = self
+                .record
+                .preflight
+                .verdict
+                .map_or("none", Judgement::as_str);
+            // The title a writer vouched for (the one the run was given), never the issue's
+            // latest, which its author may have changed since.
+            let vouched = self
+                .record
+                .preflight
+                .vouched
+                .as_ref()
+                .map(|v| {
+                    crate::preflight::prompt::strip_hidden(&v.title)
+                        .trim()
+                        .to_owned()
+                })
+                .filter(|t| !t.is_empty());
+            let title = vouched.unwrap_or_else(|| format!("Issue #{}", self.record.number));
+            let summary = run.result.as_ref().and_then(|r| r.summary.as_deref());
+            let body = comments::pr_body(self.record.number, &id, verdict, summary);
+            self.act(
+                Effect::Pr { run: id.clone() },
+                Action::OpenPr {
+                    run_id: id.clone(),
+                    title,
+                    body,
+                },
+            );
+        }
+    }
+
+    /// A run stopped because the issue was cancelled ends as cancelled.
+    pub(super) fn end_cancelled(&mut self, id: &str) {
+        self.end_run(
+            RunState::Cancelled,
+            "cancelled".into(),
+            comments::run_cancelled(id),
+        );
+    }
+
+    /// The run ends: its token is revoked, its container removed, the issue told once.
+    pub(super) fn end_run(&mut self, state: RunState, detail: String, report: String) {
+        let keep_ms = i64::try_from(self.policy.keep_failed_secs.saturating_mul(1000))
+            .unwrap_or(i64::MAX / 4);
+        let Some(run) = self.run.as_mut() else {
+            return;
+        };
+        run.state = state;
+        run.detail = Some(detail);
+        run.finished_at_ms = Some(self.now);
+        let id = run.id.clone();
+        let report = report + &comments::egress_refused(&run.egress_refused);
+        let followup_of = run.followup.as_ref().map(|f| f.pr);
+        let keep = matches!(state, RunState::Failed | RunState::TimedOut) && keep_ms > 0;
+        // The token first, then the people; the container last (an engine that is down must
+        // not hold up the report).
+        self.act(
+            Effect::Revoke { run: id.clone() },
+            Action::RevokeToken { run_id: id.clone() },
+        );
+        let report = match followup_of {
+            // A follow-up answers on the pull request it worked on.
+            Some(pr) => Action::CommentOnPull {
+                pr,
+                marker: comments::run_marker(&id),
+                body: report,
+            },
+            None => Action::ReportRun {
+                run_id: id.clone(),
+                body: report,
+            },
+        };
+        self.act(Effect::Report { run: id.clone() }, report);
+        self.act_at(
+            Effect::Remove { run: id.clone() },
+            Action::RemoveContainer { run_id: id },
+            if keep {
+                self.now.saturating_add(keep_ms)
+            } else {
+                self.now
+            },
+        );
+        if !matches!(
+            self.record.lifecycle,
+            Lifecycle::Launching | Lifecycle::Running
+        ) {
+            return;
+        }
+        if followup_of.is_some() {
+            // The pull request is still open: back to it, or on to the feedback that waited.
+            self.set_lifecycle(Lifecycle::Succeeded);
+            self.queue_followup();
+            return;
+        }
+        self.set_lifecycle(match state {
+            RunState::Succeeded => Lifecycle::Succeeded,
+            RunState::TimedOut => Lifecycle::TimedOut,
+            RunState::Cancelled => Lifecycle::Cancelled,
+            RunState::Declined => Lifecycle::Declined,
+            _ => Lifecycle::Failed,
+        });
+    }
+}
