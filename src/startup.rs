@@ -29,7 +29,7 @@ use crate::metrics::Metrics;
 use crate::preflight::providers;
 use crate::runtime::Runtime;
 use crate::runtime::docker::DockerRuntime;
-use crate::settings::{ForgeKind, Settings};
+use crate::settings::{ForgeKind, Provider, RunnerKind, Settings};
 use crate::store::Store;
 
 pub struct Application {
@@ -128,7 +128,7 @@ async fn runtime(
         );
     }
     #[cfg(feature = "kubernetes")]
-    if settings.runner.kind == "kubernetes" {
+    if settings.runner.kind == RunnerKind::Kubernetes {
         return Some(
             crate::runtime::kubernetes::KubeRuntime::connect(
                 settings.runner.clone(),
@@ -179,7 +179,7 @@ async fn egress_proxy(
     if web != settings.forge.url.trim_end_matches('/') {
         always.extend(origin(&web));
     }
-    if settings.preflight.provider != "command" {
+    if settings.preflight.provider != Provider::Command {
         always.extend(origin(&settings.preflight.base_url));
     }
     let mut guarded: Vec<std::net::SocketAddr> =

@@ -157,7 +157,7 @@ fn settings(
     s.forge.runner_password = Secret::new("demo-runner-password");
     s.scan.repos = vec![REPO.parse()?];
     s.preflight.enabled = true;
-    s.preflight.provider = "openai".into();
+    s.preflight.provider = director::settings::Provider::Openai;
     s.preflight.base_url = model_url.to_owned();
     s.preflight.model = "scripted-demo-model".into();
     s.preflight.api_key = Secret::new("demo-model-key");
@@ -166,7 +166,7 @@ fn settings(
             s.runner.image = image.to_owned();
             s.runner.network = "host".into();
             // The demo's agent talks to the in-process fake forge on loopback directly.
-            s.runner.egress = "open".into();
+            s.runner.egress = director::settings::Egress::Open;
             s.runner.timeout_secs = 120;
             s.runner.memory_mb = 256;
             s.runner.cpus = 1.0;

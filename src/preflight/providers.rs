@@ -10,15 +10,14 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{Preflight, PreflightError, Reading};
-use crate::settings::{PreflightSettings, Secret};
+use crate::settings::{PreflightSettings, Provider, Secret};
 
 /// Builds the provider named by `preflight.provider`.
 pub fn from_settings(settings: &PreflightSettings) -> anyhow::Result<Box<dyn Preflight>> {
-    Ok(match settings.provider.as_str() {
-        "anthropic" => Box::new(Anthropic::new(settings)?),
-        "openai" => Box::new(OpenAi::new(settings)?),
-        "command" => Box::new(CommandProvider::new(settings)?),
-        other => anyhow::bail!("preflight.provider `{other}`: use anthropic, openai or command"),
+    Ok(match settings.provider {
+        Provider::Anthropic => Box::new(Anthropic::new(settings)?),
+        Provider::Openai => Box::new(OpenAi::new(settings)?),
+        Provider::Command => Box::new(CommandProvider::new(settings)?),
     })
 }
 

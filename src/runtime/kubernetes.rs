@@ -258,7 +258,7 @@ impl KubeRuntime {
     }
 
     fn confined(&self) -> bool {
-        self.runner.egress == "allowlist"
+        self.runner.egress == crate::settings::Egress::Allowlist
     }
 
     /// The NetworkPolicy of a confined run's pod: no ingress; egress only to the director's

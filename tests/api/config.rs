@@ -350,3 +350,135 @@ fn egress_is_allow_listed_by_default_and_a_bad_entry_or_a_contradiction_is_refus
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Every key the settings accept, as `section.key`: the default settings' own fields.
+fn settings_keys() -> std::collections::BTreeSet<String> {
+    let value = serde_json::to_value(director::settings::Settings::default()).expect("serialises");
+    let mut keys = std::collections::BTreeSet::new();
+    for (section, fields) in value.as_object().expect("sections") {
+        for key in fields.as_object().expect("a section's keys").keys() {
+            keys.insert(format!("{section}.{key}"));
+        }
+    }
+    keys
+}
+
+/// The keys `docs/configuration.md`'s tables name in their first column. A row may name
+/// several: `preflight.base_url`, `model`, `api_key` / `_file` is four keys of `preflight`.
+fn documented_keys(markdown: &str) -> std::collections::BTreeSet<String> {
+    let mut keys = std::collections::BTreeSet::new();
+    for line in markdown.lines().filter(|l| l.starts_with("| `")) {
+        let cell = line.split('|').nth(1).unwrap_or_default();
+        let (mut section, mut last) = (String::new(), String::new());
+        for name in cell.split('`').skip(1).step_by(2) {
+            let key = if let Some(suffix) = name.strip_prefix('_') {
+                format!("{last}_{suffix}")
+            } else if let Some((s, _)) = name.split_once('.') {
+                section = s.to_owned();
+                name.to_owned()
+            } else {
+                format!("{section}.{name}")
+            };
+            keys.insert(key.clone());
+            last = key;
+        }
+    }
+    keys
+}
+
+/// The keys `config/director.example.toml` sets or shows commented out, as `section.key`.
+fn example_keys(toml: &str) -> std::collections::BTreeSet<String> {
+    let mut keys = std::collections::BTreeSet::new();
+    let mut section = "";
+    for line in toml.lines() {
+        let line = line.trim();
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            section = name;
+            continue;
+        }
+        let setting = line.trim_start_matches('#').trim_start();
+        let Some((key, _)) = setting.split_once(" = ") else {
+            continue;
+        };
+        if !key.is_empty() && key.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
+            keys.insert(format!("{section}.{key}"));
+        }
+    }
+    keys
+}
+
+#[test]
+fn the_configuration_reference_and_the_example_name_every_key_and_no_other() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let accepted = settings_keys();
+    let markdown =
+        std::fs::read_to_string(format!("{root}/docs/configuration.md")).expect("the reference");
+    let documented = documented_keys(&markdown);
+    let example = example_keys(&std::fs::read_to_string(example()).expect("the example"));
+    let undocumented: Vec<_> = accepted.difference(&documented).collect();
+    let unknown: Vec<_> = documented.difference(&accepted).collect();
+    assert!(
+        undocumented.is_empty() && unknown.is_empty(),
+        "docs/configuration.md leaves out {undocumented:?} and names keys that do not exist: {unknown:?}"
+    );
+    let not_shown: Vec<_> = accepted.difference(&example).collect();
+    let not_accepted: Vec<_> = example.difference(&accepted).collect();
+    assert!(
+        not_shown.is_empty() && not_accepted.is_empty(),
+        "config/director.example.toml leaves out {not_shown:?} and shows keys that do not exist: {not_accepted:?}"
+    );
+}
+
+#[test]
+fn the_reference_reader_expands_a_row_of_several_keys() {
+    let row = "| `preflight.base_url`, `model`, `api_key` / `_file` | - | the endpoint |\n\
+               | `store.url` / `store.url_file` | x | y |\n";
+    let keys: Vec<_> = documented_keys(row).into_iter().collect();
+    assert_eq!(
+        keys,
+        [
+            "preflight.api_key",
+            "preflight.api_key_file",
+            "preflight.base_url",
+            "preflight.model",
+            "store.url",
+            "store.url_file"
+        ]
+    );
+}
+
+#[test]
+fn a_kind_mode_or_provider_the_director_does_not_have_is_refused_by_name_with_the_choices() {
+    for (var, value, key, choices) in [
+        (
+            "DIRECTOR_RUNNER__KIND",
+            "podman",
+            "runner.kind",
+            ["docker", "kubernetes"].as_slice(),
+        ),
+        (
+            "DIRECTOR_RUNNER__EGRESS",
+            "closed",
+            "runner.egress",
+            &["allowlist", "open"],
+        ),
+        (
+            "DIRECTOR_PREFLIGHT__PROVIDER",
+            "gemini",
+            "preflight.provider",
+            &["anthropic", "openai", "command"],
+        ),
+        (
+            "DIRECTOR_FORGE__KIND",
+            "gitlab",
+            "forge.kind",
+            &["forgejo", "github"],
+        ),
+    ] {
+        let err = refused_naming(&[(var, value)], key);
+        assert!(err.contains(value), "{err}");
+        for choice in choices {
+            assert!(err.contains(choice), "`{choice}` missing from: {err}");
+        }
+    }
+}

@@ -88,7 +88,7 @@ async fn an_allow_listed_run_reaches_only_what_is_allowed_through_the_proxy_and_
         s.runner.image = image;
         s.runner.command = vec!["/bin/sh".into(), "/agent.sh".into()];
         s.runner.network = "bridge".into();
-        s.runner.egress = "allowlist".into();
+        s.runner.egress = director::settings::Egress::Allowlist;
         // Debian's engine here (20.10.24) predates the fix for CVE-2024-29018.
         s.runner.allow_dns_leaking_engine = true;
         s.runner.egress_allow = vec![allow];
@@ -158,7 +158,7 @@ async fn the_directors_own_routes_refuse_connections_on_the_runs_network() {
     // The director listens on every address, as it does in a container.
     let (t, _llm) = spawn_runs(|s| {
         s.server.listen = "0.0.0.0:0".into();
-        s.runner.egress = "allowlist".into();
+        s.runner.egress = director::settings::Egress::Allowlist;
         s.runner.allow_dns_leaking_engine = true;
         s.runner.egress_network = network_name;
         s.runner.egress_proxy_port = free_port();
@@ -631,7 +631,7 @@ async fn a_proxy_that_cannot_listen_refuses_every_run_and_never_starts_one_with_
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = taken.local_addr().expect("addr").port();
     let (t, _llm, fake) = crate::fake_runs::spawn(|s| {
-        s.runner.egress = "allowlist".into();
+        s.runner.egress = director::settings::Egress::Allowlist;
         s.runner.egress_proxy_port = port;
     })
     .await;
@@ -655,7 +655,7 @@ async fn a_proxy_that_cannot_listen_refuses_every_run_and_never_starts_one_with_
 async fn an_allow_listed_fake_run_gets_the_proxy_in_its_environment_and_nothing_that_bypasses_it() {
     let port = free_port();
     let (t, _llm, fake) = crate::fake_runs::spawn(|s| {
-        s.runner.egress = "allowlist".into();
+        s.runner.egress = director::settings::Egress::Allowlist;
         s.runner.egress_proxy_port = port;
     })
     .await;

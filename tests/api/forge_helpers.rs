@@ -97,7 +97,7 @@ impl ForgeApp {
         let this = Self::spawn_overridden(
             |s| {
                 s.preflight.enabled = true;
-                s.preflight.provider = "openai".into();
+                s.preflight.provider = director::settings::Provider::Openai;
                 s.preflight.base_url = url;
                 s.preflight.model = "fake-model".into();
                 s.preflight.api_key = Secret::new("llm-key-7c1d");

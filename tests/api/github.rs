@@ -64,7 +64,7 @@ impl GithubApp {
                 s.github.private_key = Secret::new(fake_github::app_key());
                 s.scan.repos = vec![REPO.parse().expect("repo")];
                 s.preflight.enabled = true;
-                s.preflight.provider = "openai".into();
+                s.preflight.provider = director::settings::Provider::Openai;
                 s.preflight.base_url = llm_url;
                 s.preflight.model = "fake-model".into();
                 s.preflight.api_key = Secret::new("llm-key-7c1d");

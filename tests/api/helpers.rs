@@ -31,7 +31,7 @@ pub fn test_settings(dir: &TempDir) -> Settings {
     // Only watched repositories are acted on.
     settings.scan.repos = vec!["acme/widgets".parse().expect("repo")];
     // Runs reach the fakes on loopback directly; the egress tests confine them.
-    settings.runner.egress = "open".into();
+    settings.runner.egress = director::settings::Egress::Open;
     settings
 }
 

@@ -14,12 +14,11 @@ use director::runtime::{Exit, RunSpec, Runtime, RuntimeError, WaitLimits};
 use director::settings::{KubernetesSettings, RunnerSettings};
 use serde_json::Value;
 
-use crate::fake_kube::FakeKube;
 use crate::fake_runs::{labelled, reports};
 use crate::forge_helpers::ForgeApp;
 use crate::helpers::wait_until;
-use director_testkit::kube::FakeKube;
 use crate::runs::{RUNNER, RUNNER_PASSWORD};
+use director_testkit::kube::FakeKube;
 
 const NS: &str = "runs";
 const TOKEN: &str = "run-token-5f2a9c0d";
@@ -27,7 +26,7 @@ const TASK: &str = "# Add --verbose\n\nPrint each step.";
 
 fn runner() -> RunnerSettings {
     RunnerSettings {
-        kind: "kubernetes".into(),
+        kind: director::settings::RunnerKind::Kubernetes,
         image: "registry.example/agent:1".into(),
         user: "1000:2000".into(),
         memory_mb: 1024,
@@ -36,7 +35,7 @@ fn runner() -> RunnerSettings {
         stop_grace_secs: 7,
         workspace_mb: 512,
         // Open egress unless a test confines its runs (`confined_runner`).
-        egress: "open".into(),
+        egress: director::settings::Egress::Open,
         ..RunnerSettings::default()
     }
 }
@@ -494,7 +493,7 @@ async fn spawn_kube(fake: &FakeKube) -> (ForgeApp, director_testkit::llm::FakeLl
     let (t, llm) = ForgeApp::spawn_with_llm(|s| {
         s.forge.runner_login = RUNNER.into();
         s.forge.runner_password = director::settings::Secret::new(RUNNER_PASSWORD);
-        s.runner.kind = "kubernetes".into();
+        s.runner.kind = director::settings::RunnerKind::Kubernetes;
         s.runner.image = "registry.example/agent:1".into();
         s.runner.timeout_secs = 600;
         // A start the cluster refuses is told after three attempts, not four minutes.
@@ -630,7 +629,7 @@ async fn forbidden_jobs_are_told_in_readyz_and_metrics_and_the_run_fails_on_the_
 
 fn confined_runner() -> RunnerSettings {
     RunnerSettings {
-        egress: "allowlist".into(),
+        egress: director::settings::Egress::Allowlist,
         egress_proxy_port: 3128,
         ..runner()
     }

@@ -5,10 +5,9 @@ use std::time::Duration;
 use director::domain::Lifecycle;
 use director::forge::Permission;
 
-use crate::fake_llm::{Reply, text};
 use crate::forge_helpers::{BOT, ForgeApp, READER, TRIGGER, WRITER};
-use director_testkit::llm::{Reply, text};
 use crate::helpers::wait_until;
+use director_testkit::llm::{Reply, text};
 
 const GO_READ: &str = "Context to front-load: the CLI in src/cli.rs.\n\nSmall change; output tests may need updating.\n\nGO";
 
@@ -457,7 +456,7 @@ mod providers {
         llm.script(vec![Reply::Text("NO-GO: nope".into()), Reply::Status(529)]);
         let _ = crate::helpers::http_client();
         let settings = PreflightSettings {
-            provider: "anthropic".into(),
+            provider: director::settings::Provider::Anthropic,
             base_url: llm.url.clone(),
             model: "claude-test".into(),
             api_key: Secret::new("sk-ant-secret"),
@@ -481,7 +480,7 @@ mod providers {
 
     fn command(args: &[&str], timeout_secs: u64) -> CommandProvider {
         CommandProvider::new(&PreflightSettings {
-            provider: "command".into(),
+            provider: director::settings::Provider::Command,
             command: args.iter().map(|s| s.to_string()).collect(),
             timeout_secs,
             api_key: Secret::new("cmd-secret-key"),
@@ -495,7 +494,7 @@ mod providers {
         // The test process's own environment (HOME, PATH, CARGO_*, ...) stands in for the
         // director's: only PATH, HOME, the provider's key and the allow-list get through.
         let p = CommandProvider::new(&PreflightSettings {
-            provider: "command".into(),
+            provider: director::settings::Provider::Command,
             command: vec!["env".into()],
             command_env: vec!["CARGO_PKG_NAME".into()],
             timeout_secs: 5,

@@ -45,7 +45,7 @@ fn main() -> anyhow::Result<()> {
         let runner = RunnerSettings {
             image: image.clone(),
             network: "host".into(),
-            egress: "open".into(),
+            egress: director::settings::Egress::Open,
             memory_mb: 256,
             cpus: 1.0,
             max_concurrent: 1,

@@ -1,0 +1,458 @@
+//! Coder runs: `[runner]` and `[kubernetes]`, and how their keys are checked together.
+
+use super::*;
+
+/// Where coder runs execute (`runner.kind`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunnerKind {
+    /// The local Docker engine, through its socket.
+    #[default]
+    Docker,
+    /// Kubernetes Jobs (`[kubernetes]`).
+    Kubernetes,
+}
+
+/// How far a run's network reaches (`runner.egress`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Egress {
+    /// Only the forge, the model endpoint and `runner.egress_allow`, through the egress proxy.
+    #[default]
+    Allowlist,
+    /// Whatever `runner.network` gives it.
+    Open,
+}
+
+/// Where runs go with `runner.kind = "kubernetes"`: one Job per run in `namespace`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KubernetesSettings {
+    /// The namespace the runs' Jobs, Pods and Secrets live in.
+    #[serde(deserialize_with = "lenient::string")]
+    pub namespace: String,
+    /// A kubeconfig file; empty: the in-cluster configuration (the director's own service
+    /// account), else the file `KUBECONFIG` names.
+    #[serde(deserialize_with = "lenient::string")]
+    pub kubeconfig: String,
+    /// The service account the runs' pods run as (its token is never mounted); empty: the
+    /// namespace's default.
+    #[serde(deserialize_with = "lenient::string")]
+    pub service_account: String,
+    /// A finished Job is deleted by Kubernetes this long after it ends, should the director
+    /// not have removed it itself.
+    pub ttl_secs_after_finished: u32,
+    /// With `runner.egress = "allowlist"`: the name runs reach the director's egress proxy
+    /// by (its Service, e.g. `director.forge.svc`).
+    #[serde(deserialize_with = "lenient::string")]
+    pub proxy_host: String,
+    /// Where the director's pods are, and their labels (`key=value`), for the runs'
+    /// NetworkPolicy: egress only to those pods' proxy port, and DNS.
+    #[serde(deserialize_with = "lenient::string")]
+    pub proxy_namespace: String,
+    #[serde(deserialize_with = "lenient::list")]
+    pub proxy_pod_labels: Vec<String>,
+}
+
+impl Default for KubernetesSettings {
+    fn default() -> Self {
+        Self {
+            namespace: "default".into(),
+            kubeconfig: String::new(),
+            service_account: String::new(),
+            ttl_secs_after_finished: 86_400,
+            proxy_host: String::new(),
+            proxy_namespace: String::new(),
+            proxy_pod_labels: Vec::new(),
+        }
+    }
+}
+
+/// Coder runs: the container each GO issue gets, its limits and its hardening.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunnerSettings {
+    /// `docker` (the local engine, through its socket) or `kubernetes` (Jobs; see
+    /// `[kubernetes]`).
+    pub kind: RunnerKind,
+    /// Start coder runs for queued issues.
+    pub enabled: bool,
+    /// The image each run starts from (must be present on the engine).
+    #[serde(deserialize_with = "lenient::string")]
+    pub image: String,
+    /// The command to run; empty: the image's own entry point.
+    #[serde(deserialize_with = "lenient::list")]
+    pub command: Vec<String>,
+    /// A Docker network mode or network name: `bridge`, `host`, `none`, ... (with
+    /// `egress = "open"` only).
+    #[serde(deserialize_with = "lenient::string")]
+    pub network: String,
+    /// `allowlist`: a run reaches only the forge, the model endpoint and `egress_allow`,
+    /// through the director's egress proxy; `open`: whatever `network` gives it.
+    pub egress: Egress,
+    /// `host:port` entries (`*.example.org:443`, `[2001:db8::1]:443`, `10.0.0.5:22`) an
+    /// allow-listed run may reach besides the forge and the model endpoint.
+    #[serde(deserialize_with = "lenient::list")]
+    pub egress_allow: Vec<String>,
+    /// The egress proxy's port (on the runs' network; in a cluster, on the director's pod).
+    pub egress_proxy_port: u16,
+    /// Docker: the internal network (no route out) allow-listed runs are attached to; the
+    /// director creates it.
+    #[serde(deserialize_with = "lenient::string")]
+    pub egress_network: String,
+    /// `uid:gid` the run's process has; never root by default.
+    #[serde(deserialize_with = "lenient::string")]
+    pub user: String,
+    pub memory_mb: u64,
+    pub cpus: f64,
+    pub pids_limit: i64,
+    /// Read-only root filesystem (the workspace is a writable tmpfs).
+    pub read_only_rootfs: bool,
+    /// The writable tmpfs workspace inside the container, and its size.
+    #[serde(deserialize_with = "lenient::string")]
+    pub workspace: String,
+    pub workspace_mb: u64,
+    /// Wall-clock limit per run, in seconds: the run gets a stop signal, then
+    /// `stop_grace_secs` to push what it has, then it is killed.
+    pub timeout_secs: u64,
+    /// Between the stop signal and the kill.
+    pub stop_grace_secs: u64,
+    /// A run that prints nothing for this long is wedged: stopped the same way (0: never).
+    pub idle_timeout_secs: u64,
+    /// Follow-up runs per pull request (review feedback, `/director fix`) before a writer's
+    /// `/director retry` on it is needed.
+    pub max_followups: u32,
+    /// Confine runs on a Docker engine that leaks DNS from internal networks
+    /// (CVE-2024-29018: before 23.0.11, 24, and 25 before 25.0.5), with a warning, instead of
+    /// refusing them: a run could then carry any name out through the host's resolver.
+    pub allow_dns_leaking_engine: bool,
+    /// Attempts at starting a run before the issue is told it could not start. Retries back
+    /// off from half a second, doubling: the default of 10 spans about four minutes, to
+    /// outlast a forge or engine restart.
+    pub start_attempts: u32,
+    /// No new run starts in a repository with this many open pull requests from the
+    /// director (follow-ups on an open one are exempt).
+    pub max_open_prs_per_repo: usize,
+    /// Keep a failed run's container this long for inspection (0: remove at once).
+    pub keep_failed_secs: u64,
+    /// Environment variables of the director passed through to runs (e.g. the agent's key).
+    #[serde(deserialize_with = "lenient::list")]
+    pub env_passthrough: Vec<String>,
+    /// Runs at once, overall and per repository.
+    pub max_concurrent: usize,
+    pub max_per_repo: usize,
+    /// Allow runs even when the runner account can push to the default branch.
+    pub allow_unprotected_default_branch: bool,
+    /// Extra bind mounts, `source:target[:ro]`; sources are translated to host paths when the
+    /// director itself runs in a container.
+    #[serde(deserialize_with = "lenient::list")]
+    pub mounts: Vec<String>,
+    /// Lines of the log tail kept and posted on failure.
+    pub log_tail_lines: usize,
+    /// The author and committer of a run's git commits; empty: the runner account's login,
+    /// and its Forgejo no-reply address.
+    #[serde(deserialize_with = "lenient::string")]
+    pub git_author_name: String,
+    #[serde(deserialize_with = "lenient::string")]
+    pub git_author_email: String,
+}
+
+impl Default for RunnerSettings {
+    fn default() -> Self {
+        Self {
+            kind: RunnerKind::Docker,
+            enabled: true,
+            image: String::new(),
+            command: Vec::new(),
+            network: "bridge".into(),
+            egress: Egress::Allowlist,
+            egress_allow: Vec::new(),
+            egress_proxy_port: 3128,
+            egress_network: "director-egress".into(),
+            user: "1000:1000".into(),
+            memory_mb: 4096,
+            cpus: 2.0,
+            pids_limit: 512,
+            read_only_rootfs: true,
+            workspace: "/workspace".into(),
+            workspace_mb: 2048,
+            timeout_secs: 3600,
+            stop_grace_secs: 30,
+            idle_timeout_secs: 1800,
+            max_followups: 3,
+            start_attempts: 10,
+            allow_dns_leaking_engine: false,
+            max_open_prs_per_repo: 6,
+            keep_failed_secs: 0,
+            env_passthrough: Vec::new(),
+            max_concurrent: 2,
+            max_per_repo: 1,
+            allow_unprotected_default_branch: false,
+            mounts: Vec::new(),
+            log_tail_lines: 40,
+            git_author_name: String::new(),
+            git_author_email: String::new(),
+        }
+    }
+}
+
+impl Settings {
+    /// What a Kubernetes run needs that a Docker one does not: a numeric user (a pod's
+    /// `runAsUser`), a namespace that can be a name, and no host bind mounts.
+    fn validate_kubernetes(&self) -> Result<(), SettingsError> {
+        let k = &self.kubernetes;
+        if !is_dns_label(&k.namespace) {
+            return Err(invalid(
+                "kubernetes.namespace",
+                format!(
+                    "`{}` is not a namespace name (lower-case letters, digits and `-`, at most 63)",
+                    k.namespace
+                ),
+            ));
+        }
+        if !k.service_account.is_empty() && !is_dns_subdomain(&k.service_account) {
+            return Err(invalid(
+                "kubernetes.service_account",
+                format!("`{}` is not a service account name", k.service_account),
+            ));
+        }
+        if !k.kubeconfig.is_empty() && !Path::new(&k.kubeconfig).is_file() {
+            return Err(invalid(
+                "kubernetes.kubeconfig",
+                format!("{} does not exist", k.kubeconfig),
+            ));
+        }
+        if numeric_user(&self.runner.user).is_none() {
+            return Err(invalid(
+                "runner.user",
+                format!(
+                    "`{}`: a Kubernetes run needs a numeric uid:gid (its pod's runAsUser and runAsGroup)",
+                    self.runner.user
+                ),
+            ));
+        }
+        if !self.runner.mounts.is_empty() {
+            return Err(invalid(
+                "runner.mounts",
+                "host bind mounts are Docker's; a Kubernetes run gets only its workspace and task (put tools in the image)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Settings {
+    /// Whether runs are allow-listed (`runner.egress = "allowlist"`).
+    pub fn egress_confined(&self) -> bool {
+        self.runner.egress == Egress::Allowlist
+    }
+
+    fn validate_egress(&self) -> Result<(), SettingsError> {
+        let r = &self.runner;
+        for entry in &r.egress_allow {
+            entry
+                .parse::<crate::egress::Entry>()
+                .map_err(|e| invalid("runner.egress_allow", e))?;
+        }
+        if !self.egress_confined() {
+            return Ok(());
+        }
+        if r.egress_proxy_port == 0 {
+            return Err(invalid(
+                "runner.egress_proxy_port",
+                "must be a port (1-65535)",
+            ));
+        }
+        if r.kind == RunnerKind::Docker && r.network != "bridge" {
+            return Err(invalid(
+                "runner.network",
+                format!(
+                    "`{}` applies with runner.egress = \"open\" only: an allow-listed run is attached to runner.egress_network (`{}`) and reaches the outside through the egress proxy",
+                    r.network, r.egress_network
+                ),
+            ));
+        }
+        if r.kind == RunnerKind::Docker && r.egress_network.trim().is_empty() {
+            return Err(invalid("runner.egress_network", "must name a network"));
+        }
+        if r.kind == RunnerKind::Kubernetes {
+            let k = &self.kubernetes;
+            if k.proxy_host.trim().is_empty() {
+                return Err(invalid(
+                    "kubernetes.proxy_host",
+                    "required with runner.egress = \"allowlist\": the name runs reach the director's egress proxy by (its Service)",
+                ));
+            }
+            if k.proxy_pod_labels.is_empty()
+                || k.proxy_pod_labels.iter().any(|l| {
+                    l.split_once('=')
+                        .is_none_or(|(key, _)| key.trim().is_empty())
+                })
+            {
+                return Err(invalid(
+                    "kubernetes.proxy_pod_labels",
+                    "required with runner.egress = \"allowlist\": the director's pod labels, as key=value, for the runs' NetworkPolicy",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `uid:gid` (or a lone `uid`, the group the same) as numbers, when both are.
+pub fn numeric_user(user: &str) -> Option<(i64, i64)> {
+    let (uid, gid) = user.split_once(':').unwrap_or((user, user));
+    Some((uid.trim().parse().ok()?, gid.trim().parse().ok()?))
+}
+
+/// An RFC 1123 label: what a namespace name must be.
+fn is_dns_label(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+}
+
+/// An RFC 1123 subdomain: dot-separated labels, at most 253 in all.
+fn is_dns_subdomain(name: &str) -> bool {
+    name.len() <= 253 && name.split('.').all(is_dns_label)
+}
+
+/// `runner.user` names root: uid 0 (any number of zeros) or `root`, as user or group.
+fn is_root(user: &str) -> bool {
+    user.split(':').any(|part| {
+        let p = part.trim();
+        p.eq_ignore_ascii_case("root") || (!p.is_empty() && p.bytes().all(|b| b == b'0'))
+    })
+}
+
+/// A bind-mount source that is the Docker socket or a directory holding it.
+fn binds_docker_socket(source: &str) -> bool {
+    let s = source.trim_end_matches('/');
+    let s = if s.is_empty() { "/" } else { s };
+    s == "/"
+        || s.ends_with("docker.sock")
+        || ["/var/run/docker.sock", "/run/docker.sock"]
+            .iter()
+            .any(|sock| sock.starts_with(&format!("{s}/")))
+}
+
+impl Settings {
+    /// `[runner]`, with what it depends on elsewhere: `[kubernetes]` for its kind, the
+    /// egress policy, the director's own secrets (never passed through) and the runner
+    /// account of `[forge]`.
+    pub(super) fn validate_runner(&self, env: &[(String, String)]) -> Result<(), SettingsError> {
+        let r = &self.runner;
+        match r.kind {
+            RunnerKind::Docker => {}
+            RunnerKind::Kubernetes if cfg!(feature = "kubernetes") => self.validate_kubernetes()?,
+            RunnerKind::Kubernetes => {
+                return Err(invalid(
+                    "runner.kind",
+                    "this build has no Kubernetes support (built without the `kubernetes` feature)",
+                ));
+            }
+        }
+        self.validate_egress()?;
+        if r.start_attempts == 0 {
+            return Err(invalid("runner.start_attempts", "must be at least 1"));
+        }
+        if r.timeout_secs == 0 {
+            return Err(invalid("runner.timeout_secs", "must be greater than 0"));
+        }
+        if r.max_open_prs_per_repo == 0 {
+            return Err(invalid(
+                "runner.max_open_prs_per_repo",
+                "must be at least 1 (no run could ever start)",
+            ));
+        }
+        if r.max_concurrent == 0 || r.max_per_repo == 0 {
+            return Err(invalid(
+                "runner.max_concurrent",
+                "limits must be at least 1",
+            ));
+        }
+        if r.user.trim().is_empty() || is_root(&r.user) {
+            return Err(invalid(
+                "runner.user",
+                format!(
+                    "`{}` means root; runs never run as root: use a numeric uid:gid such as 1000:1000",
+                    r.user
+                ),
+            ));
+        }
+        for name in &r.env_passthrough {
+            if name.to_ascii_uppercase().starts_with("DIRECTOR_") {
+                return Err(invalid(
+                    "runner.env_passthrough",
+                    format!(
+                        "`{name}` is the director's own configuration; it never goes into a run"
+                    ),
+                ));
+            }
+            if crate::domain::run::sets_git_credentials(name) {
+                return Err(invalid(
+                    "runner.env_passthrough",
+                    format!(
+                        "`{name}` would change how git in the run gets its credentials or identity; the director sets it"
+                    ),
+                ));
+            }
+            if let Some((_, value)) = env.iter().find(|(k, _)| k == name)
+                && !value.is_empty()
+                && self.secrets().any(|s| s.expose() == value)
+            {
+                return Err(invalid(
+                    "runner.env_passthrough",
+                    format!(
+                        "`{name}` holds one of the director's secrets; it never goes into a run"
+                    ),
+                ));
+            }
+        }
+        if r.git_author_email.contains(['<', '>', '\n'])
+            || r.git_author_name.contains(['<', '>', '\n'])
+        {
+            return Err(invalid(
+                "runner.git_author_name",
+                "an author name or email may not hold `<`, `>` or a line break".to_owned(),
+            ));
+        }
+        for m in &r.mounts {
+            let parts: Vec<&str> = m.split(':').collect();
+            if !(2..=3).contains(&parts.len())
+                || parts[0].is_empty()
+                || !parts[1].starts_with('/')
+                || (parts.len() == 3 && parts[2] != "ro" && parts[2] != "rw")
+            {
+                return Err(invalid(
+                    "runner.mounts",
+                    format!("`{m}` is not source:/target[:ro|rw]"),
+                ));
+            }
+            if binds_docker_socket(parts[0])
+                || parts[1].trim_end_matches('/').ends_with("docker.sock")
+            {
+                return Err(invalid(
+                    "runner.mounts",
+                    format!("`{m}` would hand the run the Docker socket (root on the host)"),
+                ));
+            }
+        }
+        if !self.forge.url.is_empty()
+            && self.forge.kind == ForgeKind::Forgejo
+            && r.enabled
+            && !r.image.is_empty()
+            && (self.forge.runner_login.is_empty() || self.forge.runner_password.is_empty())
+        {
+            return Err(invalid(
+                "forge.runner_login",
+                "runs need the runner account and its password (forge.runner_password)",
+            ));
+        }
+        Ok(())
+    }
+}

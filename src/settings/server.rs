@@ -1,0 +1,237 @@
+//! The service's own sections: `[server]`, `[store]`, `[webhook]`, `[status]`.
+
+use super::*;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Json,
+    Pretty,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerSettings {
+    /// Address the HTTP server binds.
+    #[serde(deserialize_with = "lenient::string")]
+    pub listen: String,
+    /// Largest webhook body accepted; larger ones get 413. The default holds the largest real
+    /// payloads with room to spare: an issue or comment body at GitHub's 65,536-character
+    /// cap, every character escaped as `\uXXXX`, is 384 KiB; the rest of a payload is about
+    /// 15 KiB.
+    pub max_body_bytes: usize,
+    /// A webhook body must have arrived this long after its headers; a slower one gets 408
+    /// and its memory back.
+    pub body_timeout_secs: u64,
+    /// Memory for webhook bodies being read (before their signature can be checked), in
+    /// MiB. A body reserves its declared length; one that does not fit waits, unread, for
+    /// up to `body_timeout_secs`, then gets 503. Bodies cannot outlast their deadline, so
+    /// a signed delivery waits at most that long for room whatever else is sent.
+    pub body_memory_mb: usize,
+    /// `json` (default) or `pretty`.
+    pub log_format: LogFormat,
+    /// HTTP worker threads (0: one per core).
+    pub workers: usize,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".into(),
+            max_body_bytes: 1024 * 1024,
+            body_timeout_secs: 10,
+            body_memory_mb: 32,
+            log_format: LogFormat::Json,
+            workers: 0,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Synchronous {
+    /// fsync on every commit: an accepted delivery survives a power loss.
+    #[default]
+    Full,
+    /// fsync at checkpoints only: survives a process crash, not a power loss.
+    Normal,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreSettings {
+    /// `sqlite://PATH` or `postgres://USER:PASSWORD@HOST:PORT/DATABASE` (TLS with
+    /// `?sslmode=require`); the password is never shown.
+    #[serde(
+        deserialize_with = "lenient::string",
+        serialize_with = "masked_store_url"
+    )]
+    pub url: String,
+    /// A file holding `store.url` (a PostgreSQL URL carries its password): when set, the URL
+    /// is read from it and `store.url` is not used.
+    #[serde(deserialize_with = "lenient::opt_string")]
+    pub url_file: Option<String>,
+    pub synchronous: Synchronous,
+    /// Processed deliveries, old pre-flight call records and finished actions are pruned
+    /// after this many days.
+    pub retention_days: u32,
+}
+
+/// `store.url` with any password replaced, for messages and `check-config`.
+pub fn masked_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        Ok(_) => url.to_owned(),
+        // Not a URL: show only its scheme, if any (it may hold anything).
+        Err(_) => match url.split_once("://") {
+            Some((scheme, _)) => format!("{scheme}://..."),
+            None => "(not a URL)".to_owned(),
+        },
+    }
+}
+
+fn masked_store_url<S: Serializer>(url: &str, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&masked_url(url))
+}
+
+impl Default for StoreSettings {
+    fn default() -> Self {
+        Self {
+            url: "sqlite://director.db".into(),
+            url_file: None,
+            synchronous: Synchronous::Full,
+            retention_days: 30,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebhookSettings {
+    /// Every accepted secret; several at once while rotating.
+    #[serde(deserialize_with = "secret_list")]
+    pub secrets: Vec<Secret>,
+    /// A file with one secret per line, added to `secrets`.
+    #[serde(deserialize_with = "lenient::opt_string")]
+    pub secrets_file: Option<String>,
+    /// Where Forgejo reaches this director's webhook route (`director hooks install`).
+    #[serde(deserialize_with = "lenient::string")]
+    pub public_url: String,
+    /// A token Forgejo sends with every delivery as `Authorization: Bearer <token>` (the
+    /// hook's authorization header, set by `director hooks install`). A delivery that shows it
+    /// is read in a budget of its own, so no load from anyone without it can delay or refuse
+    /// it. Empty: a token derived from the webhook secret (`signature::hook_token`).
+    pub authorization: Secret,
+    #[serde(deserialize_with = "lenient::opt_string")]
+    pub authorization_file: Option<String>,
+}
+
+/// The read-only status page (`GET /status`, `GET /status.json`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StatusSettings {
+    pub enabled: bool,
+    /// Requests bearing it (`Authorization: Bearer ...`) also see private repositories'
+    /// issues; with none set, private issues are never shown.
+    pub token: Secret,
+    #[serde(deserialize_with = "lenient::opt_string")]
+    pub token_file: Option<String>,
+}
+
+impl Default for StatusSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            token: Secret::default(),
+            token_file: None,
+        }
+    }
+}
+
+impl ServerSettings {
+    /// Its keys alone: the listener, and webhook bodies' limits.
+    pub(super) fn validate(&self) -> Result<(), SettingsError> {
+        self.listen
+            .parse::<SocketAddr>()
+            .map_err(|e| invalid("server.listen", format!("`{}`: {e}", self.listen)))?;
+        if self.max_body_bytes == 0 {
+            return Err(invalid("server.max_body_bytes", "must be greater than 0"));
+        }
+        if self.body_timeout_secs == 0 {
+            return Err(invalid(
+                "server.body_timeout_secs",
+                "must be greater than 0",
+            ));
+        }
+        if self.body_memory_mb.saturating_mul(1024 * 1024) < self.max_body_bytes {
+            return Err(invalid(
+                "server.body_memory_mb",
+                format!(
+                    "{} MiB cannot hold one body of server.max_body_bytes ({} bytes)",
+                    self.body_memory_mb, self.max_body_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl StoreSettings {
+    /// `url`: SQLite for one process, a usable PostgreSQL URL for several.
+    pub(super) fn validate(&self) -> Result<(), SettingsError> {
+        let url = self.url.trim();
+        let postgres = url.starts_with("postgres://") || url.starts_with("postgresql://");
+        if postgres {
+            let parsed = reqwest::Url::parse(url).ok();
+            let usable = parsed
+                .as_ref()
+                .is_some_and(|u| u.host_str().is_some_and(|h| !h.is_empty()));
+            if !usable {
+                return Err(invalid(
+                    "store.url",
+                    format!(
+                        "`{}`: not a PostgreSQL URL of the form postgres://USER:PASSWORD@HOST:PORT/DATABASE",
+                        masked_url(url)
+                    ),
+                ));
+            }
+        } else if !url.starts_with("sqlite:") {
+            return Err(invalid(
+                "store.url",
+                format!(
+                    "`{}`: use sqlite://PATH (one process) or postgres://USER:PASSWORD@HOST:PORT/DATABASE (several replicas)",
+                    masked_url(url)
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl WebhookSettings {
+    /// Its keys alone: the public URL, and no empty secret.
+    pub(super) fn validate(&self) -> Result<(), SettingsError> {
+        if !self.public_url.is_empty() {
+            let ok = (self.public_url.starts_with("http://")
+                || self.public_url.starts_with("https://"))
+                && reqwest::Url::parse(&self.public_url).is_ok();
+            if !ok {
+                return Err(invalid(
+                    "webhook.public_url",
+                    format!("`{}` is not an http(s) URL", self.public_url),
+                ));
+            }
+        }
+        if self.secrets.iter().any(Secret::is_empty) {
+            return Err(invalid(
+                "webhook.secrets",
+                "an empty secret would accept unsigned deliveries",
+            ));
+        }
+        Ok(())
+    }
+}
