@@ -19,6 +19,7 @@ use crate::engine::consumer::{Consumer, Limits, Wakes};
 use crate::engine::decide::Policy;
 use crate::engine::executor::Executor;
 use crate::engine::scanner::{ScanReport, Scanner};
+use crate::engine::settled::Settled;
 use crate::engine::watcher::Watcher;
 use crate::forge::Forge;
 use crate::forge::RunnerAccount;
@@ -39,6 +40,7 @@ pub struct Application {
     store: Store,
     scanner: Option<Arc<Scanner>>,
     consumer_wake: Arc<Notify>,
+    settled: Settled,
 }
 
 /// What tests (and benchmarks) put in place of the real thing.
@@ -266,38 +268,19 @@ impl Application {
     pub async fn build_with(settings: Settings, overrides: Overrides) -> anyhow::Result<Self> {
         let settings = Arc::new(settings);
         let clock = overrides.clock.clone().unwrap_or_else(crate::clock::system);
-        let store = Store::connect(&settings.store).await?;
-        // One director per SQLite database: claims of a process that died are void now.
-        let released = store.release_leases().await?;
-        if released > 0 {
-            tracing::info!(released, "took over actions a previous process had claimed");
-        }
+        let shutdown = CancellationToken::new();
         let metrics = Metrics::new();
+        let store = open_store(&settings, &clock, &metrics, &shutdown).await?;
         let consumer_wake = Arc::new(Notify::new());
         // Intake wakes the consumer on a notify of its own: a stream of deliveries is taken
         // in gathered passes, everything else at once.
         let deliveries_wake = Arc::new(Notify::new());
         let intake = Intake::spawn(store.clone(), deliveries_wake.clone())
             .context("starting the intake writer")?;
-        let shutdown = CancellationToken::new();
-        tokio::spawn(prune_periodically(
-            store.clone(),
-            settings.store.retention_days,
-            clock.clone(),
-            shutdown.clone(),
-        ));
-
         let forge = forge_client(&settings, Some(metrics.clone()))?;
-        let bot_login = Arc::new(RwLock::new(settings.forge.bot_login.clone()));
-        if let Some(forge) = &forge
-            && (!settings.forge.token.is_empty() || settings.forge.kind == ForgeKind::Github)
-        {
-            tokio::spawn(learn_bot_login(
-                forge.clone(),
-                bot_login.clone(),
-                shutdown.clone(),
-            ));
-        }
+        let bot_login = start_learning_bot_login(&settings, forge.as_ref(), &shutdown);
+        let settled = Settled::default();
+        let replica = replica_name();
         let mut consumer = Consumer::new(
             store.clone(),
             Policy::from_settings(&settings),
@@ -305,191 +288,73 @@ impl Application {
             consumer_wake.clone(),
         )
         .gathering(deliveries_wake)
-        .with_metrics(metrics.clone());
-        // Several replicas on one PostgreSQL database: this one's name, in the consumer lease
-        // and the scan claims.
-        let replica = replica_name();
-        let mut listeners = crate::store::Listeners {
-            events: Some(consumer_wake.clone()),
-            ..Default::default()
-        };
+        .with_metrics(metrics.clone())
+        .with_settled(settled.clone());
         if store.is_shared() {
             tracing::info!(%replica, "sharing the database with any other replicas");
             consumer = consumer.as_replica(&replica);
         }
-        {
-            let (up, outages) = (metrics.store_up.clone(), metrics.store_outages.clone());
-            store.monitor(
-                Duration::from_secs(2),
-                move |now_up| {
-                    up.set(i64::from(now_up));
-                    if !now_up {
-                        outages.inc();
-                    }
-                },
-                shutdown.clone(),
-            );
-        }
-        let runtime_state = Arc::new(RwLock::new("disabled".to_owned()));
-        // The director's address on the runs' network, where only the proxy may answer.
-        let mut runs_network: Option<std::net::IpAddr> = None;
-        if let Some(forge) = &forge {
-            let mut wakes = Wakes::default();
-            let secrets = Arc::new(Secrets::new(passthrough(&settings)));
-            let runs = match runtime(&settings, &overrides).await {
-                Some(Ok((runtime, mounts))) => {
-                    set(&runtime_state, "ok");
-                    let egress = if settings.egress_confined() {
-                        Some(
-                            egress_proxy(&settings, runtime.as_ref(), &store, &metrics, &shutdown)
-                                .await,
-                        )
-                    } else {
-                        None
-                    };
-                    if let Some(Ok(e)) = &egress {
-                        let ip = e.proxy.local_addr().ip();
-                        runs_network = (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip);
-                    }
-                    if let Some(Err(error)) = &egress {
-                        tracing::error!(%error, "no run starts: runs are allow-listed and the egress proxy is not there");
-                    }
-                    monitor_runtime(
-                        runtime.clone(),
-                        runtime_state.clone(),
-                        metrics.clone(),
-                        Duration::from_secs(30),
-                        shutdown.clone(),
-                    );
-                    let watcher_wake = Arc::new(Notify::new());
-                    wakes.watcher = Some(watcher_wake.clone());
-                    listeners.runs = Some(watcher_wake.clone());
-                    let watcher = Watcher::new(
-                        store.clone(),
-                        runtime.clone(),
-                        clock.clone(),
-                        settings.runner.clone(),
-                        secrets.clone(),
-                        watcher_wake,
-                        consumer_wake.clone(),
-                    )
-                    .with_egress(match &egress {
-                        Some(Ok(e)) => Some(e.proxy.clone()),
-                        _ => None,
-                    });
-                    tokio::spawn(Arc::new(watcher).run(shutdown.clone()));
-                    consumer = consumer.with_admission(Limits {
-                        max_concurrent: settings.runner.max_concurrent.max(1),
-                        max_per_repo: settings.runner.max_per_repo.max(1),
-                        max_open_prs_per_repo: settings.runner.max_open_prs_per_repo.max(1),
-                        priority: settings.labels.priority.clone(),
-                    });
-                    Some(RunAct {
-                        runtime,
-                        runner: RunnerAccount {
-                            login: settings.forge.runner_login.clone(),
-                            password: settings.forge.runner_password.clone(),
-                        },
-                        settings: settings.runner.clone(),
-                        mounts,
-                        secrets,
-                        director_id: store.director_id().await?,
-                        egress,
-                    })
+        let mut listeners = crate::store::Listeners {
+            events: Some(consumer_wake.clone()),
+            ..Default::default()
+        };
+        let engine = Engine {
+            settings: &settings,
+            store: &store,
+            clock: &clock,
+            metrics: &metrics,
+            shutdown: &shutdown,
+            consumer_wake: &consumer_wake,
+            settled: &settled,
+        };
+        let mut runs = RunsStarted::none();
+        match &forge {
+            Some(forge) => {
+                let mut wakes = Wakes::default();
+                runs = engine.start_runs(&overrides).await?;
+                if let Some(watcher) = &runs.watcher_wake {
+                    wakes.watcher = Some(watcher.clone());
+                    listeners.runs = Some(watcher.clone());
                 }
-                Some(Err(error)) => {
-                    tracing::error!(%error, "the container runtime is unavailable: no runs start");
-                    metrics.runtime_up.set(0);
-                    set(&runtime_state, &format!("unavailable: {error}"));
-                    None
+                if let Some(limits) = runs.limits.take() {
+                    consumer = consumer.with_admission(limits);
                 }
-                None => None,
-            };
-            let acts = Arc::new(Acts {
-                store: store.clone(),
-                forge: forge.clone(),
-                labels: settings.labels.clone(),
-                bot: bot_login.clone(),
-                clock: clock.clone(),
-                preflight: preflight_act(&settings, &metrics)?,
-                runs,
-                permissions: Default::default(),
-            });
-            let executor_wake = Arc::new(Notify::new());
-            wakes.executor = Some(executor_wake.clone());
-            listeners.actions = Some(executor_wake.clone());
-            let executor = Executor::new(
-                acts.clone(),
-                clock.clone(),
-                executor_wake,
-                consumer_wake.clone(),
-                settings.preflight.concurrency,
-                settings.preflight.timeout_secs,
-            )
-            .with_metrics(metrics.clone());
-            let stop = shutdown.clone();
-            tokio::spawn(async move {
-                startup_sweeps(&acts).await;
-                Arc::new(executor).run(stop).await;
-            });
-            consumer = consumer.with_wakes(wakes);
+                let executor_wake = engine
+                    .start_executor(forge, &bot_login, runs.act.take())
+                    .await?;
+                wakes.executor = Some(executor_wake.clone());
+                listeners.actions = Some(executor_wake);
+                consumer = consumer.with_wakes(wakes);
+            }
+            // No forge, no executor: nothing is ever performed, so nothing is in hand.
+            None => settled.executor_round(true),
         }
         tokio::spawn(consumer.run(shutdown.clone()));
         store.listen(listeners, shutdown.clone());
-
-        let scanner =
-            scanner(&settings, forge.as_ref(), &store, consumer_wake.clone()).map(Arc::new);
-        if let Some(scanner) = &scanner
-            && settings.scan.enabled
-        {
-            schedule_scans(
-                scanner.clone(),
-                &settings.scan.schedule,
-                &settings.scan.full_schedule,
-                store.is_shared().then(|| (store.clone(), replica.clone())),
-                shutdown.clone(),
-            )
-            .await?;
-        }
-
-        let listener = TcpListener::bind(&settings.server.listen)
-            .with_context(|| format!("cannot listen on {}", settings.server.listen))?;
-        let port = listener.local_addr()?.port();
+        let scanner = start_scans(
+            &settings,
+            forge.as_ref(),
+            &store,
+            &consumer_wake,
+            &replica,
+            &shutdown,
+        )
+        .await?;
         let state = web::Data::new(AppState {
             settings: settings.clone(),
             metrics,
             intake,
             store: store.clone(),
             bot_login,
-            runtime_state,
+            runtime_state: runs.state,
             forge: forge.clone(),
             visibility: Default::default(),
             clock: clock.clone(),
             bodies: crate::http::webhook::BodyBudget::new(&settings.server),
-            runs_network,
+            runs_network: runs.network,
             authorized_bodies: crate::http::webhook::BodyBudget::new(&settings.server),
         });
-        let mut server = HttpServer::new(move || {
-            App::new()
-                .app_data(state.clone())
-                .wrap(from_fn(observe_latency))
-                .wrap(from_fn(crate::http::not_from_runs))
-                .configure(routes)
-        })
-        // Which of the host's addresses each connection came in on (see `not_from_runs`).
-        .on_connect(|conn, data| {
-            if let Some(tcp) = conn.downcast_ref::<actix_web::rt::net::TcpStream>()
-                && let Ok(local) = tcp.local_addr()
-            {
-                data.insert(crate::http::LocalAddr(local));
-            }
-        })
-        .listen(listener)?;
-        if settings.server.workers > 0 {
-            server = server.workers(settings.server.workers);
-        }
-        let server = server.shutdown_timeout(10).run();
-        tracing::info!(port, "director listening");
+        let (server, port) = serve_http(&settings, state)?;
         Ok(Self {
             port,
             server,
@@ -497,7 +362,14 @@ impl Application {
             store,
             scanner,
             consumer_wake,
+            settled,
         })
+    }
+
+    /// Where the consumer and the executor say whether they have anything in hand: tests and
+    /// the demo wait on it instead of polling.
+    pub fn settled(&self) -> Settled {
+        self.settled.clone()
     }
 
     /// Wakes the consumer: for tools that write to the store directly (benchmarks).
@@ -524,6 +396,274 @@ impl Application {
         self.shutdown.cancel();
         result.context("HTTP server failed")
     }
+}
+
+/// Opens the store, takes over what a previous process had claimed, and starts its upkeep:
+/// pruning old rows and watching whether the database answers.
+async fn open_store(
+    settings: &Settings,
+    clock: &SharedClock,
+    metrics: &Metrics,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Store> {
+    let store = Store::connect(&settings.store).await?;
+    // One director per SQLite database: claims of a process that died are void now.
+    let released = store.release_leases().await?;
+    if released > 0 {
+        tracing::info!(released, "took over actions a previous process had claimed");
+    }
+    tokio::spawn(prune_periodically(
+        store.clone(),
+        settings.store.retention_days,
+        clock.clone(),
+        shutdown.clone(),
+    ));
+    let (up, outages) = (metrics.store_up.clone(), metrics.store_outages.clone());
+    store.monitor(
+        Duration::from_secs(2),
+        move |now_up| {
+            up.set(i64::from(now_up));
+            if !now_up {
+                outages.inc();
+            }
+        },
+        shutdown.clone(),
+    );
+    Ok(store)
+}
+
+/// The bot's login as configured, learnt from the forge in the background when a token (or
+/// an App) is there to ask with.
+fn start_learning_bot_login(
+    settings: &Settings,
+    forge: Option<&Arc<dyn Forge>>,
+    shutdown: &CancellationToken,
+) -> Arc<RwLock<Option<String>>> {
+    let bot_login = Arc::new(RwLock::new(settings.forge.bot_login.clone()));
+    if let Some(forge) = forge
+        && (!settings.forge.token.is_empty() || settings.forge.kind == ForgeKind::Github)
+    {
+        tokio::spawn(learn_bot_login(
+            forge.clone(),
+            bot_login.clone(),
+            shutdown.clone(),
+        ));
+    }
+    bot_login
+}
+
+/// What the engine's parts share while they are started.
+struct Engine<'a> {
+    settings: &'a Arc<Settings>,
+    store: &'a Store,
+    clock: &'a SharedClock,
+    metrics: &'a Metrics,
+    shutdown: &'a CancellationToken,
+    consumer_wake: &'a Arc<Notify>,
+    settled: &'a Settled,
+}
+
+/// What starting the runs left for the rest: what the executor performs runs with, the
+/// watcher's wake-up, admission limits, the runtime's state for `/readyz`, and the
+/// director's address on the runs' network.
+struct RunsStarted {
+    act: Option<RunAct>,
+    watcher_wake: Option<Arc<Notify>>,
+    limits: Option<Limits>,
+    state: Arc<RwLock<String>>,
+    network: Option<std::net::IpAddr>,
+}
+
+impl RunsStarted {
+    fn none() -> Self {
+        Self {
+            act: None,
+            watcher_wake: None,
+            limits: None,
+            state: Arc::new(RwLock::new("disabled".to_owned())),
+            network: None,
+        }
+    }
+}
+
+impl Engine<'_> {
+    /// Connects the container runtime and, when it answers, starts the egress proxy, the
+    /// runtime's health check and the run watcher.
+    async fn start_runs(&self, overrides: &Overrides) -> anyhow::Result<RunsStarted> {
+        let settings = self.settings;
+        let mut started = RunsStarted::none();
+        let secrets = Arc::new(Secrets::new(passthrough(settings)));
+        let (runtime, mounts) = match runtime(settings, overrides).await {
+            Some(Ok(connected)) => connected,
+            Some(Err(error)) => {
+                tracing::error!(%error, "the container runtime is unavailable: no runs start");
+                self.metrics.runtime_up.set(0);
+                set(&started.state, &format!("unavailable: {error}"));
+                return Ok(started);
+            }
+            None => return Ok(started),
+        };
+        set(&started.state, "ok");
+        let egress = if settings.egress_confined() {
+            Some(
+                egress_proxy(
+                    settings,
+                    runtime.as_ref(),
+                    self.store,
+                    self.metrics,
+                    self.shutdown,
+                )
+                .await,
+            )
+        } else {
+            None
+        };
+        if let Some(Ok(e)) = &egress {
+            let ip = e.proxy.local_addr().ip();
+            started.network = (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip);
+        }
+        if let Some(Err(error)) = &egress {
+            tracing::error!(%error, "no run starts: runs are allow-listed and the egress proxy is not there");
+        }
+        monitor_runtime(
+            runtime.clone(),
+            started.state.clone(),
+            self.metrics.clone(),
+            Duration::from_secs(30),
+            self.shutdown.clone(),
+        );
+        let watcher_wake = Arc::new(Notify::new());
+        let watcher = Watcher::new(
+            self.store.clone(),
+            runtime.clone(),
+            self.clock.clone(),
+            settings.runner.clone(),
+            secrets.clone(),
+            watcher_wake.clone(),
+            self.consumer_wake.clone(),
+        )
+        .with_egress(match &egress {
+            Some(Ok(e)) => Some(e.proxy.clone()),
+            _ => None,
+        });
+        tokio::spawn(Arc::new(watcher).run(self.shutdown.clone()));
+        started.watcher_wake = Some(watcher_wake);
+        started.limits = Some(Limits {
+            max_concurrent: settings.runner.max_concurrent.max(1),
+            max_per_repo: settings.runner.max_per_repo.max(1),
+            max_open_prs_per_repo: settings.runner.max_open_prs_per_repo.max(1),
+            priority: settings.labels.priority.clone(),
+        });
+        started.act = Some(RunAct {
+            runtime,
+            runner: RunnerAccount {
+                login: settings.forge.runner_login.clone(),
+                password: settings.forge.runner_password.clone(),
+            },
+            settings: settings.runner.clone(),
+            mounts,
+            secrets,
+            director_id: self.store.director_id().await?,
+            egress,
+        });
+        Ok(started)
+    }
+
+    /// Starts the executor, which performs the outbox's actions (after the start-up sweeps);
+    /// returns its wake-up.
+    async fn start_executor(
+        &self,
+        forge: &Arc<dyn Forge>,
+        bot_login: &Arc<RwLock<Option<String>>>,
+        runs: Option<RunAct>,
+    ) -> anyhow::Result<Arc<Notify>> {
+        let settings = self.settings;
+        let acts = Arc::new(Acts {
+            store: self.store.clone(),
+            forge: forge.clone(),
+            labels: settings.labels.clone(),
+            bot: bot_login.clone(),
+            clock: self.clock.clone(),
+            preflight: preflight_act(settings, self.metrics)?,
+            runs,
+            permissions: Default::default(),
+        });
+        let wake = Arc::new(Notify::new());
+        let executor = Executor::new(
+            acts.clone(),
+            self.clock.clone(),
+            wake.clone(),
+            self.consumer_wake.clone(),
+            settings.preflight.concurrency,
+            settings.preflight.timeout_secs,
+        )
+        .with_metrics(self.metrics.clone())
+        .with_settled(self.settled.clone());
+        let stop = self.shutdown.clone();
+        tokio::spawn(async move {
+            startup_sweeps(&acts).await;
+            Arc::new(executor).run(stop).await;
+        });
+        Ok(wake)
+    }
+}
+
+/// The scanner, when a forge and repositories are configured, on its schedule when scans
+/// are enabled.
+async fn start_scans(
+    settings: &Settings,
+    forge: Option<&Arc<dyn Forge>>,
+    store: &Store,
+    consumer_wake: &Arc<Notify>,
+    replica: &str,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Option<Arc<Scanner>>> {
+    let scanner = scanner(settings, forge, store, consumer_wake.clone()).map(Arc::new);
+    if let Some(scanner) = &scanner
+        && settings.scan.enabled
+    {
+        schedule_scans(
+            scanner.clone(),
+            &settings.scan.schedule,
+            &settings.scan.full_schedule,
+            store
+                .is_shared()
+                .then(|| (store.clone(), replica.to_owned())),
+            shutdown.clone(),
+        )
+        .await?;
+    }
+    Ok(scanner)
+}
+
+/// Binds `server.listen` and builds the HTTP server (not yet accepting: see
+/// [`Application::run_until_stopped`]); returns it with the port it got.
+fn serve_http(settings: &Settings, state: web::Data<AppState>) -> anyhow::Result<(Server, u16)> {
+    let listener = TcpListener::bind(&settings.server.listen)
+        .with_context(|| format!("cannot listen on {}", settings.server.listen))?;
+    let port = listener.local_addr()?.port();
+    let mut server = HttpServer::new(move || {
+        App::new()
+            .app_data(state.clone())
+            .wrap(from_fn(observe_latency))
+            .wrap(from_fn(crate::http::not_from_runs))
+            .configure(routes)
+    })
+    // Which of the host's addresses each connection came in on (see `not_from_runs`).
+    .on_connect(|conn, data| {
+        if let Some(tcp) = conn.downcast_ref::<actix_web::rt::net::TcpStream>()
+            && let Ok(local) = tcp.local_addr()
+        {
+            data.insert(crate::http::LocalAddr(local));
+        }
+    })
+    .listen(listener)?;
+    if settings.server.workers > 0 {
+        server = server.workers(settings.server.workers);
+    }
+    let server = server.shutdown_timeout(10).run();
+    tracing::info!(port, "director listening");
+    Ok((server, port))
 }
 
 fn set(state: &RwLock<String>, value: &str) {

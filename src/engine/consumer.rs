@@ -15,6 +15,7 @@ use crate::clock::SharedClock;
 use crate::domain::{IssueRecord, IssueRef, RunRecord};
 use crate::engine::action::Planned;
 use crate::engine::decide::{Decision, IssueView, Policy, decide};
+use crate::engine::settled::Settled;
 use crate::event::Event;
 use crate::metrics::Metrics;
 use crate::store::{Commit, Fence, NewAction, PassInput, Passed, Store, StoredEvent};
@@ -72,6 +73,8 @@ pub struct Consumer {
     /// What this replica last learnt of the lease, so that a wake-up costs no database
     /// round trip: (held by it until, held by another until).
     lease: std::sync::Mutex<(i64, i64)>,
+    /// Where it says it has consumed everything (for whoever waits on the engine).
+    settled: Settled,
 }
 
 impl Consumer {
@@ -89,6 +92,7 @@ impl Consumer {
             limits: None,
             replica: None,
             lease: std::sync::Mutex::new((0, 0)),
+            settled: Settled::default(),
         }
     }
 
@@ -156,6 +160,12 @@ impl Consumer {
         self
     }
 
+    /// Says on `settled` after each pass whether anything stored is left to consume.
+    pub fn with_settled(mut self, settled: Settled) -> Self {
+        self.settled = settled;
+        self
+    }
+
     /// Processes until `shutdown` fires. A replica hands the lease over as it stops.
     pub async fn run(self, shutdown: CancellationToken) {
         let poll = if self.replica.is_some() {
@@ -168,11 +178,16 @@ impl Consumer {
         // When the last pass woken by intake started.
         let mut gathered: Option<tokio::time::Instant> = None;
         loop {
-            if let Err(error) = self.drain().await {
-                if self.store.is_up() {
-                    tracing::error!(error = %format!("{error:#}"), "consumer failed; retrying");
-                } else {
-                    tracing::debug!(error = %format!("{error:#}"), "consumer waits for the database");
+            match self.drain().await {
+                // The last batch was short: nothing else was stored when it was read.
+                Ok(_) => self.settled.consumer_passed(true),
+                Err(error) => {
+                    self.settled.consumer_passed(false);
+                    if self.store.is_up() {
+                        tracing::error!(error = %format!("{error:#}"), "consumer failed; retrying");
+                    } else {
+                        tracing::debug!(error = %format!("{error:#}"), "consumer waits for the database");
+                    }
                 }
             }
             let by_intake = tokio::select! {

@@ -15,6 +15,7 @@ use crate::clock::SharedClock;
 use crate::domain::ActionKind;
 use crate::engine::act::Acts;
 use crate::engine::action::Action;
+use crate::engine::settled::Settled;
 use crate::event::Event;
 use crate::metrics::Metrics;
 use crate::store::{ClaimedAction, Finished, Lane, NewDelivery, Store};
@@ -46,6 +47,8 @@ pub struct Executor {
     others: Arc<AtomicUsize>,
     read_lease_ms: i64,
     metrics: Option<Metrics>,
+    /// Where it says whether it has anything in hand (for whoever waits on the engine).
+    settled: Settled,
 }
 
 impl Executor {
@@ -74,7 +77,14 @@ impl Executor {
             others: Arc::default(),
             read_lease_ms,
             metrics: None,
+            settled: Settled::default(),
         }
+    }
+
+    /// Says on `settled` after each round whether anything is due or in flight.
+    pub fn with_settled(mut self, settled: Settled) -> Self {
+        self.settled = settled;
+        self
     }
 
     pub fn with_metrics(mut self, metrics: Metrics) -> Self {
@@ -92,6 +102,7 @@ impl Executor {
             recorded,
             self.consumer.clone(),
             self.wake.clone(),
+            self.settled.clone(),
         ));
         let clock_changed = self.clock.changed();
         loop {
@@ -100,8 +111,16 @@ impl Executor {
             // `Notified` made before it sees it.
             let clock_moved = clock_changed.as_ref().map(|n| n.notified());
             let wait = match self.clone().claim_and_spawn(&recorder).await {
-                Ok(wait) => wait,
+                Ok(wait) => {
+                    // Claims are counted before this returns, so nothing claimed and nothing
+                    // still performed is both counters at zero.
+                    let in_hand =
+                        self.reads.load(Ordering::SeqCst) + self.others.load(Ordering::SeqCst);
+                    self.settled.executor_round(in_hand == 0);
+                    wait
+                }
                 Err(error) => {
+                    self.settled.executor_round(false);
                     if self.acts.store.is_up() {
                         tracing::error!(error = %format!("{error:#}"), "cannot claim actions; retrying");
                     }
@@ -330,6 +349,7 @@ async fn record(
     mut rx: mpsc::UnboundedReceiver<Record>,
     consumer: Arc<Notify>,
     executor: Arc<Notify>,
+    settled: Settled,
 ) {
     let mut batch = Vec::new();
     while rx.recv_many(&mut batch, 256).await > 0 {
@@ -343,5 +363,7 @@ async fn record(
         }
         consumer.notify_one();
         executor.notify_one();
+        // New outcomes for the consumer, free slots for the executor: neither is idle yet.
+        settled.executor_round(false);
     }
 }

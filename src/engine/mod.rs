@@ -11,4 +11,5 @@ pub mod consumer;
 pub mod decide;
 pub mod executor;
 pub mod scanner;
+pub mod settled;
 pub mod watcher;

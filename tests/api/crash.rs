@@ -12,11 +12,10 @@ use director::forge::Permission;
 use director::store::Store;
 use director_testkit::forge::{FakeForge, FakeServer};
 
-use crate::fake_llm::FakeLlm;
 use crate::forge_helpers::{BOT, BOT_TOKEN, TRIGGER, WRITER};
 use crate::helpers::{SECRET, http_client};
-use director_testkit::llm::FakeLlm;
 use crate::runs::{RUNNER, RUNNER_PASSWORD, admit_runner, creations, runner_env};
+use director_testkit::llm::FakeLlm;
 
 /// A forge, a model and a database that outlive the director processes started on them.
 struct World {
@@ -136,20 +135,14 @@ impl World {
         child.wait().expect("reaped");
     }
 
-    async fn wait<F, Fut>(&self, what: &str, mut check: F)
+    /// Waits on the director (another process), saying what it logged if it times out.
+    async fn wait<F, Fut>(&self, what: &str, check: F)
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = bool>,
     {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        while !check().await {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out waiting for: {what}; the director said:\n{}",
-                read(&self.log())
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let said = || format!("the director said:\n{}", read(&self.log()));
+        crate::helpers::poll_until(what, Duration::from_secs(60), check, said).await;
     }
 
     /// Waits until the issue is in `state` and nothing is left to do.

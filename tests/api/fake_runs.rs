@@ -12,11 +12,10 @@ use director::startup::Overrides;
 use director_testkit::runtime::FakeRuntime;
 use futures_util::FutureExt;
 
-use crate::fake_llm::FakeLlm;
 use crate::forge_helpers::{ForgeApp, TRIGGER, WRITER};
 use crate::helpers::wait_until;
-use director_testkit::llm::FakeLlm;
 use crate::runs::{RUNNER, RUNNER_PASSWORD};
+use director_testkit::llm::FakeLlm;
 
 const GO: &str = "Fine.\n\nGO";
 

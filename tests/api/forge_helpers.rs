@@ -10,9 +10,8 @@ use director::settings::Secret;
 use director::store::IssueRecord;
 use director_testkit::forge::{FakeForge, FakeServer};
 
-use crate::fake_llm::FakeLlm;
-use director_testkit::llm::FakeLlm;
 use crate::helpers::{SECRET, TestApp, wait_until};
+use director_testkit::llm::FakeLlm;
 
 pub const BOT: &str = "director-bot";
 pub const BOT_TOKEN: &str = "bot-token-5f1e9a";
@@ -154,12 +153,13 @@ impl ForgeApp {
 
     /// Waits until the issue is in `state` (every delivery processed first).
     pub async fn wait_state(&self, issue: &IssueRef, state: Lifecycle) -> IssueRecord {
-        wait_until(&format!("{issue} is {state}"), || async {
-            self.record(issue)
-                .await
-                .is_some_and(|r| r.lifecycle == state)
-        })
-        .await;
+        self.app
+            .wait_for(&format!("{issue} is {state}"), || async {
+                self.record(issue)
+                    .await
+                    .is_some_and(|r| r.lifecycle == state)
+            })
+            .await;
         self.app.wait_processed().await;
         self.record(issue).await.expect("recorded")
     }

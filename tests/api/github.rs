@@ -11,12 +11,10 @@ use director::startup::Overrides;
 use director_testkit::runtime::FakeRuntime;
 use futures_util::FutureExt;
 
-use crate::fake_github::{self, APP_ID, BOT, FakeGitHub};
-use crate::fake_llm::FakeLlm;
-use director_testkit::github::{self as fake_github, APP_ID, BOT, FakeGitHub};
-use director_testkit::llm::FakeLlm;
 use crate::fake_runs::env;
 use crate::helpers::{SECRET, TestApp, wait_until};
+use director_testkit::github::{self as fake_github, APP_ID, BOT, FakeGitHub};
+use director_testkit::llm::FakeLlm;
 
 const REPO: &str = "acme/widgets";
 const OTHER: &str = "acme/gadgets";
@@ -128,15 +126,16 @@ impl GithubApp {
     }
 
     async fn wait_state(&self, issue: &IssueRef, state: Lifecycle) {
-        wait_until(&format!("{issue} is {state}"), || async {
-            self.app
-                .store
-                .issue(issue)
-                .await
-                .expect("query")
-                .is_some_and(|r| r.lifecycle == state)
-        })
-        .await;
+        self.app
+            .wait_for(&format!("{issue} is {state}"), || async {
+                self.app
+                    .store
+                    .issue(issue)
+                    .await
+                    .expect("query")
+                    .is_some_and(|r| r.lifecycle == state)
+            })
+            .await;
         self.app.wait_processed().await;
     }
 

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use director::engine::settled::Settled;
 use director::http::signature::sign;
 use director::settings::{Secret, Settings};
 use director::startup::{Application, Overrides};
@@ -18,6 +19,8 @@ pub struct TestApp {
     pub address: String,
     pub store: Store,
     pub client: reqwest::Client,
+    /// Where the app's consumer and executor say whether they have anything in hand.
+    pub settled: Settled,
     _dir: TempDir,
 }
 
@@ -78,11 +81,13 @@ impl TestApp {
         let address = format!("http://127.0.0.1:{}", app.port());
         let store = app.store().clone();
         let scanner = app.scanner();
+        let settled = app.settled();
         tokio::spawn(app.run_until_stopped());
         let this = Self {
             address,
             store,
             client,
+            settled,
             _dir: dir,
         };
         (this, scanner)
@@ -139,38 +144,88 @@ impl TestApp {
         self.store.delivery_counts().await.expect("count").0
     }
 
-    /// Polls until every stored event is consumed and no action is ready or running: the
-    /// director has done all it can do now.
+    /// Waits until the director has done all it can do now: its consumer and executor both
+    /// said they have nothing in hand, and the store agrees (every stored event consumed, no
+    /// action ready or running).
     pub async fn wait_processed(&self) {
-        wait_until("events consumed and ready actions done", || async {
-            self.store.delivery_counts().await.expect("count").1 == 0
+        self.wait_for("the engine to settle", || async {
+            self.settled.watch().borrow().is_settled()
+                && self.store.delivery_counts().await.expect("count").1 == 0
                 && self
                     .store
                     .ready_actions(director::clock::now_ms())
                     .await
                     .expect("count")
                     == 0
-                && self.store.delivery_counts().await.expect("count").1 == 0
         })
         .await;
     }
+
+    /// Waits until `check` holds, looking again each time the consumer or the executor
+    /// finishes a step (what the engine does is all that can change what `check` reads),
+    /// never on a timer. Fails the test after 10 seconds.
+    pub async fn wait_for<F, Fut>(&self, what: &str, check: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        wait_on_engine(&self.settled, what, Duration::from_secs(10), check).await;
+    }
 }
 
-/// Polls `check` until it holds, failing the test after 10 seconds.
-pub async fn wait_until<F, Fut>(what: &str, mut check: F)
+/// Waits until `check` holds, looking again each time `settled` says the engine finished a
+/// step; fails the test after `within`.
+pub async fn wait_on_engine<F, Fut>(settled: &Settled, what: &str, within: Duration, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let deadline = tokio::time::Instant::now() + within;
+    let mut steps = settled.watch();
     loop {
+        // Marked seen before looking: a step taken while `check` runs wakes the wait below.
+        steps.borrow_and_update();
         if check().await {
             return;
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}"
-        );
+        match tokio::time::timeout_at(deadline, steps.changed()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => panic!("the engine stopped while waiting for: {what}"),
+            Err(_) => panic!(
+                "timed out waiting for: {what} (the engine last said {:?})",
+                *steps.borrow()
+            ),
+        }
+    }
+}
+
+/// Polls `check` every 20 ms until it holds, failing the test after 10 seconds. For what
+/// the engine of this process does not drive: another process, an HTTP server coming up, a
+/// fake's own state. What the engine drives is waited on with [`TestApp::wait_for`].
+pub async fn wait_until<F, Fut>(what: &str, check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    poll_until(what, Duration::from_secs(10), check, String::new).await;
+}
+
+/// The one polling wait: `check` every 20 ms until it holds; after `within` the test fails
+/// with `what` and whatever `context` says then (a child process's log, say).
+pub async fn poll_until<F, Fut>(
+    what: &str,
+    within: Duration,
+    mut check: F,
+    context: impl Fn() -> String,
+) where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    while !check().await {
+        if tokio::time::Instant::now() >= deadline {
+            panic!("timed out waiting for: {what}\n{}", context());
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

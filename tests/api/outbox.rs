@@ -9,9 +9,8 @@ use director::event::{Event, RunReport};
 use director::startup::Overrides;
 use director::store::{Commit, Finished, Lane, NewAction, NewDelivery, Store};
 
-use crate::fake_llm::Reply;
-use director_testkit::llm::Reply;
 use crate::forge_helpers::{ForgeApp, TRIGGER, WRITER};
+use director_testkit::llm::Reply;
 
 #[tokio::test]
 async fn a_failed_read_waits_for_its_backoff_on_the_clock_and_runs_when_the_clock_moves() {

@@ -48,11 +48,12 @@ async fn runs(t: &ForgeApp, issue: &IssueRef) -> Vec<director::domain::RunRecord
 }
 
 async fn wait_runs(t: &ForgeApp, issue: &IssueRef, n: usize, state: RunState) {
-    wait_until(&format!("{n} runs, the last {state}"), || async {
-        let all = runs(t, issue).await;
-        all.len() == n && all.last().is_some_and(|r| r.state == state)
-    })
-    .await;
+    t.app
+        .wait_for(&format!("{n} runs, the last {state}"), || async {
+            let all = runs(t, issue).await;
+            all.len() == n && all.last().is_some_and(|r| r.state == state)
+        })
+        .await;
     t.app.wait_processed().await;
 }
 

@@ -12,11 +12,10 @@ use director::forge::Permission;
 use director::store::Store;
 use director_testkit::forge::{FakeForge, FakeServer};
 
-use crate::fake_llm::FakeLlm;
 use crate::forge_helpers::{BOT, BOT_TOKEN, TRIGGER, WRITER};
 use crate::helpers::{SECRET, http_client};
-use director_testkit::llm::FakeLlm;
 use crate::pg::Pg;
+use director_testkit::llm::FakeLlm;
 
 struct Replicas {
     forge: FakeForge,
@@ -132,26 +131,23 @@ impl Replicas {
         child.wait().expect("reaped");
     }
 
-    async fn wait<F, Fut>(&self, what: &str, mut check: F)
+    /// Waits on the replicas (other processes), saying what each logged if it times out.
+    async fn wait<F, Fut>(&self, what: &str, check: F)
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = bool>,
     {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
-        while !check().await {
-            if tokio::time::Instant::now() >= deadline {
-                let logs: String = (0..self.running.len())
-                    .map(|i| {
-                        format!(
-                            "--- replica {i}:\n{}\n",
-                            std::fs::read_to_string(self.log(i)).unwrap_or_default()
-                        )
-                    })
-                    .collect();
-                panic!("timed out waiting for: {what}\n{logs}");
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let logs = || -> String {
+            (0..self.running.len())
+                .map(|i| {
+                    format!(
+                        "--- replica {i}:\n{}\n",
+                        std::fs::read_to_string(self.log(i)).unwrap_or_default()
+                    )
+                })
+                .collect()
+        };
+        crate::helpers::poll_until(what, Duration::from_secs(90), check, logs).await;
     }
 
     fn preflight_comments(&self, issue: &IssueRef) -> usize {

@@ -190,7 +190,9 @@ pub async fn labelled(t: &ForgeApp, title: &str, body: &str) -> IssueRef {
 }
 
 pub async fn wait_ended(t: &ForgeApp, issue: &IssueRef) -> director::store::IssueRecord {
-    wait_until_long(&format!("{issue} ends"), || async {
+    // Room for containers to start and stop.
+    let within = Duration::from_secs(60);
+    crate::helpers::wait_on_engine(&t.app.settled, &format!("{issue} ends"), within, || async {
         t.record(issue).await.is_some_and(|r| {
             matches!(
                 r.lifecycle,
@@ -208,19 +210,12 @@ pub async fn wait_ended(t: &ForgeApp, issue: &IssueRef) -> director::store::Issu
 }
 
 /// Like `wait_until`, with room for containers to start and stop.
-async fn wait_until_long<F, Fut>(what: &str, mut check: F)
+async fn wait_until_long<F, Fut>(what: &str, check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    crate::helpers::poll_until(what, Duration::from_secs(60), check, String::new).await;
 }
 
 pub fn run_comments(t: &ForgeApp, issue: &IssueRef) -> Vec<String> {
