@@ -213,145 +213,212 @@ async fn receive_as(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> HttpResponse {
-    let metrics = &state.metrics;
     let event_header = first_header(&req, flavour.event_headers)
         .unwrap_or("")
         .to_owned();
     let event_label = (flavour.used)(&event_header).unwrap_or("other");
-    let count = |outcome: &str| {
-        metrics
-            .deliveries
-            .with_label_values(&[event_label, outcome])
-            .inc()
+    let handled = async {
+        let body = read_body(&req, payload, &state).await?;
+        verify_signature(flavour, &req, &body, &state)?;
+        let event = take_event(flavour, &event_header, &body, &state)?;
+        Ok(store_delivery(flavour, &req, &body, event, &state).await)
     };
+    let (outcome, response) = match handled.await {
+        Ok(stored) => stored,
+        Err(Turned { outcome, answer }) => (outcome, *answer),
+    };
+    state
+        .metrics
+        .deliveries
+        .with_label_values(&[event_label, outcome])
+        .inc();
+    response
+}
 
+/// A delivery turned away before it is stored: the metric's outcome, and the answer.
+struct Turned {
+    outcome: &'static str,
+    answer: Box<HttpResponse>,
+}
+
+fn turned(outcome: &'static str, answer: HttpResponse) -> Turned {
+    Turned {
+        outcome,
+        answer: Box::new(answer),
+    }
+}
+
+/// Reads the body within `server.max_body_bytes`, `body_timeout_secs` and the memory budget
+/// (the authorized hooks' own, when the delivery shows their token).
+async fn read_body(
+    req: &HttpRequest,
+    payload: web::Payload,
+    state: &AppState,
+) -> Result<web::Bytes, Turned> {
     let limit = state.settings.server.max_body_bytes;
-    let declared = header(&req, "content-length").and_then(|v| v.parse::<usize>().ok());
+    let too_large = || {
+        turned(
+            "too_large",
+            answer(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "rejected",
+                format!("body over {limit} bytes"),
+            ),
+        )
+    };
+    let declared = header(req, "content-length").and_then(|v| v.parse::<usize>().ok());
     if declared.is_some_and(|len| len > limit) {
-        count("too_large");
-        return answer(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "rejected",
-            format!("body over {limit} bytes"),
-        );
+        return Err(too_large());
     }
     // A delivery that shows the hook's authorization token is read in a budget of its own.
-    let budget = if authorized(&req, &state.settings.webhook) {
+    let budget = if authorized(req, &state.settings.webhook) {
         &state.authorized_bodies
     } else {
         &state.bodies
     };
-    let body = match read_within(budget, payload, declared, limit).await {
-        Ok(body) => body,
-        Err(Unread::TooLarge) => {
-            count("too_large");
-            return answer(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "rejected",
-                format!("body over {limit} bytes"),
-            );
-        }
-        Err(Unread::Unreadable) => {
-            count("bad_request");
-            return answer(
+    read_within(budget, payload, declared, limit)
+        .await
+        .map_err(|unread| match unread {
+            Unread::TooLarge => too_large(),
+            Unread::Unreadable => turned(
+                "bad_request",
+                answer(
+                    StatusCode::BAD_REQUEST,
+                    "rejected",
+                    "the body could not be read",
+                ),
+            ),
+            Unread::TooSlow => turned(
+                "too_slow",
+                answer(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "rejected",
+                    format!(
+                        "the body did not arrive within {} s (server.body_timeout_secs)",
+                        state.settings.server.body_timeout_secs
+                    ),
+                ),
+            ),
+            Unread::NoRoom => {
+                let mut busy = answer(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "busy",
+                    "too many webhook bodies are being read; send it again",
+                );
+                busy.headers_mut().insert(
+                    actix_web::http::header::RETRY_AFTER,
+                    actix_web::http::header::HeaderValue::from_static("5"),
+                );
+                turned("busy", busy)
+            }
+        })
+}
+
+/// The body's signature, against every configured secret, before anything reads it.
+fn verify_signature(
+    flavour: &Flavour,
+    req: &HttpRequest,
+    body: &[u8],
+    state: &AppState,
+) -> Result<(), Turned> {
+    verify(
+        (flavour.signature)(req),
+        body,
+        &state.settings.webhook.secrets,
+    )
+    .map_err(|e| {
+        tracing::warn!(reason = %e, "webhook signature rejected");
+        turned(
+            "unauthorized",
+            answer(StatusCode::UNAUTHORIZED, "rejected", e.to_string()),
+        )
+    })
+}
+
+/// The signed delivery as an event the director acts on, or why it is not one: no or an
+/// unused event type, the other forge's, malformed, the bot's own, an unwatched repository.
+fn take_event(
+    flavour: &Flavour,
+    event_header: &str,
+    body: &[u8],
+    state: &AppState,
+) -> Result<crate::event::ForgeEvent, Turned> {
+    if event_header.is_empty() {
+        return Err(turned(
+            "bad_request",
+            answer(
                 StatusCode::BAD_REQUEST,
                 "rejected",
-                "the body could not be read",
-            );
-        }
-        Err(Unread::TooSlow) => {
-            count("too_slow");
-            return answer(
-                StatusCode::REQUEST_TIMEOUT,
-                "rejected",
-                format!(
-                    "the body did not arrive within {} s (server.body_timeout_secs)",
-                    state.settings.server.body_timeout_secs
-                ),
-            );
-        }
-        Err(Unread::NoRoom) => {
-            count("busy");
-            let mut busy = answer(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "busy",
-                "too many webhook bodies are being read; send it again",
-            );
-            busy.headers_mut().insert(
-                actix_web::http::header::RETRY_AFTER,
-                actix_web::http::header::HeaderValue::from_static("5"),
-            );
-            return busy;
-        }
-    };
-
-    if let Err(e) = verify(
-        (flavour.signature)(&req),
-        &body,
-        &state.settings.webhook.secrets,
-    ) {
-        count("unauthorized");
-        tracing::warn!(reason = %e, "webhook signature rejected");
-        return answer(StatusCode::UNAUTHORIZED, "rejected", e.to_string());
+                format!("missing {} header", flavour.event_headers[0]),
+            ),
+        ));
     }
-
-    if event_header.is_empty() {
-        count("bad_request");
-        return answer(
-            StatusCode::BAD_REQUEST,
-            "rejected",
-            format!("missing {} header", flavour.event_headers[0]),
-        );
-    }
-    if (flavour.used)(&event_header).is_none() {
-        count("ignored");
-        return answer(
-            StatusCode::OK,
+    if (flavour.used)(event_header).is_none() {
+        return Err(turned(
             "ignored",
-            format!("event type `{event_header}` is not used"),
-        );
+            answer(
+                StatusCode::OK,
+                "ignored",
+                format!("event type `{event_header}` is not used"),
+            ),
+        ));
     }
     if state.settings.forge.kind != flavour.kind {
         // Signed, but this director acts on the other forge: the names would mean nothing.
-        count("wrong_forge");
-        return answer(
-            StatusCode::BAD_REQUEST,
-            "rejected",
-            format!(
-                "this director serves {} (forge.kind); {} webhooks are not taken",
-                state.settings.forge.kind.display_name(),
-                flavour.kind.display_name()
+        return Err(turned(
+            "wrong_forge",
+            answer(
+                StatusCode::BAD_REQUEST,
+                "rejected",
+                format!(
+                    "this director serves {} (forge.kind); {} webhooks are not taken",
+                    state.settings.forge.kind.display_name(),
+                    flavour.kind.display_name()
+                ),
             ),
-        );
+        ));
     }
-    let event = match (flavour.parse)(&event_header, &body) {
-        Ok(event) => event,
-        Err(e) => {
-            count("bad_request");
-            return answer(StatusCode::BAD_REQUEST, "rejected", e.to_string());
-        }
-    };
+    let event = (flavour.parse)(event_header, body).map_err(|e| {
+        turned(
+            "bad_request",
+            answer(StatusCode::BAD_REQUEST, "rejected", e.to_string()),
+        )
+    })?;
     if state.is_bot(&event.sender) {
-        count("own_event");
-        return answer(
-            StatusCode::OK,
-            "ignored",
-            "event caused by the director itself",
-        );
+        return Err(turned(
+            "own_event",
+            answer(
+                StatusCode::OK,
+                "ignored",
+                "event caused by the director itself",
+            ),
+        ));
     }
     if !state.watches(&event.issue.repo) {
         // Signed, so the sender holds a webhook secret, but not for a repository watched here.
-        count("unwatched");
         tracing::info!(repo = %event.issue.repo, "delivery for a repository not watched; ignored");
-        return answer(
-            StatusCode::OK,
-            "ignored",
-            "the repository is not watched (scan.repos, scan.orgs)",
-        );
+        return Err(turned(
+            "unwatched",
+            answer(
+                StatusCode::OK,
+                "ignored",
+                "the repository is not watched (scan.repos, scan.orgs)",
+            ),
+        ));
     }
+    Ok(event)
+}
 
-    let content_sha256 = hex::encode(Sha256::digest(&body));
-    let delivery_id = first_header(&req, flavour.delivery_headers)
+/// Stores the delivery (once: by its id and by its body's digest) and says how it went.
+async fn store_delivery(
+    flavour: &Flavour,
+    req: &HttpRequest,
+    body: &[u8],
+    event: crate::event::ForgeEvent,
+    state: &AppState,
+) -> (&'static str, HttpResponse) {
+    let content_sha256 = hex::encode(Sha256::digest(body));
+    let delivery_id = first_header(req, flavour.delivery_headers)
         .map(str::trim)
         .filter(|id| !id.is_empty() && id.len() <= 200)
         .map_or_else(|| format!("sha256:{content_sha256}"), str::to_owned);
@@ -372,29 +439,34 @@ async fn receive_as(
     // The row's values are made here, on the HTTP workers, not by the one writer: a value
     // the database cannot hold is this delivery's error, never its batch's.
     let Ok(ready) = delivery.ready() else {
-        count("bad_request");
-        return answer(
-            StatusCode::BAD_REQUEST,
-            "rejected",
-            "the issue number is out of range",
+        return (
+            "bad_request",
+            answer(
+                StatusCode::BAD_REQUEST,
+                "rejected",
+                "the issue number is out of range",
+            ),
         );
     };
     match state.intake.store(ready).await {
         Ok(Stored::New) => {
-            count("accepted");
             span.in_scope(|| tracing::debug!("delivery stored"));
             // The answer to nearly every delivery, made once: what `answer` would render.
-            HttpResponse::Accepted()
-                .content_type("application/json")
-                .body(ACCEPTED)
+            (
+                "accepted",
+                HttpResponse::Accepted()
+                    .content_type("application/json")
+                    .body(ACCEPTED),
+            )
         }
         Ok(Stored::Duplicate) => {
-            count("duplicate");
             span.in_scope(|| tracing::info!("duplicate delivery ignored"));
-            answer(StatusCode::OK, "duplicate", "already received")
+            (
+                "duplicate",
+                answer(StatusCode::OK, "duplicate", "already received"),
+            )
         }
         Err(e) => {
-            count("error");
             // During a database outage (logged once by the store's monitor) each refused
             // delivery is a debug line, not another error.
             if state.store.is_up() {
@@ -402,10 +474,13 @@ async fn receive_as(
             } else {
                 span.in_scope(|| tracing::debug!(error = %e, "delivery not stored: the database is unreachable"));
             }
-            answer(
-                StatusCode::SERVICE_UNAVAILABLE,
+            (
                 "error",
-                "could not store the delivery; retry",
+                answer(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "error",
+                    "could not store the delivery; retry",
+                ),
             )
         }
     }

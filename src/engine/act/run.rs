@@ -207,6 +207,16 @@ fn encodings(value: &str) -> Vec<String> {
     out
 }
 
+/// What an earlier attempt at starting a run left behind.
+enum Earlier {
+    /// The run was cancelled before it started: nothing more is done for it.
+    Cancelled,
+    /// A container for the run, started or not.
+    Container { id: String, never_started: bool },
+    /// Nothing usable: start afresh.
+    Nothing,
+}
+
 impl RunAct {
     async fn run_record(acts: &Acts, run_id: &str) -> anyhow::Result<RunRecord> {
         acts.store
@@ -233,69 +243,100 @@ impl RunAct {
         issue_ref: &IssueRef,
         run_id: &str,
     ) -> anyhow::Result<Option<Event>> {
-        let mut run = Self::run_record(acts, run_id).await?;
+        let run = Self::run_record(acts, run_id).await?;
         if run.state != RunState::Launching {
             return Ok(None);
         }
-        let report = |report| {
-            Some(Event::Run {
-                run_id: run_id.to_owned(),
-                report,
-            })
+        let report = match self.earlier_attempt(&run, run_id).await? {
+            Earlier::Cancelled => RunReport::Refused {
+                why: "it was cancelled before it started".into(),
+            },
+            Earlier::Container { id, never_started } => {
+                self.adopt(acts, &run, id, never_started).await?
+            }
+            Earlier::Nothing => self.start_afresh(acts, issue_ref, run, run_id).await?,
         };
-        let mut found = self.find_container(run_id).await?;
+        Ok(Some(Event::Run {
+            run_id: run_id.to_owned(),
+            report,
+        }))
+    }
+
+    /// What an earlier attempt at starting the run left: a container to adopt, or nothing
+    /// usable. A run cancelled before it started gets nothing more, and a container an
+    /// earlier attempt created for it is removed, never started.
+    async fn earlier_attempt(&self, run: &RunRecord, run_id: &str) -> anyhow::Result<Earlier> {
+        let found = self.find_container(run_id).await?;
         if run.stop_requested
             && found
                 .as_ref()
                 .is_none_or(|(_, never_started)| *never_started)
         {
-            // Cancelled before it started: nothing more is minted or started, and a container
-            // an earlier attempt created is removed, never started.
             if let Some((id, _)) = &found {
                 self.runtime.remove(id).await?;
             }
-            return Ok(report(RunReport::Refused {
-                why: "it was cancelled before it started".into(),
-            }));
+            return Ok(Earlier::Cancelled);
         }
-        if let Some((id, true)) = &found
-            && !self.runtime.has_task(id, TASK_PATH).await?
-        {
-            // An earlier attempt created the container but could not put its task in (nor
-            // remove it): it is removed and made again, with a new token.
-            tracing::warn!(container = %id, "an earlier attempt's container has no task; making it again");
-            self.runtime.remove(id).await?;
-            found = None;
-        }
-        if let Some((id, never_started)) = found {
-            // An earlier attempt got this far: the PR-only check passed before the container
-            // was created, and the token it holds stays alive while the run is active.
-            if never_started {
-                tracing::info!(container = %id, "starting the run's container an earlier attempt created");
-                self.runtime.start(&id).await?;
-            } else {
-                tracing::info!(container = %id, "adopting the run's container");
+        match found {
+            Some((id, true)) if !self.runtime.has_task(&id, TASK_PATH).await? => {
+                // An earlier attempt created the container but could not put its task in (nor
+                // remove it): it is removed and made again, with a new token.
+                tracing::warn!(container = %id, "an earlier attempt's container has no task; making it again");
+                self.runtime.remove(&id).await?;
+                Ok(Earlier::Nothing)
             }
-            let base = self.base_branch(acts, &run).await?;
-            // A follow-up's start head was given to it: read it back, not from the branch,
-            // which the run may have moved already.
-            let start_head = match run.followup {
-                Some(_) => self
-                    .runtime
-                    .env(&id)
-                    .await?
-                    .into_iter()
-                    .find(|(k, _)| k == "DIRECTOR_START_HEAD")
-                    .map(|(_, v)| v)
-                    .filter(|v| !v.is_empty()),
-                None => None,
-            };
-            return Ok(report(RunReport::Started {
-                container_id: id,
-                base_branch: base,
-                start_head,
-            }));
+            Some((id, never_started)) => Ok(Earlier::Container { id, never_started }),
+            None => Ok(Earlier::Nothing),
         }
+    }
+
+    /// Takes over the container an earlier attempt created. That attempt got this far: the
+    /// PR-only check passed before the container was created, and the token it holds stays
+    /// alive while the run is active.
+    async fn adopt(
+        &self,
+        acts: &Acts,
+        run: &RunRecord,
+        id: String,
+        never_started: bool,
+    ) -> anyhow::Result<RunReport> {
+        if never_started {
+            tracing::info!(container = %id, "starting the run's container an earlier attempt created");
+            self.runtime.start(&id).await?;
+        } else {
+            tracing::info!(container = %id, "adopting the run's container");
+        }
+        let base = self.base_branch(acts, run).await?;
+        // A follow-up's start head was given to it: read it back, not from the branch,
+        // which the run may have moved already.
+        let start_head = match run.followup {
+            Some(_) => self
+                .runtime
+                .env(&id)
+                .await?
+                .into_iter()
+                .find(|(k, _)| k == "DIRECTOR_START_HEAD")
+                .map(|(_, v)| v)
+                .filter(|v| !v.is_empty()),
+            None => None,
+        };
+        Ok(RunReport::Started {
+            container_id: id,
+            base_branch: base,
+            start_head,
+        })
+    }
+
+    /// A first start: the trusted text still as the verdict read it, the runner's role, a
+    /// run token restricted as asked and unable to reach the default branch; then the
+    /// container is created with its task and started.
+    async fn start_afresh(
+        &self,
+        acts: &Acts,
+        issue_ref: &IssueRef,
+        mut run: RunRecord,
+        run_id: &str,
+    ) -> anyhow::Result<RunReport> {
         let issue = acts
             .store
             .issue(issue_ref)
@@ -306,77 +347,32 @@ impl RunAct {
         // the background, not what the verdict bound.
         if trusted.stale && run.followup.is_none() {
             tracing::info!("the issue changed since the pre-flight; not starting");
-            return Ok(report(RunReport::Stale));
+            return Ok(RunReport::Stale);
         }
         run.base_branch = self.base_branch(acts, &run).await?;
         if let Some(Err(why)) = &self.egress {
-            return Ok(report(RunReport::Refused {
+            return Ok(RunReport::Refused {
                 why: format!("runs are allow-listed (runner.egress) and {why}"),
-            }));
+            });
         }
         let endpoints = acts.forge.run_endpoints(&run.repo, &self.runner);
         if endpoints.runner_account
             && let Some(why) = self.runner_role_refusal(acts, &run).await?
         {
-            return Ok(report(RunReport::Refused { why }));
+            return Ok(RunReport::Refused { why });
         }
-        // A token's value cannot be read back: one an earlier attempt minted is replaced.
-        let name = token_name(&self.director_id, run_id);
-        match acts.forge.delete_run_token(&self.runner, &name).await {
-            // Nothing minted by this process under the name: nothing to clear here.
-            Ok(()) | Err(ForgeError::TokenNotHeld { .. }) => {}
-            Err(e) => return Err(anyhow::Error::new(e).context("clearing an earlier run token")),
-        }
-        let minted = match self.mint(acts, &run.repo, &name).await {
-            Ok(minted) => minted,
-            // The forge said no (a permission, the runner's password): no retry changes that,
-            // and the issue is told at once, not after minutes of attempts.
-            Err(e)
-                if e.downcast_ref::<ForgeError>()
-                    .is_some_and(ForgeError::is_refusal) =>
-            {
-                return Ok(report(RunReport::Refused {
-                    why: format!("the forge refused to mint the run's token: {e:#}"),
-                }));
-            }
-            Err(e) => return Err(e),
+        let token = match self.run_token(acts, &run, run_id, &endpoints).await? {
+            Ok(token) => token,
+            Err(why) => return Ok(RunReport::Refused { why }),
         };
-        self.secrets.remember_token(run_id, &minted.token);
-        // The forge's answer must show the restriction asked for: an older Forgejo ignores it.
-        let restricted = minted.repositories.as_deref() == Some(std::slice::from_ref(&run.repo));
-        if !restricted || minted.scopes != endpoints.token_scopes {
-            let repositories = minted
-                .repositories
-                .as_ref()
-                .map_or("none".to_owned(), |list| {
-                    list.iter()
-                        .map(ToString::to_string)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                });
-            let hint = if endpoints.runner_account {
-                "; repository-restricted tokens need Forgejo 15 or later"
-            } else {
-                ""
-            };
-            return Ok(report(RunReport::Refused {
-                why: format!(
-                    "{} did not restrict the run token to {} with `{}` alone (it answered repositories: {repositories}; permissions: {}){hint}",
-                    endpoints.name,
-                    run.repo,
-                    endpoints.token_scopes.join(", "),
-                    minted.scopes.join(", ")
-                ),
-            }));
-        }
         // PR-only: the run's own token can neither push to nor merge into the default branch.
         let branch = acts
             .forge
-            .branch_as(&minted.token, &run.repo, &run.base_branch)
+            .branch_as(&token, &run.repo, &run.base_branch)
             .await
             .context("checking the default branch with the run token")?;
         if let Some(why) = self.pr_only_refusal(&run, branch.as_ref(), &endpoints) {
-            return Ok(report(RunReport::Refused { why }));
+            return Ok(RunReport::Refused { why });
         }
         if let Some(f) = run.followup.as_mut() {
             f.start_head = acts
@@ -390,7 +386,7 @@ impl RunAct {
         let task = self
             .task(acts, &run, &issue, &trusted.title, &trusted.body)
             .await?;
-        let spec = self.spec(&run, &minted.token, task, &endpoints);
+        let spec = self.spec(&run, &token, task, &endpoints);
         let id = match self.runtime.create(&spec).await {
             Ok(id) => id,
             Err(RuntimeError::Exists(_)) => anyhow::bail!(
@@ -407,11 +403,69 @@ impl RunAct {
         })
         .await;
         tracing::info!(container = %id, "run started");
-        Ok(report(RunReport::Started {
+        Ok(RunReport::Started {
             container_id: id,
             base_branch: run.base_branch,
             start_head: run.followup.and_then(|f| f.start_head),
-        }))
+        })
+    }
+
+    /// The run's token: one an earlier attempt minted is replaced (a token's value cannot be
+    /// read back), and the forge's answer must show the restriction asked for (an older
+    /// Forgejo ignores it). `Err(why)`: the run is refused.
+    async fn run_token(
+        &self,
+        acts: &Acts,
+        run: &RunRecord,
+        run_id: &str,
+        endpoints: &RunEndpoints,
+    ) -> anyhow::Result<Result<Secret, String>> {
+        let name = token_name(&self.director_id, run_id);
+        match acts.forge.delete_run_token(&self.runner, &name).await {
+            // Nothing minted by this process under the name: nothing to clear here.
+            Ok(()) | Err(ForgeError::TokenNotHeld { .. }) => {}
+            Err(e) => return Err(anyhow::Error::new(e).context("clearing an earlier run token")),
+        }
+        let minted = match self.mint(acts, &run.repo, &name).await {
+            Ok(minted) => minted,
+            // The forge said no (a permission, the runner's password): no retry changes that,
+            // and the issue is told at once, not after minutes of attempts.
+            Err(e)
+                if e.downcast_ref::<ForgeError>()
+                    .is_some_and(ForgeError::is_refusal) =>
+            {
+                return Ok(Err(format!(
+                    "the forge refused to mint the run's token: {e:#}"
+                )));
+            }
+            Err(e) => return Err(e),
+        };
+        self.secrets.remember_token(run_id, &minted.token);
+        let restricted = minted.repositories.as_deref() == Some(std::slice::from_ref(&run.repo));
+        if restricted && minted.scopes == endpoints.token_scopes {
+            return Ok(Ok(minted.token));
+        }
+        let repositories = minted
+            .repositories
+            .as_ref()
+            .map_or("none".to_owned(), |list| {
+                list.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            });
+        let hint = if endpoints.runner_account {
+            "; repository-restricted tokens need Forgejo 15 or later"
+        } else {
+            ""
+        };
+        Ok(Err(format!(
+            "{} did not restrict the run token to {} with `{}` alone (it answered repositories: {repositories}; permissions: {}){hint}",
+            endpoints.name,
+            run.repo,
+            endpoints.token_scopes.join(", "),
+            minted.scopes.join(", ")
+        )))
     }
 
     /// Mints the run's token. A mint that got no answer (the connection closed, the answer

@@ -404,9 +404,31 @@ fn route(
     login: &str,
 ) -> Answer {
     let parts: Vec<&str> = seg.iter().map(String::as_str).collect();
-    let repo_of = |o: &str, r: &str| RepoName::new(o, r).map_err(|_| Refusal::NotFound);
-    let result: Result<Answer, Refusal> = (|| match (method, parts.as_slice()) {
-        ("GET", ["user"]) => Ok(ok(user_json(s, login))),
+    // By resource, as Forgejo's API groups them.
+    let by = match parts.as_slice() {
+        ["repos", "issues", "search"] | ["repos", _, _, "issues", ..] => issues,
+        ["repos", _, _, "pulls", ..] => pulls,
+        ["repos", ..] => repos,
+        _ => accounts,
+    };
+    by(s, method, &parts, query, body, login).unwrap_or_else(refusal)
+}
+
+/// `owner/name` from two path segments; a name Forgejo could not have is not found.
+fn repo_of(o: &str, r: &str) -> Result<RepoName, Refusal> {
+    RepoName::new(o, r).map_err(|_| Refusal::NotFound)
+}
+
+/// Issues: search, list, create, and each issue's comments, labels and timeline.
+fn issues(
+    s: &mut State,
+    method: &str,
+    parts: &[&str],
+    query: &[(String, String)],
+    body: Option<&Value>,
+    login: &str,
+) -> Result<Answer, Refusal> {
+    match (method, parts) {
         ("GET", ["repos", "issues", "search"]) => {
             let since = match param(query, "since") {
                 Some(t) => Some(
@@ -428,11 +450,6 @@ fn route(
                 .map(|(repo, i)| issue_json(s, &repo, i))
                 .collect();
             Ok(paginate(items, query, false))
-        }
-        ("GET", ["repos", o, r]) => {
-            let repo = repo_of(o, r)?;
-            s.repo(&repo)?;
-            Ok(ok(repo_json(s, &repo)))
         }
         ("GET", ["repos", o, r, "issues"]) => {
             let repo = repo_of(o, r)?;
@@ -555,6 +572,85 @@ fn route(
                 _ => Err(Refusal::NotFound),
             }
         }
+        _ => Err(Refusal::NotFound),
+    }
+}
+
+/// Pull requests, their reviews and review comments.
+fn pulls(
+    s: &mut State,
+    method: &str,
+    parts: &[&str],
+    query: &[(String, String)],
+    body: Option<&Value>,
+    login: &str,
+) -> Result<Answer, Refusal> {
+    match (method, parts) {
+        ("GET", ["repos", o, r, "pulls", n, "reviews"]) if n.parse::<u64>().is_ok() => {
+            let repo = repo_of(o, r)?;
+            let n: u64 = n.parse().map_err(|_| Refusal::NotFound)?;
+            let reviews = reviews_json(s, &repo, n)?;
+            Ok(paginate(reviews, query, false))
+        }
+        ("GET", ["repos", o, r, "pulls", n, "reviews", id, "comments"]) => {
+            let repo = repo_of(o, r)?;
+            let n: u64 = n.parse().map_err(|_| Refusal::NotFound)?;
+            let id: u64 = id.parse().map_err(|_| Refusal::NotFound)?;
+            Ok(ok(Value::Array(review_comments_json(s, &repo, n, id)?)))
+        }
+        ("GET", ["repos", o, r, "pulls", n]) => {
+            let repo = repo_of(o, r)?;
+            let n: u64 = n.parse().map_err(|_| Refusal::NotFound)?;
+            Ok(ok(pull_json(s, &repo, n)?))
+        }
+        ("GET", ["repos", o, r, "pulls", base, head]) => {
+            let repo = repo_of(o, r)?;
+            let rr = s.repo(&repo)?;
+            let p = rr
+                .pulls
+                .iter()
+                .find(|p| p.base == *base && p.head == *head)
+                .ok_or(Refusal::NotFound)?;
+            Ok(ok(
+                json!({ "id": p.number, "number": p.number, "state": p.state, "head": { "ref": p.head }, "base": { "ref": p.base } }),
+            ))
+        }
+        ("POST", ["repos", o, r, "pulls"]) => {
+            let repo = repo_of(o, r)?;
+            let b = body.cloned().unwrap_or(Value::Null);
+            let number = s.create_pull(
+                login,
+                &repo,
+                b["head"].as_str().unwrap_or_default(),
+                b["base"].as_str().unwrap_or_default(),
+                b["title"].as_str().unwrap_or_default(),
+                b["body"].as_str().unwrap_or_default(),
+            )?;
+            Ok((
+                StatusCode::CREATED,
+                json!({ "id": number, "number": number, "state": "open" }),
+                Vec::new(),
+            ))
+        }
+        _ => Err(Refusal::NotFound),
+    }
+}
+
+/// A repository and what hangs off it: labels, permissions, branches, contents, hooks, compare.
+fn repos(
+    s: &mut State,
+    method: &str,
+    parts: &[&str],
+    query: &[(String, String)],
+    body: Option<&Value>,
+    login: &str,
+) -> Result<Answer, Refusal> {
+    match (method, parts) {
+        ("GET", ["repos", o, r]) => {
+            let repo = repo_of(o, r)?;
+            s.repo(&repo)?;
+            Ok(ok(repo_json(s, &repo)))
+        }
         ("GET", ["repos", o, r, "labels"]) => {
             let repo = repo_of(o, r)?;
             let items = s
@@ -636,7 +732,7 @@ fn route(
                 let content = base64::engine::general_purpose::STANDARD
                     .decode(b["content"].as_str().unwrap_or_default())
                     .map_err(|e| Refusal::Unprocessable(format!("content: {e}")))?;
-                let file = seg.get(4..).map(|p| p.join("/")).unwrap_or_default();
+                let file = parts.get(4..).map(|p| p.join("/")).unwrap_or_default();
                 let message = b["message"].as_str().unwrap_or_default();
                 let sha = super::git::commit_file(&g, &from, &target, &file, &content, message)
                     .and_then(|sha| super::git::sync(s, &repo).map(|()| sha))
@@ -687,52 +783,21 @@ fn route(
                 json!({ "total_commits": ahead, "commits": commits, "files": [] }),
             ))
         }
-        ("GET", ["repos", o, r, "pulls", n, "reviews"]) if n.parse::<u64>().is_ok() => {
-            let repo = repo_of(o, r)?;
-            let n: u64 = n.parse().map_err(|_| Refusal::NotFound)?;
-            let reviews = reviews_json(s, &repo, n)?;
-            Ok(paginate(reviews, query, false))
-        }
-        ("GET", ["repos", o, r, "pulls", n, "reviews", id, "comments"]) => {
-            let repo = repo_of(o, r)?;
-            let n: u64 = n.parse().map_err(|_| Refusal::NotFound)?;
-            let id: u64 = id.parse().map_err(|_| Refusal::NotFound)?;
-            Ok(ok(Value::Array(review_comments_json(s, &repo, n, id)?)))
-        }
-        ("GET", ["repos", o, r, "pulls", n]) => {
-            let repo = repo_of(o, r)?;
-            let n: u64 = n.parse().map_err(|_| Refusal::NotFound)?;
-            Ok(ok(pull_json(s, &repo, n)?))
-        }
-        ("GET", ["repos", o, r, "pulls", base, head]) => {
-            let repo = repo_of(o, r)?;
-            let rr = s.repo(&repo)?;
-            let p = rr
-                .pulls
-                .iter()
-                .find(|p| p.base == *base && p.head == *head)
-                .ok_or(Refusal::NotFound)?;
-            Ok(ok(
-                json!({ "id": p.number, "number": p.number, "state": p.state, "head": { "ref": p.head }, "base": { "ref": p.base } }),
-            ))
-        }
-        ("POST", ["repos", o, r, "pulls"]) => {
-            let repo = repo_of(o, r)?;
-            let b = body.cloned().unwrap_or(Value::Null);
-            let number = s.create_pull(
-                login,
-                &repo,
-                b["head"].as_str().unwrap_or_default(),
-                b["base"].as_str().unwrap_or_default(),
-                b["title"].as_str().unwrap_or_default(),
-                b["body"].as_str().unwrap_or_default(),
-            )?;
-            Ok((
-                StatusCode::CREATED,
-                json!({ "id": number, "number": number, "state": "open" }),
-                Vec::new(),
-            ))
-        }
+        _ => Err(Refusal::NotFound),
+    }
+}
+
+/// The signed-in user, runner tokens and organisations' repositories.
+fn accounts(
+    s: &mut State,
+    method: &str,
+    parts: &[&str],
+    query: &[(String, String)],
+    body: Option<&Value>,
+    login: &str,
+) -> Result<Answer, Refusal> {
+    match (method, parts) {
+        ("GET", ["user"]) => Ok(ok(user_json(s, login))),
         ("POST", ["users", user, "tokens"]) => {
             if *user != login {
                 return Err(Refusal::Forbidden);
@@ -799,8 +864,7 @@ fn route(
             Ok(paginate(items, query, false))
         }
         _ => Err(Refusal::NotFound),
-    })();
-    result.unwrap_or_else(refusal)
+    }
 }
 
 /// A hook as Forgejo lists it: the secret never shown.
