@@ -1,11 +1,13 @@
-//! The `director` command line: parse arguments, start telemetry, call into the library.
+//! The `director` command line: parse arguments, start telemetry, run the verb. In the
+//! library rather than the binary so that its code is built once, with the rest, and the
+//! binary is a call into it.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::settings::{LogFormat, Settings};
+use crate::startup::Application;
 use clap::{Parser, Subcommand};
-use director::settings::{LogFormat, Settings};
-use director::startup::Application;
 
 #[derive(Parser)]
 #[command(
@@ -104,7 +106,7 @@ fn hooks(action: HooksAction) -> ExitCode {
         eprintln!("error: configuration key `{key}`: {why}");
         ExitCode::from(2)
     };
-    if settings.forge.kind == director::settings::ForgeKind::Github {
+    if settings.forge.kind == crate::settings::ForgeKind::Github {
         return refuse(
             "forge.kind",
             "`director hooks` manages Forgejo repository webhooks; a GitHub App has one webhook, set in the App's settings (Webhook URL: this director's /webhooks/github, with a secret from webhook.secrets)",
@@ -129,7 +131,7 @@ fn hooks(action: HooksAction) -> ExitCode {
         );
     }
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let forge = match director::startup::forge_client(&settings, None) {
+    let forge = match crate::startup::forge_client(&settings, None) {
         Ok(Some(f)) => f,
         Ok(None) => return refuse("forge.url", "required by `director hooks`"),
         Err(e) => {
@@ -141,7 +143,7 @@ fn hooks(action: HooksAction) -> ExitCode {
     // The hooks prove themselves before their bodies are read: with `webhook.authorization`,
     // or with a token derived from the secret they sign with.
     let authorization = if settings.webhook.authorization.is_empty() {
-        director::settings::Secret::new(director::http::signature::hook_token(secret.expose()))
+        crate::settings::Secret::new(crate::http::signature::hook_token(secret.expose()))
     } else {
         settings.webhook.authorization.clone()
     };
@@ -149,11 +151,10 @@ fn hooks(action: HooksAction) -> ExitCode {
     let mut attention = false;
     let code = run_async(async {
         let (repos, mut rows) =
-            director::hooks::watched(forge.as_ref(), &settings.scan.repos, &settings.scan.orgs)
-                .await;
+            crate::hooks::watched(forge.as_ref(), &settings.scan.repos, &settings.scan.orgs).await;
         for repo in repos {
             let outcome = if install {
-                director::hooks::install_repo(
+                crate::hooks::install_repo(
                     forge.as_ref(),
                     &repo,
                     &url,
@@ -163,16 +164,16 @@ fn hooks(action: HooksAction) -> ExitCode {
                 )
                 .await
             } else {
-                director::hooks::check_repo(forge.as_ref(), &repo, &url).await
+                crate::hooks::check_repo(forge.as_ref(), &repo, &url).await
             };
-            rows.push(director::hooks::RepoHook {
+            rows.push(crate::hooks::RepoHook {
                 repo: repo.to_string(),
                 outcome,
             });
         }
         attention = rows.iter().any(|r| {
             if install {
-                matches!(r.outcome, director::hooks::Outcome::Failed { .. })
+                matches!(r.outcome, crate::hooks::Outcome::Failed { .. })
             } else {
                 r.outcome.needs_attention()
             }
@@ -180,7 +181,7 @@ fn hooks(action: HooksAction) -> ExitCode {
         if json {
             println!("{}", serde_json::to_string_pretty(&rows)?);
         } else {
-            print!("{}", director::hooks::render(&rows));
+            print!("{}", crate::hooks::render(&rows));
         }
         Ok(())
     });
@@ -201,7 +202,8 @@ fn load(config: Option<&PathBuf>) -> Result<Settings, ExitCode> {
     })
 }
 
-fn main() -> ExitCode {
+/// Runs the command line: what `director` does with its arguments.
+pub fn run() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::CheckConfig { config } => match load(config.as_ref()) {
@@ -216,10 +218,10 @@ fn main() -> ExitCode {
                 Ok(s) => s,
                 Err(code) => return code,
             };
-            director::telemetry::init(settings.server.log_format);
+            crate::telemetry::init(settings.server.log_format);
             let _ = rustls::crypto::ring::default_provider().install_default();
             run_async(async move {
-                let report = director::startup::scan_once(settings).await?;
+                let report = crate::startup::scan_once(settings).await?;
                 println!("{}", serde_json::to_string_pretty(&report)?);
                 Ok(())
             })
@@ -229,7 +231,7 @@ fn main() -> ExitCode {
             dry_run: _,
             config,
         } => {
-            let issue: director::domain::IssueRef = match issue.parse() {
+            let issue: crate::domain::IssueRef = match issue.parse() {
                 Ok(i) => i,
                 Err(e) => {
                     eprintln!("error: {e}");
@@ -242,7 +244,7 @@ fn main() -> ExitCode {
             };
             let _ = rustls::crypto::ring::default_provider().install_default();
             run_async(async move {
-                let run = director::startup::preflight_dry_run(settings, issue).await?;
+                let run = crate::startup::preflight_dry_run(settings, issue).await?;
                 println!("=== prompt ===\n{}\n", run.prompt);
                 if !run.left_out.is_empty() {
                     println!(
@@ -265,15 +267,15 @@ fn main() -> ExitCode {
                 Err(code) => return code,
             };
             run_async(async move {
-                let store = director::store::Store::connect(&settings.store).await?;
-                let rows = director::status::collect(
+                let store = crate::store::Store::connect(&settings.store).await?;
+                let rows = crate::status::collect(
                     &store,
                     settings.forge.links().as_ref(),
-                    &director::status::Queueing::from_settings(&settings),
-                    director::clock::now_ms(),
+                    &crate::status::Queueing::from_settings(&settings),
+                    crate::clock::now_ms(),
                 )
                 .await?;
-                print!("{}", director::status::render(&rows, json)?);
+                print!("{}", crate::status::render(&rows, json)?);
                 Ok(())
             })
         }
@@ -287,7 +289,7 @@ fn main() -> ExitCode {
                 Some("json") => settings.server.log_format = LogFormat::Json,
                 _ => {}
             }
-            director::telemetry::init(settings.server.log_format);
+            crate::telemetry::init(settings.server.log_format);
             let _ = rustls::crypto::ring::default_provider().install_default();
             let result = actix_web::rt::System::new().block_on(async move {
                 Application::build(settings)

@@ -1,6 +1,7 @@
 //! `director` hands labelled Forgejo issues to coding agents, safely: webhook intake and a
 //! periodic scan bring issues in, one consumer decides what to do with each.
 
+pub mod cli;
 pub mod clock;
 pub mod domain;
 pub mod egress;
