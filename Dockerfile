@@ -8,7 +8,7 @@ WORKDIR /src
 COPY . .
 # The service only (the workspace's other packages are its test kit, demo and benchmarks):
 # Forgejo and GitHub, Docker and Kubernetes runtimes.
-RUN cargo build --release --locked --no-default-features --features kubernetes,github --bin director \
+RUN cargo build --release --locked --features github,kubernetes --bin director \
  && cp target/release/director /director
 
 # glibc, libgcc, CA certificates, /etc/passwd with `nonroot` (65532); no shell, no package manager.

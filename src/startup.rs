@@ -30,7 +30,7 @@ use crate::metrics::Metrics;
 use crate::preflight::providers;
 use crate::runtime::Runtime;
 use crate::runtime::docker::DockerRuntime;
-use crate::settings::{ForgeKind, Provider, RunnerKind, Settings};
+use crate::settings::{ForgeKind, Provider, Settings};
 use crate::store::Store;
 
 pub struct Application {
@@ -130,7 +130,7 @@ async fn runtime(
         );
     }
     #[cfg(feature = "kubernetes")]
-    if settings.runner.kind == RunnerKind::Kubernetes {
+    if settings.runner.kind == crate::settings::RunnerKind::Kubernetes {
         return Some(
             crate::runtime::kubernetes::KubeRuntime::connect(
                 settings.runner.clone(),
