@@ -1,8 +1,9 @@
 //! `FakeForge`: a stateful, in-memory Forgejo for tests and benchmarks. It holds users,
 //! repositories, labels, issues, comments, timelines and permissions; records every API call;
-//! and behaves as FACTS.md says Forgejo does: label filters drop unknown names, pages cap at
-//! 50, JSON is pretty-printed, the timeline's `X-Total-Count` is the page size, and every
-//! change (the bot's own included) is echoed as a signed webhook when one is configured.
+//! and behaves as Forgejo 15 does (checked in its source): label filters drop unknown names,
+//! pages cap at 50, JSON is pretty-printed, the timeline's `X-Total-Count` is the page size,
+//! and every change (the bot's own included) is echoed as a signed webhook when one is
+//! configured.
 //!
 //! Use it in-process (it implements [`Forge`]) or as a real HTTP server ([`FakeForge::serve`])
 //! so the real client and the whole app are tested end to end. Over HTTP every request is
