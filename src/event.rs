@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::run::{RunResult, StopCause};
 use crate::domain::verdict::Verdict;
-use crate::domain::{ActionKind, Command, Feedback, IssueRef, LeftOut, RepoName};
+use crate::domain::{ActionKind, Command, Feedback, IssueRef, LeftOut, RepoName, RunId};
 
 /// The version of the stored event format. Version 1 rows held a bare [`ForgeEvent`].
 pub const SCHEMA_VERSION: i64 = 2;
@@ -161,9 +161,9 @@ pub enum Event {
         sticky: Box<StickyDraft>,
     },
     /// A run slot is free for this queued issue: the run id and branch it gets.
-    Admitted { run_id: String, branch: String },
+    Admitted { run_id: RunId, branch: String },
     /// Something happened to one run.
-    Run { run_id: String, report: RunReport },
+    Run { run_id: RunId, report: RunReport },
     /// A writer asked something of the issue's pull request (a review, a comment), or
     /// someone who may not did (`allowed` false: nothing happens).
     PullAsked {
@@ -181,7 +181,7 @@ pub enum Event {
         /// The run the action was about, for the actions of one run. Events stored by
         /// versions before it was recorded have none (see `decide`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        run: Option<String>,
+        run: Option<RunId>,
     },
 }
 

@@ -176,7 +176,7 @@ fn run_row(run: &RunRecord, web: Option<&WebLinks>, now_ms: i64) -> RunRow {
         .started_at_ms
         .map(|s| (run.finished_at_ms.unwrap_or(now_ms) - s).max(0) / 1000);
     RunRow {
-        id: run.id.clone(),
+        id: run.id.to_string(),
         state: run.state.as_str().to_owned(),
         branch: run.branch.clone(),
         started_at: run.started_at_ms.map(when),
@@ -591,7 +591,7 @@ mod tests {
         nogo.preflight.reason = Some("Too broad: split it.".into());
         let mut run1 = RunRecord::admitted(
             &running.issue_ref(),
-            "0123456789ab",
+            "0123456789ab".into(),
             "director-issue-1-01234567",
             now - 200_000,
         );
@@ -599,7 +599,7 @@ mod tests {
         run1.started_at_ms = Some(now - 200_000);
         let mut run4 = RunRecord::admitted(
             &done.issue_ref(),
-            "ba9876543210",
+            "ba9876543210".into(),
             "director-issue-4-ba987654",
             now - 900_000,
         );

@@ -211,7 +211,7 @@ impl Seen {
                 if state == "launching" {
                     not_started.insert(run.branch.clone());
                 }
-                let before = self.runs.insert(run.id.clone(), state.clone());
+                let before = self.runs.insert(run.id.to_string(), state.clone());
                 if before.as_ref() == Some(&state) {
                     continue;
                 }

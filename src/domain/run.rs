@@ -1,8 +1,75 @@
 //! One coder run: [`RunRecord`] and its typed [`RunState`].
 
+use std::fmt;
+use std::ops::Deref;
+
 use serde::{Deserialize, Serialize};
 
 use super::{FollowUp, IssueRef, RepoName};
+
+/// A run's id: twelve hex digits, made when the run is admitted. It names the run's
+/// container, its token and its branch, and keys the run's actions.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RunId(String);
+
+impl RunId {
+    /// A fresh id: 48 random bits as twelve hex digits.
+    pub fn random() -> Self {
+        Self(format!("{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Read where a `&str` is wanted (a container's name, a token's name, a log line).
+impl Deref for RunId {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Looked up by its text (a container's label, a token's name).
+impl std::borrow::Borrow<str> for RunId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for RunId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// An id as stored (the database's `runs.id`, an action's payload): taken as it is.
+impl From<String> for RunId {
+    fn from(id: String) -> Self {
+        Self(id)
+    }
+}
+
+impl From<&str> for RunId {
+    fn from(id: &str) -> Self {
+        Self(id.to_owned())
+    }
+}
+
+impl PartialEq<str> for RunId {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for RunId {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
 
 /// Where a run stands. A run id names one container and one token (`director-run-<id>`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -70,7 +137,7 @@ impl std::fmt::Display for RunState {
 /// One coder run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunRecord {
-    pub id: String,
+    pub id: RunId,
     pub repo: RepoName,
     pub number: u64,
     pub state: RunState,
@@ -129,9 +196,9 @@ impl RunRecord {
     }
 
     /// A new run for `issue`, admitted at `now_ms`.
-    pub fn admitted(issue: &IssueRef, id: &str, branch: &str, now_ms: i64) -> Self {
+    pub fn admitted(issue: &IssueRef, id: RunId, branch: &str, now_ms: i64) -> Self {
         Self {
-            id: id.to_owned(),
+            id,
             repo: issue.repo.clone(),
             number: issue.number,
             state: RunState::Launching,
@@ -515,5 +582,34 @@ mod git_tests {
             " * [new branch] HEAD -> main",
             "main"
         ));
+    }
+}
+
+#[cfg(test)]
+mod id_tests {
+    use super::*;
+
+    #[test]
+    fn a_fresh_run_id_is_twelve_hex_digits_and_two_are_not_alike() {
+        let (a, b) = (RunId::random(), RunId::random());
+        for id in [&a, &b] {
+            assert_eq!(id.len(), 12, "{id}");
+            assert!(id.chars().all(|c| c.is_ascii_hexdigit()), "{id}");
+        }
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn a_run_id_is_stored_as_the_plain_string_it_always_was() {
+        let id = RunId::from("0123456789ab");
+        assert_eq!(
+            serde_json::to_string(&id).expect("json"),
+            "\"0123456789ab\""
+        );
+        let back: RunId = serde_json::from_str("\"0123456789ab\"").expect("reads back");
+        assert_eq!(back, id);
+        assert_eq!(id, "0123456789ab");
+        let set = std::collections::HashSet::from([id.clone()]);
+        assert!(set.contains("0123456789ab"), "looked up by its text");
     }
 }

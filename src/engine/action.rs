@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use std::fmt;
 
-use crate::domain::{ActionKind, Command, IssueRef, RepoName};
+use crate::domain::{ActionKind, Command, IssueRef, RepoName, RunId};
 use crate::event::StickyDraft;
 
 /// Something to do on the forge, the model or the container engine.
@@ -37,23 +37,23 @@ pub enum Action {
     /// Make the state labels match the issue's state as it is when this runs.
     SyncLabels,
     /// Mint the run's token, check PR-only, create and start the container (or adopt it).
-    StartRun { run_id: String },
+    StartRun { run_id: RunId },
     /// Stop the run's container.
-    StopRun { run_id: String },
+    StopRun { run_id: RunId },
     /// Count the commits the run's branch has that the base has not.
-    JudgeRun { run_id: String },
+    JudgeRun { run_id: RunId },
     /// Open the run's pull request, unless one from its branch is open already.
     OpenPr {
-        run_id: String,
+        run_id: RunId,
         title: String,
         body: String,
     },
     /// Remove the run's container.
-    RemoveContainer { run_id: String },
+    RemoveContainer { run_id: RunId },
     /// Delete the run's token (by name: safe when it is gone already).
-    RevokeToken { run_id: String },
+    RevokeToken { run_id: RunId },
     /// Post the run's report on the issue, unless it is there already (found by its marker).
-    ReportRun { run_id: String, body: String },
+    ReportRun { run_id: RunId, body: String },
     /// Post on the issue's pull request, unless a comment with `marker` is there already.
     CommentOnPull {
         pr: u64,
@@ -104,7 +104,7 @@ impl Action {
     }
 
     /// The run the action is about, for the actions of one run.
-    pub fn run_id(&self) -> Option<&str> {
+    pub fn run_id(&self) -> Option<&RunId> {
         match self {
             Self::StartRun { run_id }
             | Self::StopRun { run_id }
@@ -176,28 +176,28 @@ pub enum Effect {
         version: i64,
     },
     Start {
-        run: String,
+        run: RunId,
     },
     FollowupStart {
-        run: String,
+        run: RunId,
     },
     Stop {
-        run: String,
+        run: RunId,
     },
     Judge {
-        run: String,
+        run: RunId,
     },
     Pr {
-        run: String,
+        run: RunId,
     },
     Revoke {
-        run: String,
+        run: RunId,
     },
     Report {
-        run: String,
+        run: RunId,
     },
     Remove {
-        run: String,
+        run: RunId,
     },
     /// Reading a review that requested changes (`review`: a digest of who, what and when).
     ReviewFeedback {
@@ -284,7 +284,7 @@ mod tests {
     #[test]
     fn each_effect_is_spelt_as_the_outbox_has_always_held_it() {
         let issue: IssueRef = "acme/widgets#7".parse().expect("an issue");
-        let run = || "0123456789ab".to_owned();
+        let run = || RunId::from("0123456789ab");
         let cases = [
             (Effect::Labels { version: 3 }, "labels:v3"),
             (
@@ -346,7 +346,7 @@ mod tests {
             title: "t".into(),
             body: "b".into(),
         };
-        assert_eq!(run.run_id(), Some("r1"));
+        assert_eq!(run.run_id().map(RunId::as_str), Some("r1"));
         assert_eq!(run.kind(), ActionKind::OpenPr);
         assert_eq!(Action::SyncLabels.run_id(), None);
     }

@@ -12,7 +12,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::SharedClock;
-use crate::domain::{IssueRecord, IssueRef, RunRecord};
+use crate::domain::{IssueRecord, IssueRef, RunId, RunRecord};
 use crate::engine::action::Planned;
 use crate::engine::decide::{Decision, IssueView, Policy, decide};
 use crate::engine::settled::Settled;
@@ -337,7 +337,7 @@ impl Consumer {
             if paced && !followup.contains(&issue) {
                 continue;
             }
-            let run_id = format!("{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
+            let run_id = RunId::random();
             let branch = format!("director-issue-{}-{}", issue.number, &run_id[..8]);
             let event = Event::Admitted { run_id, branch };
             if let Some(decision) = views.decide(&issue, &event, &self.planner.policy, now) {

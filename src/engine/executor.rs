@@ -242,7 +242,7 @@ impl Executor {
         let parsed = serde_json::from_str::<Action>(&claimed.payload);
         // What a give-up tells `decide`: the kind, and the run for the actions of one run.
         let (kind, run) = match &parsed {
-            Ok(action) => (action.kind(), action.run_id().map(str::to_owned)),
+            Ok(action) => (action.kind(), action.run_id().cloned()),
             Err(_) => {
                 let Ok(kind) = claimed.kind.parse::<ActionKind>();
                 (kind, None)

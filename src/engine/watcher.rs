@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::SharedClock;
 use crate::domain::run::{RESULT_MAX_BYTES, StopCause, parse_result};
-use crate::domain::{RunRecord, RunState};
+use crate::domain::{RunId, RunRecord, RunState};
 use crate::engine::act::run::Secrets;
 use crate::event::{Event, RunReport};
 use crate::runtime::{Exit, Runtime, RuntimeError, WaitLimits};
@@ -28,7 +28,7 @@ pub struct Watcher {
     secrets: Arc<Secrets>,
     wake: Arc<Notify>,
     consumer: Arc<Notify>,
-    watched: Mutex<HashSet<String>>,
+    watched: Mutex<HashSet<RunId>>,
     /// With allow-listed runs: the egress proxy, whose refusals the report lists.
     egress: Option<Arc<crate::egress::proxy::Proxy>>,
 }
@@ -140,7 +140,7 @@ impl Watcher {
                 .list_runs()
                 .await?
                 .into_iter()
-                .find(|c| c.run_id == run.id)
+                .find(|c| run.id == c.run_id.as_str())
                 .map(|c| c.id),
         };
         let Some(container) = container else {

@@ -101,7 +101,7 @@ pub(super) fn upsert_run(run: &RunRecord) -> anyhow::Result<Statement> {
          followup = excluded.followup, result = excluded.result, stopped = excluded.stopped, \
          egress_refused = excluded.egress_refused",
     )
-    .bind(&run.id)
+    .bind(run.id.as_str())
     .bind(run.repo.to_string())
     .bind(to_i64(run.number)?)
     .bind(run.state.as_str())
@@ -234,7 +234,7 @@ pub(super) fn run_from_row(row: &dyn Cols) -> anyhow::Result<RunRecord> {
     let pr = row.opt_int("pr_number")?;
     let state = row.text("state")?;
     Ok(RunRecord {
-        id: row.text("id")?,
+        id: crate::domain::RunId::from(row.text("id")?),
         repo: repo.parse().context("stored repository name")?,
         number: u64::try_from(number).context("stored issue number")?,
         state: RunState::parse(&state).with_context(|| format!("stored run state `{state}`"))?,

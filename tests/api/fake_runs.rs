@@ -149,7 +149,7 @@ pub async fn run_ids(t: &ForgeApp, issue: &IssueRef) -> Vec<String> {
         .await
         .expect("runs")
         .into_iter()
-        .map(|r| r.id)
+        .map(|r| r.id.to_string())
         .collect()
 }
 

@@ -106,7 +106,7 @@ fn exited(issue: &IssueRef, n: u32, at: i64) -> NewDelivery {
         format!("exited:r{n}"),
         issue.clone(),
         Event::Run {
-            run_id: format!("r{n}"),
+            run_id: format!("r{n}").into(),
             report: RunReport::Exited {
                 code: Some(0),
                 timed_out: false,

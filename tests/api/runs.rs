@@ -108,7 +108,7 @@ async fn run_ids(t: &ForgeApp, issue: &IssueRef) -> Vec<String> {
         .await
         .expect("runs")
         .into_iter()
-        .map(|r| r.id)
+        .map(|r| r.id.to_string())
         .collect()
 }
 
@@ -607,7 +607,7 @@ async fn a_director_killed_mid_run_adopts_the_run_after_restart_and_one_containe
             .await
             .expect("runs")
             .into_iter()
-            .map(|r| r.id)
+            .map(|r| r.id.to_string())
             .collect();
         !running_containers_of_runs(&ids).is_empty()
     })
@@ -743,9 +743,9 @@ async fn run_tokens_left_behind_are_deleted_and_another_directors_live_tokens_ke
     assert_eq!(store.director_id().await.expect("id"), me, "stable");
     // A run of ours still active, and one that ended before its token was revoked.
     let issue: IssueRef = "acme/widgets#1".parse().expect("ref");
-    let mut ended = director::domain::RunRecord::admitted(&issue, "0ld0000000aa", "b1", 1);
+    let mut ended = director::domain::RunRecord::admitted(&issue, "0ld0000000aa".into(), "b1", 1);
     ended.state = director::domain::RunState::Failed;
-    let live = director::domain::RunRecord::admitted(&issue, "11ve000000bb", "b2", 2);
+    let live = director::domain::RunRecord::admitted(&issue, "11ve000000bb".into(), "b2", 2);
     store
         .commit(
             &director::store::Commit {
@@ -867,7 +867,7 @@ async fn a_writers_review_gets_a_follow_up_container_that_pushes_to_the_pr() {
     assert_eq!(t.forge.pulls_of(&t.repo).len(), 1);
     assert!(t.forge.tokens_of(RUNNER).is_empty());
     wait_until_long("the follow-up's container is removed", || async {
-        containers_of_runs(std::slice::from_ref(&runs[1].id)).is_empty()
+        containers_of_runs(&[runs[1].id.to_string()]).is_empty()
     })
     .await;
 }

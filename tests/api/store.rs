@@ -465,7 +465,7 @@ async fn a_commit_consumes_its_events_with_the_records_runs_and_actions_they_cau
         record.trigger_present = true;
         record.trigger_trusted = Some(true);
         record.pr = Some(PullRecord::opened(9, "director-issue-1-x"));
-        let mut run = RunRecord::admitted(&issue(1), "r1", "director-issue-1-x", 5);
+        let mut run = RunRecord::admitted(&issue(1), "r1".into(), "director-issue-1-x", 5);
         run.stop_requested = true;
         let commit = Commit {
             records: vec![record.clone()],
@@ -534,7 +534,7 @@ async fn a_pass_hands_its_plan_the_events_with_their_issues_records_and_runs_and
         let mut record = IssueRecord::new(&issue(1), 5);
         record.lifecycle = Lifecycle::Succeeded;
         record.pr = Some(PullRecord::opened(9, "director-issue-1-x"));
-        let run = RunRecord::admitted(&issue(1), "r1", "director-issue-1-x", 5);
+        let run = RunRecord::admitted(&issue(1), "r1".into(), "director-issue-1-x", 5);
         store
             .commit(
                 &Commit {
@@ -674,7 +674,7 @@ async fn an_issue_never_has_two_active_runs_and_a_refused_commit_changes_nothing
     let b = backends().await;
     for (name, url) in &b.urls {
         let store = open(url).await;
-        let first = RunRecord::admitted(&issue(1), "r1", "b1", 1);
+        let first = RunRecord::admitted(&issue(1), "r1".into(), "b1", 1);
         store
             .commit(
                 &Commit {
@@ -685,7 +685,7 @@ async fn an_issue_never_has_two_active_runs_and_a_refused_commit_changes_nothing
             )
             .await
             .expect("first run");
-        let second = RunRecord::admitted(&issue(1), "r2", "b2", 2);
+        let second = RunRecord::admitted(&issue(1), "r2".into(), "b2", 2);
         let err = store
             .commit(
                 &Commit {
@@ -710,9 +710,9 @@ async fn an_issue_never_has_two_active_runs_and_a_refused_commit_changes_nothing
                 .is_empty(),
             "{name}"
         );
-        let mut ended = RunRecord::admitted(&issue(1), "r1", "b1", 1);
+        let mut ended = RunRecord::admitted(&issue(1), "r1".into(), "b1", 1);
         ended.state = RunState::Failed;
-        let next = RunRecord::admitted(&issue(1), "r3", "b3", 3);
+        let next = RunRecord::admitted(&issue(1), "r3".into(), "b3", 3);
         store
             .commit(
                 &Commit {

@@ -9,7 +9,7 @@ use anyhow::Context;
 use base64::Engine as _;
 
 use super::Acts;
-use crate::domain::{IssueRecord, IssueRef, RunRecord, RunState};
+use crate::domain::{IssueRecord, IssueRef, RunId, RunRecord, RunState};
 use crate::event::{Event, RunReport};
 use crate::forge::{Branch, ForgeError, Permission, RunEndpoints, RunnerAccount};
 use crate::preflight::prompt::strip_hidden;
@@ -257,7 +257,7 @@ impl RunAct {
             Earlier::Nothing => self.start_afresh(acts, issue_ref, run, run_id).await?,
         };
         Ok(Some(Event::Run {
-            run_id: run_id.to_owned(),
+            run_id: RunId::from(run_id),
             report,
         }))
     }
@@ -624,7 +624,7 @@ impl RunAct {
             None => 0,
         };
         Ok(Some(Event::Run {
-            run_id: run_id.to_owned(),
+            run_id: RunId::from(run_id),
             report: RunReport::Judged { ahead },
         }))
     }
@@ -654,7 +654,7 @@ impl RunAct {
             }
         };
         Ok(Some(Event::Run {
-            run_id: run_id.to_owned(),
+            run_id: RunId::from(run_id),
             report: RunReport::PrOpened { number },
         }))
     }
@@ -786,7 +786,7 @@ impl RunAct {
     ) -> RunSpec {
         let repo = run.repo.to_string();
         let mut env = vec![
-            ("DIRECTOR_RUN_ID".to_owned(), run.id.clone()),
+            ("DIRECTOR_RUN_ID".to_owned(), run.id.to_string()),
             ("DIRECTOR_REPO".to_owned(), repo.clone()),
             ("DIRECTOR_ISSUE".to_owned(), run.number.to_string()),
             ("DIRECTOR_BASE_BRANCH".to_owned(), run.base_branch.clone()),
@@ -826,12 +826,12 @@ impl RunAct {
             _ => false,
         };
         let labels = HashMap::from([
-            (RUN_LABEL.to_owned(), run.id.clone()),
+            (RUN_LABEL.to_owned(), run.id.to_string()),
             ("director.repo".to_owned(), repo),
             ("director.issue".to_owned(), run.number.to_string()),
         ]);
         RunSpec {
-            run_id: run.id.clone(),
+            run_id: run.id.to_string(),
             image: self.settings.image.clone(),
             command: self.settings.command.clone(),
             env,
@@ -886,7 +886,7 @@ pub async fn sweep_tokens(
     runner: &RunnerAccount,
     director_id: &str,
 ) -> anyhow::Result<()> {
-    let active: HashSet<String> = store
+    let active: HashSet<RunId> = store
         .active_runs()
         .await?
         .into_iter()
@@ -976,7 +976,7 @@ mod tests {
     fn the_task_holds_the_issue_without_hidden_content() {
         let run = RunRecord::admitted(
             &"acme/widgets#7".parse().expect("valid"),
-            "0123456789ab",
+            "0123456789ab".into(),
             "director-issue-7-01234567",
             0,
         );

@@ -10,7 +10,8 @@ use crate::domain::issue::CallWindow;
 use crate::domain::run::StopCause;
 use crate::domain::verdict::Verdict;
 use crate::domain::{
-    ActionKind, Command, IssueRecord, IssueRef, Judgement, Lifecycle, RepoName, RunRecord, RunState,
+    ActionKind, Command, IssueRecord, IssueRef, Judgement, Lifecycle, RepoName, RunId, RunRecord,
+    RunState,
 };
 use crate::domain::{FollowUp, PullRecord, PullState, Vouched};
 use crate::engine::action::{Action, ActionKey, Effect, FeedbackSource, Planned};

@@ -3,17 +3,18 @@
 use super::*;
 
 impl Step<'_> {
-    pub(super) fn admitted(&mut self, run_id: &str, branch: &str) -> bool {
+    pub(super) fn admitted(&mut self, run_id: &RunId, branch: &str) -> bool {
         // A run id names one container and one token, ever: never admitted twice.
         if self.record.lifecycle != Lifecycle::Queued
             || self
                 .run
                 .as_ref()
-                .is_some_and(|r| r.state.is_active() || r.id == run_id)
+                .is_some_and(|r| r.state.is_active() || r.id == *run_id)
         {
             return false;
         }
-        let mut run = RunRecord::admitted(&self.record.issue_ref(), run_id, branch, self.now);
+        let mut run =
+            RunRecord::admitted(&self.record.issue_ref(), run_id.clone(), branch, self.now);
         if let Some(pr) = self.record.pr.as_mut().filter(|p| p.is_open()) {
             // A follow-up: on the pull request's branch, answering the feedback waiting.
             let Some(feedback) = pr.pending.take() else {
@@ -30,10 +31,10 @@ impl Step<'_> {
         }
         self.act(
             Effect::Start {
-                run: run_id.to_owned(),
+                run: run_id.clone(),
             },
             Action::StartRun {
-                run_id: run_id.to_owned(),
+                run_id: run_id.clone(),
             },
         );
         self.run = Some(run);

@@ -48,7 +48,7 @@ fn pool() -> Vec<Event> {
             key: format!("start:{id}"),
             kind: ActionKind::StartRun,
             error: "boom".into(),
-            run: Some(id.to_owned()),
+            run: Some(id.into()),
         });
     }
     out
@@ -100,8 +100,8 @@ proptest! {
         let mut reports = std::collections::HashMap::<String, usize>::new();
         for p in &s.all {
             match &p.action {
-                Action::StartRun { run_id } => *starts.entry(run_id.clone()).or_default() += 1,
-                Action::ReportRun { run_id, .. } => *reports.entry(run_id.clone()).or_default() += 1,
+                Action::StartRun { run_id } => *starts.entry(run_id.to_string()).or_default() += 1,
+                Action::ReportRun { run_id, .. } => *reports.entry(run_id.to_string()).or_default() += 1,
                 _ => {}
             }
         }
