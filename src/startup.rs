@@ -184,8 +184,7 @@ async fn egress_proxy(
     if settings.preflight.provider != Provider::Command {
         always.extend(origin(&settings.preflight.base_url));
     }
-    let mut guarded: Vec<std::net::SocketAddr> =
-        settings.server.listen.parse().into_iter().collect();
+    let mut guarded: Vec<std::net::SocketAddr> = vec![settings.server.listen];
     guarded.push(std::net::SocketAddr::new(point.listen, port));
     if let Ok(host) = std::env::var("DOCKER_HOST")
         && let Some(authority) = host.strip_prefix("tcp://")
@@ -639,7 +638,7 @@ async fn start_scans(
 /// Binds `server.listen` and builds the HTTP server (not yet accepting: see
 /// [`Application::run_until_stopped`]); returns it with the port it got.
 fn serve_http(settings: &Settings, state: web::Data<AppState>) -> anyhow::Result<(Server, u16)> {
-    let listener = TcpListener::bind(&settings.server.listen)
+    let listener = TcpListener::bind(settings.server.listen)
         .with_context(|| format!("cannot listen on {}", settings.server.listen))?;
     let port = listener.local_addr()?.port();
     let mut server = HttpServer::new(move || {

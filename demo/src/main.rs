@@ -148,7 +148,9 @@ fn settings(
     image: Option<&str>,
 ) -> anyhow::Result<Settings> {
     let mut s = Settings::default();
-    s.server.listen = listen.to_owned();
+    s.server.listen = listen
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--listen `{listen}`: {e}"))?;
     s.store.url = format!("sqlite://{}", dir.join("director.db").display());
     s.webhook.secrets = vec![Secret::new(SECRET)];
     s.forge.url = forge_url.to_owned();

@@ -13,9 +13,9 @@ pub enum LogFormat {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerSettings {
-    /// Address the HTTP server binds.
-    #[serde(deserialize_with = "lenient::string")]
-    pub listen: String,
+    /// Address the HTTP server binds: an IP address and a port (`127.0.0.1:8080`,
+    /// `[::]:8080`), parsed at load.
+    pub listen: SocketAddr,
     /// Largest webhook body accepted; larger ones get 413. The default holds the largest real
     /// payloads with room to spare: an issue or comment body at GitHub's 65,536-character
     /// cap, every character escaped as `\uXXXX`, is 384 KiB; the rest of a payload is about
@@ -38,7 +38,7 @@ pub struct ServerSettings {
 impl Default for ServerSettings {
     fn default() -> Self {
         Self {
-            listen: "127.0.0.1:8080".into(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             max_body_bytes: 1024 * 1024,
             body_timeout_secs: 10,
             body_memory_mb: 32,
@@ -155,9 +155,6 @@ impl Default for StatusSettings {
 impl ServerSettings {
     /// Its keys alone: the listener, and webhook bodies' limits.
     pub(super) fn validate(&self) -> Result<(), SettingsError> {
-        self.listen
-            .parse::<SocketAddr>()
-            .map_err(|e| invalid("server.listen", format!("`{}`: {e}", self.listen)))?;
         if self.max_body_bytes == 0 {
             return Err(invalid("server.max_body_bytes", "must be greater than 0"));
         }

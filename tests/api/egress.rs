@@ -157,7 +157,7 @@ async fn the_directors_own_routes_refuse_connections_on_the_runs_network() {
     let network_name = network.0.clone();
     // The director listens on every address, as it does in a container.
     let (t, _llm) = spawn_runs(|s| {
-        s.server.listen = "0.0.0.0:0".into();
+        s.server.listen = "0.0.0.0:0".parse().expect("an address");
         s.runner.egress = director::settings::Egress::Allowlist;
         s.runner.allow_dns_leaking_engine = true;
         s.runner.egress_network = network_name;

@@ -26,7 +26,7 @@ pub struct TestApp {
 
 pub fn test_settings(dir: &TempDir) -> Settings {
     let mut settings = Settings::default();
-    settings.server.listen = "127.0.0.1:0".into();
+    settings.server.listen = "127.0.0.1:0".parse().expect("an address");
     settings.store.url = format!("sqlite://{}", dir.path().join("director.db").display());
     settings.webhook.secrets = vec![Secret::new(SECRET)];
     settings.forge.bot_login = Some(BOT.into());

@@ -85,7 +85,7 @@ fn main() -> anyhow::Result<()> {
         let dir = std::env::temp_dir().join(format!("director-runbench-db-{}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
         let mut settings = Settings::default();
-        settings.server.listen = "127.0.0.1:0".into();
+        settings.server.listen = "127.0.0.1:0".parse().expect("an address");
         settings.store = StoreSettings {
             url: format!("sqlite://{}/b.db", dir.display()),
             ..Default::default()
