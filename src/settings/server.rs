@@ -177,35 +177,62 @@ impl ServerSettings {
     }
 }
 
+/// Where the director keeps its state: what `store.url` names, parsed by one function
+/// for the settings' check and the store's connection alike.
+#[derive(Clone, PartialEq, Eq)]
+pub enum StoreUrl {
+    /// `sqlite://PATH`: one process.
+    Sqlite(String),
+    /// `postgres://USER:PASSWORD@HOST:PORT/DATABASE`: several replicas. It holds a password.
+    Postgres(Secret),
+}
+
+/// Never shows a PostgreSQL password.
+impl fmt::Debug for StoreUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Sqlite(url) => write!(f, "Sqlite({url:?})"),
+            Self::Postgres(url) => write!(f, "Postgres({:?})", masked_url(url.expose())),
+        }
+    }
+}
+
+impl StoreUrl {
+    /// `url` as the store reads it; `Err` says why not, the password masked.
+    pub fn parse(url: &str) -> Result<Self, String> {
+        let url = url.trim();
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let usable = reqwest::Url::parse(url)
+                .ok()
+                .is_some_and(|u| u.host_str().is_some_and(|h| !h.is_empty()));
+            return if usable {
+                Ok(Self::Postgres(Secret::new(url)))
+            } else {
+                Err(format!(
+                    "`{}`: not a PostgreSQL URL of the form postgres://USER:PASSWORD@HOST:PORT/DATABASE",
+                    masked_url(url)
+                ))
+            };
+        }
+        if url.starts_with("sqlite:") {
+            return Ok(Self::Sqlite(url.to_owned()));
+        }
+        Err(format!(
+            "`{}`: use sqlite://PATH (one process) or postgres://USER:PASSWORD@HOST:PORT/DATABASE (several replicas)",
+            masked_url(url)
+        ))
+    }
+}
+
 impl StoreSettings {
+    /// What `url` names (after `url_file`, when that is set).
+    pub fn location(&self) -> Result<StoreUrl, SettingsError> {
+        StoreUrl::parse(&self.url).map_err(|reason| invalid("store.url", reason))
+    }
+
     /// `url`: SQLite for one process, a usable PostgreSQL URL for several.
     pub(super) fn validate(&self) -> Result<(), SettingsError> {
-        let url = self.url.trim();
-        let postgres = url.starts_with("postgres://") || url.starts_with("postgresql://");
-        if postgres {
-            let parsed = reqwest::Url::parse(url).ok();
-            let usable = parsed
-                .as_ref()
-                .is_some_and(|u| u.host_str().is_some_and(|h| !h.is_empty()));
-            if !usable {
-                return Err(invalid(
-                    "store.url",
-                    format!(
-                        "`{}`: not a PostgreSQL URL of the form postgres://USER:PASSWORD@HOST:PORT/DATABASE",
-                        masked_url(url)
-                    ),
-                ));
-            }
-        } else if !url.starts_with("sqlite:") {
-            return Err(invalid(
-                "store.url",
-                format!(
-                    "`{}`: use sqlite://PATH (one process) or postgres://USER:PASSWORD@HOST:PORT/DATABASE (several replicas)",
-                    masked_url(url)
-                ),
-            ));
-        }
-        Ok(())
+        self.location().map(|_| ())
     }
 }
 
@@ -230,5 +257,30 @@ impl WebhookSettings {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod store_url_tests {
+    use super::*;
+
+    #[test]
+    fn a_store_url_is_sqlite_or_a_usable_postgres_url_and_its_password_never_shows() {
+        assert_eq!(
+            StoreUrl::parse(" sqlite://director.db "),
+            Ok(StoreUrl::Sqlite("sqlite://director.db".into()))
+        );
+        let pg = StoreUrl::parse("postgres://director:hunter2@db:5432/director").expect("pg");
+        assert!(matches!(&pg, StoreUrl::Postgres(u) if u.expose().contains("hunter2")));
+        assert!(!format!("{pg:?}").contains("hunter2"), "{pg:?}");
+        for bad in ["postgres://", "mysql://u:hunter2@db/x", "director.db", ""] {
+            let why = StoreUrl::parse(bad).expect_err(bad);
+            assert!(!why.contains("hunter2"), "{why}");
+        }
+        let no_host = StoreUrl::parse("postgresql://u:hunter2@/x").expect_err("no host");
+        assert!(
+            no_host.contains("PostgreSQL") && !no_host.contains("hunter2"),
+            "{no_host}"
+        );
     }
 }

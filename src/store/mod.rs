@@ -40,7 +40,7 @@ pub use pass::{PassInput, Passed};
 pub use records::CallWindow;
 pub use writer::DeliveryWriter;
 
-use crate::settings::{StoreSettings, Synchronous};
+use crate::settings::{StoreSettings, StoreUrl, Synchronous};
 use backend::Backend;
 
 #[derive(Clone, Debug)]
@@ -222,17 +222,10 @@ impl Store {
     /// (created if missing) or PostgreSQL. A bad or unreachable URL fails naming the key,
     /// never showing its password.
     pub async fn connect(settings: &StoreSettings) -> anyhow::Result<Self> {
-        let url = settings.url.trim();
-        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            return Self::connect_postgres(url).await;
+        match settings.location()? {
+            StoreUrl::Postgres(url) => Self::connect_postgres(url.expose()).await,
+            StoreUrl::Sqlite(_) => Self::connect_sqlite(settings).await,
         }
-        if !url.starts_with("sqlite:") {
-            anyhow::bail!(
-                "store.url `{}` is neither sqlite://... nor postgres://...",
-                masked_url(url)
-            );
-        }
-        Self::connect_sqlite(settings).await
     }
 
     async fn connect_postgres(url: &str) -> anyhow::Result<Self> {
