@@ -5,15 +5,13 @@
 # cap (60) lets 60 issues be read; the rest wait. Prints the director's peak RSS, the forge
 # requests it made, and the comments it posted, once its outbox is idle.
 # Usage: bench/backlog.sh [REPOS] [ISSUES]   (defaults 1000 and 10000)
-# PROFILE=release for the shipped build (fat LTO, slow to build); fastbench by default.
 # MALLOC_ARENA_MAX is 2 as in the image (Dockerfile); MALLOC_ARENA_MAX= measures glibc's default.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repos=${1:-1000}
 issues=${2:-10000}
-profile=${PROFILE:-fastbench}
-cargo build --profile "$profile" --quiet -p director -p director-bench --bin director --bin director-scanbench
-bin="target/$profile"
+cargo build --release --quiet -p director -p director-bench --bin director --bin director-scanbench
+bin="target/release"
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 

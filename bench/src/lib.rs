@@ -1,5 +1,5 @@
 //! Pieces the benchmark binaries share: the test agent image and the figures they print.
-//! The binaries themselves are in `src/bin/`; docs/benchmarks.md says what each measures.
+//! The binaries themselves are in `bench/src/bin/`; docs/benchmarks.md says what each measures.
 
 /// Builds the test agent image (`tests/agent/`, a static busybox) and returns its tag.
 pub fn build_image(tag: &str) -> anyhow::Result<String> {

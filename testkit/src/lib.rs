@@ -17,8 +17,9 @@ pub mod kube;
 pub mod llm;
 pub mod runtime;
 
-/// An HTTP client for the fakes' own calls (webhook echoes), with the process's TLS provider.
-pub(crate) fn http_client() -> reqwest::Client {
+/// An HTTP client with the process's TLS provider installed: for the fakes' own calls
+/// (webhook echoes) and the tests'.
+pub fn http_client() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::new()
 }

@@ -39,10 +39,7 @@ pub fn test_settings(dir: &TempDir) -> Settings {
 }
 
 /// A reqwest client; the TLS provider must be chosen before the first one is built.
-pub fn http_client() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::new()
-}
+pub use director_testkit::http_client;
 
 impl TestApp {
     pub async fn spawn() -> Self {
