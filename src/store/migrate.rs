@@ -42,6 +42,10 @@ const SQLITE: &[(i64, &str)] = &[
         11,
         include_str!("../../migrations/sqlite/0011_one_dedupe_key.sql"),
     ),
+    (
+        12,
+        include_str!("../../migrations/sqlite/0012_run_tokens.sql"),
+    ),
 ];
 
 const POSTGRES: &[(i64, &str)] = &[
@@ -53,6 +57,10 @@ const POSTGRES: &[(i64, &str)] = &[
     (
         3,
         include_str!("../../migrations/postgres/0003_one_dedupe_key.sql"),
+    ),
+    (
+        4,
+        include_str!("../../migrations/postgres/0004_run_tokens.sql"),
     ),
 ];
 

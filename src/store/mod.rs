@@ -479,6 +479,46 @@ impl Store {
         tx.commit().await
     }
 
+    /// Keeps a run's sealed forge token (replacing one an earlier attempt kept). Durable:
+    /// the run starts only after it is kept.
+    pub async fn put_run_token(&self, run_id: &str, sealed: &str) -> anyhow::Result<()> {
+        let mut tx = self.begin(true).await?;
+        on_tx!(&mut tx, t => {
+            sqlx::query(
+                "INSERT INTO run_tokens (run_id, sealed) VALUES ($1, $2) \
+                 ON CONFLICT (run_id) DO UPDATE SET sealed = excluded.sealed",
+            )
+            .bind(run_id)
+            .bind(sealed)
+            .execute(&mut **t)
+            .await?;
+        });
+        tx.commit().await
+    }
+
+    /// A run's sealed forge token, if one is kept.
+    pub async fn run_token(&self, run_id: &str) -> anyhow::Result<Option<String>> {
+        let row: Option<(String,)> = on_pool!(&self.db, p => {
+            sqlx::query_as("SELECT sealed FROM run_tokens WHERE run_id = $1")
+                .bind(run_id)
+                .fetch_optional(p)
+                .await?
+        });
+        Ok(row.map(|(s,)| s))
+    }
+
+    /// Forgets a run's token (its run ended, and the forge's copy is revoked).
+    pub async fn drop_run_token(&self, run_id: &str) -> anyhow::Result<()> {
+        let mut tx = self.relaxed().await?;
+        on_tx!(&mut tx, t => {
+            sqlx::query("DELETE FROM run_tokens WHERE run_id = $1")
+                .bind(run_id)
+                .execute(&mut **t)
+                .await?;
+        });
+        tx.commit().await
+    }
+
     /// What the egress proxy refused the run: (`host:port`, how many times), most first.
     /// (The proxy's [`crate::egress::proxy::Ledger`] is the store.)
     pub async fn egress_refusals(&self, run_id: &str) -> anyhow::Result<Vec<(String, u64)>> {

@@ -418,6 +418,12 @@ impl Store {
                  WHERE finished_at_ms IS NOT NULL AND finished_at_ms < $1 LIMIT $2)",
                 before_ms,
             ),
+            // A token kept for a run that ended and whose removal was missed.
+            (
+                "DELETE FROM run_tokens WHERE run_id IN (SELECT id FROM runs \
+                 WHERE finished_at_ms IS NOT NULL AND finished_at_ms < $1 LIMIT $2)",
+                before_ms,
+            ),
         ] {
             // One short transaction per statement: intake waits for at most one batch.
             let mut tx = self.relaxed().await?;
