@@ -38,6 +38,8 @@ pub struct Metrics {
     /// Requests the egress proxy refused, by reason: not_allowed, forbidden_address,
     /// unauthenticated, malformed, busy.
     pub egress_refused: IntCounterVec,
+    /// Pushes the git gateway refused, by reason: refused (a rule), too_large, malformed.
+    pub git_pushes_refused: IntCounterVec,
 }
 
 impl Metrics {
@@ -127,6 +129,12 @@ impl Metrics {
                 &r,
                 "director_egress_refused_total",
                 "Requests of runs the egress proxy refused, by reason",
+                &["reason"],
+            ),
+            git_pushes_refused: counter_vec(
+                &r,
+                "director_git_pushes_refused_total",
+                "Pushes of runs the git gateway refused, by reason",
                 &["reason"],
             ),
             registry: r,

@@ -163,6 +163,7 @@ async fn egress_proxy(
     store: &Store,
     metrics: &Metrics,
     shutdown: &CancellationToken,
+    runs: Arc<dyn crate::gateway::Runs>,
 ) -> Result<crate::engine::act::run::RunEgress, String> {
     use crate::egress::{Entry, Policy, proxy::Proxy};
     let port = settings.runner.egress_proxy_port;
@@ -184,8 +185,10 @@ async fn egress_proxy(
     if settings.preflight.provider != Provider::Command {
         always.extend(origin(&settings.preflight.base_url));
     }
+    let gateway_at = std::net::SocketAddr::new(point.listen, settings.runner.git_gateway_port);
     let mut guarded: Vec<std::net::SocketAddr> = vec![settings.server.listen];
     guarded.push(std::net::SocketAddr::new(point.listen, port));
+    guarded.push(gateway_at);
     if let Ok(host) = std::env::var("DOCKER_HOST")
         && let Some(authority) = host.strip_prefix("tcp://")
         && let Ok(addrs) = tokio::net::lookup_host(authority.trim_end_matches('/')).await
@@ -200,17 +203,54 @@ async fn egress_proxy(
     let (proxy, listener) = Proxy::bind(
         std::net::SocketAddr::new(point.listen, port),
         policy,
-        key,
+        key.clone(),
         Arc::new(store.clone()),
         Some(metrics.egress_refused.clone()),
     )
     .await?;
     tracing::info!(listen = %proxy.local_addr(), "egress proxy listening for allow-listed runs");
     proxy.clone().serve(listener, shutdown.clone());
+    let gateway = git_gateway(settings, gateway_at, key, runs, metrics, shutdown)?;
     Ok(crate::engine::act::run::RunEgress {
         proxy,
         host: point.host,
+        gateway,
+        gateway_port: settings.runner.git_gateway_port,
     })
+}
+
+/// The git gateway, beside the egress proxy: runs clone and push through it.
+fn git_gateway(
+    settings: &Settings,
+    at: std::net::SocketAddr,
+    key: Vec<u8>,
+    runs: Arc<dyn crate::gateway::Runs>,
+    metrics: &Metrics,
+    shutdown: &CancellationToken,
+) -> Result<Arc<crate::gateway::Gateway>, String> {
+    let config = crate::gateway::Config {
+        protected_paths: settings.runner.protected_paths.clone(),
+        max_push_mb: settings.runner.max_push_mb,
+        cache_dir: std::env::temp_dir().join(format!("director-git-{}", std::process::id())),
+    };
+    let gateway =
+        crate::gateway::Gateway::new(key, runs, config, Some(metrics.git_pushes_refused.clone()))?;
+    let listener = std::net::TcpListener::bind(at)
+        .map_err(|e| format!("the git gateway cannot listen on {at}: {e}"))?;
+    let addr = gateway
+        .serve(listener, shutdown.clone())
+        .map_err(|e| format!("the git gateway cannot serve on {at}: {e}"))?;
+    tracing::info!(listen = %addr, "git gateway listening for allow-listed runs");
+    Ok(gateway)
+}
+
+/// What run tokens are sealed with in the database: a credential every replica is
+/// configured with and the database does not hold.
+fn seal_material(settings: &Settings) -> &crate::settings::Secret {
+    match settings.forge.kind {
+        crate::settings::ForgeKind::Github => &settings.github.private_key,
+        crate::settings::ForgeKind::Forgejo => &settings.forge.runner_password,
+    }
 }
 
 /// Asks the runtime whether runs can start, now and every `period`, into `/readyz`'s
@@ -310,7 +350,7 @@ impl Application {
         match &forge {
             Some(forge) => {
                 let mut wakes = Wakes::default();
-                runs = engine.start_runs(&overrides).await?;
+                runs = engine.start_runs(&overrides, forge).await?;
                 if let Some(watcher) = &runs.watcher_wake {
                     wakes.watcher = Some(watcher.clone());
                     listeners.runs = Some(watcher.clone());
@@ -488,7 +528,11 @@ impl RunsStarted {
 impl Engine<'_> {
     /// Connects the container runtime and, when it answers, starts the egress proxy, the
     /// runtime's health check and the run watcher.
-    async fn start_runs(&self, overrides: &Overrides) -> anyhow::Result<RunsStarted> {
+    async fn start_runs(
+        &self,
+        overrides: &Overrides,
+        forge: &Arc<dyn Forge>,
+    ) -> anyhow::Result<RunsStarted> {
         let settings = self.settings;
         let mut started = RunsStarted::none();
         let secrets = Arc::new(Secrets::new(passthrough(settings)));
@@ -503,7 +547,19 @@ impl Engine<'_> {
             None => return Ok(started),
         };
         set(&started.state, "ok");
+        let runner = RunnerAccount {
+            login: settings.forge.runner_login.clone(),
+            password: settings.forge.runner_password.clone(),
+        };
+        let seal = crate::engine::act::gateway::Seal::new(seal_material(settings));
         let egress = if settings.egress_confined() {
+            let gateway_runs = crate::engine::act::gateway::GatewayRuns {
+                store: self.store.clone(),
+                secrets: secrets.clone(),
+                forge: forge.clone(),
+                runner: runner.clone(),
+                seal: seal.clone(),
+            };
             Some(
                 egress_proxy(
                     settings,
@@ -511,6 +567,7 @@ impl Engine<'_> {
                     self.store,
                     self.metrics,
                     self.shutdown,
+                    Arc::new(gateway_runs),
                 )
                 .await,
             )
@@ -555,10 +612,8 @@ impl Engine<'_> {
         });
         started.act = Some(RunAct {
             runtime,
-            runner: RunnerAccount {
-                login: settings.forge.runner_login.clone(),
-                password: settings.forge.runner_password.clone(),
-            },
+            runner,
+            seal,
             settings: settings.runner.clone(),
             mounts,
             secrets,

@@ -383,25 +383,32 @@ pub fn agent_text(text: &str, max_chars: usize) -> Option<String> {
     Some(capped)
 }
 
-/// What git in a run needs to clone and push with the run token and nothing else: the token
-/// reaches git through a credential helper that reads `DIRECTOR_TOKEN` from the environment
-/// when git asks, for the forge's address only. The token is never in the clone URL, a
+/// What git needs to clone and push with one credential and nothing else: the password
+/// reaches git through a credential helper that reads the variable `password_var` from the
+/// environment when git asks, for `origin` only. The password is never in the clone URL, a
 /// command line, `.git/config` or the log. Helpers the image configures are switched off, so
-/// none can store the token. Commits get `name <email>`.
+/// none can store it. Commits get `name <email>`.
 pub fn git_environment(
-    forge_origin: &str,
+    origin: &str,
     login: &str,
+    password_var: &str,
     name: &str,
     email: &str,
 ) -> Vec<(String, String)> {
-    // `!` runs the rest through the shell; `$DIRECTOR_TOKEN` stays unexpanded in the helper's
-    // text (so also in any argument list) and is read from the environment when it runs.
+    // `!` runs the rest through the shell; `$<var>` stays unexpanded in the helper's text (so
+    // also in any argument list) and is read from the environment when it runs. The name is
+    // the director's own constant, never input.
+    debug_assert!(
+        password_var
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b == b'_')
+    );
     let helper = format!(
-        "!f() {{ test \"$1\" = get || exit 0; echo username={login}; echo \"password=$DIRECTOR_TOKEN\"; }}; f"
+        "!f() {{ test \"$1\" = get || exit 0; echo username={login}; echo \"password=${password_var}\"; }}; f"
     );
     let config = [
         ("credential.helper".to_owned(), String::new()),
-        (format!("credential.{forge_origin}.helper"), helper),
+        (format!("credential.{origin}.helper"), helper),
         ("credential.interactive".to_owned(), "false".to_owned()),
     ];
     let mut env = vec![
@@ -540,6 +547,7 @@ mod git_tests {
         let env = git_environment(
             "http://forge.example:3000",
             "runner",
+            "DIRECTOR_TOKEN",
             "runner",
             "runner@noreply.forge.example",
         );

@@ -212,39 +212,53 @@ pub fn pr_body(issue_number: u64, run_id: &str, verdict: &str, summary: Option<&
     body
 }
 
-/// A line naming the model usage the run reported, or nothing.
-/// What the egress proxy refused the run, one line per destination; empty when nothing was.
+/// What the egress proxy and the git gateway refused the run, one line each (pushes the
+/// gateway refused are kept as `git push <ref>: <why>`); empty when nothing was.
 pub fn egress_refused(refused: &[(String, u64)]) -> String {
-    if refused.is_empty() {
-        return String::new();
+    let (pushes, network): (Vec<_>, Vec<_>) = refused
+        .iter()
+        .partition(|(what, _)| what.starts_with(crate::gateway::REFUSAL_PREFIX));
+    let mut out = String::new();
+    if !pushes.is_empty() {
+        out.push_str(
+            "\n\n**Pushes refused** by the git gateway (a run pushes only its own branch, and no commit may change `runner.protected_paths`):\n",
+        );
+        list(&mut out, &pushes, "refusals", |what| {
+            what.strip_prefix(crate::gateway::REFUSAL_PREFIX)
+                .unwrap_or(what)
+        });
     }
-    let mut out = String::from(
-        "\n\n**Network access refused** by the egress policy (widen `runner.egress_allow` on purpose if the run needs one):\n",
-    );
+    if !network.is_empty() {
+        out.push_str(
+            "\n\n**Network access refused** by the egress policy (widen `runner.egress_allow` on purpose if the run needs one):\n",
+        );
+        list(&mut out, &network, "destinations", |what| what);
+    }
+    out
+}
+
+fn list(out: &mut String, items: &[&(String, u64)], plural: &str, shown: fn(&str) -> &str) {
     const SHOWN: usize = 20;
-    for (destination, n) in refused.iter().take(SHOWN) {
+    for (what, n) in items.iter().take(SHOWN) {
         let times = if *n == 1 {
             "once".to_owned()
         } else {
             format!("{n} times")
         };
-        // A destination is the run's own words: code-formatted, backticks and line breaks out.
-        let shown: String = destination
+        // The run's own words: code-formatted, backticks and line breaks out.
+        let text: String = shown(what)
             .chars()
             .filter(|c| !c.is_control() && *c != '`')
             .take(300)
             .collect();
-        out.push_str(&format!("- `{shown}`: {times}\n"));
+        out.push_str(&format!("- `{text}`: {times}\n"));
     }
-    if refused.len() > SHOWN {
-        out.push_str(&format!(
-            "- and {} more destinations\n",
-            refused.len() - SHOWN
-        ));
+    if items.len() > SHOWN {
+        out.push_str(&format!("- and {} more {plural}\n", items.len() - SHOWN));
     }
-    out
 }
 
+/// A line naming the model usage the run reported, or nothing.
 pub fn usage_line(usage: Option<&crate::domain::run::Usage>) -> String {
     match usage.and_then(crate::domain::run::Usage::describe) {
         Some(u) => format!("\n\nThe agent reported using {u}."),
@@ -356,5 +370,27 @@ mod text_tests {
     #[test]
     fn pull_request_body() {
         insta::assert_snapshot!(pr_body(7, "0123456789ab", "GO", None));
+    }
+
+    #[test]
+    fn refused_pushes_and_destinations_are_listed_apart_in_the_runs_own_words_defused() {
+        let text = egress_refused(&[
+            ("blocked.example:443".into(), 3),
+            (
+                "git push refs/tags/v1: tags are not pushed by runs".into(),
+                1,
+            ),
+            ("git push refs/heads/x`\n@all: a run pushes only".into(), 2),
+        ]);
+        let (pushes, network) = text.split_once("**Network access refused**").expect("both");
+        assert!(pushes.contains("**Pushes refused**"), "{text}");
+        assert!(pushes.contains("- `refs/tags/v1: tags are not pushed by runs`: once"));
+        assert!(
+            pushes.contains("- `refs/heads/x@all: a run pushes only`: 2 times"),
+            "{text}"
+        );
+        assert!(network.contains("- `blocked.example:443`: 3 times"));
+        assert!(!network.contains("git push"));
+        assert_eq!(egress_refused(&[]), "");
     }
 }

@@ -156,6 +156,8 @@ impl Watcher {
                 if k == "DIRECTOR_TOKEN" {
                     self.secrets
                         .remember_token(&run.id, &crate::settings::Secret::new(v));
+                } else if k == crate::engine::act::run::GATEWAY_PASSWORD_VAR {
+                    self.secrets.remember(&run.id, &v);
                 }
             }
             if let Some(proxy) = &self.egress {

@@ -262,7 +262,7 @@ impl KubeRuntime {
     }
 
     /// The NetworkPolicy of a confined run's pod: no ingress; egress only to the director's
-    /// pods on the proxy port. No DNS: a recursive resolver would carry any name out
+    /// pods on the proxy's and the git gateway's ports. No DNS: a recursive resolver would carry any name out
     /// (`<secret>.attacker.example`), and a run that reaches the outside only through the
     /// proxy needs none (it is given the proxy's address, and the proxy resolves). Owned by
     /// the Job.
@@ -306,7 +306,10 @@ impl KubeRuntime {
                             "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": director_ns } },
                             "podSelector": { "matchLabels": director_pods },
                         }],
-                        "ports": [{ "protocol": "TCP", "port": self.runner.egress_proxy_port }],
+                        "ports": [
+                            { "protocol": "TCP", "port": self.runner.egress_proxy_port },
+                            { "protocol": "TCP", "port": self.runner.git_gateway_port },
+                        ],
                     },
                 ],
             },

@@ -96,6 +96,16 @@ pub struct RunnerSettings {
     pub egress_allow: Vec<String>,
     /// The egress proxy's port (on the runs' network; in a cluster, on the director's pod).
     pub egress_proxy_port: u16,
+    /// The git gateway's port, beside the egress proxy: allow-listed runs clone and push
+    /// through it and hold no forge credential.
+    pub git_gateway_port: u16,
+    /// Paths no pushed commit may change (globs: `*` and `?` within a segment, `**` across
+    /// segments). The default covers the CI definitions of Forgejo, Gitea, GitHub,
+    /// Woodpecker and Drone, and `.director.toml`.
+    #[serde(deserialize_with = "lenient::list")]
+    pub protected_paths: Vec<String>,
+    /// The largest push (its pack) the git gateway takes, in MB.
+    pub max_push_mb: u64,
     /// Docker: the internal network (no route out) allow-listed runs are attached to; the
     /// director creates it.
     #[serde(deserialize_with = "lenient::string")]
@@ -168,6 +178,9 @@ impl Default for RunnerSettings {
             egress: Egress::Allowlist,
             egress_allow: Vec::new(),
             egress_proxy_port: 3128,
+            git_gateway_port: 3129,
+            protected_paths: crate::gateway::rules::default_protected_paths(),
+            max_push_mb: 100,
             egress_network: "director-egress".into(),
             user: "1000:1000".into(),
             memory_mb: 4096,
@@ -262,6 +275,17 @@ impl Settings {
                 "runner.egress_proxy_port",
                 "must be a port (1-65535)",
             ));
+        }
+        if r.git_gateway_port == 0 || r.git_gateway_port == r.egress_proxy_port {
+            return Err(invalid(
+                "runner.git_gateway_port",
+                "must be a port (1-65535) other than runner.egress_proxy_port",
+            ));
+        }
+        crate::gateway::rules::Protected::new(&r.protected_paths)
+            .map_err(|e| invalid("runner.protected_paths", e))?;
+        if r.max_push_mb == 0 {
+            return Err(invalid("runner.max_push_mb", "must be at least 1"));
         }
         if r.kind == RunnerKind::Docker && r.network != "bridge" {
             return Err(invalid(

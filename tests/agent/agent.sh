@@ -16,8 +16,11 @@ push() {
 # Clone, commit and push with plain git (the image has git): to the run's branch, or, in
 # git-main, to the default branch, which the forge must refuse. While git pushes, every
 # process's arguments are watched; afterwards the trace, .git and the clone URL are searched:
-# the token must be in none of them. A leak deletes the pushed branch, so the run fails.
+# the credential git was given (the forge token with open egress, the gateway's password
+# when confined) must be in none of them. A leak makes the run fail.
 with_git() {
+  secret="${DIRECTOR_TOKEN:-$DIRECTOR_GIT_PASSWORD}"
+  [ -n "$secret" ] || { echo "no credential for git"; exit 1; }
   git clone --quiet "$DIRECTOR_CLONE_URL" repo || { echo "clone failed"; exit 1; }
   cd repo || exit 1
   echo "agent work" > agent.txt
@@ -32,10 +35,10 @@ with_git() {
   pushed=0
   wait "$pid" || pushed=$?
   leak=""
-  grep -qF "$DIRECTOR_TOKEN" "$HOME/trace" && leak="$leak trace"
-  grep -qF "$DIRECTOR_TOKEN" "$HOME/cmdlines" && leak="$leak arguments"
-  grep -rqF "$DIRECTOR_TOKEN" .git && leak="$leak .git"
-  case "$DIRECTOR_CLONE_URL" in *"$DIRECTOR_TOKEN"*) leak="$leak clone-url" ;; esac
+  grep -qF "$secret" "$HOME/trace" && leak="$leak trace"
+  grep -qF "$secret" "$HOME/cmdlines" && leak="$leak arguments"
+  grep -rqF "$secret" .git && leak="$leak .git"
+  case "$DIRECTOR_CLONE_URL" in *"$secret"*) leak="$leak clone-url" ;; esac
   grep -q "remote-http" "$HOME/trace" || leak="$leak (no trace: the check saw nothing)"
   if [ -n "$leak" ]; then
     echo "LEAK:$leak"
@@ -66,8 +69,37 @@ egress() {
   with_git
 }
 
+# As a prompt-injected agent would, behind the git gateway: after pushing its own branch it
+# tries another branch, a tag, a delete and a CI workflow. Each must be refused in git's own
+# words; any that is not fails the run.
+escape() {
+  git clone --quiet "$DIRECTOR_CLONE_URL" repo || { echo "clone failed"; exit 1; }
+  cd repo || exit 1
+  echo "agent work" > agent.txt
+  git add agent.txt && git commit --quiet -m "agent work" || { echo "commit failed"; exit 1; }
+  git push --quiet origin "HEAD:$DIRECTOR_BRANCH" || { echo "push failed"; exit 1; }
+  fail=""
+  refused() {
+    if git push origin "$@" > "$HOME/out" 2>&1; then fail="$fail $1(accepted)"; return; fi
+    grep -q "remote rejected" "$HOME/out" || fail="$fail $1(no-reason)"
+    cat "$HOME/out"
+  }
+  refused HEAD:other
+  git tag v1 && refused v1
+  refused ":$DIRECTOR_BRANCH"
+  mkdir -p .forgejo/workflows && echo "on: push" > .forgejo/workflows/x.yml
+  git add .forgejo && git commit --quiet -m "ci" && refused "HEAD:$DIRECTOR_BRANCH"
+  if [ -n "$fail" ]; then
+    echo "ESCAPED:$fail"
+    exit 1
+  fi
+  echo "every escape was refused"
+  exit 0
+}
+
 case "$mode" in
   git|git-main) with_git ;;
+  escape) escape ;;
   egress) egress ;;
   result)
     # The run's own account, left where the director reads it after the container ends.

@@ -174,6 +174,7 @@ fn the_default_shape_is_one_hardened_replica_on_sqlite_with_least_privilege_rbac
     // Allow-listed runs (the default) reach the proxy through the Service, by the name the
     // configuration gives them, and only the director's pods (their NetworkPolicy).
     assert_eq!(one(&m, "Service")["spec"]["ports"][1]["port"], 3128);
+    assert_eq!(one(&m, "Service")["spec"]["ports"][2]["port"], 3129);
     assert!(
         toml.contains("proxy_host = \"director.forge.svc\""),
         "{toml}"
@@ -183,6 +184,7 @@ fn the_default_shape_is_one_hardened_replica_on_sqlite_with_least_privilege_rbac
         "{toml}"
     );
     assert!(toml.contains("egress_proxy_port = 3128"), "{toml}");
+    assert!(toml.contains("git_gateway_port = 3129"), "{toml}");
 
     // RBAC: one namespaced Role with exactly what the runtime uses; no wildcard, nothing
     // cluster-wide.

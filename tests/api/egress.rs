@@ -94,6 +94,7 @@ async fn an_allow_listed_run_reaches_only_what_is_allowed_through_the_proxy_and_
         s.runner.egress_allow = vec![allow];
         s.runner.egress_network = network_name;
         s.runner.egress_proxy_port = free_port();
+        s.runner.git_gateway_port = free_port();
     })
     .await;
     let root = tempfile::tempdir().expect("dir");
@@ -146,6 +147,52 @@ async fn an_allow_listed_run_reaches_only_what_is_allowed_through_the_proxy_and_
     );
 }
 
+#[tokio::test]
+async fn from_inside_a_container_only_the_runs_own_branch_can_be_pushed() {
+    let network = Network(format!(
+        "director-escape-test-{:08x}",
+        rand::random::<u32>()
+    ));
+    let image = git_agent_image();
+    let network_name = network.0.clone();
+    let (t, _llm) = spawn_runs(|s| {
+        s.runner.image = image;
+        s.runner.command = vec!["/bin/sh".into(), "/agent.sh".into()];
+        s.runner.network = "bridge".into();
+        s.runner.egress = director::settings::Egress::Allowlist;
+        s.runner.allow_dns_leaking_engine = true;
+        s.runner.egress_network = network_name;
+        s.runner.egress_proxy_port = free_port();
+        s.runner.git_gateway_port = free_port();
+    })
+    .await;
+    let root = tempfile::tempdir().expect("dir");
+    t.forge.serve_git(&t.repo, root.path()).expect("git serves");
+
+    let issue = labelled(&t, "Try everything", "mode: escape").await;
+    let record = wait_ended(&t, &issue).await;
+    let reports = run_comments(&t, &issue);
+    assert_eq!(record.lifecycle, Lifecycle::Succeeded, "{reports:?}");
+    let runs = t.app.store.runs_of(&issue).await.expect("runs");
+    let mut branches = t.forge.branches_of(&t.repo);
+    branches.sort();
+    let mut want = vec!["main".to_owned(), runs[0].branch.clone()];
+    want.sort();
+    assert_eq!(branches, want, "no other branch, no tag");
+    assert_eq!(t.forge.pulls_of(&t.repo).len(), 1);
+    // The report lists each refusal.
+    let report = &reports[0];
+    assert!(report.contains("**Pushes refused**"), "{report}");
+    for what in [
+        "refs/heads/other: a run pushes only",
+        "refs/tags/v1: tags are not pushed by runs",
+        "deleting is not allowed",
+        ".forgejo/workflows/x.yml, which runs may not change",
+    ] {
+        assert!(report.contains(what), "{what}: {report}");
+    }
+}
+
 // ---- the proxy itself, in this process, as an attacker inside a run would use it ----
 
 #[tokio::test]
@@ -162,6 +209,7 @@ async fn the_directors_own_routes_refuse_connections_on_the_runs_network() {
         s.runner.allow_dns_leaking_engine = true;
         s.runner.egress_network = network_name;
         s.runner.egress_proxy_port = free_port();
+        s.runner.git_gateway_port = free_port();
     })
     .await;
     // The director's address on the runs' network: the bridge's gateway, on the host.
@@ -633,6 +681,7 @@ async fn a_proxy_that_cannot_listen_refuses_every_run_and_never_starts_one_with_
     let (t, _llm, fake) = crate::fake_runs::spawn(|s| {
         s.runner.egress = director::settings::Egress::Allowlist;
         s.runner.egress_proxy_port = port;
+        s.runner.git_gateway_port = free_port();
     })
     .await;
     let issue = crate::fake_runs::labelled(&t, "Add --verbose", "Print each step.").await;
@@ -657,6 +706,7 @@ async fn an_allow_listed_fake_run_gets_the_proxy_in_its_environment_and_nothing_
     let (t, _llm, fake) = crate::fake_runs::spawn(|s| {
         s.runner.egress = director::settings::Egress::Allowlist;
         s.runner.egress_proxy_port = port;
+        s.runner.git_gateway_port = free_port();
     })
     .await;
     let issue = crate::fake_runs::labelled(&t, "Add --verbose", "mode: hang").await;
@@ -683,8 +733,9 @@ async fn an_allow_listed_fake_run_gets_the_proxy_in_its_environment_and_nothing_
     ] {
         assert_eq!(env(k), url, "{k}");
     }
-    assert_eq!(env("NO_PROXY"), "", "nothing bypasses the proxy");
-    assert_eq!(env("no_proxy"), "");
+    // Only the git gateway, beside the proxy, is reached directly.
+    assert_eq!(env("NO_PROXY"), "127.0.0.1");
+    assert_eq!(env("no_proxy"), "127.0.0.1");
     // The proxy knows the run by those credentials, and refuses what is not allowed.
     let client = reqwest::Client::builder()
         .proxy(reqwest::Proxy::all(&url).expect("proxy"))
@@ -697,8 +748,7 @@ async fn an_allow_listed_fake_run_gets_the_proxy_in_its_environment_and_nothing_
         .expect("answered");
     assert_eq!(refused.status(), 403);
     let forge = client
-        .get(format!("{}/repos/acme/widgets", env("DIRECTOR_API_URL")))
-        .header("Authorization", format!("token {}", env("DIRECTOR_TOKEN")))
+        .get(format!("{}/api/v1/repos/acme/widgets", t.forge_url()))
         .send()
         .await
         .expect("answered");

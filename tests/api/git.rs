@@ -57,7 +57,13 @@ fn run_env<'a>(
         .env("HOME", home)
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("DIRECTOR_TOKEN", token);
-    for (k, v) in git_environment(url.trim_end_matches('/'), RUNNER, RUNNER, EMAIL) {
+    for (k, v) in git_environment(
+        url.trim_end_matches('/'),
+        RUNNER,
+        "DIRECTOR_TOKEN",
+        RUNNER,
+        EMAIL,
+    ) {
         cmd.env(k, v);
     }
     cmd

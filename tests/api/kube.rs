@@ -711,7 +711,10 @@ async fn a_confined_runs_pod_gets_a_network_policy_to_the_proxy_only_before_it_s
     );
     assert_eq!(
         proxy["ports"],
-        serde_json::json!([{ "protocol": "TCP", "port": 3128 }])
+        serde_json::json!([
+            { "protocol": "TCP", "port": 3128 },
+            { "protocol": "TCP", "port": 3129 }
+        ])
     );
     assert!(proxy["to"][0]["ipBlock"].is_null());
     let problems = crate::chart::invalid(std::slice::from_ref(&policy));

@@ -12,6 +12,7 @@ mod durability;
 mod egress;
 mod fake_runs;
 mod flood;
+mod gateway;
 mod git;
 #[cfg(feature = "github")]
 mod github;

@@ -3,6 +3,7 @@
 //! looks for what an earlier attempt may already have created. Nothing here chooses a state.
 
 mod forge;
+pub mod gateway;
 pub mod preflight;
 mod pull;
 pub mod run;

@@ -28,6 +28,8 @@ struct TrustedText {
 pub const TASK_PATH: &str = "/task/task.md";
 pub use crate::runtime::RESULT_PATH;
 const TOKEN_PREFIX: &str = "director-run-";
+/// The variable a confined run's git credential helper reads its gateway password from.
+pub const GATEWAY_PASSWORD_VAR: &str = "DIRECTOR_GIT_PASSWORD";
 
 /// The name of a run's token: `director-run-<run id>-<director id>`. The director id tells
 /// which director minted it, so two sharing one runner account leave each other's alone.
@@ -48,6 +50,8 @@ fn parse_token_name(name: &str) -> Option<(&str, Option<&str>)> {
 pub struct RunAct {
     pub runtime: Arc<dyn Runtime>,
     pub runner: RunnerAccount,
+    /// Seals the run's token for the database.
+    pub seal: super::gateway::Seal,
     pub settings: RunnerSettings,
     /// Host paths for `runner.mounts` (translated once at start).
     pub mounts: Vec<(String, String, bool)>,
@@ -63,8 +67,11 @@ pub struct RunAct {
 #[derive(Clone)]
 pub struct RunEgress {
     pub proxy: Arc<crate::egress::proxy::Proxy>,
-    /// The name or address runs reach the proxy by.
+    /// The name or address runs reach the proxy (and the git gateway) by.
     pub host: String,
+    /// The git gateway runs clone and push through, and its port.
+    pub gateway: Arc<crate::gateway::Gateway>,
+    pub gateway_port: u16,
 }
 
 impl RunEgress {
@@ -76,10 +83,25 @@ impl RunEgress {
             env.push((name.to_owned(), url.clone()));
             env.push((name.to_ascii_lowercase(), url.clone()));
         }
-        // Nothing bypasses the proxy: the forge may be on this machine's loopback.
-        env.push(("NO_PROXY".to_owned(), String::new()));
-        env.push(("no_proxy".to_owned(), String::new()));
+        // Only the git gateway is reached directly (it is not a destination the proxy
+        // forwards to): the forge itself may be on this machine's loopback.
+        let direct = self
+            .host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        env.push(("NO_PROXY".to_owned(), direct.clone()));
+        env.push(("no_proxy".to_owned(), direct));
         env
+    }
+
+    /// `http://host:port` of the git gateway, as runs reach it.
+    pub fn gateway_origin(&self) -> String {
+        if self.host.contains(':') && !self.host.starts_with('[') {
+            format!("http://[{}]:{}", self.host, self.gateway_port)
+        } else {
+            format!("http://{}:{}", self.host, self.gateway_port)
+        }
     }
 }
 
@@ -441,6 +463,11 @@ impl RunAct {
             Err(e) => return Err(e),
         };
         self.secrets.remember_token(run_id, &minted.token);
+        // Kept sealed for the git gateway of any replica, and for this director after a
+        // restart: the run itself never holds it.
+        acts.store
+            .put_run_token(run_id, &self.seal.seal(run_id, &minted.token))
+            .await?;
         let restricted = minted.repositories.as_deref() == Some(std::slice::from_ref(&run.repo));
         if restricted && minted.scopes == endpoints.token_scopes {
             return Ok(Ok(minted.token));
@@ -678,12 +705,23 @@ impl RunAct {
 
     async fn revoke_token(&self, acts: &Acts, run_id: &str) -> anyhow::Result<()> {
         let name = token_name(&self.director_id, run_id);
-        if let Some(token) = self.secrets.token(run_id) {
-            // After a restart only the run's environment had it (the watcher read it back).
+        let kept = match self.secrets.token(run_id) {
+            Some(token) => Some(token),
+            // After a restart, or on another replica: the sealed copy.
+            None => acts
+                .store
+                .run_token(run_id)
+                .await?
+                .and_then(|sealed| self.seal.open(run_id, &sealed)),
+        };
+        if let Some(token) = kept {
             acts.forge.hold_run_token(&name, &token);
         }
         match acts.forge.delete_run_token(&self.runner, &name).await {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                acts.store.drop_run_token(run_id).await?;
+                Ok(())
+            }
             Err(ForgeError::TokenNotHeld { name }) => {
                 // Nothing here can revoke it (GitHub revokes a token only when shown it, and
                 // this process never held it, or lost it with its container). A run that never
@@ -791,9 +829,6 @@ impl RunAct {
             ("DIRECTOR_ISSUE".to_owned(), run.number.to_string()),
             ("DIRECTOR_BASE_BRANCH".to_owned(), run.base_branch.clone()),
             ("DIRECTOR_BRANCH".to_owned(), run.branch.clone()),
-            ("DIRECTOR_CLONE_URL".to_owned(), endpoints.clone_url.clone()),
-            ("DIRECTOR_API_URL".to_owned(), endpoints.api_url.clone()),
-            ("DIRECTOR_TOKEN".to_owned(), token.expose().to_owned()),
             ("DIRECTOR_TASK_FILE".to_owned(), TASK_PATH.to_owned()),
             (
                 "DIRECTOR_RESULT_FILE".to_owned(),
@@ -802,12 +837,40 @@ impl RunAct {
             ("HOME".to_owned(), self.settings.workspace.clone()),
         ];
         let (name, email) = self.git_identity(endpoints);
-        env.extend(crate::domain::run::git_environment(
-            &endpoints.git_origin,
-            &endpoints.git_user,
-            &name,
-            &email,
-        ));
+        match &self.egress {
+            // Confined: git goes through the director's gateway with the run's own
+            // credential, which nothing but the gateway takes; the forge token stays here.
+            Some(Ok(egress)) => {
+                let origin = egress.gateway_origin();
+                let password = egress.gateway.password(&run.id);
+                self.secrets.remember(&run.id, &password);
+                env.push((
+                    "DIRECTOR_CLONE_URL".to_owned(),
+                    format!("{origin}/{repo}.git"),
+                ));
+                env.push((GATEWAY_PASSWORD_VAR.to_owned(), password));
+                env.extend(crate::domain::run::git_environment(
+                    &origin,
+                    &format!("run-{}", run.id),
+                    GATEWAY_PASSWORD_VAR,
+                    &name,
+                    &email,
+                ));
+            }
+            // Open egress: the run talks to the forge itself, with its token.
+            _ => {
+                env.push(("DIRECTOR_CLONE_URL".to_owned(), endpoints.clone_url.clone()));
+                env.push(("DIRECTOR_API_URL".to_owned(), endpoints.api_url.clone()));
+                env.push(("DIRECTOR_TOKEN".to_owned(), token.expose().to_owned()));
+                env.extend(crate::domain::run::git_environment(
+                    &endpoints.git_origin,
+                    &endpoints.git_user,
+                    "DIRECTOR_TOKEN",
+                    &name,
+                    &email,
+                ));
+            }
+        }
         if let Some(f) = &run.followup {
             env.push(("DIRECTOR_PR".to_owned(), f.pr.to_string()));
             env.push((

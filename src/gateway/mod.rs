@@ -1,0 +1,533 @@
+//! The git gateway: runs clone from and push to the forge through the director, holding no
+//! forge credential. It speaks git's smart HTTP (protocol v0 and v2 for fetches; pushes are
+//! always v0) on the runs' network, beside the egress proxy.
+//!
+//! - **Who asks.** `run-<run id>` with a password that is an HMAC of the run id under the
+//!   key the egress proxy's credentials come from (kept in the database), so any replica
+//!   checks it and nothing is registered per run. Only an active run's credential is
+//!   taken, and only for its own repository.
+//! - **Fetches** are forwarded to the forge with the run's token, which the director holds.
+//! - **Pushes** are checked first, and nothing of a refused push reaches the forge: every
+//!   ref update must be the run's own branch (created or updated by a first run,
+//!   fast-forwarded by a follow-up), never a tag, another ref or a delete; no commit may
+//!   change a protected path ([`rules`]); the pack is capped. The commits are inspected
+//!   with git in a quarantine beside a mirror of the forge's branches ([`inspect`]). A
+//!   refusal is answered in git's own protocol (`! [remote rejected] <ref> (<why>)`),
+//!   recorded for the run's report and counted in `director_git_pushes_refused_total`.
+
+pub mod inspect;
+pub mod pkt;
+pub mod rules;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use actix_web::http::StatusCode;
+use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+use base64::Engine as _;
+use futures_util::StreamExt as _;
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+use tokio_util::sync::CancellationToken;
+
+use crate::domain::RepoName;
+use crate::settings::Secret;
+use inspect::{Mirrors, Quarantine, Upstream};
+use pkt::Push;
+use rules::Protected;
+
+/// How a refused push is kept among the run's egress refusals (its report lists them apart):
+/// `git push <ref>: <why>`.
+pub const REFUSAL_PREFIX: &str = "git push ";
+
+/// The largest fetch request body (wants and haves) the gateway takes.
+const MAX_FETCH_REQUEST: usize = 32 * 1024 * 1024;
+/// The largest ref advertisement it reads from the forge to restrict.
+const MAX_ADVERTISEMENT: usize = 64 * 1024 * 1024;
+
+/// What the gateway needs of an active run.
+pub struct RunAccess {
+    pub repo: RepoName,
+    pub branch: String,
+    pub base_branch: String,
+    /// A follow-up run: its branch exists and only fast-forwards.
+    pub follow_up: bool,
+    /// The repository's git URL on the forge.
+    pub upstream: String,
+    /// `scheme://host:port` of `upstream`.
+    pub origin: String,
+    /// The user git sends with the token.
+    pub user: String,
+    pub token: Secret,
+}
+
+/// Where the gateway learns about runs and leaves what it refused (the store and the runs'
+/// tokens, in the director).
+#[async_trait::async_trait]
+pub trait Runs: Send + Sync {
+    /// The run, if it exists and has not ended; `Err` when it cannot be said now.
+    async fn access(&self, run_id: &str) -> Result<Option<RunAccess>, String>;
+    /// Records refusals: (run id, what) → how many.
+    async fn add_refusals(&self, refusals: &BTreeMap<(String, String), u32>);
+}
+
+pub struct Gateway {
+    key: Vec<u8>,
+    runs: Arc<dyn Runs>,
+    protected: Protected,
+    max_push: usize,
+    mirrors: Mirrors,
+    client: reqwest::Client,
+    refused: Option<prometheus::IntCounterVec>,
+}
+
+/// The gateway's settings.
+pub struct Config {
+    pub protected_paths: Vec<String>,
+    pub max_push_mb: u64,
+    /// Where the mirrors of the forge's repositories are kept.
+    pub cache_dir: std::path::PathBuf,
+}
+
+impl Gateway {
+    pub fn new(
+        key: Vec<u8>,
+        runs: Arc<dyn Runs>,
+        config: Config,
+        refused: Option<prometheus::IntCounterVec>,
+    ) -> Result<Arc<Self>, String> {
+        let protected = Protected::new(&config.protected_paths)
+            .map_err(|e| format!("runner.protected_paths: {e}"))?;
+        let client = reqwest::Client::builder()
+            .connect_timeout(std::time::Duration::from_secs(10))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| format!("the gateway's HTTP client: {e}"))?;
+        std::fs::create_dir_all(&config.cache_dir)
+            .map_err(|e| format!("{}: {e}", config.cache_dir.display()))?;
+        Ok(Arc::new(Self {
+            key,
+            runs,
+            protected,
+            max_push: usize::try_from(config.max_push_mb.saturating_mul(1024 * 1024))
+                .unwrap_or(usize::MAX),
+            mirrors: Mirrors::new(config.cache_dir),
+            client,
+            refused,
+        }))
+    }
+
+    /// The password of `run-<run_id>`.
+    pub fn password(&self, run_id: &str) -> String {
+        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.key)
+            .expect("HMAC takes a key of any length");
+        mac.update(b"git-gateway\0");
+        mac.update(run_id.as_bytes());
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
+    }
+
+    fn verify(&self, run_id: &str, password: &str) -> bool {
+        let Ok(given) = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(password) else {
+            return false;
+        };
+        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.key)
+            .expect("HMAC takes a key of any length");
+        mac.update(b"git-gateway\0");
+        mac.update(run_id.as_bytes());
+        mac.verify_slice(&given).is_ok()
+    }
+
+    /// Serves on `listener` until `shutdown`.
+    pub fn serve(
+        self: &Arc<Self>,
+        listener: std::net::TcpListener,
+        shutdown: CancellationToken,
+    ) -> std::io::Result<SocketAddr> {
+        let addr = listener.local_addr()?;
+        let data = web::Data::from(self.clone());
+        let server = HttpServer::new(move || {
+            App::new()
+                .app_data(data.clone())
+                .app_data(web::PayloadConfig::new(usize::MAX))
+                .default_service(web::to(handle))
+        })
+        .workers(2)
+        .disable_signals()
+        .shutdown_timeout(5)
+        .listen(listener)?
+        .run();
+        let handle = server.handle();
+        tokio::spawn(server);
+        tokio::spawn(async move {
+            shutdown.cancelled().await;
+            handle.stop(true).await;
+        });
+        Ok(addr)
+    }
+
+    fn count(&self, reason: &str) {
+        if let Some(c) = &self.refused {
+            c.with_label_values(&[reason]).inc();
+        }
+    }
+}
+
+/// The three endpoints of git's smart HTTP.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Endpoint {
+    InfoRefs,
+    UploadPack,
+    ReceivePack,
+}
+
+fn endpoint(path: &str) -> Option<(RepoName, Endpoint)> {
+    let path = path.strip_prefix('/')?;
+    let (repo, end) = if let Some(r) = path.strip_suffix("/info/refs") {
+        (r, Endpoint::InfoRefs)
+    } else if let Some(r) = path.strip_suffix("/git-upload-pack") {
+        (r, Endpoint::UploadPack)
+    } else if let Some(r) = path.strip_suffix("/git-receive-pack") {
+        (r, Endpoint::ReceivePack)
+    } else {
+        return None;
+    };
+    let repo = repo.strip_suffix(".git").unwrap_or(repo);
+    Some((repo.parse().ok()?, end))
+}
+
+fn text(status: StatusCode, message: &str) -> HttpResponse {
+    HttpResponse::build(status)
+        .content_type("text/plain; charset=utf-8")
+        .insert_header(("Cache-Control", "no-cache"))
+        .body(format!("{message}\n"))
+}
+
+/// The run a request's Basic credentials name, checked.
+fn credentials(gw: &Gateway, req: &HttpRequest) -> Option<String> {
+    let value = req.headers().get("Authorization")?.to_str().ok()?;
+    let encoded = value.strip_prefix("Basic ")?;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .ok()?;
+    let decoded = String::from_utf8(decoded).ok()?;
+    let (user, password) = decoded.split_once(':')?;
+    let run_id = user.strip_prefix("run-")?;
+    gw.verify(run_id, password).then(|| run_id.to_owned())
+}
+
+async fn handle(req: HttpRequest, payload: web::Payload, gw: web::Data<Gateway>) -> HttpResponse {
+    let Some((repo, end)) = endpoint(req.path()) else {
+        return text(StatusCode::NOT_FOUND, "not a git repository path");
+    };
+    let method_ok = match end {
+        Endpoint::InfoRefs => req.method() == actix_web::http::Method::GET,
+        _ => req.method() == actix_web::http::Method::POST,
+    };
+    if !method_ok {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
+    }
+    let Some(run_id) = credentials(&gw, &req) else {
+        return HttpResponse::Unauthorized()
+            .insert_header(("WWW-Authenticate", "Basic realm=\"director git gateway\""))
+            .body("a run's credentials are required\n");
+    };
+    let run = match gw.runs.access(&run_id).await {
+        Ok(Some(run)) => run,
+        Ok(None) => return text(StatusCode::FORBIDDEN, "the run has ended"),
+        Err(e) => {
+            tracing::warn!(run_id = %run_id, error = %e, "the gateway cannot look up a run");
+            return text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the director cannot say now",
+            );
+        }
+    };
+    if !run.repo.to_string().eq_ignore_ascii_case(&repo.to_string()) {
+        return text(StatusCode::NOT_FOUND, "repository not found");
+    }
+    match end {
+        Endpoint::InfoRefs => info_refs(&gw, &req, &run).await,
+        Endpoint::UploadPack => upload_pack(&gw, &req, payload, &run).await,
+        Endpoint::ReceivePack => receive_pack(&gw, &req, payload, &run_id, &run).await,
+    }
+}
+
+/// The request's body, at most `max` bytes of it, and whether there was more (the rest is
+/// read and dropped, so the client can read the answer).
+async fn body(mut payload: web::Payload, max: usize) -> Result<(Vec<u8>, bool), ()> {
+    let mut out = Vec::new();
+    let mut over = false;
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|_| ())?;
+        if over || out.len() + chunk.len() > max {
+            if !over {
+                let room = max.saturating_sub(out.len());
+                out.extend_from_slice(&chunk[..room.min(chunk.len())]);
+            }
+            over = true;
+            continue;
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok((out, over))
+}
+
+fn forward_headers(req: &HttpRequest, mut to: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+    for name in [
+        "Git-Protocol",
+        "Content-Type",
+        "Content-Encoding",
+        "Accept",
+        "User-Agent",
+    ] {
+        if let Some(v) = req.headers().get(name).and_then(|v| v.to_str().ok()) {
+            to = to.header(name, v);
+        }
+    }
+    to
+}
+
+/// The forge's answer, streamed back as it comes.
+fn relay(resp: reqwest::Response) -> HttpResponse {
+    let status = StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut out = HttpResponse::build(status);
+    for name in ["Content-Type", "Cache-Control", "Expires", "Pragma"] {
+        if let Some(v) = resp.headers().get(name).and_then(|v| v.to_str().ok()) {
+            out.insert_header((name, v.to_owned()));
+        }
+    }
+    out.streaming(resp.bytes_stream())
+}
+
+fn unreachable_forge(e: &reqwest::Error) -> HttpResponse {
+    // reqwest's message names the URL, which carries no credential.
+    tracing::warn!(error = %e, "the gateway could not reach the forge");
+    text(StatusCode::BAD_GATEWAY, "the forge could not be reached")
+}
+
+async fn info_refs(gw: &Gateway, req: &HttpRequest, run: &RunAccess) -> HttpResponse {
+    let service = req.query_string();
+    let push = match service {
+        "service=git-upload-pack" => false,
+        "service=git-receive-pack" => true,
+        _ => return text(StatusCode::FORBIDDEN, "only smart HTTP is served"),
+    };
+    let url = format!("{}/info/refs?{service}", run.upstream);
+    let resp = forward_headers(req, gw.client.get(url))
+        .basic_auth(&run.user, Some(run.token.expose()))
+        .send()
+        .await;
+    let resp = match resp {
+        Ok(r) => r,
+        Err(e) => return unreachable_forge(&e),
+    };
+    if !push || !resp.status().is_success() {
+        return relay(resp);
+    }
+    let content_type = resp
+        .headers()
+        .get("Content-Type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/x-git-receive-pack-advertisement")
+        .to_owned();
+    if resp
+        .content_length()
+        .is_some_and(|n| n > MAX_ADVERTISEMENT as u64)
+    {
+        return text(StatusCode::BAD_GATEWAY, "the forge's ref list is too large");
+    }
+    let bytes = match resp.bytes().await {
+        Ok(b) => b,
+        Err(e) => return unreachable_forge(&e),
+    };
+    match pkt::restrict_advertisement(&bytes) {
+        Ok(body) => HttpResponse::Ok()
+            .content_type(content_type)
+            .insert_header(("Cache-Control", "no-cache"))
+            .body(body),
+        Err(e) => {
+            tracing::warn!(error = %e, "the forge's receive-pack advertisement does not read");
+            text(StatusCode::BAD_GATEWAY, "the forge's answer does not read")
+        }
+    }
+}
+
+async fn upload_pack(
+    gw: &Gateway,
+    req: &HttpRequest,
+    payload: web::Payload,
+    run: &RunAccess,
+) -> HttpResponse {
+    let data = match body(payload, MAX_FETCH_REQUEST).await {
+        Ok((d, false)) => d,
+        Ok((_, true)) => {
+            return text(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "the fetch request is too large",
+            );
+        }
+        Err(()) => {
+            return text(
+                StatusCode::BAD_REQUEST,
+                "the request body could not be read",
+            );
+        }
+    };
+    let url = format!("{}/git-upload-pack", run.upstream);
+    match forward_headers(req, gw.client.post(url))
+        .basic_auth(&run.user, Some(run.token.expose()))
+        .body(data)
+        .send()
+        .await
+    {
+        Ok(resp) => relay(resp),
+        Err(e) => unreachable_forge(&e),
+    }
+}
+
+/// A push answered in git's protocol with one `ERR` line: git prints `remote error: <why>`.
+fn protocol_error(why: &str) -> HttpResponse {
+    let mut body = pkt::line(format!("ERR {why}\n").as_bytes());
+    body.extend_from_slice(pkt::FLUSH);
+    HttpResponse::Ok()
+        .content_type("application/x-git-receive-pack-result")
+        .insert_header(("Cache-Control", "no-cache"))
+        .body(body)
+}
+
+async fn receive_pack(
+    gw: &Gateway,
+    req: &HttpRequest,
+    payload: web::Payload,
+    run_id: &str,
+    run: &RunAccess,
+) -> HttpResponse {
+    if req.headers().contains_key("Content-Encoding") {
+        return text(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "push bodies are not compressed",
+        );
+    }
+    let (data, over) = match body(payload, gw.max_push).await {
+        Ok(read) => read,
+        Err(()) => {
+            return text(
+                StatusCode::BAD_REQUEST,
+                "the request body could not be read",
+            );
+        }
+    };
+    // The command list comes first: even a push over the cap is answered ref by ref.
+    let push = match pkt::parse_push(&data) {
+        Ok(p) => p,
+        Err(why) => {
+            gw.count("malformed");
+            return protocol_error(&why);
+        }
+    };
+    let reasons = if over {
+        gw.count("too_large");
+        let why = format!(
+            "the push is larger than runner.max_push_mb ({} MB)",
+            gw.max_push / (1024 * 1024)
+        );
+        vec![Some(why); push.commands.len()]
+    } else {
+        match refusals(gw, &push, &data, run).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(run_id = %run_id, error = %e, "a push could not be checked");
+                vec![Some(format!("the push could not be checked: {e}")); push.commands.len()]
+            }
+        }
+    };
+    if reasons.iter().any(Option::is_some) {
+        let mut all = Vec::new();
+        for (c, why) in push.commands.iter().zip(&reasons) {
+            let why = why
+                .clone()
+                .unwrap_or_else(|| "refused with the rest of the push".to_owned());
+            record(gw, run_id, &c.refname, &why).await;
+            all.push(why);
+        }
+        if !over {
+            gw.count("refused");
+        }
+        tracing::info!(run_id = %run_id, refs = push.commands.len(), "a run's push was refused");
+        return HttpResponse::Ok()
+            .content_type("application/x-git-receive-pack-result")
+            .insert_header(("Cache-Control", "no-cache"))
+            .body(pkt::refusal_report(&push, &all));
+    }
+    let url = format!("{}/git-receive-pack", run.upstream);
+    match forward_headers(req, gw.client.post(url))
+        .basic_auth(&run.user, Some(run.token.expose()))
+        .body(data)
+        .send()
+        .await
+    {
+        Ok(resp) => relay(resp),
+        Err(e) => unreachable_forge(&e),
+    }
+}
+
+/// Why each ref update is refused (`None`: it may go).
+async fn refusals(
+    gw: &Gateway,
+    push: &Push,
+    data: &[u8],
+    run: &RunAccess,
+) -> Result<Vec<Option<String>>, String> {
+    let mut reasons = rules::check_refs(&push.commands, &run.branch, run.follow_up);
+    if reasons.iter().any(Option::is_some) {
+        return Ok(reasons);
+    }
+    let upstream = Upstream {
+        url: &run.upstream,
+        origin: &run.origin,
+        user: &run.user,
+        token: run.token.expose(),
+    };
+    let (_held, mirror) = gw.mirrors.synced(&run.repo, &upstream).await?;
+    let quarantine = match Quarantine::receive(&mirror, &data[push.pack_at..]).await {
+        Ok(q) => q,
+        Err(why) => return Ok(vec![Some(why); push.commands.len()]),
+    };
+    for (c, reason) in push.commands.iter().zip(reasons.iter_mut()) {
+        *reason = quarantine
+            .check(c, &run.base_branch, run.follow_up, &gw.protected)
+            .await?;
+    }
+    Ok(reasons)
+}
+
+/// Keeps a refusal for the run's report.
+async fn record(gw: &Gateway, run_id: &str, refname: &str, why: &str) {
+    let what = format!("{REFUSAL_PREFIX}{refname}: {why}");
+    gw.runs
+        .add_refusals(&BTreeMap::from([((run_id.to_owned(), what), 1)]))
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_name_a_repository_and_an_endpoint() {
+        let (repo, end) = endpoint("/acme/widgets.git/info/refs").expect("parses");
+        assert_eq!(repo.to_string(), "acme/widgets");
+        assert!(end == Endpoint::InfoRefs);
+        assert!(endpoint("/acme/widgets/git-receive-pack").is_some());
+        for bad in [
+            "/acme/widgets.git/HEAD",
+            "/widgets.git/info/refs",
+            "/a/b/c.git/info/refs",
+            "/../x.git/info/refs",
+            "acme/widgets.git/git-upload-pack",
+        ] {
+            assert!(endpoint(bad).is_none(), "{bad}");
+        }
+    }
+}

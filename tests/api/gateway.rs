@@ -1,0 +1,495 @@
+//! The git gateway, as a confined run uses it and as an attacker inside one would: the real
+//! `git` of this machine, with nothing but the environment the director gives the run,
+//! against FakeForge's smart HTTP (`git http-backend`) through the director's gateway.
+//! (The same from inside a container on the real Docker engine is in `egress`.)
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use director::domain::{IssueRef, Lifecycle};
+use director_testkit::runtime::FakeRuntime;
+
+use crate::fake_runs::{labelled, run_ids};
+use crate::forge_helpers::{ForgeApp, TRIGGER, WRITER};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+struct Setup {
+    t: ForgeApp,
+    fake: FakeRuntime,
+    gateway: u16,
+    _llm: director_testkit::llm::FakeLlm,
+    _git: tempfile::TempDir,
+}
+
+async fn setup(configure: impl FnOnce(&mut director::settings::Settings)) -> Setup {
+    let gateway = free_port();
+    let proxy = free_port();
+    let (t, llm, fake) = crate::fake_runs::spawn(|s| {
+        s.runner.egress = director::settings::Egress::Allowlist;
+        s.runner.egress_proxy_port = proxy;
+        s.runner.git_gateway_port = gateway;
+        s.runner.max_per_repo = 2;
+        configure(s);
+    })
+    .await;
+    let root = tempfile::tempdir().expect("dir");
+    t.forge.serve_git(&t.repo, root.path()).expect("git serves");
+    Setup {
+        t,
+        fake,
+        gateway,
+        _llm: llm,
+        _git: root,
+    }
+}
+
+/// A run that stays up, and the environment it was given.
+struct Run {
+    id: String,
+    issue: IssueRef,
+    env: Vec<(String, String)>,
+    home: tempfile::TempDir,
+}
+
+impl Run {
+    fn var(&self, name: &str) -> &str {
+        self.env
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+            .unwrap_or_default()
+    }
+
+    /// git with the run's environment and nothing else (its own empty home), on a blocking
+    /// thread: the director in this process goes on serving it meanwhile.
+    async fn git(&self, dir: &Path, args: &[&str]) -> Output {
+        let mut cmd = Command::new("git");
+        cmd.current_dir(dir)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("GIT_CONFIG_NOSYSTEM", "1");
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        cmd.env("HOME", self.home.path());
+        cmd.args(args);
+        tokio::task::spawn_blocking(move || cmd.output())
+            .await
+            .expect("joined")
+            .expect("git runs")
+    }
+
+    async fn ok(&self, dir: &Path, args: &[&str]) {
+        let out = self.git(dir, args).await;
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+    }
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+async fn started(s: &Setup, title: &str) -> Run {
+    let issue = labelled(&s.t, title, "mode: hang").await;
+    let current = || async {
+        run_ids(&s.t, &issue)
+            .await
+            .pop()
+            .filter(|id| s.fake.starts(id) == 1)
+    };
+    crate::helpers::wait_until("the run starts", || async { current().await.is_some() }).await;
+    let id = current().await.unwrap_or_default();
+    let spec = s.fake.spec_of(&id).expect("the run's spec");
+    Run {
+        id,
+        issue,
+        env: spec.env.clone(),
+        home: tempfile::tempdir().expect("dir"),
+    }
+}
+
+/// Clones the run's repository into a fresh directory.
+async fn clone(run: &Run) -> tempfile::TempDir {
+    let work = tempfile::tempdir().expect("dir");
+    run.ok(
+        work.path(),
+        &["clone", "-q", run.var("DIRECTOR_CLONE_URL"), "w"],
+    )
+    .await;
+    work
+}
+
+async fn commit(run: &Run, w: &Path, path: &str, text: &str) {
+    let file = w.join(path);
+    std::fs::create_dir_all(file.parent().expect("a parent")).expect("dirs");
+    std::fs::write(&file, text).expect("write");
+    run.ok(w, &["add", path]).await;
+    run.ok(w, &["commit", "-q", "-m", &format!("add {path}")])
+        .await;
+}
+
+/// Pushes and expects git's own refusal of `refname`, naming `why`.
+async fn refused(run: &Run, w: &Path, args: &[&str], refname: &str, why: &str) {
+    let out = run.git(w, args).await;
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{args:?} must fail: {err}");
+    assert!(err.contains("[remote rejected]"), "{args:?}: {err}");
+    assert!(
+        err.contains(refname) && err.contains(why),
+        "{args:?}: {err}"
+    );
+}
+
+#[tokio::test]
+async fn a_confined_run_holds_no_forge_credential_and_pushes_only_its_own_branch() {
+    let s = setup(|_| {}).await;
+    let run = started(&s, "Add --verbose").await;
+    let branch = run.var("DIRECTOR_BRANCH").to_owned();
+
+    // Nothing in the run's environment is a forge credential: FakeForge is asked about each
+    // value, and none is a token it minted.
+    for k in ["DIRECTOR_TOKEN", "DIRECTOR_API_URL"] {
+        assert!(run.var(k).is_empty(), "{k} left the run contract");
+    }
+    let minted: Vec<String> = s.t.forge.minted_tokens().into_iter().map(|m| m.2).collect();
+    assert!(!minted.is_empty(), "the run's token was minted");
+    let client = crate::helpers::http_client();
+    for (k, v) in &run.env {
+        assert!(!minted.contains(v), "{k} holds a minted token");
+        let answer = client
+            .get(format!("{}/api/v1/user", s.t.forge_url()))
+            .header("Authorization", format!("token {v}"))
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(answer.status(), 401, "the forge accepts {k} as a token");
+    }
+    let clone_url = run.var("DIRECTOR_CLONE_URL");
+    assert_eq!(
+        clone_url,
+        format!("http://127.0.0.1:{}/{}.git", s.gateway, s.t.repo)
+    );
+    assert_eq!(
+        run.var("NO_PROXY"),
+        "127.0.0.1",
+        "only the gateway is direct"
+    );
+
+    // Clone, commit and push its branch: through the gateway, to the forge.
+    let work = clone(&run).await;
+    let w = work.path().join("w");
+    commit(&run, &w, "agent.txt", "agent work\n").await;
+    run.ok(&w, &["push", "-q", "origin", &format!("HEAD:{branch}")])
+        .await;
+    assert!(s.t.forge.branches_of(&s.t.repo).contains(&branch));
+    let before = s.t.forge.branches_of(&s.t.repo);
+
+    // Everything else is refused in git's own words, and the forge is left as it was.
+    refused(
+        &run,
+        &w,
+        &["push", "origin", "HEAD:other"],
+        "other",
+        "a run pushes only",
+    )
+    .await;
+    refused(
+        &run,
+        &w,
+        &["push", "origin", "HEAD:main"],
+        "main",
+        "a run pushes only",
+    )
+    .await;
+    run.ok(&w, &["tag", "v1"]).await;
+    refused(
+        &run,
+        &w,
+        &["push", "origin", "v1"],
+        "v1",
+        "tags are not pushed",
+    )
+    .await;
+    refused(
+        &run,
+        &w,
+        &["push", "origin", &format!(":{branch}")],
+        &branch,
+        "deleting is not allowed",
+    )
+    .await;
+    commit(&run, &w, "more.txt", "more\n").await;
+    refused(
+        &run,
+        &w,
+        &["push", "origin", &format!("HEAD:{branch}"), "HEAD:second"],
+        &branch,
+        "refused with the rest of the push",
+    )
+    .await;
+    commit(&run, &w, ".forgejo/workflows/x.yml", "on: push\n").await;
+    refused(
+        &run,
+        &w,
+        &["push", "origin", &format!("HEAD:{branch}")],
+        &branch,
+        "changes .forgejo/workflows/x.yml, which runs may not change",
+    )
+    .await;
+    // Hidden under a later commit that removes it again: every pushed commit is checked.
+    run.ok(&w, &["rm", "-q", ".forgejo/workflows/x.yml"]).await;
+    run.ok(&w, &["commit", "-q", "-m", "remove it again"]).await;
+    refused(
+        &run,
+        &w,
+        &["push", "origin", &format!("HEAD:{branch}")],
+        &branch,
+        ".forgejo/workflows/x.yml",
+    )
+    .await;
+    assert_eq!(
+        s.t.forge.branches_of(&s.t.repo),
+        before,
+        "the forge is unchanged"
+    );
+    let tags = run.git(&w, &["ls-remote", "--tags", "origin"]).await;
+    assert!(
+        tags.status.success() && tags.stdout.is_empty(),
+        "no tag on the forge"
+    );
+
+    // Each refusal is kept for the run's report, and counted.
+    let kept = s.t.app.store.egress_refusals(&run.id).await.expect("store");
+    let pushes: Vec<&String> = kept
+        .iter()
+        .map(|(w, _)| w)
+        .filter(|w| w.starts_with("git push "))
+        .collect();
+    assert!(
+        pushes
+            .iter()
+            .any(|w| w.contains("refs/tags/v1: tags are not pushed")),
+        "{kept:?}"
+    );
+    assert!(
+        pushes.iter().any(|w| w.contains("refs/heads/other")),
+        "{kept:?}"
+    );
+    s.t.wait_for_metric(r#"director_git_pushes_refused_total{reason="refused"} 7"#)
+        .await;
+
+    // The run ends: its credential opens nothing any more.
+    s.t.forge.unlabel(WRITER, &run.issue, TRIGGER).await;
+    let record = crate::runs::wait_ended(&s.t, &run.issue).await;
+    assert_eq!(record.lifecycle, Lifecycle::Cancelled);
+    let out = run.git(&w, &["ls-remote", "origin"]).await;
+    assert!(
+        !out.status.success(),
+        "an ended run's credential is refused"
+    );
+    assert!(stderr(&out).contains("403"), "{}", stderr(&out));
+}
+
+#[tokio::test]
+async fn another_runs_credential_a_wrong_one_and_bad_requests_open_nothing() {
+    let s = setup(|s| s.runner.max_push_mb = 1).await;
+    let a = started(&s, "First").await;
+    let b = started(&s, "Second").await;
+    let a_branch = a.var("DIRECTOR_BRANCH").to_owned();
+    let url = a.var("DIRECTOR_CLONE_URL").to_owned();
+
+    // B may read the repository, as A may, but never push A's branch.
+    let work = clone(&b).await;
+    let w = work.path().join("w");
+    commit(&b, &w, "b.txt", "b\n").await;
+    refused(
+        &b,
+        &w,
+        &["push", "origin", &format!("HEAD:{a_branch}")],
+        &a_branch,
+        "a run pushes only",
+    )
+    .await;
+    assert!(!s.t.forge.branches_of(&s.t.repo).contains(&a_branch));
+
+    // A pack over runner.max_push_mb is refused whole.
+    // Random bytes: a pack does not compress them below the cap.
+    let big: Vec<u8> = (0..1_500_000).map(|_| rand::random::<u8>()).collect();
+    std::fs::write(w.join("big.bin"), &big).expect("write");
+    b.ok(&w, &["add", "big.bin"]).await;
+    b.ok(&w, &["commit", "-q", "-m", "big"]).await;
+    let out = b
+        .git(
+            &w,
+            &[
+                "push",
+                "origin",
+                &format!("HEAD:{}", b.var("DIRECTOR_BRANCH")),
+            ],
+        )
+        .await;
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("larger than runner.max_push_mb"),
+        "{}",
+        stderr(&out)
+    );
+    s.t.wait_for_metric(r#"director_git_pushes_refused_total{reason="too_large"} 1"#)
+        .await;
+
+    let client = crate::helpers::http_client();
+    let basic = |user: &str, password: &str| {
+        use base64::Engine as _;
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+        )
+    };
+    let a_auth = basic(&format!("run-{}", a.id), a.var("DIRECTOR_GIT_PASSWORD"));
+    let refs = |auth: String, path: String| {
+        let client = client.clone();
+        async move {
+            client
+                .get(path)
+                .header("Authorization", auth)
+                .send()
+                .await
+                .expect("answered")
+                .status()
+                .as_u16()
+        }
+    };
+    let info = format!("{url}/info/refs?service=git-upload-pack");
+    assert_eq!(refs(a_auth.clone(), info.clone()).await, 200);
+    // A's password under B's name, or a made-up one: not a credential.
+    assert_eq!(
+        refs(
+            basic(&format!("run-{}", b.id), a.var("DIRECTOR_GIT_PASSWORD")),
+            info.clone()
+        )
+        .await,
+        401
+    );
+    assert_eq!(
+        refs(basic(&format!("run-{}", a.id), "guess"), info.clone()).await,
+        401
+    );
+    // Another repository's path: not found, whoever asks.
+    let other = info.replace(&s.t.repo.to_string(), "acme/other");
+    assert_eq!(refs(a_auth.clone(), other).await, 404);
+    // The dumb protocol is not served.
+    assert_eq!(refs(a_auth.clone(), format!("{url}/info/refs")).await, 403);
+
+    // Malformed pkt-lines: a clear refusal in git's protocol, nothing forwarded.
+    for body in [&b"zzzz"[..], b"0003", b"00ff0000", b"0000"] {
+        let answer = client
+            .post(format!("{url}/git-receive-pack"))
+            .header("Authorization", a_auth.clone())
+            .header("Content-Type", "application/x-git-receive-pack-request")
+            .body(body.to_vec())
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(answer.status(), 200);
+        let text = answer.text().await.expect("text");
+        assert!(text.contains("ERR "), "{text}");
+    }
+    assert!(!s.t.forge.branches_of(&s.t.repo).contains(&a_branch));
+    // And the gateway still serves.
+    let work = clone(&a).await;
+    let w = work.path().join("w");
+    commit(&a, &w, "a.txt", "a\n").await;
+    a.ok(&w, &["push", "-q", "origin", &format!("HEAD:{a_branch}")])
+        .await;
+    assert!(s.t.forge.branches_of(&s.t.repo).contains(&a_branch));
+}
+
+#[tokio::test]
+async fn a_follow_up_only_fast_forwards_the_pull_requests_branch() {
+    let s = setup(|_| {}).await;
+    let first = started(&s, "Add --verbose").await;
+    let branch = first.var("DIRECTOR_BRANCH").to_owned();
+    let work = clone(&first).await;
+    let w = work.path().join("w");
+    commit(&first, &w, "agent.txt", "agent work\n").await;
+    first
+        .ok(&w, &["push", "-q", "origin", &format!("HEAD:{branch}")])
+        .await;
+    s.fake.exit(&first.id, 0, "pushed");
+    s.t.wait_state(&first.issue, Lifecycle::Succeeded).await;
+    let pr =
+        s.t.record(&first.issue)
+            .await
+            .and_then(|r| r.pr)
+            .map(|p| p.number)
+            .expect("a pull request");
+
+    // A writer asks for more on the pull request: a follow-up run on the same branch.
+    let pull = IssueRef::new(s.t.repo.clone(), pr);
+    s.t.forge
+        .comment(WRITER, &pull, "/director fix print the elapsed time too")
+        .await;
+    let current = || async {
+        run_ids(&s.t, &first.issue)
+            .await
+            .into_iter()
+            .find(|id| *id != first.id && s.fake.starts(id) == 1)
+    };
+    crate::helpers::wait_until("the follow-up starts", || async {
+        current().await.is_some()
+    })
+    .await;
+    let id = current().await.unwrap_or_default();
+    let spec = s.fake.spec_of(&id).expect("the follow-up's spec");
+    let follow = Run {
+        id,
+        issue: first.issue.clone(),
+        env: spec.env.clone(),
+        home: tempfile::tempdir().expect("dir"),
+    };
+    assert_eq!(follow.var("DIRECTOR_BRANCH"), branch);
+    assert_eq!(follow.var("DIRECTOR_PR"), pr.to_string());
+
+    // The ended first run's credential opens nothing.
+    let out = first.git(&w, &["ls-remote", "origin"]).await;
+    assert!(!out.status.success(), "an ended run is refused");
+
+    let work = clone(&follow).await;
+    let w = work.path().join("w");
+    follow.ok(&w, &["checkout", "-q", &branch]).await;
+    let tip = s.t.forge.branches_of(&s.t.repo);
+    // Rewriting the pull request's history is refused.
+    follow
+        .ok(&w, &["commit", "-q", "--amend", "-m", "rewritten"])
+        .await;
+    refused(
+        &follow,
+        &w,
+        &["push", "--force", "origin", &format!("HEAD:{branch}")],
+        &branch,
+        "a follow-up only adds commits",
+    )
+    .await;
+    assert_eq!(s.t.forge.branches_of(&s.t.repo), tip);
+    // Adding to it goes through.
+    follow
+        .ok(&w, &["reset", "-q", "--hard", &format!("origin/{branch}")])
+        .await;
+    commit(&follow, &w, "elapsed.txt", "elapsed\n").await;
+    follow
+        .ok(&w, &["push", "-q", "origin", &format!("HEAD:{branch}")])
+        .await;
+    let log = follow.git(&w, &["ls-remote", "origin", &branch]).await;
+    let head = follow.git(&w, &["rev-parse", "HEAD"]).await;
+    assert!(
+        String::from_utf8_lossy(&log.stdout)
+            .starts_with(String::from_utf8_lossy(&head.stdout).trim()),
+        "the branch moved to the follow-up's commit"
+    );
+}
