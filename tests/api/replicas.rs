@@ -476,3 +476,135 @@ async fn a_database_outage_answers_503_and_heals_by_itself() {
     let m = metrics(client.clone()).await.unwrap_or_default();
     assert!(m.contains("director_store_outages_total 1"), "{m}");
 }
+
+#[tokio::test]
+async fn a_replica_that_did_not_start_a_run_serves_its_git() {
+    let mut r = Replicas::new(Pg::start()).await;
+    let repo: director::domain::RepoName = "acme/widgets".parse().expect("repo");
+    crate::runs::admit_runner(&r.forge, &repo);
+    let git_root = tempfile::tempdir().expect("dir");
+    r.forge
+        .serve_git(&repo, git_root.path())
+        .expect("git serves");
+    r.env.extend(crate::runs::runner_env());
+    let network = format!("director-replicas-test-{:08x}", rand::random::<u32>());
+    r.set("DIRECTOR_RUNNER__EGRESS", "allowlist");
+    r.set("DIRECTOR_RUNNER__NETWORK", "bridge");
+    r.set("DIRECTOR_RUNNER__EGRESS_NETWORK", &network);
+    r.set("DIRECTOR_RUNNER__ALLOW_DNS_LEAKING_ENGINE", "true");
+    // On one host, each replica's proxy and gateway need ports of their own.
+    let mut gateways = Vec::new();
+    for _ in 0..2 {
+        let (proxy, gateway) = (free_port(), free_port());
+        r.env.retain(|(k, _)| {
+            k != "DIRECTOR_RUNNER__EGRESS_PROXY_PORT" && k != "DIRECTOR_RUNNER__GIT_GATEWAY_PORT"
+        });
+        r.set("DIRECTOR_RUNNER__EGRESS_PROXY_PORT", &proxy.to_string());
+        r.set("DIRECTOR_RUNNER__GIT_GATEWAY_PORT", &gateway.to_string());
+        r.start(None).await;
+        gateways.push(gateway);
+    }
+    let _cleanup = NetworkCleanup(network);
+    let store = r.store().await;
+    r.forge.set_webhook(&r.url(0), SECRET);
+    let issue = r
+        .forge
+        .open_issue(&repo, "reporter", "Stay a while", "mode: sleep")
+        .await;
+    r.forge.label(WRITER, &issue, TRIGGER).await;
+    let running = || async {
+        store
+            .runs_of(&issue)
+            .await
+            .ok()
+            .and_then(|runs| runs.into_iter().find(|x| x.state == RunState::Running))
+    };
+    r.wait("the run is running", || async { running().await.is_some() })
+        .await;
+    let run = running().await.expect("a running run");
+    let inspect = Command::new("docker")
+        .args([
+            "inspect",
+            "-f",
+            "{{json .Config.Env}}",
+            &format!("director-run-{}", run.id),
+        ])
+        .output()
+        .expect("docker");
+    let env: Vec<String> = serde_json::from_slice(&inspect.stdout).expect("the run's environment");
+    let get = |k: &str| {
+        env.iter()
+            .find_map(|kv| kv.strip_prefix(&format!("{k}=")))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    // The other replica's gateway, on the same network address.
+    let url = get("DIRECTOR_CLONE_URL");
+    let (own, other) = if url.contains(&format!(":{}/", gateways[0])) {
+        (gateways[0], gateways[1])
+    } else {
+        (gateways[1], gateways[0])
+    };
+    let other_url = url.replace(&format!(":{own}/"), &format!(":{other}/"));
+    assert_ne!(other_url, url, "{url}");
+    let password = get("DIRECTOR_GIT_PASSWORD");
+    let (id, branch) = (run.id.to_string(), run.branch.clone());
+    tokio::task::spawn_blocking(move || {
+        let home = tempfile::tempdir().expect("dir");
+        let work = tempfile::tempdir().expect("dir");
+        let origin = other_url.trim_end_matches("/acme/widgets.git").to_owned();
+        let git = |dir: &std::path::Path, args: &[&str]| {
+            let mut cmd = Command::new("git");
+            cmd.current_dir(dir)
+                .env_clear()
+                .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+                .env("HOME", home.path())
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .env("DIRECTOR_GIT_PASSWORD", &password);
+            for (k, v) in director::domain::run::git_environment(
+                &origin,
+                &format!("run-{id}"),
+                "DIRECTOR_GIT_PASSWORD",
+                "agent",
+                "agent@example.org",
+            ) {
+                cmd.env(k, v);
+            }
+            let out = cmd.args(args).output().expect("git");
+            assert!(
+                out.status.success(),
+                "{args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let w = work.path().join("w");
+        git(work.path(), &["clone", "-q", &other_url, "w"]);
+        std::fs::write(w.join("agent.txt"), "from the other replica\n").expect("write");
+        git(&w, &["add", "agent.txt"]);
+        git(&w, &["commit", "-q", "-m", "agent work"]);
+        git(&w, &["push", "-q", "origin", &format!("HEAD:{branch}")]);
+    })
+    .await
+    .expect("git through the other replica's gateway");
+    assert!(r.forge.branches_of(&repo).contains(&run.branch));
+    r.forge.unlabel(WRITER, &issue, TRIGGER).await;
+    r.settled(&store, &issue, Lifecycle::Cancelled).await;
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("0.0.0.0:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// The runs' network a test made, removed after it.
+struct NetworkCleanup(String);
+
+impl Drop for NetworkCleanup {
+    fn drop(&mut self) {
+        let _ = Command::new("docker")
+            .args(["network", "rm", &self.0])
+            .output();
+    }
+}
