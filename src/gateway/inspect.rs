@@ -28,6 +28,9 @@ pub struct Mirrors {
 /// helper answers with (read from the child's environment, never an argument).
 pub struct Upstream<'a> {
     pub url: &'a str,
+    /// The base branch and the run's branch: the mirror holds what they hold.
+    pub base: &'a str,
+    pub branch: &'a str,
     pub origin: &'a str,
     pub user: &'a str,
     pub token: &'a str,
@@ -41,21 +44,33 @@ impl Mirrors {
         }
     }
 
-    /// The repository's mirror, brought up to date with the forge's branches, held for this
-    /// caller until the guard drops.
-    pub async fn synced(
+    /// Brings the repository's mirror up to date unless a push or another sync holds it: a
+    /// run that fetches will likely push, and a warm mirror makes its push's check quick.
+    pub async fn warm(&self, repo: &RepoName, upstream: &Upstream<'_>) {
+        let busy = self.lock_of(repo).try_lock_owned().is_err();
+        if busy {
+            return;
+        }
+        if let Err(e) = self.synced(repo, upstream).await {
+            tracing::debug!(%repo, error = %e, "the mirror could not be warmed");
+        }
+    }
+
+    fn lock_of(&self, repo: &RepoName) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self
+            .locks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        locks.entry(repo.to_string()).or_default().clone()
+    }
+
+    /// The repository's mirror as it is (made empty if missing), held for this caller until
+    /// the guard drops.
+    pub async fn held(
         &self,
         repo: &RepoName,
-        upstream: &Upstream<'_>,
     ) -> Result<(tokio::sync::OwnedMutexGuard<()>, PathBuf), String> {
-        let lock = {
-            let mut locks = self
-                .locks
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            locks.entry(repo.to_string()).or_default().clone()
-        };
-        let guard = lock.lock_owned().await;
+        let guard = self.lock_of(repo).lock_owned().await;
         let dir = self
             .root
             .join(format!("{}+{}.git", repo.owner(), repo.name()));
@@ -63,30 +78,50 @@ impl Mirrors {
             std::fs::create_dir_all(&dir).map_err(|e| format!("the mirror's directory: {e}"))?;
             git(&dir, &["init", "--quiet", "--bare"], &[], None).await?;
         }
-        let mut env = crate::domain::run::git_environment(
-            upstream.origin,
-            upstream.user,
-            "DIRECTOR_FORGE_TOKEN",
-            "director",
-            "director@localhost",
-        );
-        env.push(("DIRECTOR_FORGE_TOKEN".into(), upstream.token.into()));
-        git(
-            &dir,
-            &[
-                "fetch",
-                "--quiet",
-                "--prune",
-                "--no-tags",
-                upstream.url,
-                "+refs/heads/*:refs/heads/*",
-            ],
-            &env,
-            None,
-        )
-        .await
-        .map_err(|e| format!("the forge could not be read: {e}"))?;
         Ok((guard, dir))
+    }
+
+    /// The repository's mirror, brought up to date with the forge's base branch and the
+    /// run's branch, held for this caller until the guard drops.
+    pub async fn synced(
+        &self,
+        repo: &RepoName,
+        upstream: &Upstream<'_>,
+    ) -> Result<(tokio::sync::OwnedMutexGuard<()>, PathBuf), String> {
+        let (guard, dir) = self.held(repo).await?;
+        sync(&dir, upstream).await?;
+        Ok((guard, dir))
+    }
+}
+
+/// Fetches the base branch and the run's branch from the forge into the mirror at `dir`.
+async fn sync(dir: &Path, upstream: &Upstream<'_>) -> Result<(), String> {
+    let mut env = crate::domain::run::git_environment(
+        upstream.origin,
+        upstream.user,
+        "DIRECTOR_FORGE_TOKEN",
+        "director",
+        "director@localhost",
+    );
+    env.push(("DIRECTOR_FORGE_TOKEN".into(), upstream.token.into()));
+    let fetch = |refspecs: Vec<String>| {
+        let env = env.clone();
+        async move {
+            let mut args = vec!["fetch", "--quiet", "--no-tags", upstream.url];
+            args.extend(refspecs.iter().map(String::as_str));
+            git(dir, &args, &env, None).await
+        }
+    };
+    let base = format!("+refs/heads/{0}:refs/heads/{0}", upstream.base);
+    let branch = format!("+refs/heads/{0}:refs/heads/{0}", upstream.branch);
+    match fetch(vec![base.clone(), branch]).await {
+        Ok(_) => Ok(()),
+        // The run's branch does not exist (yet, or any more): the base alone.
+        Err(e) if e.contains("couldn't find remote ref") => fetch(vec![base])
+            .await
+            .map(drop)
+            .map_err(|e| format!("the forge could not be read: {e}")),
+        Err(e) => Err(format!("the forge could not be read: {e}")),
     }
 }
 
@@ -120,6 +155,26 @@ impl Quarantine {
         Ok(q)
     }
 
+    /// Moves the checked objects into the mirror, so the next sync need not fetch them back
+    /// from the forge. Only a push that passed every check is kept.
+    pub fn keep(self) -> Result<(), String> {
+        let from = self.objects.path().join("pack");
+        let to = self.mirror.join("objects").join("pack");
+        let Ok(entries) = std::fs::read_dir(&from) else {
+            return Ok(());
+        };
+        // The index last: a pack is used only once its index is there.
+        let mut names: Vec<std::path::PathBuf> = entries.flatten().map(|e| e.path()).collect();
+        names.sort_by_key(|p| p.extension().is_some_and(|e| e == "idx"));
+        for path in names {
+            if let Some(name) = path.file_name() {
+                std::fs::rename(&path, to.join(name))
+                    .map_err(|e| format!("keeping the checked objects: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+
     fn env(&self) -> Vec<(String, String)> {
         vec![
             (
@@ -142,8 +197,13 @@ impl Quarantine {
         Ok(String::from_utf8_lossy(&out).into_owned())
     }
 
-    /// Why the update `c` of the run's branch is refused, or `None`. `base` is the default
-    /// branch; `fast_forward_only` for a follow-up.
+    /// Why the update `c` of the run's branch is refused, or `None`; `Err` when the mirror
+    /// lacks what the check needs (then it is synced and the check made again). `base` is
+    /// the default branch; `fast_forward_only` for a follow-up.
+    ///
+    /// The branch's current tip is taken from the command's old value: the forge applies an
+    /// update only when its ref still holds that value, so a push that lies about it is
+    /// refused there, and what it would exclude from the check is never applied.
     pub async fn check(
         &self,
         c: &Command,
@@ -157,91 +217,81 @@ impl Quarantine {
                 "the new value is not a commit the push carries".into(),
             ));
         }
-        let current = self
-            .text(&["rev-parse", "--verify", "--quiet", &c.refname])
-            .await;
-        let current = current
-            .ok()
-            .map(|s| s.trim().to_owned())
-            .filter(|s| !s.is_empty());
-        if fast_forward_only {
-            if current.as_deref() != Some(c.old.as_str()) {
-                return Ok(Some(
-                    "the branch moved on the forge: fetch and add to it".into(),
-                ));
-            }
-            let ancestor = self
-                .git(&["merge-base", "--is-ancestor", &c.old, &c.new], None)
-                .await
-                .is_ok();
-            if !ancestor {
-                return Ok(Some(
-                    "a follow-up only adds commits (no force-push): the pull request keeps its history"
-                        .into(),
-                ));
+        let current = (!c.creates()).then_some(c.old.as_str());
+        if fast_forward_only && let Some(old) = current {
+            let out = self
+                .status(&["merge-base", "--is-ancestor", old, &c.new])
+                .await?;
+            match out {
+                0 => {}
+                1 => {
+                    return Ok(Some(
+                        "a follow-up only adds commits (no force-push): the pull request keeps its history"
+                            .into(),
+                    ));
+                }
+                _ => return Err("the branch's tip is not in the mirror".into()),
             }
         }
-        // The commits the branch would gain that the forge has nowhere, and those it would
-        // gain over the base and what the branch holds: if they differ, the push builds on
-        // another branch's commits, which were never checked as the run's.
+        // Every commit the branch would gain over the base and its tip is checked, wherever
+        // it came from (the run's git was shown only those two refs). One `git log`: plumbing
+        // options, renames off (a rename would hide its old path), and for a merge only what
+        // differs from every parent (what the merge itself brings).
         let base_ref = format!("refs/heads/{base}");
-        let mut from_base = vec![
-            "rev-list",
-            "--max-count",
-            "2001",
+        let limit = (MAX_NEW_COMMITS + 1).to_string();
+        let mut args = vec![
+            "log",
+            "--format=%x01%H",
+            "-z",
+            "-c",
+            "--root",
+            "--no-renames",
+            "--name-only",
+            "--no-color",
+            "-n",
+            &limit,
             c.new.as_str(),
             "--not",
             &base_ref,
         ];
-        if let Some(cur) = &current {
-            from_base.push(cur);
+        if let Some(old) = current {
+            args.push(old);
         }
-        let gained = self.text(&from_base).await?;
-        let fresh = self
-            .text(&["rev-list", "--max-count", "2001", &c.new, "--not", "--all"])
-            .await?;
-        let gained: Vec<&str> = gained.split_whitespace().collect();
-        let fresh: Vec<&str> = fresh.split_whitespace().collect();
-        if gained.len() > MAX_NEW_COMMITS {
+        let out = self.git(&args, None).await?;
+        let mut commit = String::new();
+        let mut commits = 0;
+        for token in out
+            .split(|b| *b == 0 || *b == b'\n')
+            .filter(|t| !t.is_empty())
+        {
+            if let Some(id) = token.strip_prefix(b"\x01") {
+                commit = String::from_utf8_lossy(id).into_owned();
+                commits += 1;
+                continue;
+            }
+            let path = String::from_utf8_lossy(token);
+            if let Some(glob) = protected.covering(&path) {
+                let short = commit.get(..10).unwrap_or(&commit);
+                return Ok(Some(format!(
+                    "commit {short} changes {path}, which runs may not change ({glob})"
+                )));
+            }
+        }
+        if commits > MAX_NEW_COMMITS {
             return Ok(Some(format!(
                 "more than {MAX_NEW_COMMITS} new commits in one push"
             )));
         }
-        if gained.len() != fresh.len() {
-            return Ok(Some(format!(
-                "the branch must grow from {base}: it takes in commits of other branches"
-            )));
-        }
-        for commit in fresh {
-            // Plumbing, renames off (a rename would hide its old path), and for a merge only
-            // what differs from every parent (what the merge itself brings).
-            let out = self
-                .git(
-                    &[
-                        "diff-tree",
-                        "-r",
-                        "-c",
-                        "--root",
-                        "--no-renames",
-                        "--no-commit-id",
-                        "--name-only",
-                        "-z",
-                        commit,
-                    ],
-                    None,
-                )
-                .await?;
-            for path in out.split(|b| *b == 0).filter(|p| !p.is_empty()) {
-                let path = String::from_utf8_lossy(path);
-                if let Some(glob) = protected.covering(&path) {
-                    let short = commit.get(..10).unwrap_or(commit);
-                    return Ok(Some(format!(
-                        "commit {short} changes {path}, which runs may not change ({glob})"
-                    )));
-                }
-            }
-        }
         Ok(None)
+    }
+
+    /// git's exit code (0 and 1 are answers; anything else an error).
+    async fn status(&self, args: &[&str]) -> Result<i32, String> {
+        match self.git(args, None).await {
+            Ok(_) => Ok(0),
+            Err(e) if e.contains("(exit 1)") => Ok(1),
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -292,8 +342,9 @@ async fn git(
             .lines()
             .find(|l| !l.trim().is_empty())
             .unwrap_or("no message");
+        let code = out.status.code().unwrap_or(-1);
         Err(format!(
-            "git {} failed: {first}",
+            "git {} failed (exit {code}): {first}",
             args.first().unwrap_or(&"")
         ))
     }

@@ -247,10 +247,38 @@ async fn handle(req: HttpRequest, payload: web::Payload, gw: web::Data<Gateway>)
         return text(StatusCode::NOT_FOUND, "repository not found");
     }
     match end {
-        Endpoint::InfoRefs => info_refs(&gw, &req, &run).await,
+        Endpoint::InfoRefs => {
+            if req.query_string() == "service=git-upload-pack" {
+                warm(gw.clone().into_inner(), &run);
+            }
+            info_refs(&gw, &req, &run).await
+        }
         Endpoint::UploadPack => upload_pack(&gw, &req, payload, &run).await,
         Endpoint::ReceivePack => receive_pack(&gw, &req, payload, &run_id, &run).await,
     }
+}
+
+/// Syncs the repository's mirror in the background: the run fetching now will likely push.
+fn warm(gw: Arc<Gateway>, run: &RunAccess) {
+    let (repo, url, origin, user, token) = (
+        run.repo.clone(),
+        run.upstream.clone(),
+        run.origin.clone(),
+        run.user.clone(),
+        run.token.clone(),
+    );
+    let (base, branch) = (run.base_branch.clone(), run.branch.clone());
+    tokio::spawn(async move {
+        let upstream = Upstream {
+            url: &url,
+            base: &base,
+            branch: &branch,
+            origin: &origin,
+            user: &user,
+            token: token.expose(),
+        };
+        gw.mirrors.warm(&repo, &upstream).await;
+    });
 }
 
 /// The request's body, at most `max` bytes of it, and whether there was more (the rest is
@@ -341,7 +369,11 @@ async fn info_refs(gw: &Gateway, req: &HttpRequest, run: &RunAccess) -> HttpResp
         Ok(b) => b,
         Err(e) => return unreachable_forge(&e),
     };
-    match pkt::restrict_advertisement(&bytes) {
+    let keep = [
+        format!("refs/heads/{}", run.base_branch),
+        format!("refs/heads/{}", run.branch),
+    ];
+    match pkt::restrict_advertisement(&bytes, &keep) {
         Ok(body) => HttpResponse::Ok()
             .content_type(content_type)
             .insert_header(("Cache-Control", "no-cache"))
@@ -472,32 +504,59 @@ async fn receive_pack(
     }
 }
 
-/// Why each ref update is refused (`None`: it may go).
+/// Why each ref update is refused (`None`: it may go). The check is made first against
+/// the mirror as it is: a push that passes there passes (the forge applies it only if the
+/// branch still holds the old value the check took). Anything else is checked again after
+/// syncing the mirror with the forge, so a stale mirror never refuses a good push.
 async fn refusals(
     gw: &Gateway,
     push: &Push,
     data: &[u8],
     run: &RunAccess,
 ) -> Result<Vec<Option<String>>, String> {
-    let mut reasons = rules::check_refs(&push.commands, &run.branch, run.follow_up);
-    if reasons.iter().any(Option::is_some) {
+    let by_name = rules::check_refs(&push.commands, &run.branch, run.follow_up);
+    if by_name.iter().any(Option::is_some) {
+        return Ok(by_name);
+    }
+    let (held, mirror) = gw.mirrors.held(&run.repo).await?;
+    if let Ok(reasons) = inspect_pack(gw, push, data, run, &mirror).await
+        && reasons.iter().all(Option::is_none)
+    {
         return Ok(reasons);
     }
+    drop(held);
     let upstream = Upstream {
         url: &run.upstream,
+        base: &run.base_branch,
+        branch: &run.branch,
         origin: &run.origin,
         user: &run.user,
         token: run.token.expose(),
     };
     let (_held, mirror) = gw.mirrors.synced(&run.repo, &upstream).await?;
-    let quarantine = match Quarantine::receive(&mirror, &data[push.pack_at..]).await {
-        Ok(q) => q,
-        Err(why) => return Ok(vec![Some(why); push.commands.len()]),
-    };
-    for (c, reason) in push.commands.iter().zip(reasons.iter_mut()) {
-        *reason = quarantine
-            .check(c, &run.base_branch, run.follow_up, &gw.protected)
-            .await?;
+    inspect_pack(gw, push, data, run, &mirror).await
+}
+
+/// The push's pack in a quarantine beside `mirror`, and each ref update checked there; the
+/// objects of a push that passes are kept in the mirror.
+async fn inspect_pack(
+    gw: &Gateway,
+    push: &Push,
+    data: &[u8],
+    run: &RunAccess,
+    mirror: &std::path::Path,
+) -> Result<Vec<Option<String>>, String> {
+    let quarantine = Quarantine::receive(mirror, &data[push.pack_at..]).await?;
+    let mut reasons = Vec::with_capacity(push.commands.len());
+    for c in &push.commands {
+        reasons.push(
+            quarantine
+                .check(c, &run.base_branch, run.follow_up, &gw.protected)
+                .await?,
+        );
+    }
+    if reasons.iter().all(Option::is_none) {
+        quarantine.keep()?;
     }
     Ok(reasons)
 }

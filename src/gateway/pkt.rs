@@ -168,40 +168,77 @@ pub fn parse_push(body: &[u8]) -> Result<Push, String> {
 /// update its one branch, or carry what the gateway does not check.
 const WITHHELD: &[&str] = &["atomic", "push-options", "push-cert"];
 
-/// The forge's receive-pack advertisement with the withheld capabilities taken out of its
-/// first ref line.
-pub fn restrict_advertisement(body: &[u8]) -> Result<Vec<u8>, String> {
+/// The forge's receive-pack advertisement as a run sees it: only the refs in `keep` (the
+/// base branch and the run's own), so the run's git builds its pack against those alone,
+/// and without the withheld capabilities. The capabilities ride on the first ref kept, or on
+/// git's `capabilities^{}` line when none is.
+pub fn restrict_advertisement(body: &[u8], keep: &[String]) -> Result<Vec<u8>, String> {
     let mut out = Vec::with_capacity(body.len());
+    let mut refs: Vec<(String, String)> = Vec::new();
+    let mut caps: Option<String> = None;
     let mut at = 0;
-    let mut first_ref = true;
+    let mut header_done = false;
     while at < body.len() {
         let (pkt, used) = read(&body[at..])?;
+        at += used;
         match pkt {
-            Pkt::Data(data) if first_ref && !data.starts_with(b"# service=") => {
-                first_ref = false;
-                match data.iter().position(|b| *b == 0) {
-                    Some(nul) => {
-                        let caps = String::from_utf8_lossy(&data[nul + 1..]);
-                        let caps = caps.trim_end_matches('\n');
-                        let kept: Vec<&str> = caps
-                            .split(' ')
-                            .filter(|c| {
-                                let name = c.split('=').next().unwrap_or_default();
-                                !c.is_empty() && !WITHHELD.contains(&name)
-                            })
-                            .collect();
-                        let mut line_data = data[..=nul].to_vec();
-                        line_data.extend_from_slice(kept.join(" ").as_bytes());
-                        line_data.push(b'\n');
-                        out.extend_from_slice(&line(&line_data));
-                    }
-                    None => out.extend_from_slice(&body[at..at + used]),
+            Pkt::Data(data) if !header_done && data.starts_with(b"# service=") => {
+                out.extend_from_slice(&line(data));
+            }
+            Pkt::Flush if !header_done && !out.is_empty() && refs.is_empty() && caps.is_none() => {
+                out.extend_from_slice(FLUSH);
+                header_done = true;
+            }
+            Pkt::Data(data) => {
+                header_done = true;
+                let data = data.strip_suffix(b"\n").unwrap_or(data);
+                let (text, these) = match data.iter().position(|b| *b == 0) {
+                    Some(nul) => (&data[..nul], Some(&data[nul + 1..])),
+                    None => (data, None),
+                };
+                if let Some(these) = these {
+                    caps = Some(String::from_utf8_lossy(these).into_owned());
+                }
+                let text = String::from_utf8_lossy(text);
+                if let Some((oid, name)) = text.split_once(' ')
+                    && keep.iter().any(|k| k == name)
+                {
+                    refs.push((oid.to_owned(), name.to_owned()));
                 }
             }
-            _ => out.extend_from_slice(&body[at..at + used]),
+            Pkt::Flush => break,
+            Pkt::Delim | Pkt::ResponseEnd => {
+                return Err("a protocol v2 marker in a receive-pack advertisement".into());
+            }
         }
-        at += used;
     }
+    let caps = caps.unwrap_or_default();
+    let kept: Vec<&str> = caps
+        .split(' ')
+        .filter(|c| {
+            let name = c.split('=').next().unwrap_or_default();
+            !c.is_empty() && !WITHHELD.contains(&name)
+        })
+        .collect();
+    let kept = kept.join(" ");
+    if refs.is_empty() {
+        let zero = if kept.contains("object-format=sha256") {
+            64
+        } else {
+            40
+        };
+        let text = format!("{} capabilities^{{}}\0{kept}\n", "0".repeat(zero));
+        out.extend_from_slice(&line(text.as_bytes()));
+    }
+    for (i, (oid, name)) in refs.iter().enumerate() {
+        let text = if i == 0 {
+            format!("{oid} {name}\0{kept}\n")
+        } else {
+            format!("{oid} {name}\n")
+        };
+        out.extend_from_slice(&line(text.as_bytes()));
+    }
+    out.extend_from_slice(FLUSH);
     Ok(out)
 }
 
@@ -299,34 +336,69 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_advertisement_loses_what_the_gateway_does_not_offer() {
+    fn advertisement(refs: &[(&str, &str)]) -> Vec<u8> {
         let mut adv = line(b"# service=git-receive-pack\n");
         adv.extend_from_slice(FLUSH);
-        adv.extend(line(
-            format!("{A} refs/heads/main\0report-status report-status-v2 delete-refs side-band-64k quiet atomic ofs-delta push-options push-cert=123-abc object-format=sha1 agent=git/2.47\n").as_bytes(),
-        ));
-        adv.extend(line(format!("{B} refs/heads/other\n").as_bytes()));
-        adv.extend_from_slice(FLUSH);
-        let out = restrict_advertisement(&adv).expect("restricted");
-        let text = String::from_utf8_lossy(&out);
-        assert!(
-            !text.contains("atomic")
-                && !text.contains("push-options")
-                && !text.contains("push-cert"),
-            "{text}"
-        );
-        assert!(
-            text.contains("report-status side-band-64k")
-                || text.contains("delete-refs side-band-64k quiet ofs-delta"),
-            "{text}"
-        );
-        assert!(text.contains("refs/heads/other"));
-        // Every pkt-line still reads.
-        let mut at = 0;
-        while at < out.len() {
-            at += read(&out[at..]).expect("reads").1;
+        for (i, (oid, name)) in refs.iter().enumerate() {
+            let text = if i == 0 {
+                format!(
+                    "{oid} {name}\0report-status report-status-v2 delete-refs side-band-64k quiet atomic ofs-delta push-options push-cert=123-abc object-format=sha1 agent=git/2.47\n"
+                )
+            } else {
+                format!("{oid} {name}\n")
+            };
+            adv.extend(line(text.as_bytes()));
         }
+        adv.extend_from_slice(FLUSH);
+        adv
+    }
+
+    fn lines(out: &[u8]) -> Vec<String> {
+        let mut at = 0;
+        let mut all = Vec::new();
+        while at < out.len() {
+            let (pkt, used) = read(&out[at..]).expect("reads");
+            all.push(match pkt {
+                Pkt::Data(d) => String::from_utf8_lossy(d).replace('\0', "|"),
+                _ => "0000".to_owned(),
+            });
+            at += used;
+        }
+        all
+    }
+
+    #[test]
+    fn the_advertisement_shows_the_base_and_the_runs_branch_only_without_withheld_capabilities() {
+        let adv = advertisement(&[
+            (A, "refs/heads/main"),
+            (B, "refs/heads/other"),
+            (A, "refs/heads/run"),
+        ]);
+        let keep = ["refs/heads/main".to_owned(), "refs/heads/run".to_owned()];
+        let out = lines(&restrict_advertisement(&adv, &keep).expect("restricted"));
+        assert_eq!(out[0], "# service=git-receive-pack\n");
+        assert_eq!(out[1], "0000");
+        assert_eq!(
+            out[2],
+            format!(
+                "{A} refs/heads/main|report-status report-status-v2 delete-refs side-band-64k quiet ofs-delta object-format=sha1 agent=git/2.47\n"
+            )
+        );
+        assert_eq!(out[3], format!("{A} refs/heads/run\n"));
+        assert_eq!(out[4], "0000");
+        assert_eq!(out.len(), 5, "{out:?}");
+        // The first ref, carrying the capabilities, is not kept: they move.
+        let out = lines(&restrict_advertisement(&adv, &["refs/heads/run".to_owned()]).expect("ok"));
+        assert!(
+            out[2].starts_with(&format!("{A} refs/heads/run|report-status")),
+            "{out:?}"
+        );
+        // Nothing kept: git's line for an empty repository.
+        let out = lines(&restrict_advertisement(&adv, &[]).expect("ok"));
+        assert!(
+            out[2].starts_with(&format!("{Z} capabilities^{{}}|report-status")),
+            "{out:?}"
+        );
     }
 
     #[test]

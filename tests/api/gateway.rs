@@ -493,3 +493,84 @@ async fn a_follow_up_only_fast_forwards_the_pull_requests_branch() {
         "the branch moved to the follow-up's commit"
     );
 }
+
+#[tokio::test]
+async fn a_pack_that_also_carries_another_refs_objects_lands_nothing_unchecked() {
+    let s = setup(|_| {}).await;
+    let run = started(&s, "Smuggle").await;
+    let branch = run.var("DIRECTOR_BRANCH").to_owned();
+    let work = clone(&run).await;
+    let w = work.path().join("w");
+    commit(&run, &w, "clean.txt", "clean\n").await;
+    let clean = run.git(&w, &["rev-parse", "HEAD"]).await;
+    let clean = String::from_utf8_lossy(&clean.stdout).trim().to_owned();
+    // A workflow on a side branch, in the same pack as the clean commit.
+    run.ok(&w, &["checkout", "-q", "-b", "side", "origin/main"])
+        .await;
+    commit(&run, &w, ".forgejo/workflows/x.yml", "on: push\n").await;
+    let side = run.git(&w, &["rev-parse", "HEAD"]).await;
+    let side = String::from_utf8_lossy(&side.stdout).trim().to_owned();
+    let mut pack_objects = Command::new("git");
+    pack_objects
+        .current_dir(&w)
+        .args(["pack-objects", "--stdout", "--revs", "-q"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped());
+    let mut child = pack_objects.spawn().expect("pack-objects");
+    {
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().expect("stdin");
+        writeln!(stdin, "{clean}\n{side}\n^origin/main").expect("revs");
+    }
+    let pack = child.wait_with_output().expect("a pack").stdout;
+    assert!(pack.starts_with(b"PACK"));
+
+    // The push names only the run's branch, at the clean commit.
+    let command = format!(
+        "{} {clean} refs/heads/{branch}\0report-status agent=test\n",
+        "0".repeat(40)
+    );
+    let mut body = director::gateway::pkt::line(command.as_bytes());
+    body.extend_from_slice(director::gateway::pkt::FLUSH);
+    body.extend_from_slice(&pack);
+    let answer = crate::helpers::http_client()
+        .post(format!(
+            "{}/git-receive-pack",
+            run.var("DIRECTOR_CLONE_URL")
+        ))
+        .basic_auth(
+            format!("run-{}", run.id),
+            Some(run.var("DIRECTOR_GIT_PASSWORD")),
+        )
+        .header("Content-Type", "application/x-git-receive-pack-request")
+        .body(body)
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(answer.status(), 200);
+    let report = answer.text().await.expect("report");
+    assert!(
+        report.contains(&format!("ok refs/heads/{branch}")),
+        "{report}"
+    );
+    let remote = run.git(&w, &["ls-remote", "origin"]).await;
+    let remote = String::from_utf8_lossy(&remote.stdout).into_owned();
+    assert!(
+        remote.contains(&format!("{clean}\trefs/heads/{branch}")),
+        "{remote}"
+    );
+    assert!(
+        !remote.contains(&side),
+        "no ref holds the smuggled commit: {remote}"
+    );
+
+    // The smuggled commit, named later, is checked like any other.
+    refused(
+        &run,
+        &w,
+        &["push", "--force", "origin", &format!("side:{branch}")],
+        &branch,
+        ".forgejo/workflows/x.yml",
+    )
+    .await;
+}
