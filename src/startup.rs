@@ -559,6 +559,8 @@ impl Engine<'_> {
                 forge: forge.clone(),
                 runner: runner.clone(),
                 seal: seal.clone(),
+                clock: self.clock.clone(),
+                director_id: self.store.director_id().await?,
             };
             Some(
                 egress_proxy(

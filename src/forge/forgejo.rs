@@ -1241,6 +1241,7 @@ pub fn run_endpoints(base: &str, repo: &RepoName, runner: &RunnerAccount) -> Run
         token_scopes: vec![RUN_TOKEN_SCOPE.to_owned()],
         runner_account: true,
         name: "Forgejo",
+        token_lifetime_secs: None,
     }
 }
 

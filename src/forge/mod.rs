@@ -356,6 +356,9 @@ pub struct RunEndpoints {
     pub runner_account: bool,
     /// The forge's name in messages.
     pub name: &'static str,
+    /// How long a minted run token lives (`None`: until it is deleted). The git gateway
+    /// replaces one before it expires.
+    pub token_lifetime_secs: Option<u64>,
 }
 
 /// The calls the director makes to a forge, and no others.

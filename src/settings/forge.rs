@@ -192,11 +192,15 @@ impl Settings {
             ));
         }
         let r = &self.runner;
-        if r.enabled && !r.image.is_empty() && r.timeout_secs > GITHUB_MAX_RUN_SECS {
+        if r.enabled
+            && !r.image.is_empty()
+            && !self.egress_confined()
+            && r.timeout_secs > GITHUB_MAX_RUN_SECS
+        {
             return Err(invalid(
                 "runner.timeout_secs",
                 format!(
-                    "{} is longer than a run can push on GitHub: its installation token expires {} minutes after it is minted, so runs are limited to {GITHUB_MAX_RUN_SECS} s",
+                    "{} is longer than an open run can push on GitHub: its installation token expires {} minutes after it is minted, so runs with runner.egress = \"open\" are limited to {GITHUB_MAX_RUN_SECS} s (confined runs push through the git gateway, which renews it)",
                     r.timeout_secs,
                     GITHUB_TOKEN_LIFETIME_SECS / 60
                 ),

@@ -224,9 +224,11 @@ impl Settings {
         let mut settings: Settings = figment
             .extract()
             .map_err(|e| SettingsError::Parse(one_line(&e)))?;
-        // Defaults work on every forge: on GitHub a run's push must fit in its installation
-        // token's hour, so the default wall-clock limit there is the longest that fits.
+        // Defaults work on every forge: on GitHub an open run's push must fit in its
+        // installation token's hour, so the default wall-clock limit there is the longest
+        // that fits. (A confined run pushes through the git gateway, which renews the token.)
         if settings.forge.kind == ForgeKind::Github
+            && !settings.egress_confined()
             && figment.find_value("runner.timeout_secs").is_err()
         {
             settings.runner.timeout_secs = settings.runner.timeout_secs.min(GITHUB_MAX_RUN_SECS);

@@ -479,32 +479,66 @@ impl Store {
         tx.commit().await
     }
 
-    /// Keeps a run's sealed forge token (replacing one an earlier attempt kept). Durable:
-    /// the run starts only after it is kept.
-    pub async fn put_run_token(&self, run_id: &str, sealed: &str) -> anyhow::Result<()> {
+    /// Keeps a run's sealed forge token, minted at `minted_at_ms` (replacing one an earlier
+    /// attempt kept). Durable: the run starts only after it is kept.
+    pub async fn put_run_token(
+        &self,
+        run_id: &str,
+        sealed: &str,
+        minted_at_ms: i64,
+    ) -> anyhow::Result<()> {
         let mut tx = self.begin(true).await?;
         on_tx!(&mut tx, t => {
             sqlx::query(
-                "INSERT INTO run_tokens (run_id, sealed) VALUES ($1, $2) \
-                 ON CONFLICT (run_id) DO UPDATE SET sealed = excluded.sealed",
+                "INSERT INTO run_tokens (run_id, sealed, minted_at_ms) VALUES ($1, $2, $3) \
+                 ON CONFLICT (run_id) DO UPDATE \
+                 SET sealed = excluded.sealed, minted_at_ms = excluded.minted_at_ms",
             )
             .bind(run_id)
             .bind(sealed)
+            .bind(minted_at_ms)
             .execute(&mut **t)
             .await?;
         });
         tx.commit().await
     }
 
-    /// A run's sealed forge token, if one is kept.
-    pub async fn run_token(&self, run_id: &str) -> anyhow::Result<Option<String>> {
-        let row: Option<(String,)> = on_pool!(&self.db, p => {
-            sqlx::query_as("SELECT sealed FROM run_tokens WHERE run_id = $1")
+    /// Replaces a run's token with a fresher one, unless someone (another replica) already
+    /// replaced the one minted at `was_minted_at_ms`: whether this one is now kept.
+    pub async fn renew_run_token(
+        &self,
+        run_id: &str,
+        sealed: &str,
+        minted_at_ms: i64,
+        was_minted_at_ms: i64,
+    ) -> anyhow::Result<bool> {
+        let mut tx = self.begin(true).await?;
+        let changed = on_tx!(&mut tx, t => {
+            sqlx::query(
+                "UPDATE run_tokens SET sealed = $2, minted_at_ms = $3 \
+                 WHERE run_id = $1 AND minted_at_ms = $4",
+            )
+            .bind(run_id)
+            .bind(sealed)
+            .bind(minted_at_ms)
+            .bind(was_minted_at_ms)
+            .execute(&mut **t)
+            .await?
+            .rows_affected()
+        });
+        tx.commit().await?;
+        Ok(changed == 1)
+    }
+
+    /// A run's sealed forge token and when it was minted, if one is kept.
+    pub async fn run_token(&self, run_id: &str) -> anyhow::Result<Option<(String, i64)>> {
+        let row: Option<(String, i64)> = on_pool!(&self.db, p => {
+            sqlx::query_as("SELECT sealed, minted_at_ms FROM run_tokens WHERE run_id = $1")
                 .bind(run_id)
                 .fetch_optional(p)
                 .await?
         });
-        Ok(row.map(|(s,)| s))
+        Ok(row)
     }
 
     /// Forgets a run's token (its run ended, and the forge's copy is revoked).

@@ -41,6 +41,15 @@ impl GithubApp {
         gh: FakeGitHub,
         configure: impl FnOnce(&mut director::settings::Settings),
     ) -> Self {
+        Self::spawn_timed(gh, None, configure).await
+    }
+
+    /// With `clock` in place of the system's.
+    async fn spawn_timed(
+        gh: FakeGitHub,
+        clock: Option<director::clock::SharedClock>,
+        configure: impl FnOnce(&mut director::settings::Settings),
+    ) -> Self {
         gh.create_repo(REPO);
         gh.create_repo(OTHER);
         let installation = gh.install("acme", &[REPO, OTHER]);
@@ -73,7 +82,7 @@ impl GithubApp {
             },
             Overrides {
                 runtime: Some(Arc::new(runtime.clone())),
-                ..Default::default()
+                clock,
             },
         )
         .await;
@@ -162,6 +171,9 @@ impl GithubApp {
 fn agent() -> director_testkit::runtime::Behaviour {
     Arc::new(move |spec: RunSpec| {
         async move {
+            if String::from_utf8_lossy(&spec.task).contains("mode: hang") {
+                std::future::pending::<()>().await;
+            }
             let api = env(&spec, "DIRECTOR_API_URL").to_owned();
             let repo = env(&spec, "DIRECTOR_REPO").to_owned();
             let branch = env(&spec, "DIRECTOR_BRANCH").to_owned();
@@ -517,11 +529,13 @@ async fn a_wrong_key_is_a_clear_error_counted_in_the_metrics_never_a_crash_and_n
     assert!(ok, "{out} {err}");
     let body = key.lines().nth(1).unwrap_or_default().to_owned();
     assert!(!out.contains(&body), "the key is never printed");
+    // An open run holds the token itself, so it must fit in the token's hour.
     let (ok, _, err) = check_config(
         &good,
         &[
             ("DIRECTOR_RUNNER__TIMEOUT_SECS", "3600"),
             ("DIRECTOR_RUNNER__IMAGE", "agent:1"),
+            ("DIRECTOR_RUNNER__EGRESS", "open"),
         ],
     );
     assert!(!ok);
@@ -529,7 +543,16 @@ async fn a_wrong_key_is_a_clear_error_counted_in_the_metrics_never_a_crash_and_n
         err.contains("runner.timeout_secs") && err.contains("3300"),
         "{err}"
     );
-    // The defaults start on GitHub: a run's default limit there fits in the token's hour.
+    // A confined run pushes through the gateway, which renews the token: no cap, and the
+    // defaults (an hour, confined) start on GitHub.
+    let (ok, out, err) = check_config(
+        &good,
+        &[
+            ("DIRECTOR_RUNNER__TIMEOUT_SECS", "10800"),
+            ("DIRECTOR_RUNNER__IMAGE", "agent:1"),
+        ],
+    );
+    assert!(ok, "three hours, confined: {out} {err}");
     let (ok, out, err) = check_config(&good, &[("DIRECTOR_RUNNER__IMAGE", "agent:1")]);
     assert!(ok, "the default configuration on GitHub: {out} {err}");
 }
@@ -1049,4 +1072,102 @@ async fn github_enterprise_server_is_the_same_app_below_api_v3() {
             .any(|tk| tk.repositories.is_some() && tk.revoked)
     );
     t.assert_contract();
+}
+
+#[tokio::test]
+async fn a_confined_runs_token_is_renewed_before_its_hour_ends_and_the_old_one_revoked() {
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port")
+    };
+    let clock = director::clock::ManualClock::new(director::clock::now_ms());
+    let t = GithubApp::spawn_timed(FakeGitHub::start().await, Some(clock.clone()), |s| {
+        s.runner.egress = director::settings::Egress::Allowlist;
+        s.runner.egress_proxy_port = free();
+        s.runner.git_gateway_port = free();
+        // Three hours: longer than an installation token lives.
+        s.runner.timeout_secs = 3 * 3600;
+        s.runner.idle_timeout_secs = 0;
+    })
+    .await;
+    // Pull requests are required on the default branch (else no run starts).
+    t.gh.ruleset(REPO, "active", 1, false);
+    let n = t.labelled("Take the afternoon", "mode: hang");
+    let issue = t.issue(n);
+    let current = || async {
+        t.app
+            .store
+            .runs_of(&issue)
+            .await
+            .ok()
+            .and_then(|runs| runs.last().map(|r| r.id.to_string()))
+            .filter(|id| t.runtime.starts(id) == 1)
+    };
+    crate::helpers::wait_until("the run starts", || async { current().await.is_some() }).await;
+    let id = current().await.unwrap_or_default();
+    let spec = t.runtime.spec_of(&id).expect("the run's spec");
+    assert!(
+        env(&spec, "DIRECTOR_TOKEN").is_empty(),
+        "no token in the run"
+    );
+    let ask = || {
+        let url = format!(
+            "{}/info/refs?service=git-upload-pack",
+            env(&spec, "DIRECTOR_CLONE_URL")
+        );
+        let user = format!("run-{id}");
+        let password = env(&spec, "DIRECTOR_GIT_PASSWORD").to_owned();
+        async move {
+            let answer = crate::helpers::http_client()
+                .get(url)
+                .basic_auth(user, Some(password))
+                .send()
+                .await
+                .expect("the gateway answers");
+            // FakeGitHub serves no git: what counts is that the gateway took the run's
+            // credential and forwarded (its own refusal names its realm).
+            let realm = answer
+                .headers()
+                .get("WWW-Authenticate")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            !realm.contains("director git gateway") && answer.status() != 403
+        }
+    };
+    let run_tokens = || {
+        t.gh.tokens()
+            .into_iter()
+            .filter(|k| k.repositories.is_some())
+            .collect::<Vec<_>>()
+    };
+    let kept = || async { t.app.store.run_token(&id).await.expect("store") };
+    let (first, minted) = kept().await.expect("the run's token is kept, sealed");
+    assert!(ask().await, "the gateway forwards");
+    assert_eq!(kept().await, Some((first.clone(), minted)), "not due yet");
+    assert_eq!(run_tokens().len(), 1);
+
+    // Fifty-one minutes on: the gateway renews the token before forwarding.
+    clock.advance(51 * 60 * 1000);
+    assert!(ask().await, "the gateway forwards");
+    let (second, renewed) = kept().await.expect("kept");
+    assert_ne!(second, first);
+    assert!(renewed > minted);
+    let tokens = run_tokens();
+    assert_eq!(tokens.len(), 2, "{tokens:?}");
+    assert!(tokens[0].revoked, "the old token is revoked");
+    assert!(!tokens[1].revoked, "the new one is live");
+    assert_eq!(tokens[1].repositories, Some(vec![REPO.to_owned()]));
+    // Until the next renewal, the same token serves.
+    assert!(ask().await, "the gateway forwards");
+    assert_eq!(run_tokens().len(), 2);
+    // FakeGitHub serves no git smart HTTP yet: the gateway's (and its mirror's) git requests
+    // are the only ones outside the REST description.
+    let outside = t.gh.take_violations();
+    assert!(
+        outside.iter().all(|v| v.contains("/acme/widgets.git/")),
+        "{outside:?}"
+    );
 }

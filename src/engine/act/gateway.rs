@@ -1,7 +1,9 @@
 //! What the git gateway asks of the director: an active run's repository, branch and forge
 //! token. The token is kept in the database sealed, so the gateway of any replica, or of a
 //! director restarted while the run goes on, can forward the run's git with it; the key
-//! comes from a credential in the configuration, never from the database.
+//! comes from a credential in the configuration, never from the database. A token that
+//! expires (GitHub's installation tokens, after an hour) is renewed before it does, so a
+//! run may last longer than its first token.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -12,6 +14,7 @@ use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, NONCE_LEN, Nonce, UnboundK
 use sha2::Sha256;
 
 use super::run::Secrets;
+use crate::clock::SharedClock;
 use crate::forge::{Forge, RunnerAccount};
 use crate::gateway::{RunAccess, Runs};
 use crate::settings::Secret;
@@ -71,14 +74,83 @@ impl Seal {
     }
 }
 
+/// How long before a run token's expiry the gateway replaces it.
+const RENEW_BEFORE_MS: i64 = 10 * 60 * 1000;
+
 /// The gateway's view of runs: the store, the tokens this process holds, the forge's git
-/// address.
+/// address, and what renews a token that expires.
 pub struct GatewayRuns {
     pub store: Store,
     pub secrets: Arc<Secrets>,
     pub forge: Arc<dyn Forge>,
     pub runner: RunnerAccount,
     pub seal: Seal,
+    pub clock: SharedClock,
+    /// Names this director in the tokens it mints.
+    pub director_id: String,
+}
+
+impl GatewayRuns {
+    /// The run's token, replaced by a fresh one when it is about to expire (GitHub's live an
+    /// hour; a run may live longer). One replica renews it; one that loses the race revokes
+    /// what it minted and takes the winner's.
+    async fn current_token(
+        &self,
+        run: &crate::domain::RunRecord,
+        lifetime_secs: Option<u64>,
+    ) -> Result<Secret, String> {
+        let store_err = |e: anyhow::Error| format!("the store: {e:#}");
+        let (sealed, minted_at) = self
+            .store
+            .run_token(&run.id)
+            .await
+            .map_err(store_err)?
+            .ok_or_else(|| "no token is kept for the run".to_owned())?;
+        let token = self
+            .seal
+            .open(&run.id, &sealed)
+            .ok_or_else(|| "the run's kept token does not open".to_owned())?;
+        let now = self.clock.now_ms();
+        let due = lifetime_secs.is_some_and(|life| {
+            let life_ms = i64::try_from(life.saturating_mul(1000)).unwrap_or(i64::MAX);
+            now.saturating_sub(minted_at) >= life_ms.saturating_sub(RENEW_BEFORE_MS)
+        });
+        let name = super::run::token_name(&self.director_id, &run.id);
+        if !due {
+            self.secrets.remember_token(&run.id, &token);
+            // So this replica can revoke it at the run's end (GitHub needs the value).
+            self.forge.hold_run_token(&name, &token);
+            return Ok(token);
+        }
+        let minted = self
+            .forge
+            .mint_run_token(&self.runner, &run.repo, &name)
+            .await
+            .map_err(|e| format!("renewing the run's token: {e}"))?;
+        let fresh = minted.token;
+        let kept = self
+            .store
+            .renew_run_token(&run.id, &self.seal.seal(&run.id, &fresh), now, minted_at)
+            .await
+            .map_err(store_err)?;
+        // Whichever of the two is not kept is revoked now, not left to expire. The forge
+        // client holds the freshly minted token under the run's token name.
+        if !kept {
+            // Another replica renewed it first: revoke ours, then hold and use theirs.
+            if let Err(e) = self.forge.delete_run_token(&self.runner, &name).await {
+                tracing::warn!(run_id = %run.id, error = %e, "a surplus run token could not be revoked");
+            }
+            return Box::pin(self.current_token(run, None)).await;
+        }
+        let replaced = format!("{name}~replaced");
+        self.forge.hold_run_token(&replaced, &token);
+        if let Err(e) = self.forge.delete_run_token(&self.runner, &replaced).await {
+            tracing::warn!(run_id = %run.id, error = %e, "a replaced run token could not be revoked");
+        }
+        self.secrets.remember_token(&run.id, &fresh);
+        tracing::info!(run_id = %run.id, "the run's token was renewed before it expired");
+        Ok(fresh)
+    }
 }
 
 #[async_trait::async_trait]
@@ -92,22 +164,10 @@ impl Runs for GatewayRuns {
         let Some(run) = run.filter(|r| r.finished_at_ms.is_none()) else {
             return Ok(None);
         };
-        let token = match self.secrets.token(run_id) {
-            Some(t) => t,
-            None => {
-                let sealed = self
-                    .store
-                    .run_token(run_id)
-                    .await
-                    .map_err(|e| format!("the store: {e:#}"))?;
-                let token = sealed
-                    .and_then(|s| self.seal.open(run_id, &s))
-                    .ok_or_else(|| "no token is kept for the run".to_owned())?;
-                self.secrets.remember_token(run_id, &token);
-                token
-            }
-        };
         let endpoints = self.forge.run_endpoints(&run.repo, &self.runner);
+        let token = self
+            .current_token(&run, endpoints.token_lifetime_secs)
+            .await?;
         Ok(Some(RunAccess {
             repo: run.repo.clone(),
             branch: run.branch.clone(),

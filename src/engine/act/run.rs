@@ -466,7 +466,11 @@ impl RunAct {
         // Kept sealed for the git gateway of any replica, and for this director after a
         // restart: the run itself never holds it.
         acts.store
-            .put_run_token(run_id, &self.seal.seal(run_id, &minted.token))
+            .put_run_token(
+                run_id,
+                &self.seal.seal(run_id, &minted.token),
+                acts.clock.now_ms(),
+            )
             .await?;
         let restricted = minted.repositories.as_deref() == Some(std::slice::from_ref(&run.repo));
         if restricted && minted.scopes == endpoints.token_scopes {
@@ -712,7 +716,7 @@ impl RunAct {
                 .store
                 .run_token(run_id)
                 .await?
-                .and_then(|sealed| self.seal.open(run_id, &sealed)),
+                .and_then(|(sealed, _)| self.seal.open(run_id, &sealed)),
         };
         if let Some(token) = kept {
             acts.forge.hold_run_token(&name, &token);

@@ -697,6 +697,7 @@ impl Forge for GithubClient {
                 .collect(),
             runner_account: false,
             name: "GitHub",
+            token_lifetime_secs: Some(crate::settings::GITHUB_TOKEN_LIFETIME_SECS),
         }
     }
 }
