@@ -54,3 +54,58 @@ pub fn percentiles(label: &str, ms: &mut [f64]) {
         ms.len()
     );
 }
+
+/// Runs git in `dir` (a fixed identity, no prompt), `input` on its stdin; its trimmed output.
+pub fn git(dir: &std::path::Path, args: &[&str], input: Option<&[u8]>) -> anyhow::Result<String> {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "bench")
+        .env("GIT_AUTHOR_EMAIL", "bench@example.org")
+        .env("GIT_COMMITTER_NAME", "bench")
+        .env("GIT_COMMITTER_EMAIL", "bench@example.org")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    if let Some(input) = input {
+        child.stdin.take().map(|mut s| s.write_all(input));
+    }
+    drop(child.stdin.take());
+    let out = child.wait_with_output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "git {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// `mb` of incompressible data.
+pub fn random_bytes(mb: usize) -> Vec<u8> {
+    (0..mb * 1024 * 1024)
+        .map(|_| rand::random::<u8>())
+        .collect()
+}
+
+/// Adds a commit holding `big.bin` (`mb` of incompressible data) to `main` of the bare
+/// repository `bare`, written directly (no push, no hook).
+pub fn commit_big_file(bare: &std::path::Path, mb: usize) -> anyhow::Result<()> {
+    let blob = git(
+        bare,
+        &["hash-object", "-w", "--stdin"],
+        Some(&random_bytes(mb)),
+    )?;
+    let entry = format!("100644 blob {blob}\tbig.bin\n");
+    let tree = git(bare, &["mktree"], Some(entry.as_bytes()))?;
+    let parent = git(bare, &["rev-parse", "refs/heads/main"], None)?;
+    let commit = git(
+        bare,
+        &["commit-tree", &tree, "-p", &parent, "-m", "big"],
+        None,
+    )?;
+    git(bare, &["update-ref", "refs/heads/main", &commit], None)?;
+    Ok(())
+}

@@ -50,27 +50,6 @@ impl Ledger for Anyone {
     }
 }
 
-fn git(dir: &Path, args: &[&str], input: Option<&[u8]>) -> anyhow::Result<String> {
-    use std::io::Write as _;
-    let mut child = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "bench")
-        .env("GIT_AUTHOR_EMAIL", "bench@example.org")
-        .env("GIT_COMMITTER_NAME", "bench")
-        .env("GIT_COMMITTER_EMAIL", "bench@example.org")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()?;
-    if let Some(input) = input {
-        child.stdin.take().map(|mut s| s.write_all(input));
-    }
-    drop(child.stdin.take());
-    let out = child.wait_with_output()?;
-    anyhow::ensure!(out.status.success(), "git {args:?} failed");
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
-}
-
 /// A directory of the benchmark's own under the system's temporary directory, removed after.
 struct Scratch(std::path::PathBuf);
 
@@ -177,12 +156,7 @@ fn main() -> anyhow::Result<()> {
         forge.serve_git(&repo, root.path())?;
         // The big commit, written into the bare repository directly (no push, no hook).
         let bare = root.path().join("acme/widgets.git");
-        let data: Vec<u8> = (0..args.size_mb * 1024 * 1024).map(|_| rand::random::<u8>()).collect();
-        let blob = git(&bare, &["hash-object", "-w", "--stdin"], Some(&data))?;
-        let tree = git(&bare, &["mktree"], Some(format!("100644 blob {blob}\tbig.bin\n").as_bytes()))?;
-        let parent = git(&bare, &["rev-parse", "refs/heads/main"], None)?;
-        let commit = git(&bare, &["commit-tree", &tree, "-p", &parent, "-m", "big"], None)?;
-        git(&bare, &["update-ref", "refs/heads/main", &commit], None)?;
+        director_bench::commit_big_file(&bare, args.size_mb)?;
 
         let forge_addr: std::net::SocketAddr = server
             .url()
