@@ -551,7 +551,7 @@ impl Engine<'_> {
             login: settings.forge.runner_login.clone(),
             password: settings.forge.runner_password.clone(),
         };
-        let seal = crate::engine::act::gateway::Seal::new(seal_material(settings));
+        let seal = crate::engine::act::seal::Seal::new(seal_material(settings));
         let egress = if settings.egress_confined() {
             let gateway_runs = crate::engine::act::gateway::GatewayRuns {
                 store: self.store.clone(),

@@ -5,6 +5,7 @@
 pub mod action;
 pub mod command;
 pub mod issue;
+pub mod protected;
 pub mod pull;
 pub mod run;
 pub mod verdict;

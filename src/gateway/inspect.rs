@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use tokio::io::AsyncWriteExt;
 
 use super::pkt::Command;
-use super::rules::Protected;
 use crate::domain::RepoName;
+use crate::domain::protected::Protected;
 
 /// The most commits one push may add: more is not an agent's work on one issue.
 pub const MAX_NEW_COMMITS: usize = 2000;

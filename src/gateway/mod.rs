@@ -32,10 +32,10 @@ use sha2::Sha256;
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::RepoName;
+use crate::domain::protected::Protected;
 use crate::settings::Secret;
 use inspect::{Mirrors, Quarantine, Upstream};
 use pkt::Push;
-use rules::Protected;
 
 /// How a refused push is kept among the run's egress refusals (its report lists them apart):
 /// `git push <ref>: <why>`.

@@ -179,7 +179,7 @@ impl Default for RunnerSettings {
             egress_allow: Vec::new(),
             egress_proxy_port: 3128,
             git_gateway_port: 3129,
-            protected_paths: crate::gateway::rules::default_protected_paths(),
+            protected_paths: crate::domain::protected::default_protected_paths(),
             max_push_mb: 100,
             egress_network: "director-egress".into(),
             user: "1000:1000".into(),
@@ -282,7 +282,7 @@ impl Settings {
                 "must be a port (1-65535) other than runner.egress_proxy_port",
             ));
         }
-        crate::gateway::rules::Protected::new(&r.protected_paths)
+        crate::domain::protected::Protected::new(&r.protected_paths)
             .map_err(|e| invalid("runner.protected_paths", e))?;
         if r.max_push_mb == 0 {
             return Err(invalid("runner.max_push_mb", "must be at least 1"));

@@ -86,7 +86,7 @@ fn serve_gateway(upstream: String, token: String) -> anyhow::Result<()> {
             b"bench key".to_vec(),
             Arc::new(OneRun { upstream, token }),
             Config {
-                protected_paths: director::gateway::rules::default_protected_paths(),
+                protected_paths: director::domain::protected::default_protected_paths(),
                 max_push_mb: 100,
                 cache_dir: cache.clone(),
             },

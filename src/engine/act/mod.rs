@@ -7,6 +7,7 @@ pub mod gateway;
 pub mod preflight;
 mod pull;
 pub mod run;
+pub mod seal;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};

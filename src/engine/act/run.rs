@@ -51,7 +51,7 @@ pub struct RunAct {
     pub runtime: Arc<dyn Runtime>,
     pub runner: RunnerAccount,
     /// Seals the run's token for the database.
-    pub seal: super::gateway::Seal,
+    pub seal: super::seal::Seal,
     pub settings: RunnerSettings,
     /// Host paths for `runner.mounts` (translated once at start).
     pub mounts: Vec<(String, String, bool)>,
