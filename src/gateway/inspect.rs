@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
+use base64::Engine as _;
 use tokio::io::AsyncWriteExt;
 
 use super::pkt::Command;
@@ -96,14 +97,27 @@ impl Mirrors {
 
 /// Fetches the base branch and the run's branch from the forge into the mirror at `dir`.
 async fn sync(dir: &Path, upstream: &Upstream<'_>) -> Result<(), String> {
-    let mut env = crate::domain::run::git_environment(
-        upstream.origin,
-        upstream.user,
-        "DIRECTOR_FORGE_TOKEN",
-        "director",
-        "director@localhost",
-    );
-    env.push(("DIRECTOR_FORGE_TOKEN".into(), upstream.token.into()));
+    // The token goes in a header git sends to the forge's origin only, given in git's
+    // environment (never an argument); no credential helper, so no shell is needed (the
+    // image has none).
+    let basic = base64::engine::general_purpose::STANDARD
+        .encode(format!("{}:{}", upstream.user, upstream.token));
+    let env: Vec<(String, String)> = vec![
+        ("GIT_CONFIG_COUNT".into(), "2".into()),
+        ("GIT_CONFIG_KEY_0".into(), "credential.helper".into()),
+        ("GIT_CONFIG_VALUE_0".into(), String::new()),
+        (
+            "GIT_CONFIG_KEY_1".into(),
+            format!(
+                "http.{}/.extraHeader",
+                upstream.origin.trim_end_matches('/')
+            ),
+        ),
+        (
+            "GIT_CONFIG_VALUE_1".into(),
+            format!("Authorization: Basic {basic}"),
+        ),
+    ];
     let fetch = |refspecs: Vec<String>| {
         let env = env.clone();
         async move {

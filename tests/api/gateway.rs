@@ -574,3 +574,38 @@ async fn a_pack_that_also_carries_another_refs_objects_lands_nothing_unchecked()
     )
     .await;
 }
+
+#[tokio::test]
+async fn a_private_repositorys_clone_push_and_mirror_use_the_runs_token() {
+    let s = setup(|_| {}).await;
+    s.t.forge.make_private(&s.t.repo);
+    let run = started(&s, "Quietly").await;
+    let branch = run.var("DIRECTOR_BRANCH").to_owned();
+    // Anonymous git is refused by the forge: what works below works with the run's token,
+    // which only the gateway (and its mirror's fetch) sends.
+    let anonymous = Command::new("git")
+        .args([
+            "ls-remote",
+            &format!("{}/{}.git", s.t.forge_url(), s.t.repo),
+        ])
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .output()
+        .expect("git");
+    assert!(!anonymous.status.success(), "the repository is private");
+    let work = clone(&run).await;
+    let w = work.path().join("w");
+    commit(&run, &w, "agent.txt", "agent work\n").await;
+    run.ok(&w, &["push", "-q", "origin", &format!("HEAD:{branch}")])
+        .await;
+    assert!(s.t.forge.branches_of(&s.t.repo).contains(&branch));
+    // A workflow is still refused: the check read the private repository's base.
+    commit(&run, &w, ".gitea/workflows/ci.yml", "on: push\n").await;
+    refused(
+        &run,
+        &w,
+        &["push", "origin", &format!("HEAD:{branch}")],
+        &branch,
+        ".gitea/workflows/ci.yml",
+    )
+    .await;
+}

@@ -117,4 +117,19 @@ async fn the_image_serves_health_as_a_non_root_user_on_a_read_only_root_without_
     // Nothing to get a shell with.
     let (shell, _) = docker(&["exec", &container.0, "/bin/sh", "-c", "true"]);
     assert!(!shell, "the image has a shell");
+    // git, which the gateway checks pushes with, and its HTTP helper with every library it
+    // links: a fetch gets as far as the network.
+    let (ok, version) = docker(&["exec", &container.0, "git", "--version"]);
+    assert!(ok, "git in the image: {version}");
+    let (_, fetch) = docker(&[
+        "exec",
+        &container.0,
+        "git",
+        "ls-remote",
+        "http://127.0.0.1:9/none.git",
+    ]);
+    assert!(
+        fetch.contains("Failed to connect") || fetch.contains("Couldn't connect"),
+        "git's HTTP helper runs in the image: {fetch}"
+    );
 }
