@@ -609,3 +609,27 @@ async fn a_private_repositorys_clone_push_and_mirror_use_the_runs_token() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn a_forge_failing_mid_push_fails_the_runs_push_and_applies_nothing() {
+    let s = setup(|_| {}).await;
+    let run = started(&s, "Unlucky").await;
+    let branch = run.var("DIRECTOR_BRANCH").to_owned();
+    let work = clone(&run).await;
+    let w = work.path().join("w");
+    commit(&run, &w, "agent.txt", "agent work\n").await;
+    s.t.forge.fail_pushes(&[502]);
+    let out = run
+        .git(&w, &["push", "origin", &format!("HEAD:{branch}")])
+        .await;
+    assert!(!out.status.success(), "the run sees the failure");
+    assert!(stderr(&out).contains("502"), "{}", stderr(&out));
+    assert!(
+        !s.t.forge.branches_of(&s.t.repo).contains(&branch),
+        "nothing applied"
+    );
+    // The same push, once the forge is well: it lands.
+    run.ok(&w, &["push", "-q", "origin", &format!("HEAD:{branch}")])
+        .await;
+    assert!(s.t.forge.branches_of(&s.t.repo).contains(&branch));
+}

@@ -366,6 +366,14 @@ pub(super) async fn serve(
         return text(StatusCode::NOT_FOUND, "Not found");
     };
     let push = service == "git-receive-pack";
+    if push && !advert {
+        let failure = forge.state().fail_pushes.pop_front();
+        if let Some(code) = failure {
+            record(forge, &method, &path, code, None);
+            let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            return text(status, "injected failure");
+        }
+    }
     let admitted = {
         let s = forge.state();
         match s.repos.get(&repo).and_then(|r| r.git.clone()) {

@@ -195,6 +195,8 @@ pub(crate) struct State {
     pub minted: Vec<(String, String, String)>,
     pub calls: Vec<Call>,
     pub fail_next: VecDeque<u16>,
+    /// git pushes (`POST …/git-receive-pack`) to fail with a status, before git sees them.
+    pub fail_pushes: VecDeque<u16>,
     pub violations: Vec<String>,
     /// Tokens are minted unrestricted, whatever was asked (a Forgejo older than 15).
     pub ignore_token_restrictions: bool,

@@ -460,6 +460,12 @@ impl FakeForge {
     }
 
     /// The next API requests are answered with these statuses instead, one each.
+    /// The next git pushes fail with these statuses, before anything reaches the repository
+    /// (a forge that fails mid-push).
+    pub fn fail_pushes(&self, statuses: &[u16]) {
+        self.state().fail_pushes.extend(statuses.iter().copied());
+    }
+
     pub fn fail_next(&self, statuses: &[u16]) {
         self.state().fail_next.extend(statuses.iter().copied());
     }
