@@ -555,7 +555,6 @@ impl Engine<'_> {
         let egress = if settings.egress_confined() {
             let gateway_runs = crate::engine::act::gateway::GatewayRuns {
                 store: self.store.clone(),
-                secrets: secrets.clone(),
                 forge: forge.clone(),
                 runner: runner.clone(),
                 seal: seal.clone(),

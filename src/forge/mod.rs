@@ -496,8 +496,9 @@ pub trait Forge: Send + Sync {
     async fn delete_hook(&self, repo: &RepoName, id: u64) -> Result<(), ForgeError>;
     /// Where a run of `repo` clones from and pushes to, as whom, with what token.
     fn run_endpoints(&self, repo: &RepoName, runner: &RunnerAccount) -> RunEndpoints;
-    /// A run token minted before a restart, read back from its run, so
-    /// [`Forge::delete_run_token`] can revoke it where the forge needs the token itself
-    /// (GitHub). Forgejo deletes tokens by name and ignores this.
+    /// The run token to revoke under `name` (kept sealed, or read back from its run),
+    /// replacing any this process holds under it, so [`Forge::delete_run_token`] can revoke
+    /// it where the forge needs the token itself (GitHub). Forgejo deletes tokens by name and
+    /// ignores this.
     fn hold_run_token(&self, _name: &str, _token: &crate::settings::Secret) {}
 }

@@ -8,7 +8,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::run::Secrets;
 use super::seal::Seal;
 use crate::clock::SharedClock;
 use crate::forge::{Forge, RunnerAccount};
@@ -23,7 +22,6 @@ const RENEW_BEFORE_MS: i64 = 10 * 60 * 1000;
 /// address, and what renews a token that expires.
 pub struct GatewayRuns {
     pub store: Store,
-    pub secrets: Arc<Secrets>,
     pub forge: Arc<dyn Forge>,
     pub runner: RunnerAccount,
     pub seal: Seal,
@@ -57,39 +55,38 @@ impl GatewayRuns {
             let life_ms = i64::try_from(life.saturating_mul(1000)).unwrap_or(i64::MAX);
             now.saturating_sub(minted_at) >= life_ms.saturating_sub(RENEW_BEFORE_MS)
         });
-        let name = super::run::token_name(&self.director_id, &run.id);
         if !due {
-            self.secrets.remember_token(&run.id, &token);
-            // So this replica can revoke it at the run's end (GitHub needs the value).
-            self.forge.hold_run_token(&name, &token);
             return Ok(token);
         }
+        let name = super::run::token_name(&self.director_id, &run.id);
         let minted = self
             .forge
             .mint_run_token(&self.runner, &run.repo, &name)
             .await
             .map_err(|e| format!("renewing the run's token: {e}"))?;
         let fresh = minted.token;
+        if minted.repositories.as_deref() != Some(std::slice::from_ref(&run.repo)) {
+            // As at the run's start: a token for more than its repository is never used.
+            self.forge.hold_run_token(&name, &fresh);
+            let _ = self.forge.delete_run_token(&self.runner, &name).await;
+            return Err("the renewed token is not restricted to the run's repository".into());
+        }
         let kept = self
             .store
             .renew_run_token(&run.id, &self.seal.seal(&run.id, &fresh), now, minted_at)
             .await
             .map_err(store_err)?;
-        // Whichever of the two is not kept is revoked now, not left to expire. The forge
-        // client holds the freshly minted token under the run's token name.
+        // Whichever of the two is not kept is revoked now, not left to expire; the one kept
+        // is read from the store when the run ends.
+        let surplus = if kept { token } else { fresh.clone() };
+        self.forge.hold_run_token(&name, &surplus);
+        if let Err(e) = self.forge.delete_run_token(&self.runner, &name).await {
+            tracing::warn!(run_id = %run.id, error = %e, "a surplus run token could not be revoked");
+        }
         if !kept {
-            // Another replica renewed it first: revoke ours, then hold and use theirs.
-            if let Err(e) = self.forge.delete_run_token(&self.runner, &name).await {
-                tracing::warn!(run_id = %run.id, error = %e, "a surplus run token could not be revoked");
-            }
+            // Another replica renewed it first: use what it kept.
             return Box::pin(self.current_token(run, None)).await;
         }
-        let replaced = format!("{name}~replaced");
-        self.forge.hold_run_token(&replaced, &token);
-        if let Err(e) = self.forge.delete_run_token(&self.runner, &replaced).await {
-            tracing::warn!(run_id = %run.id, error = %e, "a replaced run token could not be revoked");
-        }
-        self.secrets.remember_token(&run.id, &fresh);
         tracing::info!(run_id = %run.id, "the run's token was renewed before it expired");
         Ok(fresh)
     }

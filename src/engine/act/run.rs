@@ -709,14 +709,17 @@ impl RunAct {
 
     async fn revoke_token(&self, acts: &Acts, run_id: &str) -> anyhow::Result<()> {
         let name = token_name(&self.director_id, run_id);
-        let kept = match self.secrets.token(run_id) {
+        // The sealed copy is the run's token as it is now (the gateway of any replica may
+        // have renewed it); a run started before tokens were kept has only what this process
+        // holds or read back from the run's environment.
+        let kept = match acts
+            .store
+            .run_token(run_id)
+            .await?
+            .and_then(|(sealed, _)| self.seal.open(run_id, &sealed))
+        {
             Some(token) => Some(token),
-            // After a restart, or on another replica: the sealed copy.
-            None => acts
-                .store
-                .run_token(run_id)
-                .await?
-                .and_then(|(sealed, _)| self.seal.open(run_id, &sealed)),
+            None => self.secrets.token(run_id),
         };
         if let Some(token) = kept {
             acts.forge.hold_run_token(&name, &token);

@@ -666,8 +666,7 @@ impl Forge for GithubClient {
         self.run_tokens
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .entry(name.to_owned())
-            .or_insert_with(|| token.clone());
+            .insert(name.to_owned(), token.clone());
     }
 
     fn run_endpoints(&self, repo: &RepoName, _runner: &RunnerAccount) -> RunEndpoints {
