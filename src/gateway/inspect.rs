@@ -45,6 +45,11 @@ impl Mirrors {
         }
     }
 
+    /// Removes every mirror (at shutdown: they are a cache of this process).
+    pub fn remove(&self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+
     /// Brings the repository's mirror up to date unless a push or another sync holds it: a
     /// run that fetches will likely push, and a warm mirror makes its push's check quick.
     pub async fn warm(&self, repo: &RepoName, upstream: &Upstream<'_>) {

@@ -120,22 +120,22 @@ impl Gateway {
 
     /// The password of `run-<run_id>`.
     pub fn password(&self, run_id: &str) -> String {
-        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.key)
-            .expect("HMAC takes a key of any length");
-        mac.update(b"git-gateway\0");
-        mac.update(run_id.as_bytes());
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(self.mac(run_id).finalize().into_bytes())
     }
 
     fn verify(&self, run_id: &str, password: &str) -> bool {
-        let Ok(given) = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(password) else {
-            return false;
-        };
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(password)
+            .is_ok_and(|given| self.mac(run_id).verify_slice(&given).is_ok())
+    }
+
+    fn mac(&self, run_id: &str) -> Hmac<Sha256> {
         let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.key)
             .expect("HMAC takes a key of any length");
         mac.update(b"git-gateway\0");
         mac.update(run_id.as_bytes());
-        mac.verify_slice(&given).is_ok()
+        mac
     }
 
     /// Serves on `listener` until `shutdown`.
@@ -159,9 +159,12 @@ impl Gateway {
         .run();
         let handle = server.handle();
         tokio::spawn(server);
+        let gateway = self.clone();
         tokio::spawn(async move {
             shutdown.cancelled().await;
             handle.stop(true).await;
+            // The mirrors are this process's cache only.
+            gateway.mirrors.remove();
         });
         Ok(addr)
     }

@@ -76,6 +76,14 @@ fn is_oid(s: &str) -> bool {
     (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
+/// A ref line and the capabilities after its NUL, if it carries them.
+fn split_capabilities(data: &[u8]) -> (&[u8], Option<&[u8]>) {
+    match data.iter().position(|b| *b == 0) {
+        Some(nul) => (&data[..nul], Some(&data[nul + 1..])),
+        None => (data, None),
+    }
+}
+
 /// A push request: its ref updates, the capabilities the client asked for, and where the
 /// pack starts in the body.
 #[derive(Debug, PartialEq, Eq)]
@@ -108,10 +116,7 @@ pub fn parse_push(body: &[u8]) -> Result<Push, String> {
             }
         };
         let data = data.strip_suffix(b"\n").unwrap_or(data);
-        let (text, caps) = match data.iter().position(|b| *b == 0) {
-            Some(nul) => (&data[..nul], Some(&data[nul + 1..])),
-            None => (data, None),
-        };
+        let (text, caps) = split_capabilities(data);
         let text = std::str::from_utf8(text).map_err(|_| "a push command is not UTF-8")?;
         if text.starts_with("shallow ") {
             return Err("shallow pushes are not accepted: push from a full clone".into());
@@ -174,42 +179,38 @@ const WITHHELD: &[&str] = &["atomic", "push-options", "push-cert"];
 /// git's `capabilities^{}` line when none is.
 pub fn restrict_advertisement(body: &[u8], keep: &[String]) -> Result<Vec<u8>, String> {
     let mut out = Vec::with_capacity(body.len());
+    let mut at = 0;
+    // Over HTTP, v0 starts with `# service=…` and a flush.
+    if let Ok((Pkt::Data(data), used)) = read(body)
+        && data.starts_with(b"# service=")
+    {
+        if read(&body[used..])?.0 != Pkt::Flush {
+            return Err("no flush after the service line".into());
+        }
+        out.extend_from_slice(&body[..used + 4]);
+        at = used + 4;
+    }
     let mut refs: Vec<(String, String)> = Vec::new();
     let mut caps: Option<String> = None;
-    let mut at = 0;
-    let mut header_done = false;
     while at < body.len() {
         let (pkt, used) = read(&body[at..])?;
         at += used;
-        match pkt {
-            Pkt::Data(data) if !header_done && data.starts_with(b"# service=") => {
-                out.extend_from_slice(&line(data));
-            }
-            Pkt::Flush if !header_done && !out.is_empty() && refs.is_empty() && caps.is_none() => {
-                out.extend_from_slice(FLUSH);
-                header_done = true;
-            }
-            Pkt::Data(data) => {
-                header_done = true;
-                let data = data.strip_suffix(b"\n").unwrap_or(data);
-                let (text, these) = match data.iter().position(|b| *b == 0) {
-                    Some(nul) => (&data[..nul], Some(&data[nul + 1..])),
-                    None => (data, None),
-                };
-                if let Some(these) = these {
-                    caps = Some(String::from_utf8_lossy(these).into_owned());
-                }
-                let text = String::from_utf8_lossy(text);
-                if let Some((oid, name)) = text.split_once(' ')
-                    && keep.iter().any(|k| k == name)
-                {
-                    refs.push((oid.to_owned(), name.to_owned()));
-                }
-            }
+        let data = match pkt {
+            Pkt::Data(data) => data,
             Pkt::Flush => break,
             Pkt::Delim | Pkt::ResponseEnd => {
                 return Err("a protocol v2 marker in a receive-pack advertisement".into());
             }
+        };
+        let (text, these) = split_capabilities(data.strip_suffix(b"\n").unwrap_or(data));
+        if let Some(these) = these {
+            caps = Some(String::from_utf8_lossy(these).into_owned());
+        }
+        let text = String::from_utf8_lossy(text);
+        if let Some((oid, name)) = text.split_once(' ')
+            && keep.iter().any(|k| k == name)
+        {
+            refs.push((oid.to_owned(), name.to_owned()));
         }
     }
     let caps = caps.unwrap_or_default();

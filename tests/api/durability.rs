@@ -7,13 +7,6 @@ use director::store::Store;
 
 use crate::helpers::{Issue, SECRET, http_client, issue_payload, wait_until};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 fn start(db: &str, port: u16) -> Child {
     Command::new(env!("CARGO_BIN_EXE_director"))
         .args(["serve"])
@@ -46,7 +39,7 @@ async fn a_delivery_accepted_before_sigkill_is_processed_after_restart() {
     let dir = tempfile::tempdir().expect("dir");
     let db = dir.path().join("director.db").display().to_string();
     let client = http_client();
-    let port = free_port();
+    let port = crate::helpers::free_port();
     let mut child = start(&db, port);
     wait_healthy(&client, port).await;
 
@@ -79,7 +72,7 @@ async fn a_delivery_accepted_before_sigkill_is_processed_after_restart() {
     child.kill().expect("SIGKILL");
     child.wait().expect("reaped");
 
-    let port = free_port();
+    let port = crate::helpers::free_port();
     let mut child = start(&db, port);
     wait_healthy(&client, port).await;
     let store = Store::connect(&director::settings::StoreSettings {

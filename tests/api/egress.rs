@@ -66,13 +66,6 @@ impl Drop for Network {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("0.0.0.0:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 #[tokio::test]
 async fn an_allow_listed_run_reaches_only_what_is_allowed_through_the_proxy_and_ends_in_a_pr() {
     let target = Target::start();
@@ -93,8 +86,8 @@ async fn an_allow_listed_run_reaches_only_what_is_allowed_through_the_proxy_and_
         s.runner.allow_dns_leaking_engine = true;
         s.runner.egress_allow = vec![allow];
         s.runner.egress_network = network_name;
-        s.runner.egress_proxy_port = free_port();
-        s.runner.git_gateway_port = free_port();
+        s.runner.egress_proxy_port = crate::helpers::free_port();
+        s.runner.git_gateway_port = crate::helpers::free_port();
     })
     .await;
     let root = tempfile::tempdir().expect("dir");
@@ -162,8 +155,8 @@ async fn from_inside_a_container_only_the_runs_own_branch_can_be_pushed() {
         s.runner.egress = director::settings::Egress::Allowlist;
         s.runner.allow_dns_leaking_engine = true;
         s.runner.egress_network = network_name;
-        s.runner.egress_proxy_port = free_port();
-        s.runner.git_gateway_port = free_port();
+        s.runner.egress_proxy_port = crate::helpers::free_port();
+        s.runner.git_gateway_port = crate::helpers::free_port();
     })
     .await;
     let root = tempfile::tempdir().expect("dir");
@@ -208,8 +201,8 @@ async fn the_directors_own_routes_refuse_connections_on_the_runs_network() {
         s.runner.egress = director::settings::Egress::Allowlist;
         s.runner.allow_dns_leaking_engine = true;
         s.runner.egress_network = network_name;
-        s.runner.egress_proxy_port = free_port();
-        s.runner.git_gateway_port = free_port();
+        s.runner.egress_proxy_port = crate::helpers::free_port();
+        s.runner.git_gateway_port = crate::helpers::free_port();
     })
     .await;
     // The director's address on the runs' network: the bridge's gateway, on the host.
@@ -681,7 +674,7 @@ async fn a_proxy_that_cannot_listen_refuses_every_run_and_never_starts_one_with_
     let (t, _llm, fake) = crate::fake_runs::spawn(|s| {
         s.runner.egress = director::settings::Egress::Allowlist;
         s.runner.egress_proxy_port = port;
-        s.runner.git_gateway_port = free_port();
+        s.runner.git_gateway_port = crate::helpers::free_port();
     })
     .await;
     let issue = crate::fake_runs::labelled(&t, "Add --verbose", "Print each step.").await;
@@ -702,11 +695,11 @@ async fn a_proxy_that_cannot_listen_refuses_every_run_and_never_starts_one_with_
 
 #[tokio::test]
 async fn an_allow_listed_fake_run_gets_the_proxy_in_its_environment_and_nothing_that_bypasses_it() {
-    let port = free_port();
+    let port = crate::helpers::free_port();
     let (t, _llm, fake) = crate::fake_runs::spawn(|s| {
         s.runner.egress = director::settings::Egress::Allowlist;
         s.runner.egress_proxy_port = port;
-        s.runner.git_gateway_port = free_port();
+        s.runner.git_gateway_port = crate::helpers::free_port();
     })
     .await;
     let issue = crate::fake_runs::labelled(&t, "Add --verbose", "mode: hang").await;

@@ -29,13 +29,6 @@ fn start(db: &str, port: u16) -> Child {
         .expect("director starts")
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 /// A field of /proc/PID/status, in KiB.
 fn status_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -85,7 +78,7 @@ async fn status_of(mut s: TcpStream) -> Option<u16> {
 async fn fifty_slow_bodies_take_bounded_memory_and_a_signed_delivery_still_lands() {
     let dir = tempfile::tempdir().expect("dir");
     let db = dir.path().join("director.db").display().to_string();
-    let port = free_port();
+    let port = crate::helpers::free_port();
     let mut child = start(&db, port);
     let client = http_client();
     wait_until("director answers /healthz", || async {

@@ -12,13 +12,6 @@ use director_testkit::runtime::FakeRuntime;
 use crate::fake_runs::{labelled, run_ids};
 use crate::forge_helpers::{ForgeApp, TRIGGER, WRITER};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 struct Setup {
     t: ForgeApp,
     fake: FakeRuntime,
@@ -28,8 +21,8 @@ struct Setup {
 }
 
 async fn setup(configure: impl FnOnce(&mut director::settings::Settings)) -> Setup {
-    let gateway = free_port();
-    let proxy = free_port();
+    let gateway = crate::helpers::free_port();
+    let proxy = crate::helpers::free_port();
     let (t, llm, fake) = crate::fake_runs::spawn(|s| {
         s.runner.egress = director::settings::Egress::Allowlist;
         s.runner.egress_proxy_port = proxy;
@@ -97,11 +90,16 @@ fn stderr(o: &Output) -> String {
 
 async fn started(s: &Setup, title: &str) -> Run {
     let issue = labelled(&s.t, title, "mode: hang").await;
+    run_started(s, issue, None).await
+}
+
+/// The newest run of `issue` once it started (one other than `not`), and what it was given.
+async fn run_started(s: &Setup, issue: IssueRef, not: Option<&str>) -> Run {
     let current = || async {
         run_ids(&s.t, &issue)
             .await
             .pop()
-            .filter(|id| s.fake.starts(id) == 1)
+            .filter(|id| Some(id.as_str()) != not && s.fake.starts(id) == 1)
     };
     crate::helpers::wait_until("the run starts", || async { current().await.is_some() }).await;
     let id = current().await.unwrap_or_default();
@@ -435,24 +433,7 @@ async fn a_follow_up_only_fast_forwards_the_pull_requests_branch() {
     s.t.forge
         .comment(WRITER, &pull, "/director fix print the elapsed time too")
         .await;
-    let current = || async {
-        run_ids(&s.t, &first.issue)
-            .await
-            .into_iter()
-            .find(|id| *id != first.id && s.fake.starts(id) == 1)
-    };
-    crate::helpers::wait_until("the follow-up starts", || async {
-        current().await.is_some()
-    })
-    .await;
-    let id = current().await.unwrap_or_default();
-    let spec = s.fake.spec_of(&id).expect("the follow-up's spec");
-    let follow = Run {
-        id,
-        issue: first.issue.clone(),
-        env: spec.env.clone(),
-        home: tempfile::tempdir().expect("dir"),
-    };
+    let follow = run_started(&s, first.issue.clone(), Some(&first.id)).await;
     assert_eq!(follow.var("DIRECTOR_BRANCH"), branch);
     assert_eq!(follow.var("DIRECTOR_PR"), pr.to_string());
 

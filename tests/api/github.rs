@@ -1076,17 +1076,11 @@ async fn github_enterprise_server_is_the_same_app_below_api_v3() {
 
 #[tokio::test]
 async fn a_confined_runs_token_is_renewed_before_its_hour_ends_and_the_old_one_revoked() {
-    let free = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free port")
-    };
     let clock = director::clock::ManualClock::new(director::clock::now_ms());
     let t = GithubApp::spawn_timed(FakeGitHub::start().await, Some(clock.clone()), |s| {
         s.runner.egress = director::settings::Egress::Allowlist;
-        s.runner.egress_proxy_port = free();
-        s.runner.git_gateway_port = free();
+        s.runner.egress_proxy_port = crate::helpers::free_port();
+        s.runner.git_gateway_port = crate::helpers::free_port();
         // Three hours: longer than an installation token lives.
         s.runner.timeout_secs = 3 * 3600;
         s.runner.idle_timeout_secs = 0;

@@ -227,6 +227,14 @@ pub async fn poll_until<F, Fut>(
     }
 }
 
+/// A port free on every address of this machine (the runs' network included) just now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("0.0.0.0:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
 pub fn fixture(name: &str) -> String {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/forgejo")

@@ -495,7 +495,7 @@ async fn a_replica_that_did_not_start_a_run_serves_its_git() {
     // On one host, each replica's proxy and gateway need ports of their own.
     let mut gateways = Vec::new();
     for _ in 0..2 {
-        let (proxy, gateway) = (free_port(), free_port());
+        let (proxy, gateway) = (crate::helpers::free_port(), crate::helpers::free_port());
         r.env.retain(|(k, _)| {
             k != "DIRECTOR_RUNNER__EGRESS_PROXY_PORT" && k != "DIRECTOR_RUNNER__GIT_GATEWAY_PORT"
         });
@@ -589,13 +589,6 @@ async fn a_replica_that_did_not_start_a_run_serves_its_git() {
     assert!(r.forge.branches_of(&repo).contains(&run.branch));
     r.forge.unlabel(WRITER, &issue, TRIGGER).await;
     r.settled(&store, &issue, Lifecycle::Cancelled).await;
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("0.0.0.0:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 /// The runs' network a test made, removed after it.
