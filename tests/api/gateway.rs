@@ -43,15 +43,15 @@ async fn setup(configure: impl FnOnce(&mut director::settings::Settings)) -> Set
 }
 
 /// A run that stays up, and the environment it was given.
-struct Run {
-    id: String,
-    issue: IssueRef,
-    env: Vec<(String, String)>,
-    home: tempfile::TempDir,
+pub(crate) struct Run {
+    pub(crate) id: String,
+    pub(crate) issue: IssueRef,
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) home: tempfile::TempDir,
 }
 
 impl Run {
-    fn var(&self, name: &str) -> &str {
+    pub(crate) fn var(&self, name: &str) -> &str {
         self.env
             .iter()
             .find(|(k, _)| k == name)
@@ -61,7 +61,7 @@ impl Run {
 
     /// git with the run's environment and nothing else (its own empty home), on a blocking
     /// thread: the director in this process goes on serving it meanwhile.
-    async fn git(&self, dir: &Path, args: &[&str]) -> Output {
+    pub(crate) async fn git(&self, dir: &Path, args: &[&str]) -> Output {
         let mut cmd = Command::new("git");
         cmd.current_dir(dir)
             .env_clear()
@@ -78,13 +78,13 @@ impl Run {
             .expect("git runs")
     }
 
-    async fn ok(&self, dir: &Path, args: &[&str]) {
+    pub(crate) async fn ok(&self, dir: &Path, args: &[&str]) {
         let out = self.git(dir, args).await;
         assert!(out.status.success(), "{args:?}: {}", stderr(&out));
     }
 }
 
-fn stderr(o: &Output) -> String {
+pub(crate) fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
@@ -113,7 +113,7 @@ async fn run_started(s: &Setup, issue: IssueRef, not: Option<&str>) -> Run {
 }
 
 /// Clones the run's repository into a fresh directory.
-async fn clone(run: &Run) -> tempfile::TempDir {
+pub(crate) async fn clone(run: &Run) -> tempfile::TempDir {
     let work = tempfile::tempdir().expect("dir");
     run.ok(
         work.path(),
@@ -123,7 +123,7 @@ async fn clone(run: &Run) -> tempfile::TempDir {
     work
 }
 
-async fn commit(run: &Run, w: &Path, path: &str, text: &str) {
+pub(crate) async fn commit(run: &Run, w: &Path, path: &str, text: &str) {
     let file = w.join(path);
     std::fs::create_dir_all(file.parent().expect("a parent")).expect("dirs");
     std::fs::write(&file, text).expect("write");
@@ -133,7 +133,7 @@ async fn commit(run: &Run, w: &Path, path: &str, text: &str) {
 }
 
 /// Pushes and expects git's own refusal of `refname`, naming `why`.
-async fn refused(run: &Run, w: &Path, args: &[&str], refname: &str, why: &str) {
+pub(crate) async fn refused(run: &Run, w: &Path, args: &[&str], refname: &str, why: &str) {
     let out = run.git(w, args).await;
     let err = stderr(&out);
     assert!(!out.status.success(), "{args:?} must fail: {err}");

@@ -16,19 +16,19 @@ use crate::helpers::{SECRET, TestApp, wait_until};
 use director_testkit::github::{self as fake_github, APP_ID, BOT, FakeGitHub};
 use director_testkit::llm::FakeLlm;
 
-const REPO: &str = "acme/widgets";
+pub(crate) const REPO: &str = "acme/widgets";
 const OTHER: &str = "acme/gadgets";
 const WRITER: &str = "alice";
 const MAINTAINER: &str = "mona";
 const READER: &str = "rita";
 const TRIGGER: &str = "headless";
 
-struct GithubApp {
-    app: TestApp,
-    gh: FakeGitHub,
+pub(crate) struct GithubApp {
+    pub(crate) app: TestApp,
+    pub(crate) gh: FakeGitHub,
     llm: FakeLlm,
     scanner: Option<Arc<director::engine::scanner::Scanner>>,
-    runtime: FakeRuntime,
+    pub(crate) runtime: FakeRuntime,
     installation: u64,
 }
 
@@ -45,7 +45,7 @@ impl GithubApp {
     }
 
     /// With `clock` in place of the system's.
-    async fn spawn_timed(
+    pub(crate) async fn spawn_timed(
         gh: FakeGitHub,
         clock: Option<director::clock::SharedClock>,
         configure: impl FnOnce(&mut director::settings::Settings),
@@ -102,7 +102,7 @@ impl GithubApp {
     }
 
     /// A reporter's issue, labelled by a writer.
-    fn labelled(&self, title: &str, body: &str) -> u64 {
+    pub(crate) fn labelled(&self, title: &str, body: &str) -> u64 {
         let n = self.gh.open_issue(REPO, "reporter", title, body);
         self.gh.label(WRITER, REPO, n, TRIGGER);
         n
@@ -117,7 +117,7 @@ impl GithubApp {
             .expect("recorded")
     }
 
-    fn issue(&self, number: u64) -> IssueRef {
+    pub(crate) fn issue(&self, number: u64) -> IssueRef {
         IssueRef::new(REPO.parse::<RepoName>().expect("repo"), number)
     }
 
@@ -134,7 +134,7 @@ impl GithubApp {
         .await;
     }
 
-    async fn wait_state(&self, issue: &IssueRef, state: Lifecycle) {
+    pub(crate) async fn wait_state(&self, issue: &IssueRef, state: Lifecycle) {
         self.app
             .wait_for(&format!("{issue} is {state}"), || async {
                 self.app
@@ -156,7 +156,7 @@ impl GithubApp {
             .collect()
     }
 
-    fn assert_contract(&self) {
+    pub(crate) fn assert_contract(&self) {
         let v = self.gh.violations();
         assert!(
             v.is_empty(),
@@ -1072,96 +1072,4 @@ async fn github_enterprise_server_is_the_same_app_below_api_v3() {
             .any(|tk| tk.repositories.is_some() && tk.revoked)
     );
     t.assert_contract();
-}
-
-#[tokio::test]
-async fn a_confined_runs_token_is_renewed_before_its_hour_ends_and_the_old_one_revoked() {
-    let clock = director::clock::ManualClock::new(director::clock::now_ms());
-    let t = GithubApp::spawn_timed(FakeGitHub::start().await, Some(clock.clone()), |s| {
-        s.runner.egress = director::settings::Egress::Allowlist;
-        s.runner.egress_proxy_port = crate::helpers::free_port();
-        s.runner.git_gateway_port = crate::helpers::free_port();
-        // Three hours: longer than an installation token lives.
-        s.runner.timeout_secs = 3 * 3600;
-        s.runner.idle_timeout_secs = 0;
-    })
-    .await;
-    // Pull requests are required on the default branch (else no run starts).
-    t.gh.ruleset(REPO, "active", 1, false);
-    let n = t.labelled("Take the afternoon", "mode: hang");
-    let issue = t.issue(n);
-    let current = || async {
-        t.app
-            .store
-            .runs_of(&issue)
-            .await
-            .ok()
-            .and_then(|runs| runs.last().map(|r| r.id.to_string()))
-            .filter(|id| t.runtime.starts(id) == 1)
-    };
-    crate::helpers::wait_until("the run starts", || async { current().await.is_some() }).await;
-    let id = current().await.unwrap_or_default();
-    let spec = t.runtime.spec_of(&id).expect("the run's spec");
-    assert!(
-        env(&spec, "DIRECTOR_TOKEN").is_empty(),
-        "no token in the run"
-    );
-    let ask = || {
-        let url = format!(
-            "{}/info/refs?service=git-upload-pack",
-            env(&spec, "DIRECTOR_CLONE_URL")
-        );
-        let user = format!("run-{id}");
-        let password = env(&spec, "DIRECTOR_GIT_PASSWORD").to_owned();
-        async move {
-            let answer = crate::helpers::http_client()
-                .get(url)
-                .basic_auth(user, Some(password))
-                .send()
-                .await
-                .expect("the gateway answers");
-            // FakeGitHub serves no git: what counts is that the gateway took the run's
-            // credential and forwarded (its own refusal names its realm).
-            let realm = answer
-                .headers()
-                .get("WWW-Authenticate")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_owned();
-            !realm.contains("director git gateway") && answer.status() != 403
-        }
-    };
-    let run_tokens = || {
-        t.gh.tokens()
-            .into_iter()
-            .filter(|k| k.repositories.is_some())
-            .collect::<Vec<_>>()
-    };
-    let kept = || async { t.app.store.run_token(&id).await.expect("store") };
-    let (first, minted) = kept().await.expect("the run's token is kept, sealed");
-    assert!(ask().await, "the gateway forwards");
-    assert_eq!(kept().await, Some((first.clone(), minted)), "not due yet");
-    assert_eq!(run_tokens().len(), 1);
-
-    // Fifty-one minutes on: the gateway renews the token before forwarding.
-    clock.advance(51 * 60 * 1000);
-    assert!(ask().await, "the gateway forwards");
-    let (second, renewed) = kept().await.expect("kept");
-    assert_ne!(second, first);
-    assert!(renewed > minted);
-    let tokens = run_tokens();
-    assert_eq!(tokens.len(), 2, "{tokens:?}");
-    assert!(tokens[0].revoked, "the old token is revoked");
-    assert!(!tokens[1].revoked, "the new one is live");
-    assert_eq!(tokens[1].repositories, Some(vec![REPO.to_owned()]));
-    // Until the next renewal, the same token serves.
-    assert!(ask().await, "the gateway forwards");
-    assert_eq!(run_tokens().len(), 2);
-    // FakeGitHub serves no git smart HTTP yet: the gateway's (and its mirror's) git requests
-    // are the only ones outside the REST description.
-    let outside = t.gh.take_violations();
-    assert!(
-        outside.iter().all(|v| v.contains("/acme/widgets.git/")),
-        "{outside:?}"
-    );
 }

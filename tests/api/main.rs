@@ -16,6 +16,8 @@ mod gateway;
 mod git;
 #[cfg(feature = "github")]
 mod github;
+#[cfg(feature = "github")]
+mod github_git;
 mod hooks;
 mod image;
 mod incremental;

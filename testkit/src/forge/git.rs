@@ -29,11 +29,11 @@ pub(crate) struct FGit {
 }
 
 /// Refuses pushes to the branch named in `FAKEFORGE_PROTECTED` (set per request, for callers
-/// the protection applies to), printing what Forgejo prints.
+/// the protection applies to), printing `FAKEFORGE_REFUSAL`: what the forge prints.
 const PRE_RECEIVE: &str = r#"#!/bin/sh
 while read -r old new ref; do
   if [ -n "$FAKEFORGE_PROTECTED" ] && [ "$ref" = "refs/heads/$FAKEFORGE_PROTECTED" ]; then
-    echo "Forgejo: Not allowed to push to protected branch $FAKEFORGE_PROTECTED" >&2
+    echo "$FAKEFORGE_REFUSAL" >&2
     exit 1
   fi
 done
@@ -51,7 +51,7 @@ const IDENTITY: [(&str, &str); 6] = [
 ];
 
 /// Runs `git` in `dir` with a clean environment; its trimmed standard output.
-fn git(
+pub(crate) fn git(
     dir: &Path,
     args: &[&str],
     env: &[(&str, &str)],
@@ -246,7 +246,7 @@ pub(crate) fn sync(s: &mut State, repo: &RepoName) -> std::io::Result<()> {
 }
 
 /// The parts of a smart-HTTP request path: the repository and the service asked for.
-fn parse(path: &str, query: &str) -> Option<(RepoName, &'static str, bool)> {
+pub(crate) fn parse(path: &str, query: &str) -> Option<(RepoName, &'static str, bool)> {
     let path = path.trim_start_matches('/');
     let (repo, rest) = path.split_once(".git/")?;
     let repo: RepoName = repo.parse().ok()?;
@@ -270,7 +270,7 @@ pub(super) fn is_git_path(path: &str) -> bool {
     !path.starts_with("/api/") && path.contains(".git/")
 }
 
-fn text(status: StatusCode, body: &str) -> HttpResponse {
+pub(crate) fn text(status: StatusCode, body: &str) -> HttpResponse {
     let mut r = HttpResponse::build(status);
     if status == StatusCode::UNAUTHORIZED {
         r.insert_header(("WWW-Authenticate", "Basic realm=\"Gitea\""));
@@ -388,6 +388,28 @@ pub(super) async fn serve(
             return text(status, why);
         }
     };
+    let refusal = format!("Forgejo: Not allowed to push to protected branch {protected}");
+    let (status, response) = backend(&req, &body, &g.root, &login, &protected, &refusal).await;
+    if push && !advert && status.is_success() {
+        let mut s = forge.state();
+        if let Err(e) = sync(&mut s, &repo) {
+            s.violations.push(format!("git sync of {repo}: {e}"));
+        }
+    }
+    record(forge, &method, &path, status.as_u16(), Some(&login));
+    response
+}
+
+/// Runs `git http-backend` for one request, as `login`, with pushes to `protected` (when not
+/// empty) refused by the hook printing `refusal`.
+pub(crate) async fn backend(
+    req: &HttpRequest,
+    body: &[u8],
+    root: &Path,
+    login: &str,
+    protected: &str,
+    refusal: &str,
+) -> (StatusCode, HttpResponse) {
     let header = |name: &str| {
         req.headers()
             .get(name)
@@ -399,20 +421,21 @@ pub(super) async fn serve(
     cmd.arg("http-backend")
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", &g.root)
+        .env("HOME", root)
         .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_PROJECT_ROOT", &g.root)
+        .env("GIT_PROJECT_ROOT", root)
         .env("GIT_HTTP_EXPORT_ALL", "1")
-        .env("PATH_INFO", &path)
-        .env("REQUEST_METHOD", &method)
-        .env("QUERY_STRING", &query)
+        .env("PATH_INFO", req.path())
+        .env("REQUEST_METHOD", req.method().as_str())
+        .env("QUERY_STRING", req.query_string())
         .env("CONTENT_TYPE", header("content-type"))
         .env("CONTENT_LENGTH", body.len().to_string())
         .env("HTTP_CONTENT_ENCODING", header("content-encoding"))
         .env("GIT_PROTOCOL", header("git-protocol"))
-        .env("REMOTE_USER", &login)
+        .env("REMOTE_USER", login)
         .env("REMOTE_ADDR", "127.0.0.1")
-        .env("FAKEFORGE_PROTECTED", &protected)
+        .env("FAKEFORGE_PROTECTED", protected)
+        .env("FAKEFORGE_REFUSAL", refusal)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -420,30 +443,18 @@ pub(super) async fn serve(
         let mut child = cmd.spawn()?;
         if let Some(mut stdin) = child.stdin.take() {
             use tokio::io::AsyncWriteExt as _;
-            stdin.write_all(&body).await?;
+            stdin.write_all(body).await?;
         }
         child.wait_with_output().await
     }
     .await;
-    let out = match output {
-        Ok(out) => out.stdout,
+    match output {
+        Ok(out) => cgi_response(&out.stdout),
         Err(e) => {
-            record(forge, &method, &path, 500, Some(&login));
-            return text(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                &format!("git http-backend: {e}"),
-            );
-        }
-    };
-    let (status, response) = cgi_response(&out);
-    if push && !advert && status.is_success() {
-        let mut s = forge.state();
-        if let Err(e) = sync(&mut s, &repo) {
-            s.violations.push(format!("git sync of {repo}: {e}"));
+            let status = StatusCode::INTERNAL_SERVER_ERROR;
+            (status, text(status, &format!("git http-backend: {e}")))
         }
     }
-    record(forge, &method, &path, status.as_u16(), Some(&login));
-    response
 }
 
 /// Turns a CGI answer (headers, a blank line, the body) into a response.

@@ -14,7 +14,7 @@
 //! face), `contract` (the API description check).
 
 pub mod contract;
-mod git;
+pub(crate) mod git;
 pub use pulls::ReviewEvent;
 mod api;
 mod pulls;

@@ -145,7 +145,14 @@ pub(super) fn route(at: InRepo<'_>, method: &str, rest: &[&str]) -> HttpResponse
             if let Some(refused) = guard_push(r, branch) {
                 return refused;
             }
-            r.branches.insert(branch.to_owned(), sha.clone());
+            if let Some(g) = r.git.clone() {
+                if git::create_branch(&g, branch, &sha).is_err() {
+                    return message(422, "Object does not exist");
+                }
+                let _ = git::sync(r, &g);
+            } else {
+                r.branches.insert(branch.to_owned(), sha.clone());
+            }
             reply(
                 201,
                 json!({ "ref": format!("refs/heads/{branch}"), "object": { "sha": sha, "type": "commit" } }),
@@ -173,6 +180,23 @@ pub(super) fn route(at: InRepo<'_>, method: &str, rest: &[&str]) -> HttpResponse
             };
             if let Some(refused) = guard_push(r, &branch) {
                 return refused;
+            }
+            let content = b["content"].as_str().unwrap_or_default().to_owned();
+            if let Some(g) = r.git.clone() {
+                use base64::Engine as _;
+                let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(&content) else {
+                    return message(422, "content is not valid Base64");
+                };
+                let text = b["message"].as_str().unwrap_or_default();
+                let Ok(sha) = git::commit_file(&g, &branch, &file, &bytes, text) else {
+                    return message(409, "could not commit");
+                };
+                let _ = git::sync(r, &g);
+                r.files.insert((branch, file.clone()), content);
+                return reply(
+                    201,
+                    json!({ "content": { "path": file }, "commit": { "sha": sha } }),
+                );
             }
             let sha = format!("c{next_id}");
             r.commits.insert(sha.clone(), Some(head));

@@ -23,6 +23,7 @@ use director::http::signature::sign;
 use serde_json::{Value, json};
 
 mod code;
+mod git;
 mod issues;
 mod pulls;
 
@@ -141,6 +142,8 @@ struct Repo {
     protection: Option<(u64, Vec<String>)>,
     rulesets: Vec<Ruleset>,
     next_number: u64,
+    /// Served over git's smart HTTP: git holds the branches.
+    git: Option<git::Served>,
 }
 
 #[derive(Default)]
@@ -168,6 +171,8 @@ struct State {
     /// Where the API is served below the root: `/api/v3` on GitHub Enterprise Server.
     prefix: String,
     rates: Rates,
+    /// How far the fake's clock for tokens runs ahead of the system's ([`FakeGitHub::advance`]).
+    ahead: chrono::Duration,
 }
 
 fn now() -> String {
@@ -209,6 +214,11 @@ impl Repo {
 }
 
 impl State {
+    /// The fake's time for tokens: when they expire, and whether they have.
+    fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        chrono::Utc::now() + self.ahead
+    }
+
     fn id(&mut self) -> u64 {
         self.next_id += 1;
         self.next_id
@@ -408,6 +418,46 @@ impl FakeGitHub {
             repo.branches.insert("main".into(), "c0".into());
             s.repos.insert(full_name.to_ascii_lowercase(), repo);
         });
+    }
+
+    /// Serves `repo` over git's smart HTTP at `<site>/<owner>/<name>.git`, its bare
+    /// repository kept under `root` (which the caller owns and removes); from now on git
+    /// holds its branches, starting from one commit on the default branch. Needs `git`.
+    pub fn serve_git(&self, repo: &str, root: &std::path::Path) -> std::io::Result<()> {
+        self.with(|s| {
+            let full = repo.to_ascii_lowercase();
+            let r = s
+                .repos
+                .get_mut(&full)
+                .ok_or_else(|| std::io::Error::other(format!("no repository {repo}")))?;
+            git::serve_repo(r, &full, root)
+        })
+    }
+
+    /// The file at `path` on `branch`, as git has it (for tests of what was pushed).
+    pub fn git_show(&self, repo: &str, branch: &str, path: &str) -> Option<String> {
+        let g = self.with(|s| s.repo(repo).and_then(|r| r.git.clone()))?;
+        crate::forge::git::git(
+            &g.dir,
+            &["show", &format!("refs/heads/{branch}:{path}")],
+            &[],
+            None,
+        )
+        .ok()
+    }
+
+    /// Moves the fake's clock for tokens on by `by`: tokens minted an hour before are expired.
+    pub fn advance(&self, by: std::time::Duration) {
+        self.with(|s| s.ahead += chrono::Duration::from_std(by).unwrap_or_default());
+    }
+
+    /// The site's base URL, where git is served (the API may be below it).
+    pub fn site(&self) -> String {
+        let prefix = self.with(|s| s.prefix.clone());
+        self.url
+            .strip_suffix(prefix.as_str())
+            .unwrap_or(&self.url)
+            .to_owned()
     }
 
     /// Installs the App on `account` for `repos`, with the App's usual permissions.
@@ -784,6 +834,9 @@ fn needs(segments: &[String], method: &str) -> Option<(&'static str, bool)> {
 }
 
 async fn handle(req: HttpRequest, body: Bytes, data: web::Data<Shared>) -> HttpResponse {
+    if git::is_git_path(req.path()) {
+        return git::serve(req, &body, &data).await;
+    }
     let (state, echoes) = (&data.0, &data.1);
     let method = req.method().as_str().to_owned();
     let prefix = state.lock().expect("lock").prefix.clone();
@@ -838,7 +891,7 @@ async fn handle(req: HttpRequest, body: Bytes, data: web::Data<Shared>) -> HttpR
             .map_err(|e| (format!("bad-jwt {e}"), e))
     } else {
         match s.tokens.iter().find(|t| t.value == credential) {
-            Some(t) if t.revoked || t.expires_at < chrono::Utc::now() => {
+            Some(t) if t.revoked || t.expires_at < s.now() => {
                 Err(("dead-token".into(), "Bad credentials".into()))
             }
             Some(t) => Ok(Some(Caller::Token(t.clone()))),
@@ -1070,6 +1123,12 @@ pub(crate) struct InRepo<'a> {
 /// GitHub refuses a push to a branch that requires a pull request, unless the App may
 /// bypass the rule.
 fn guard_push(r: &Repo, branch: &str) -> Option<HttpResponse> {
+    protection_of(r, branch).map(|_| message(409, "Changes must be made through a pull request."))
+}
+
+/// What guards `branch` against the App's pushes, in the words of git's refusal: classic
+/// protection (`GH006`) or a ruleset (`GH013`).
+fn protection_of(r: &Repo, branch: &str) -> Option<&'static str> {
     if branch != r.default_branch {
         return None;
     }
@@ -1081,8 +1140,13 @@ fn guard_push(r: &Repo, branch: &str) -> Option<HttpResponse> {
         .rulesets
         .iter()
         .any(|x| x.enforcement == "active" && x.approvals >= 1 && !x.app_can_bypass);
-    (by_protection || by_ruleset)
-        .then(|| message(409, "Changes must be made through a pull request."))
+    if by_protection {
+        Some("GH006: Protected branch update failed")
+    } else if by_ruleset {
+        Some("GH013: Repository rule violations found")
+    } else {
+        None
+    }
 }
 
 fn app_routes(s: &mut State, method: &str, segs: &[&str], body: Option<&Value>) -> HttpResponse {
@@ -1147,7 +1211,7 @@ fn app_routes(s: &mut State, method: &str, segs: &[&str], body: Option<&Value>) 
                 );
             }
             let value = format!("ghs_{:036x}", rand::random::<u128>());
-            let expires_at = chrono::Utc::now() + chrono::Duration::hours(1);
+            let expires_at = s.now() + chrono::Duration::hours(1);
             s.tokens.push(Token {
                 value: value.clone(),
                 installation: id,
