@@ -15,6 +15,7 @@ pub mod http;
 pub mod intake;
 pub mod limits;
 pub mod metrics;
+pub mod models;
 pub mod preflight;
 pub mod runtime;
 pub mod settings;

@@ -1,8 +1,8 @@
 //! Prometheus metrics, registered once and shared by every part of the service.
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
-    Registry, TextEncoder,
+    CounterVec, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, Opts, Registry, TextEncoder,
 };
 
 #[derive(Clone)]
@@ -40,6 +40,14 @@ pub struct Metrics {
     pub egress_refused: IntCounterVec,
     /// Pushes the git gateway refused, by reason: refused (a rule), too_large, malformed.
     pub git_pushes_refused: IntCounterVec,
+    /// Tokens of model calls (runs' and the pre-flight's), by provider and kind: input,
+    /// cache_read, cache_write, output.
+    pub model_tokens: IntCounterVec,
+    /// Dollars spent on model calls, by repository (`other` beyond the watched set).
+    pub model_cost: CounterVec,
+    /// Model calls the gateway refused, by reason: credential, ended, unmetered, too_large,
+    /// unpriced, budget.
+    pub model_refused: IntCounterVec,
 }
 
 impl Metrics {
@@ -135,6 +143,29 @@ impl Metrics {
                 &r,
                 "director_git_pushes_refused_total",
                 "Pushes of runs the git gateway refused, by reason",
+                &["reason"],
+            ),
+            model_tokens: counter_vec(
+                &r,
+                "director_model_tokens_total",
+                "Tokens of model calls, by provider and kind",
+                &["provider", "kind"],
+            ),
+            model_cost: register(
+                &r,
+                CounterVec::new(
+                    Opts::new(
+                        "director_model_cost_usd_total",
+                        "Dollars spent on model calls, by repository",
+                    ),
+                    &["repo"],
+                )
+                .expect("static metric definition"),
+            ),
+            model_refused: counter_vec(
+                &r,
+                "director_model_requests_refused_total",
+                "Model calls of runs the model gateway refused, by reason",
                 &["reason"],
             ),
             registry: r,

@@ -164,6 +164,7 @@ async fn egress_proxy(
     metrics: &Metrics,
     shutdown: &CancellationToken,
     runs: Arc<dyn crate::gateway::Runs>,
+    model_runs: Arc<dyn crate::models::Runs>,
 ) -> Result<crate::engine::act::run::RunEgress, String> {
     use crate::egress::{Entry, Policy, proxy::Proxy};
     let port = settings.runner.egress_proxy_port;
@@ -189,6 +190,8 @@ async fn egress_proxy(
     let mut guarded: Vec<std::net::SocketAddr> = vec![settings.server.listen];
     guarded.push(std::net::SocketAddr::new(point.listen, port));
     guarded.push(gateway_at);
+    let models_at = std::net::SocketAddr::new(point.listen, settings.runner.model_gateway_port);
+    guarded.push(models_at);
     if let Ok(host) = std::env::var("DOCKER_HOST")
         && let Some(authority) = host.strip_prefix("tcp://")
         && let Ok(addrs) = tokio::net::lookup_host(authority.trim_end_matches('/')).await
@@ -210,13 +213,85 @@ async fn egress_proxy(
     .await?;
     tracing::info!(listen = %proxy.local_addr(), "egress proxy listening for allow-listed runs");
     proxy.clone().serve(listener, shutdown.clone());
-    let gateway = git_gateway(settings, gateway_at, key, runs, metrics, shutdown)?;
+    let gateway = git_gateway(settings, gateway_at, key.clone(), runs, metrics, shutdown)?;
+    let models = model_gateway(settings, models_at, key, model_runs, metrics, shutdown)?
+        .map(|gw| (gw, settings.runner.model_gateway_port));
     Ok(crate::engine::act::run::RunEgress {
         proxy,
         host: point.host,
         gateway,
         gateway_port: settings.runner.git_gateway_port,
+        models,
     })
+}
+
+/// The model gateway, beside the git gateway, when `[models]` names a provider: runs call
+/// the providers through it with their own keys, metered and within `[budget]`.
+fn model_gateway(
+    settings: &Settings,
+    at: std::net::SocketAddr,
+    key: Vec<u8>,
+    runs: Arc<dyn crate::models::Runs>,
+    metrics: &Metrics,
+    shutdown: &CancellationToken,
+) -> Result<Option<Arc<crate::models::ModelGateway>>, String> {
+    use crate::models::{Provider, Upstream};
+    let m = &settings.models;
+    let upstreams: std::collections::BTreeMap<Provider, Upstream> = [
+        (Provider::Anthropic, &m.anthropic),
+        (Provider::Openai, &m.openai),
+    ]
+    .into_iter()
+    .filter_map(|(p, s)| {
+        s.as_ref().map(|s| {
+            (
+                p,
+                Upstream {
+                    base_url: s.base_url.clone(),
+                    api_key: s.api_key.clone(),
+                },
+            )
+        })
+    })
+    .collect();
+    if upstreams.is_empty() {
+        return Ok(None);
+    }
+    let config = crate::models::Config {
+        upstreams,
+        prices: m.prices.clone(),
+        budget: settings.budget.clone(),
+        allow_unmetered: m.allow_unmetered,
+        max_request_mb: m.max_request_mb,
+    };
+    let gateway = crate::models::ModelGateway::new(
+        key,
+        runs,
+        config,
+        Some(model_counters(settings, metrics)),
+    )?;
+    let listener = std::net::TcpListener::bind(at)
+        .map_err(|e| format!("the model gateway cannot listen on {at}: {e}"))?;
+    let addr = gateway
+        .serve(listener, shutdown.clone())
+        .map_err(|e| format!("the model gateway cannot serve on {at}: {e}"))?;
+    tracing::info!(listen = %addr, "model gateway listening for allow-listed runs");
+    Ok(Some(gateway))
+}
+
+/// The model gateway's counters; a repository names its cost only if watched by name or
+/// organisation (the label stays bounded).
+pub fn model_counters(settings: &Settings, metrics: &Metrics) -> crate::models::Counters {
+    let repos = settings.scan.repos.clone();
+    let orgs = settings.scan.orgs.clone();
+    crate::models::Counters {
+        tokens: metrics.model_tokens.clone(),
+        cost: metrics.model_cost.clone(),
+        refused: metrics.model_refused.clone(),
+        repos: Arc::new(move |r| {
+            repos.contains(r) || orgs.iter().any(|o| o.eq_ignore_ascii_case(r.owner()))
+        }),
+    }
 }
 
 /// The git gateway, beside the egress proxy: runs clone and push through it.
@@ -569,6 +644,10 @@ impl Engine<'_> {
                     self.metrics,
                     self.shutdown,
                     Arc::new(gateway_runs),
+                    Arc::new(crate::engine::act::models::ModelRuns {
+                        store: self.store.clone(),
+                        clock: self.clock.clone(),
+                    }),
                 )
                 .await,
             )
@@ -602,7 +681,8 @@ impl Engine<'_> {
         .with_egress(match &egress {
             Some(Ok(e)) => Some(e.proxy.clone()),
             _ => None,
-        });
+        })
+        .with_budgets(matches!(&egress, Some(Ok(e)) if e.models.is_some()));
         tokio::spawn(Arc::new(watcher).run(self.shutdown.clone()));
         started.watcher_wake = Some(watcher_wake);
         started.limits = Some(Limits {

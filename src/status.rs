@@ -416,7 +416,7 @@ fn totals(rows: &[Row]) -> Vec<(&'static str, usize)> {
         ("declined", count(&["declined"])),
         (
             "failed",
-            count(&["failed", "timed_out", "preflight_failed"]),
+            count(&["failed", "timed_out", "over_budget", "preflight_failed"]),
         ),
         ("no-go", count(&["no_go"])),
     ]
@@ -476,7 +476,7 @@ pub fn html(rows: &[Row], now_ms: i64, private_hidden: bool) -> String {
         "th{background:#f0f3f6;font-weight:600}\n",
         ".state{border-radius:1rem;padding:.1rem .55rem;background:#eaeef2;white-space:nowrap}\n",
         ".state-running,.state-launching{background:#ddf4ff}.state-queued{background:#fff8c5}\n",
-        ".state-succeeded{background:#dafbe1}.state-failed,.state-timed_out,.state-preflight_failed{background:#ffebe9}\n",
+        ".state-succeeded{background:#dafbe1}.state-failed,.state-timed_out,.state-over_budget,.state-preflight_failed{background:#ffebe9}\n",
         ".verdict{font-weight:600}.muted{color:#57606a}\n",
         "</style>\n</head>\n<body>\n<h1>director</h1>\n<ul class=\"totals\">\n",
     ));

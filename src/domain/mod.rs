@@ -190,6 +190,8 @@ pub enum Lifecycle {
     Failed,
     /// The run outlived `runner.timeout_secs` and was killed.
     TimedOut,
+    /// The run's model calls spent a budget of `[budget]`, and it was stopped.
+    OverBudget,
     /// The trigger was removed or the issue closed after it was handed over.
     Cancelled,
 }
@@ -211,6 +213,7 @@ impl Lifecycle {
             Self::Declined => "declined",
             Self::Failed => "failed",
             Self::TimedOut => "timed_out",
+            Self::OverBudget => "over_budget",
             Self::Cancelled => "cancelled",
         }
     }
@@ -231,6 +234,7 @@ impl Lifecycle {
             "declined" => Some(Self::Declined),
             "failed" => Some(Self::Failed),
             "timed_out" => Some(Self::TimedOut),
+            "over_budget" => Some(Self::OverBudget),
             "cancelled" => Some(Self::Cancelled),
             _ => None,
         }

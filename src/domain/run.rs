@@ -84,6 +84,8 @@ pub enum RunState {
     Succeeded,
     Failed,
     TimedOut,
+    /// Stopped because its model calls spent a budget of `[budget]`.
+    OverBudget,
     Cancelled,
     /// Stopped before anything started (PR-only check failed).
     Refused,
@@ -100,6 +102,7 @@ impl RunState {
             Self::Succeeded => "succeeded",
             Self::Failed => "failed",
             Self::TimedOut => "timed_out",
+            Self::OverBudget => "over_budget",
             Self::Cancelled => "cancelled",
             Self::Refused => "refused",
             Self::Declined => "declined",
@@ -114,6 +117,7 @@ impl RunState {
             Self::Succeeded,
             Self::Failed,
             Self::TimedOut,
+            Self::OverBudget,
             Self::Cancelled,
             Self::Refused,
             Self::Declined,
@@ -180,6 +184,8 @@ pub enum StopCause {
     Timeout,
     /// It printed nothing for `runner.idle_timeout_secs`.
     Idle,
+    /// The model gateway refused its call: a budget of `[budget]` was spent.
+    Budget,
 }
 
 impl RunRecord {
@@ -249,7 +255,8 @@ pub enum RunOutcome {
     },
 }
 
-/// Model usage the agent reported.
+/// A run's model usage: metered by the model gateway (`metered`), or, without it, as the
+/// agent reported it in its result file.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Usage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -258,6 +265,12 @@ pub struct Usage {
     pub output_tokens: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
+    /// Model calls the gateway forwarded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<u64>,
+    /// Counted by the director's model gateway from the providers' answers.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub metered: bool,
 }
 
 impl Usage {
@@ -273,7 +286,18 @@ impl Usage {
         if let Some(c) = self.cost_usd.filter(|c| c.is_finite() && *c >= 0.0) {
             parts.push(format!("${c:.2}"));
         }
-        (!parts.is_empty()).then(|| parts.join(", "))
+        if let Some(n) = self.requests {
+            parts.push(format!("{n} model call(s)"));
+        }
+        if parts.is_empty() {
+            return None;
+        }
+        let whose = if self.metered {
+            "metered by the director"
+        } else {
+            "as the agent reported"
+        };
+        Some(format!("{} ({whose})", parts.join(", ")))
     }
 }
 
@@ -328,6 +352,7 @@ pub fn parse_result(bytes: &[u8], redact: impl Fn(&str) -> String) -> Option<Run
             input_tokens: u.input_tokens,
             output_tokens: u.output_tokens,
             cost_usd: u.cost_usd.filter(|c| c.is_finite() && *c >= 0.0),
+            ..Usage::default()
         })
         .filter(|u| *u != Usage::default());
     Some(RunResult {

@@ -31,7 +31,13 @@ pub struct Watcher {
     watched: Mutex<HashSet<RunId>>,
     /// With allow-listed runs: the egress proxy, whose refusals the report lists.
     egress: Option<Arc<crate::egress::proxy::Proxy>>,
+    /// Runs call models through the metering gateway: a run it refused for its budget is
+    /// stopped (any replica's gateway may have refused it: the store says).
+    budgets: bool,
 }
+
+/// How often a running run is checked for a budget stop.
+const BUDGET_POLL: Duration = Duration::from_secs(2);
 
 impl Watcher {
     pub fn new(
@@ -53,6 +59,7 @@ impl Watcher {
             consumer,
             watched: Mutex::default(),
             egress: None,
+            budgets: false,
         }
     }
 
@@ -60,6 +67,29 @@ impl Watcher {
     pub fn with_egress(mut self, proxy: Option<Arc<crate::egress::proxy::Proxy>>) -> Self {
         self.egress = proxy;
         self
+    }
+
+    /// Runs call models through the metering gateway, whose budget stops are followed.
+    pub fn with_budgets(mut self, budgets: bool) -> Self {
+        self.budgets = budgets;
+        self
+    }
+
+    /// Returns once the run is to be stopped for its budget (never, without budgets).
+    async fn budget_stop(&self, run_id: &str) {
+        if !self.budgets {
+            return std::future::pending().await;
+        }
+        loop {
+            match self.store.budget_stop(run_id).await {
+                Ok(Some(_)) => return,
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::debug!(error = %format!("{e:#}"), "cannot read the run's budget stop")
+                }
+            }
+            tokio::time::sleep(BUDGET_POLL).await;
+        }
     }
 
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
@@ -175,7 +205,21 @@ impl Watcher {
                 .then(|| Duration::from_secs(self.settings.idle_timeout_secs)),
             grace: Duration::from_secs(self.settings.stop_grace_secs),
         };
-        let exit = match self.runtime.wait(&container, limits).await {
+        let waiting = self.runtime.wait(&container, limits);
+        tokio::pin!(waiting);
+        let mut over_budget = false;
+        let waited = tokio::select! {
+            waited = &mut waiting => waited,
+            () = self.budget_stop(&run.id) => {
+                over_budget = true;
+                tracing::info!("the run spent its budget: stopping it with its grace");
+                if let Err(e) = self.runtime.stop_gracefully(&container, limits.grace).await {
+                    tracing::warn!(error = %e, "cannot stop the run; it is waited for");
+                }
+                waiting.await
+            }
+        };
+        let exit = match waited {
             Ok(exit) => exit,
             Err(RuntimeError::NotFound(_)) => {
                 return Ok(gone());
@@ -197,6 +241,11 @@ impl Watcher {
             .read_file(&container, self.runtime.result_path(), RESULT_MAX_BYTES)
             .await?
             .and_then(|bytes| parse_result(&bytes, |text| self.secrets.redact(&run.id, text)));
+        let result = if self.budgets {
+            self.metered(&run.id, result).await?
+        } else {
+            result
+        };
         let egress_refused = match &self.egress {
             Some(proxy) => {
                 proxy.flush().await;
@@ -208,6 +257,7 @@ impl Watcher {
             None => Vec::new(),
         };
         let (code, stopped) = match exit {
+            _ if over_budget => (None, Some(StopCause::Budget)),
             Exit::Code(code) => (Some(code), None),
             Exit::TimedOut => (None, Some(StopCause::Timeout)),
             Exit::Idle => (None, Some(StopCause::Idle)),
@@ -219,6 +269,42 @@ impl Watcher {
             stopped,
             result,
             egress_refused,
+        })
+    }
+}
+
+impl Watcher {
+    /// With the model gateway, the usage the director metered replaces what the run says
+    /// of itself (none metered: none shown).
+    async fn metered(
+        &self,
+        run_id: &RunId,
+        result: Option<crate::domain::run::RunResult>,
+    ) -> Result<Option<crate::domain::run::RunResult>, RuntimeError> {
+        use crate::domain::run::{RunOutcome, RunResult, Usage};
+        let metered = self
+            .store
+            .run_usage(run_id)
+            .await
+            .map_err(|e| RuntimeError::Engine(format!("the run's metered usage: {e:#}")))?
+            .map(|u| Usage {
+                input_tokens: Some(u.input_tokens + u.cache_read_tokens + u.cache_write_tokens),
+                output_tokens: Some(u.output_tokens),
+                cost_usd: u.cost_usd,
+                requests: Some(u.requests),
+                metered: true,
+            });
+        Ok(match (result, metered) {
+            (Some(mut r), usage) => {
+                r.usage = usage;
+                Some(r)
+            }
+            (None, Some(usage)) => Some(RunResult {
+                outcome: RunOutcome::Done,
+                summary: None,
+                usage: Some(usage),
+            }),
+            (None, None) => None,
         })
     }
 }

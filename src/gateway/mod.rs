@@ -286,7 +286,7 @@ fn warm(gw: Arc<Gateway>, run: &RunAccess) {
 
 /// The request's body, at most `max` bytes of it, and whether there was more (the rest is
 /// read and dropped, so the client can read the answer).
-async fn body(mut payload: web::Payload, max: usize) -> Result<(Vec<u8>, bool), ()> {
+pub(crate) async fn body(mut payload: web::Payload, max: usize) -> Result<(Vec<u8>, bool), ()> {
     let mut out = Vec::new();
     let mut over = false;
     while let Some(chunk) = payload.next().await {

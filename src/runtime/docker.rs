@@ -507,6 +507,10 @@ impl Runtime for DockerRuntime {
         Ok(out)
     }
 
+    async fn stop_gracefully(&self, id: &str, grace: Duration) -> Result<(), RuntimeError> {
+        self.stop(id, grace).await
+    }
+
     async fn kill(&self, id: &str) -> Result<(), RuntimeError> {
         match self
             .docker

@@ -309,6 +309,7 @@ impl KubeRuntime {
                         "ports": [
                             { "protocol": "TCP", "port": self.runner.egress_proxy_port },
                             { "protocol": "TCP", "port": self.runner.git_gateway_port },
+                            { "protocol": "TCP", "port": self.runner.model_gateway_port },
                         ],
                     },
                 ],

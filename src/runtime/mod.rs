@@ -178,6 +178,12 @@ pub trait Runtime: Send + Sync {
     async fn logs_tail(&self, id: &str, lines: usize) -> Result<String, RuntimeError>;
     /// Stops the container now.
     async fn kill(&self, id: &str) -> Result<(), RuntimeError>;
+    /// Sends the container the stop signal and gives it `grace` to end before the kill, while
+    /// [`Runtime::wait`] goes on waiting for it. A runtime that cannot signal kills.
+    async fn stop_gracefully(&self, id: &str, grace: Duration) -> Result<(), RuntimeError> {
+        let _ = grace;
+        self.kill(id).await
+    }
     /// Removes the container and its anonymous volumes; gone already is fine.
     async fn remove(&self, id: &str) -> Result<(), RuntimeError>;
     /// Every container labelled as a director run.

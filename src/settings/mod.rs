@@ -13,12 +13,14 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::domain::RepoName;
 
 mod forge;
+mod models;
 mod preflight;
 mod runner;
 mod scan;
 mod server;
 
 pub use forge::*;
+pub use models::*;
 pub use preflight::*;
 pub use runner::*;
 pub use scan::*;
@@ -170,6 +172,8 @@ pub struct Settings {
     pub kubernetes: KubernetesSettings,
     pub github: GithubSettings,
     pub status: StatusSettings,
+    pub models: ModelsSettings,
+    pub budget: BudgetSettings,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -297,6 +301,22 @@ impl Settings {
             "webhook.authorization",
             "webhook.authorization_file",
         )?;
+        if let Some(p) = &mut self.models.anthropic {
+            one(
+                &mut p.api_key,
+                &p.api_key_file,
+                "models.anthropic.api_key",
+                "models.anthropic.api_key_file",
+            )?;
+        }
+        if let Some(p) = &mut self.models.openai {
+            one(
+                &mut p.api_key,
+                &p.api_key_file,
+                "models.openai.api_key",
+                "models.openai.api_key_file",
+            )?;
+        }
         if let Some(file) = &self.store.url_file {
             self.store.url = read("store.url_file", file)?.trim().to_owned();
         }
@@ -324,6 +344,7 @@ impl Settings {
         ]
         .into_iter()
         .chain(self.webhook.secrets.iter())
+        .chain(self.models.providers().map(|(_, p)| &p.api_key))
         .filter(|s| !s.is_empty())
     }
 
@@ -340,6 +361,7 @@ impl Settings {
         self.preflight.validate()?;
         self.validate_runner(env)?;
         self.scan.validate()?;
+        self.models.validate(&self.budget)?;
         Ok(())
     }
 
@@ -360,6 +382,7 @@ const SECRET_KEYS: &[(&str, &str)] = &[
     ("preflight", "api_key"),
     ("webhook", "secrets"),
     ("status", "token"),
+    ("models", "api_key"),
 ];
 
 fn is_secret_key(section: &str, key: &str) -> bool {
@@ -376,26 +399,40 @@ impl figment::Provider for EnvPairs {
     ) -> Result<figment::value::Map<figment::Profile, figment::value::Dict>, figment::Error> {
         let mut dict = figment::value::Dict::new();
         for (name, value) in &self.0 {
-            let Some((section, key)) = name.split_once("__") else {
+            // `SECTION__KEY`, or deeper: `MODELS__ANTHROPIC__API_KEY`.
+            let path: Vec<String> = name.split("__").map(str::to_ascii_lowercase).collect();
+            let [section, _, ..] = path.as_slice() else {
                 continue;
             };
-            let section = section.to_ascii_lowercase();
-            let key = key.to_ascii_lowercase();
+            let key = path.last().unwrap_or(section);
             // A secret is kept exactly as given: `00123` is not the number 123.
-            let secret = is_secret_key(&section, &key);
-            let entry = dict
-                .entry(section)
-                .or_insert_with(|| figment::value::Value::from(figment::value::Dict::new()));
-            if let figment::value::Value::Dict(_, inner) = entry {
-                let parsed = if secret {
-                    value.clone().into()
-                } else {
-                    value.parse().unwrap_or_else(|_| value.clone().into())
-                };
-                inner.insert(key, parsed);
-            }
+            let secret = is_secret_key(section, key);
+            let parsed: figment::value::Value = if secret {
+                value.clone().into()
+            } else {
+                value.parse().unwrap_or_else(|_| value.clone().into())
+            };
+            insert_at(&mut dict, &path, parsed);
         }
         Ok(figment::Profile::Default.collect(dict))
+    }
+}
+
+/// Puts `value` at `path` (sections, then the key) in `dict`, making sections as needed.
+fn insert_at(dict: &mut figment::value::Dict, path: &[String], value: figment::value::Value) {
+    match path {
+        [] => {}
+        [key] => {
+            dict.insert(key.clone(), value);
+        }
+        [section, rest @ ..] => {
+            let entry = dict
+                .entry(section.clone())
+                .or_insert_with(|| figment::value::Value::from(figment::value::Dict::new()));
+            if let figment::value::Value::Dict(_, inner) = entry {
+                insert_at(inner, rest, value);
+            }
+        }
     }
 }
 

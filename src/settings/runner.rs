@@ -99,6 +99,9 @@ pub struct RunnerSettings {
     /// The git gateway's port, beside the egress proxy: allow-listed runs clone and push
     /// through it and hold no forge credential.
     pub git_gateway_port: u16,
+    /// The model gateway's port, beside the git gateway: allow-listed runs call the model
+    /// providers of `[models]` through it with a per-run key, metered and within `[budget]`.
+    pub model_gateway_port: u16,
     /// Paths no pushed commit may change (globs: `*` and `?` within a segment, `**` across
     /// segments). The default covers the CI definitions of Forgejo, Gitea, GitHub,
     /// Woodpecker and Drone, and `.director.toml`.
@@ -179,6 +182,7 @@ impl Default for RunnerSettings {
             egress_allow: Vec::new(),
             egress_proxy_port: 3128,
             git_gateway_port: 3129,
+            model_gateway_port: 3130,
             protected_paths: crate::domain::protected::default_protected_paths(),
             max_push_mb: 100,
             egress_network: "director-egress".into(),
@@ -280,6 +284,15 @@ impl Settings {
             return Err(invalid(
                 "runner.git_gateway_port",
                 "must be a port (1-65535) other than runner.egress_proxy_port",
+            ));
+        }
+        if r.model_gateway_port == 0
+            || r.model_gateway_port == r.egress_proxy_port
+            || r.model_gateway_port == r.git_gateway_port
+        {
+            return Err(invalid(
+                "runner.model_gateway_port",
+                "must be a port (1-65535) other than the egress proxy's and the git gateway's",
             ));
         }
         crate::domain::protected::Protected::new(&r.protected_paths)

@@ -46,6 +46,10 @@ const SQLITE: &[(i64, &str)] = &[
         12,
         include_str!("../../migrations/sqlite/0012_run_tokens.sql"),
     ),
+    (
+        13,
+        include_str!("../../migrations/sqlite/0013_model_usage.sql"),
+    ),
 ];
 
 const POSTGRES: &[(i64, &str)] = &[
@@ -61,6 +65,10 @@ const POSTGRES: &[(i64, &str)] = &[
     (
         4,
         include_str!("../../migrations/postgres/0004_run_tokens.sql"),
+    ),
+    (
+        5,
+        include_str!("../../migrations/postgres/0005_model_usage.sql"),
     ),
 ];
 

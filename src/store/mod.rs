@@ -21,6 +21,7 @@ mod outbox;
 mod pass;
 mod records;
 mod statement;
+mod usage;
 mod writer;
 
 use std::str::FromStr;
@@ -38,6 +39,7 @@ pub use leases::Fence;
 pub use outbox::{ActionRow, ClaimedAction, Finished, Lane, NewAction};
 pub use pass::{PassInput, Passed};
 pub use records::CallWindow;
+pub use usage::RunUsage;
 pub use writer::DeliveryWriter;
 
 use crate::settings::{StoreSettings, StoreUrl, Synchronous};

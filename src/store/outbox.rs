@@ -418,6 +418,17 @@ impl Store {
                  WHERE finished_at_ms IS NOT NULL AND finished_at_ms < $1 LIMIT $2)",
                 before_ms,
             ),
+            // Spending older than the retention: budgets count one day at most.
+            (
+                "DELETE FROM model_usage WHERE id IN (SELECT id FROM model_usage \
+                 WHERE at_ms < $1 LIMIT $2)",
+                before_ms,
+            ),
+            (
+                "DELETE FROM budget_stops WHERE run_id IN (SELECT run_id FROM budget_stops \
+                 WHERE at_ms < $1 LIMIT $2)",
+                before_ms,
+            ),
             // A token kept for a run that ended and whose removal was missed.
             (
                 "DELETE FROM run_tokens WHERE run_id IN (SELECT id FROM runs \

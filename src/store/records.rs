@@ -187,6 +187,7 @@ fn stop_cause_str(cause: StopCause) -> &'static str {
     match cause {
         StopCause::Timeout => "timeout",
         StopCause::Idle => "idle",
+        StopCause::Budget => "budget",
     }
 }
 
@@ -257,6 +258,7 @@ pub(super) fn run_from_row(row: &dyn Cols) -> anyhow::Result<RunRecord> {
         stopped: match row.opt_text("stopped")?.as_deref() {
             Some("timeout") => Some(StopCause::Timeout),
             Some("idle") => Some(StopCause::Idle),
+            Some("budget") => Some(StopCause::Budget),
             _ => None,
         },
         egress_refused: json_column(row, "egress_refused")?.unwrap_or_default(),

@@ -15,6 +15,7 @@ pub mod forge;
 pub mod github;
 pub mod kube;
 pub mod llm;
+pub mod provider;
 pub mod runtime;
 
 /// An HTTP client with the process's TLS provider installed: for the fakes' own calls

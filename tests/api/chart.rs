@@ -185,6 +185,7 @@ fn the_default_shape_is_one_hardened_replica_on_sqlite_with_least_privilege_rbac
     );
     assert!(toml.contains("egress_proxy_port = 3128"), "{toml}");
     assert!(toml.contains("git_gateway_port = 3129"), "{toml}");
+    assert!(toml.contains("model_gateway_port = 3130"), "{toml}");
 
     // RBAC: one namespaced Role with exactly what the runtime uses; no wildcard, nothing
     // cluster-wide.

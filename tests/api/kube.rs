@@ -713,7 +713,8 @@ async fn a_confined_runs_pod_gets_a_network_policy_to_the_proxy_only_before_it_s
         proxy["ports"],
         serde_json::json!([
             { "protocol": "TCP", "port": 3128 },
-            { "protocol": "TCP", "port": 3129 }
+            { "protocol": "TCP", "port": 3129 },
+            { "protocol": "TCP", "port": 3130 }
         ])
     );
     assert!(proxy["to"][0]["ipBlock"].is_null());

@@ -24,6 +24,7 @@ mod incremental;
 #[cfg(feature = "kubernetes")]
 mod kube;
 mod layout;
+mod models;
 mod outbox;
 mod pg;
 mod preflight;

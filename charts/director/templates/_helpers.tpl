@@ -80,6 +80,7 @@ the director's whole-number keys refuse floats.
 {{- $chart := dict "server" (dict "listen" (printf "0.0.0.0:%v" (int .Values.service.port)) "log_format" "json") "runner" (dict "kind" "kubernetes") "kubernetes" (dict "namespace" (include "director.runsNamespace" .) "kubeconfig" "" "service_account" (include "director.runsServiceAccountName" .) "ttl_secs_after_finished" (int .Values.runs.ttlSecondsAfterFinished) "proxy_host" (printf "%s.%s.svc" (include "director.fullname" .) .Release.Namespace) "proxy_namespace" .Release.Namespace "proxy_pod_labels" (include "director.selectorLabelList" . | fromJsonArray)) -}}
 {{- $_ := set (index $chart "runner") "egress_proxy_port" (int .Values.runs.egressProxyPort) -}}
 {{- $_ := set (index $chart "runner") "git_gateway_port" (int .Values.runs.gitGatewayPort) -}}
+{{- $_ := set (index $chart "runner") "model_gateway_port" (int .Values.runs.modelGatewayPort) -}}
 {{- if not (include "director.postgres" .) -}}
 {{- $_ := set $chart "store" (dict "url" "sqlite:///data/director.db") -}}
 {{- end -}}

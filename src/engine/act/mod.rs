@@ -4,6 +4,7 @@
 
 mod forge;
 pub mod gateway;
+pub mod models;
 pub mod preflight;
 mod pull;
 pub mod run;

@@ -72,6 +72,9 @@ pub struct RunEgress {
     /// The git gateway runs clone and push through, and its port.
     pub gateway: Arc<crate::gateway::Gateway>,
     pub gateway_port: u16,
+    /// The model gateway runs call `[models]` through, and its port, when any provider is
+    /// configured.
+    pub models: Option<(Arc<crate::models::ModelGateway>, u16)>,
 }
 
 impl RunEgress {
@@ -97,11 +100,35 @@ impl RunEgress {
 
     /// `http://host:port` of the git gateway, as runs reach it.
     pub fn gateway_origin(&self) -> String {
+        self.origin(self.gateway_port)
+    }
+
+    fn origin(&self, port: u16) -> String {
         if self.host.contains(':') && !self.host.starts_with('[') {
-            format!("http://[{}]:{}", self.host, self.gateway_port)
+            format!("http://[{}]:{}", self.host, port)
         } else {
-            format!("http://{}:{}", self.host, self.gateway_port)
+            format!("http://{}:{}", self.host, port)
         }
+    }
+
+    /// The model variables of a run: for each provider, the gateway as its base URL and the
+    /// run's own key (never the provider's).
+    pub fn model_environment(&self, run_id: &str) -> Vec<(String, String)> {
+        let Some((models, port)) = &self.models else {
+            return Vec::new();
+        };
+        let origin = self.origin(*port);
+        let key = models.key_of(run_id);
+        let mut env = Vec::new();
+        for provider in models.providers() {
+            let (base, key_var) = match provider {
+                crate::models::Provider::Anthropic => ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY"),
+                crate::models::Provider::Openai => ("OPENAI_BASE_URL", "OPENAI_API_KEY"),
+            };
+            env.push((base.to_owned(), format!("{origin}/{}", provider.as_str())));
+            env.push((key_var.to_owned(), key.clone()));
+        }
+        env
     }
 }
 
@@ -891,6 +918,16 @@ impl RunAct {
                 self.secrets
                     .remember(&run.id, &egress.proxy.password(&run.id));
                 env.extend(egress.environment(&run.id));
+                // The providers' variables name the model gateway and the run's own key;
+                // whatever else held those names (a pass-through) gives way.
+                let models = egress.model_environment(&run.id);
+                for (k, v) in &models {
+                    if k.ends_with("_API_KEY") {
+                        self.secrets.remember(&run.id, v);
+                    }
+                }
+                env.retain(|(k, _)| !models.iter().any(|(m, _)| m == k));
+                env.extend(models);
                 true
             }
             _ => false,

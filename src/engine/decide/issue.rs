@@ -211,6 +211,7 @@ impl Step<'_> {
                     self.record.lifecycle,
                     Lifecycle::Failed
                         | Lifecycle::TimedOut
+                        | Lifecycle::OverBudget
                         | Lifecycle::Cancelled
                         | Lifecycle::Declined
                         | Lifecycle::PrClosed

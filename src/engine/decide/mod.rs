@@ -291,7 +291,10 @@ pub fn state_label<'a>(labels: &'a LabelSettings, record: &IssueRecord) -> Optio
         Lifecycle::Launching | Lifecycle::Running => &labels.running,
         Lifecycle::Succeeded => &labels.pr_open,
         Lifecycle::Merged => &labels.merged,
-        Lifecycle::Failed | Lifecycle::TimedOut | Lifecycle::PreflightFailed => &labels.failed,
+        Lifecycle::Failed
+        | Lifecycle::TimedOut
+        | Lifecycle::OverBudget
+        | Lifecycle::PreflightFailed => &labels.failed,
         Lifecycle::NoGo => &labels.no_go,
         _ => return None,
     };

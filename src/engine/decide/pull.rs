@@ -281,6 +281,7 @@ impl Step<'_> {
             ));
         }
         let state = match (stopped, declined) {
+            (Some(StopCause::Budget), _) => RunState::OverBudget,
             (Some(_), _) => RunState::TimedOut,
             (None, Some(_)) => RunState::Declined,
             _ => RunState::Failed,

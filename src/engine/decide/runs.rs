@@ -191,6 +191,7 @@ impl Step<'_> {
                 "it printed nothing for `runner.idle_timeout_secs` ({} s) and was taken to be wedged",
                 self.policy.idle_timeout_secs
             ),
+            StopCause::Budget => "its model calls spent a budget of `[budget]`: the model gateway refused the next one, and the run was stopped".to_owned(),
         }
     }
 
@@ -220,7 +221,12 @@ impl Step<'_> {
             let why = self.stop_words(cause);
             let mut body = comments::run_stopped(&id, &why, &log);
             body.push_str(&branch_note.unwrap_or_default());
-            self.end_run(RunState::TimedOut, why, body);
+            let state = if cause == StopCause::Budget {
+                RunState::OverBudget
+            } else {
+                RunState::TimedOut
+            };
+            self.end_run(state, why, body);
         } else if let Some(reason) = declined {
             let mut body = comments::run_declined(&id, &reason);
             body.push_str(&branch_note.unwrap_or_default());
@@ -294,7 +300,10 @@ impl Step<'_> {
         let id = run.id.clone();
         let report = report + &comments::egress_refused(&run.egress_refused);
         let followup_of = run.followup.as_ref().map(|f| f.pr);
-        let keep = matches!(state, RunState::Failed | RunState::TimedOut) && keep_ms > 0;
+        let keep = matches!(
+            state,
+            RunState::Failed | RunState::TimedOut | RunState::OverBudget
+        ) && keep_ms > 0;
         // The token first, then the people; the container last (an engine that is down must
         // not hold up the report).
         self.act(
@@ -338,6 +347,7 @@ impl Step<'_> {
         self.set_lifecycle(match state {
             RunState::Succeeded => Lifecycle::Succeeded,
             RunState::TimedOut => Lifecycle::TimedOut,
+            RunState::OverBudget => Lifecycle::OverBudget,
             RunState::Cancelled => Lifecycle::Cancelled,
             RunState::Declined => Lifecycle::Declined,
             _ => Lifecycle::Failed,

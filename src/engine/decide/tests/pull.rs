@@ -404,6 +404,7 @@ fn the_agents_summary_goes_in_the_pr_body_and_its_usage_in_the_report() {
             input_tokens: Some(1000),
             output_tokens: Some(200),
             cost_usd: Some(0.5),
+            ..Usage::default()
         }),
     };
     s.apply(&report("r1", exited_with(done, None)));

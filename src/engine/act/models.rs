@@ -1,0 +1,53 @@
+//! What the model gateway asks of the director: whether a run is active and its repository,
+//! what was spent against each budget, where metered usage goes, and how a run refused for
+//! its budget is stopped. All of it is in the store every replica shares, so any replica's
+//! gateway can serve any run, and counting holds across restarts.
+
+use crate::clock::SharedClock;
+use crate::domain::RepoName;
+use crate::models::{Metered, Runs, Spent};
+use crate::store::Store;
+
+pub struct ModelRuns {
+    pub store: Store,
+    pub clock: SharedClock,
+}
+
+#[async_trait::async_trait]
+impl Runs for ModelRuns {
+    async fn active(&self, run_id: &str) -> Result<Option<RepoName>, String> {
+        let run = self
+            .store
+            .run(run_id)
+            .await
+            .map_err(|e| format!("the store: {e:#}"))?;
+        Ok(run.filter(|r| r.finished_at_ms.is_none()).map(|r| r.repo))
+    }
+
+    async fn spent(&self, run_id: &str, repo: &RepoName, day: &str) -> Result<Spent, String> {
+        self.store
+            .model_spent(Some(run_id), repo, day)
+            .await
+            .map_err(|e| format!("the store: {e:#}"))
+    }
+
+    async fn record(&self, metered: Metered) {
+        if let Err(e) = self.store.record_model_usage(&metered).await {
+            tracing::error!(error = %format!("{e:#}"), run_id = ?metered.run_id, "a model call's usage could not be recorded");
+        }
+    }
+
+    async fn over_budget(&self, run_id: &str, why: &str) {
+        if let Err(e) = self
+            .store
+            .request_budget_stop(run_id, why, self.clock.now_ms())
+            .await
+        {
+            tracing::error!(error = %format!("{e:#}"), run_id, "a budget stop could not be recorded");
+        }
+    }
+
+    fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+}

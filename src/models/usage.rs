@@ -1,0 +1,394 @@
+//! What a model call used, read from the provider's own answer: Anthropic's Messages
+//! (`usage`, or `message_start` then cumulative `message_delta`s in a stream), OpenAI's chat
+//! completions (`usage`, or the last chunk with `stream_options.include_usage`) and
+//! responses (`usage` of the response, or of `response.completed`/`incomplete`/`failed`).
+//! Both providers' counts are normalised to disjoint parts: fresh input, cache reads, cache
+//! writes, output (Anthropic's cache counts come on top of `input_tokens`; OpenAI's are
+//! inside `prompt_tokens`/`input_tokens`).
+
+use serde_json::Value;
+
+use crate::settings::Price;
+
+/// Which API an answer came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    AnthropicMessages,
+    OpenaiChat,
+    OpenaiResponses,
+}
+
+/// Tokens of one call, in disjoint parts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Input neither read from nor written to a cache.
+    pub input: u64,
+    pub cache_read: u64,
+    /// Cache writes at the short (Anthropic: 5-minute) rate.
+    pub cache_write: u64,
+    /// Anthropic's 1-hour cache writes.
+    pub cache_write_1h: u64,
+    /// Output, reasoning included.
+    pub output: u64,
+}
+
+impl Usage {
+    pub fn input_total(&self) -> u64 {
+        self.input + self.cache_read + self.cache_write + self.cache_write_1h
+    }
+
+    /// Its cost in dollars at `price`.
+    pub fn cost(&self, price: &Price) -> f64 {
+        let per = |tokens: u64, usd_per_mtok: f64| tokens as f64 * usd_per_mtok / 1_000_000.0;
+        let read = price.cache_read_per_mtok.unwrap_or(price.input_per_mtok);
+        let write = price.cache_write_per_mtok.unwrap_or(price.input_per_mtok);
+        let write_1h = price
+            .cache_write_per_mtok
+            .map_or(2.0 * price.input_per_mtok, |w| w * 1.6);
+        per(self.input, price.input_per_mtok)
+            + per(self.cache_read, read)
+            + per(self.cache_write, write)
+            + per(self.cache_write_1h, write_1h)
+            + per(self.output, price.output_per_mtok)
+    }
+}
+
+fn n(v: &Value) -> Option<u64> {
+    v.as_u64()
+}
+
+/// Anthropic's `usage` object, over what was known before: every field present replaces.
+fn anthropic(usage: &Value, into: &mut Usage) {
+    if let Some(x) = n(&usage["input_tokens"]) {
+        into.input = x;
+    }
+    if let Some(x) = n(&usage["output_tokens"]) {
+        into.output = x;
+    }
+    if let Some(x) = n(&usage["cache_read_input_tokens"]) {
+        into.cache_read = x;
+    }
+    let split = &usage["cache_creation"];
+    let (m5, h1) = (
+        n(&split["ephemeral_5m_input_tokens"]),
+        n(&split["ephemeral_1h_input_tokens"]),
+    );
+    if m5.is_some() || h1.is_some() {
+        into.cache_write = m5.unwrap_or(0);
+        into.cache_write_1h = h1.unwrap_or(0);
+    } else if let Some(x) = n(&usage["cache_creation_input_tokens"]) {
+        into.cache_write = x;
+        into.cache_write_1h = 0;
+    }
+}
+
+/// OpenAI's `usage` (chat's `prompt_tokens`/`completion_tokens`, or responses'
+/// `input_tokens`/`output_tokens`), its cached parts taken out of the input.
+fn openai(usage: &Value) -> Option<Usage> {
+    let input = n(&usage["prompt_tokens"]).or_else(|| n(&usage["input_tokens"]))?;
+    let output = n(&usage["completion_tokens"])
+        .or_else(|| n(&usage["output_tokens"]))
+        .unwrap_or(0);
+    let details = if usage["prompt_tokens_details"].is_object() {
+        &usage["prompt_tokens_details"]
+    } else {
+        &usage["input_tokens_details"]
+    };
+    let cache_read = n(&details["cached_tokens"]).unwrap_or(0).min(input);
+    let cache_write = n(&details["cache_write_tokens"])
+        .unwrap_or(0)
+        .min(input - cache_read);
+    Some(Usage {
+        input: input - cache_read - cache_write,
+        cache_read,
+        cache_write,
+        cache_write_1h: 0,
+        output,
+    })
+}
+
+/// The usage of a whole (not streamed) JSON answer.
+pub fn from_body(api: Api, body: &[u8]) -> Option<Usage> {
+    let v: Value = serde_json::from_slice(body).ok()?;
+    let usage = &v["usage"];
+    if !usage.is_object() {
+        return None;
+    }
+    match api {
+        Api::AnthropicMessages => {
+            let mut u = Usage::default();
+            anthropic(usage, &mut u);
+            Some(u)
+        }
+        Api::OpenaiChat | Api::OpenaiResponses => openai(usage),
+    }
+}
+
+/// Reads a server-sent event stream as it passes, chunk by chunk (a line may be split
+/// across chunks), and keeps the usage it reports so far.
+#[derive(Debug)]
+pub struct StreamMeter {
+    api: Api,
+    pending: Vec<u8>,
+    /// The line being read is over [`MAX_LINE`]: skipped up to its end.
+    skipping: bool,
+    usage: Option<Usage>,
+}
+
+/// A line longer than this is not an event the meter needs; it is skipped, not kept.
+const MAX_LINE: usize = 1 << 20;
+
+impl StreamMeter {
+    pub fn new(api: Api) -> Self {
+        Self {
+            api,
+            pending: Vec::new(),
+            skipping: false,
+            usage: None,
+        }
+    }
+
+    pub fn feed(&mut self, chunk: &[u8]) {
+        let mut rest = chunk;
+        while let Some(i) = rest.iter().position(|b| *b == b'\n') {
+            if !self.skipping && self.pending.len() + i <= MAX_LINE {
+                self.pending.extend_from_slice(&rest[..i]);
+                let line = std::mem::take(&mut self.pending);
+                self.line(&line);
+            }
+            self.pending.clear();
+            self.skipping = false;
+            rest = &rest[i + 1..];
+        }
+        if self.skipping || self.pending.len() + rest.len() > MAX_LINE {
+            self.pending.clear();
+            self.skipping = true;
+        } else {
+            self.pending.extend_from_slice(rest);
+        }
+    }
+
+    /// What the stream reported, with a last line that had no newline read too.
+    pub fn finish(&mut self) -> Option<Usage> {
+        let line = std::mem::take(&mut self.pending);
+        if !self.skipping {
+            self.line(&line);
+        }
+        self.usage
+    }
+
+    fn line(&mut self, line: &[u8]) {
+        let Some(data) = line.strip_prefix(b"data:") else {
+            return;
+        };
+        let Ok(v) = serde_json::from_slice::<Value>(data.trim_ascii()) else {
+            return;
+        };
+        match self.api {
+            Api::AnthropicMessages => match v["type"].as_str() {
+                Some("message_start") => {
+                    let mut u = Usage::default();
+                    anthropic(&v["message"]["usage"], &mut u);
+                    self.usage = Some(u);
+                }
+                Some("message_delta") => {
+                    let mut u = self.usage.unwrap_or_default();
+                    anthropic(&v["usage"], &mut u);
+                    self.usage = Some(u);
+                }
+                _ => {}
+            },
+            Api::OpenaiChat => {
+                if let Some(u) = openai(&v["usage"]) {
+                    self.usage = Some(u);
+                }
+            }
+            Api::OpenaiResponses => {
+                let terminal = matches!(
+                    v["type"].as_str(),
+                    Some("response.completed" | "response.incomplete" | "response.failed")
+                );
+                if terminal && let Some(u) = openai(&v["response"]["usage"]) {
+                    self.usage = Some(u);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A streamed Messages answer as Anthropic's documentation shows it: the input side in
+    /// `message_start`, cumulative counts in `message_delta`, pings and unknown events.
+    const ANTHROPIC_STREAM: &str = concat!(
+        "event: message_start\n",
+        "data: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1nZdL29xx5MUA1yADyHTEsnR8uuvGzszyY\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"claude-opus-4-7\",\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":25,\"cache_creation_input_tokens\":120,\"cache_read_input_tokens\":2000,\"cache_creation\":{\"ephemeral_5m_input_tokens\":100,\"ephemeral_1h_input_tokens\":20},\"output_tokens\":1}}}\n\n",
+        "event: content_block_start\n",
+        "data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+        "event: ping\n",
+        "data: {\"type\": \"ping\"}\n\n",
+        "event: content_block_delta\n",
+        "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hello\"}}\n\n",
+        "event: something_new\n",
+        "data: {\"type\":\"something_new\",\"usage\":{\"output_tokens\":999999}}\n\n",
+        "event: content_block_stop\n",
+        "data: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+        "event: message_delta\n",
+        "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":15}}\n\n",
+        "event: message_delta\n",
+        "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":42}}\n\n",
+        "event: message_stop\n",
+        "data: {\"type\":\"message_stop\"}\n\n",
+    );
+
+    /// A chat completion streamed with `stream_options.include_usage`: `usage: null` on every
+    /// chunk, then one chunk with empty `choices` and the whole request's usage.
+    const OPENAI_CHAT_STREAM: &str = concat!(
+        "data: {\"id\":\"chatcmpl-123\",\"object\":\"chat.completion.chunk\",\"created\":1694268190,\"model\":\"gpt-4o-mini\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}],\"usage\":null}\n\n",
+        "data: {\"id\":\"chatcmpl-123\",\"object\":\"chat.completion.chunk\",\"created\":1694268190,\"model\":\"gpt-4o-mini\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hello\"},\"finish_reason\":null}],\"usage\":null}\n\n",
+        "data: {\"id\":\"chatcmpl-123\",\"object\":\"chat.completion.chunk\",\"created\":1694268190,\"model\":\"gpt-4o-mini\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":null}\n\n",
+        "data: {\"id\":\"chatcmpl-123\",\"object\":\"chat.completion.chunk\",\"created\":1694268190,\"model\":\"gpt-4o-mini\",\"choices\":[],\"usage\":{\"prompt_tokens\":1200,\"completion_tokens\":30,\"total_tokens\":1230,\"prompt_tokens_details\":{\"cached_tokens\":1024,\"audio_tokens\":0},\"completion_tokens_details\":{\"reasoning_tokens\":10}}}\n\n",
+        "data: [DONE]\n\n",
+    );
+
+    const OPENAI_RESPONSES_STREAM: &str = concat!(
+        "event: response.created\n",
+        "data: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"status\":\"in_progress\",\"usage\":null}}\n\n",
+        "event: response.output_text.delta\n",
+        "data: {\"type\":\"response.output_text.delta\",\"sequence_number\":1,\"delta\":\"Hi\"}\n\n",
+        "event: response.completed\n",
+        "data: {\"type\":\"response.completed\",\"sequence_number\":2,\"response\":{\"id\":\"resp_1\",\"status\":\"completed\",\"usage\":{\"input_tokens\":300,\"input_tokens_details\":{\"cached_tokens\":100},\"output_tokens\":50,\"output_tokens_details\":{\"reasoning_tokens\":20},\"total_tokens\":350}}}\n\n",
+    );
+
+    /// Feeds `text` in chunks of `size` bytes, splitting lines anywhere.
+    fn metered(api: Api, text: &str, size: usize) -> Option<Usage> {
+        let mut m = StreamMeter::new(api);
+        for chunk in text.as_bytes().chunks(size) {
+            m.feed(chunk);
+        }
+        m.finish()
+    }
+
+    #[test]
+    fn an_anthropic_stream_counts_its_start_then_replaces_with_each_delta() {
+        let want = Usage {
+            input: 25,
+            cache_read: 2000,
+            cache_write: 100,
+            cache_write_1h: 20,
+            output: 42,
+        };
+        for size in [1, 7, 64, 100_000] {
+            assert_eq!(
+                metered(Api::AnthropicMessages, ANTHROPIC_STREAM, size),
+                Some(want)
+            );
+        }
+    }
+
+    #[test]
+    fn an_anthropic_stream_cut_before_its_delta_still_counts_the_input() {
+        let cut = &ANTHROPIC_STREAM[..ANTHROPIC_STREAM
+            .find("event: content_block_delta")
+            .unwrap_or(0)];
+        let u = metered(Api::AnthropicMessages, cut, 13).expect("the start was read");
+        assert_eq!((u.input, u.cache_read, u.output), (25, 2000, 1));
+    }
+
+    #[test]
+    fn openai_chat_and_responses_streams_count_their_last_usage_with_cache_taken_out() {
+        assert_eq!(
+            metered(Api::OpenaiChat, OPENAI_CHAT_STREAM, 5),
+            Some(Usage {
+                input: 176,
+                cache_read: 1024,
+                output: 30,
+                ..Usage::default()
+            })
+        );
+        assert_eq!(
+            metered(Api::OpenaiResponses, OPENAI_RESPONSES_STREAM, 9),
+            Some(Usage {
+                input: 200,
+                cache_read: 100,
+                output: 50,
+                ..Usage::default()
+            })
+        );
+        // Without include_usage a chat stream reports nothing.
+        let bare = OPENAI_CHAT_STREAM.replace("\"usage\":{", "\"x\":{");
+        assert_eq!(metered(Api::OpenaiChat, &bare, 50), None);
+    }
+
+    #[test]
+    fn whole_answers_are_read_from_their_usage() {
+        let anthropic = br#"{"id":"msg_01","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"Hi"}],"stop_reason":"end_turn","usage":{"input_tokens":10,"cache_creation_input_tokens":5,"cache_read_input_tokens":0,"output_tokens":7}}"#;
+        assert_eq!(
+            from_body(Api::AnthropicMessages, anthropic),
+            Some(Usage {
+                input: 10,
+                cache_write: 5,
+                output: 7,
+                ..Usage::default()
+            })
+        );
+        let chat = br#"{"id":"chatcmpl-1","object":"chat.completion","model":"gpt-4o","choices":[],"usage":{"prompt_tokens":19,"completion_tokens":10,"total_tokens":29}}"#;
+        assert_eq!(
+            from_body(Api::OpenaiChat, chat),
+            Some(Usage {
+                input: 19,
+                output: 10,
+                ..Usage::default()
+            })
+        );
+        assert_eq!(from_body(Api::OpenaiChat, b"not json"), None);
+        assert_eq!(from_body(Api::OpenaiChat, br#"{"usage":null}"#), None);
+        // Counts that do not add up never underflow.
+        let odd = br#"{"usage":{"prompt_tokens":5,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":9,"cache_write_tokens":4}}}"#;
+        assert_eq!(
+            from_body(Api::OpenaiChat, odd),
+            Some(Usage {
+                input: 0,
+                cache_read: 5,
+                output: 1,
+                ..Usage::default()
+            })
+        );
+    }
+
+    #[test]
+    fn cost_prices_each_part_at_its_rate() {
+        let price = Price {
+            input_per_mtok: 5.0,
+            output_per_mtok: 25.0,
+            cache_read_per_mtok: Some(0.5),
+            cache_write_per_mtok: Some(6.25),
+        };
+        let u = Usage {
+            input: 1_000_000,
+            cache_read: 1_000_000,
+            cache_write: 1_000_000,
+            cache_write_1h: 1_000_000,
+            output: 1_000_000,
+        };
+        assert!((u.cost(&price) - (5.0 + 0.5 + 6.25 + 10.0 + 25.0)).abs() < 1e-9);
+        let plain = Price {
+            input_per_mtok: 1.0,
+            output_per_mtok: 2.0,
+            ..Price::default()
+        };
+        assert!((u.cost(&plain) - (1.0 + 1.0 + 1.0 + 2.0 + 2.0)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn an_endless_line_is_skipped_not_kept() {
+        let mut m = StreamMeter::new(Api::OpenaiChat);
+        let junk = vec![b'x'; 3 * MAX_LINE];
+        m.feed(&junk);
+        assert!(m.pending.is_empty());
+        m.feed(b"\ndata: {\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}\n");
+        assert_eq!(m.finish().map(|u| (u.input, u.output)), Some((3, 4)));
+    }
+}

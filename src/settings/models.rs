@@ -1,0 +1,134 @@
+//! `[models]` (the model providers runs reach through the director's metering gateway, and
+//! their prices) and `[budget]` (what runs, a repository and the day may spend).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Secret, SettingsError, invalid, lenient};
+
+/// One provider a run may call, through the model gateway, with the director's real key.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProviderSettings {
+    /// The provider's API base: `https://api.anthropic.com` (without `/v1`), or an
+    /// OpenAI-compatible base with its `/v1` (`https://api.openai.com/v1`).
+    #[serde(deserialize_with = "lenient::string")]
+    pub base_url: String,
+    pub api_key: Secret,
+    #[serde(deserialize_with = "lenient::opt_string")]
+    pub api_key_file: Option<String>,
+}
+
+/// Dollars per million tokens of one model.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Price {
+    pub input_per_mtok: f64,
+    pub output_per_mtok: f64,
+    /// Cache reads (Anthropic's cache hits, OpenAI's cached input); default: the input price.
+    pub cache_read_per_mtok: Option<f64>,
+    /// Cache writes (Anthropic's 5-minute writes; 1-hour writes are priced at twice the
+    /// input price when this is not set); default: the input price.
+    pub cache_write_per_mtok: Option<f64>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelsSettings {
+    pub anthropic: Option<ProviderSettings>,
+    pub openai: Option<ProviderSettings>,
+    /// Forward routes of the provider's API the gateway cannot meter (anything but
+    /// Anthropic's messages and OpenAI's chat completions and responses). Off: refused.
+    pub allow_unmetered: bool,
+    /// Prices per model name, as the request names it.
+    pub prices: BTreeMap<String, Price>,
+    /// The largest request body the gateway forwards, in MB.
+    pub max_request_mb: u64,
+}
+
+impl Default for ModelsSettings {
+    fn default() -> Self {
+        Self {
+            anthropic: None,
+            openai: None,
+            allow_unmetered: false,
+            prices: BTreeMap::new(),
+            max_request_mb: 32,
+        }
+    }
+}
+
+/// Spending limits in dollars; 0 is no limit. Counted from metered usage.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct BudgetSettings {
+    /// One run (a follow-up is a run of its own).
+    pub run_usd: f64,
+    /// One repository in one UTC day, runs and pre-flights together.
+    pub repo_daily_usd: f64,
+    /// Everything in one UTC day.
+    pub daily_usd: f64,
+}
+
+impl BudgetSettings {
+    pub fn any(&self) -> bool {
+        self.run_usd > 0.0 || self.repo_daily_usd > 0.0 || self.daily_usd > 0.0
+    }
+}
+
+impl ModelsSettings {
+    /// The configured providers: (name, settings).
+    pub fn providers(&self) -> impl Iterator<Item = (&'static str, &ProviderSettings)> {
+        [("anthropic", &self.anthropic), ("openai", &self.openai)]
+            .into_iter()
+            .filter_map(|(name, p)| p.as_ref().map(|p| (name, p)))
+    }
+
+    pub(super) fn validate(&self, budget: &BudgetSettings) -> Result<(), SettingsError> {
+        for (name, p) in self.providers() {
+            let key: &'static str = match name {
+                "anthropic" => "models.anthropic.base_url",
+                _ => "models.openai.base_url",
+            };
+            match reqwest::Url::parse(&p.base_url) {
+                Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+                _ => return Err(invalid(key, "must be an http(s) URL")),
+            }
+            if p.api_key.is_empty() {
+                let key: &'static str = match name {
+                    "anthropic" => "models.anthropic.api_key",
+                    _ => "models.openai.api_key",
+                };
+                return Err(invalid(key, "is required (or `api_key_file`)"));
+            }
+        }
+        for (model, price) in &self.prices {
+            let all = [
+                Some(price.input_per_mtok),
+                Some(price.output_per_mtok),
+                price.cache_read_per_mtok,
+                price.cache_write_per_mtok,
+            ];
+            if all.iter().flatten().any(|p| !p.is_finite() || *p < 0.0) {
+                return Err(invalid(
+                    "models.prices",
+                    format!("the prices of `{model}` must be numbers of at least 0"),
+                ));
+            }
+        }
+        if self.max_request_mb == 0 {
+            return Err(invalid("models.max_request_mb", "must be at least 1"));
+        }
+        for (key, v) in [
+            ("budget.run_usd", budget.run_usd),
+            ("budget.repo_daily_usd", budget.repo_daily_usd),
+            ("budget.daily_usd", budget.daily_usd),
+        ] {
+            if !v.is_finite() || v < 0.0 {
+                return Err(invalid(key, "must be a number of dollars, at least 0"));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,440 @@
+//! The metering model gateway, as a confined run calls it (with nothing but the environment
+//! the director gives it) and as an attacker inside one would: against FakeProvider, which
+//! speaks Anthropic's and OpenAI's APIs and takes only its one real key.
+
+use std::collections::BTreeMap;
+
+use director::domain::{IssueRef, Lifecycle};
+use director::settings::{Price, ProviderSettings, Secret};
+use director_testkit::provider::FakeProvider;
+use director_testkit::runtime::FakeRuntime;
+use futures_util::StreamExt as _;
+use serde_json::{Value, json};
+
+use crate::fake_runs::{labelled, run_ids};
+use crate::forge_helpers::ForgeApp;
+
+const MODEL: &str = "claude-fake-1";
+const GPT: &str = "gpt-fake-1";
+
+struct Setup {
+    t: ForgeApp,
+    fake: FakeRuntime,
+    provider: FakeProvider,
+    _llm: director_testkit::llm::FakeLlm,
+}
+
+/// $3 in, $15 out per million tokens: a call of 1,000 in and 100 out costs $0.0045.
+fn prices() -> BTreeMap<String, Price> {
+    let price = Price {
+        input_per_mtok: 3.0,
+        output_per_mtok: 15.0,
+        cache_read_per_mtok: Some(0.3),
+        cache_write_per_mtok: None,
+    };
+    BTreeMap::from([(MODEL.to_owned(), price.clone()), (GPT.to_owned(), price)])
+}
+
+async fn setup(configure: impl FnOnce(&mut director::settings::Settings)) -> Setup {
+    let provider = FakeProvider::start();
+    let (url, key) = (provider.url.clone(), provider.key.clone());
+    let (t, llm, fake) = crate::fake_runs::spawn(|s| {
+        s.runner.egress = director::settings::Egress::Allowlist;
+        s.runner.egress_proxy_port = crate::helpers::free_port();
+        s.runner.git_gateway_port = crate::helpers::free_port();
+        s.runner.model_gateway_port = crate::helpers::free_port();
+        s.runner.max_per_repo = 3;
+        s.models.anthropic = Some(ProviderSettings {
+            base_url: url.clone(),
+            api_key: Secret::new(key.clone()),
+            api_key_file: None,
+        });
+        s.models.openai = Some(ProviderSettings {
+            base_url: format!("{url}/v1"),
+            api_key: Secret::new(key),
+            api_key_file: None,
+        });
+        s.models.prices = prices();
+        configure(s);
+    })
+    .await;
+    Setup {
+        t,
+        fake,
+        provider,
+        _llm: llm,
+    }
+}
+
+/// A run that stays up, and the environment it was given.
+struct Run {
+    id: String,
+    issue: IssueRef,
+    env: Vec<(String, String)>,
+}
+
+impl Run {
+    fn var(&self, name: &str) -> String {
+        self.env
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    }
+
+    /// A POST to the provider's route through the gateway, as the provider's SDK makes it.
+    fn anthropic(&self, body: Value) -> reqwest::RequestBuilder {
+        crate::helpers::http_client()
+            .post(format!("{}/v1/messages", self.var("ANTHROPIC_BASE_URL")))
+            .header("x-api-key", self.var("ANTHROPIC_API_KEY"))
+            .header("anthropic-version", "2023-06-01")
+            .json(&body)
+    }
+
+    fn openai(&self, route: &str, body: Value) -> reqwest::RequestBuilder {
+        crate::helpers::http_client()
+            .post(format!("{}/{route}", self.var("OPENAI_BASE_URL")))
+            .bearer_auth(self.var("OPENAI_API_KEY"))
+            .json(&body)
+    }
+}
+
+async fn started(s: &Setup, title: &str) -> Run {
+    let issue = labelled(&s.t, title, "mode: hang").await;
+    let current = || async {
+        run_ids(&s.t, &issue)
+            .await
+            .pop()
+            .filter(|id| s.fake.starts(id) == 1)
+    };
+    crate::helpers::wait_until("the run starts", || async { current().await.is_some() }).await;
+    let id = current().await.unwrap_or_default();
+    let spec = s.fake.spec_of(&id).expect("the run's spec");
+    Run {
+        id,
+        issue,
+        env: spec.env.clone(),
+    }
+}
+
+fn message(stream: bool) -> Value {
+    json!({ "model": MODEL, "max_tokens": 64, "stream": stream,
+        "messages": [{ "role": "user", "content": "Hello" }] })
+}
+
+/// Waits until the store holds `n` metered calls of the run.
+async fn metered_calls(s: &Setup, run: &Run, n: u64) -> director::store::RunUsage {
+    crate::helpers::wait_until(&format!("{n} metered calls"), || async {
+        s.t.app
+            .store
+            .run_usage(&run.id)
+            .await
+            .expect("store")
+            .is_some_and(|u| u.requests >= n)
+    })
+    .await;
+    s.t.app
+        .store
+        .run_usage(&run.id)
+        .await
+        .expect("store")
+        .expect("usage")
+}
+
+#[tokio::test]
+async fn a_runs_model_calls_use_its_own_key_stream_through_and_are_metered_from_the_answers() {
+    let s = setup(|_| {}).await;
+    let run = started(&s, "Add --verbose").await;
+
+    // The run's variables name the gateway and a key of its own; the provider's key is
+    // nowhere in the run, and the provider takes nothing the run holds.
+    let base = run.var("ANTHROPIC_BASE_URL");
+    assert!(
+        base.starts_with("http://127.0.0.1:") && base.ends_with("/anthropic"),
+        "{base}"
+    );
+    assert!(run.var("OPENAI_BASE_URL").ends_with("/openai"));
+    let key = run.var("ANTHROPIC_API_KEY");
+    assert!(key.starts_with("director-") && key == run.var("OPENAI_API_KEY"));
+    let client = crate::helpers::http_client();
+    for (k, v) in &run.env {
+        assert!(!v.contains(&s.provider.key), "{k} holds the provider's key");
+        let direct = client
+            .post(format!("{}/v1/messages", s.provider.url))
+            .header("x-api-key", v)
+            .json(&message(false))
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(direct.status(), 401, "the provider takes {k}");
+    }
+    assert!(s.provider.requests().is_empty());
+
+    // A whole answer: forwarded with the real key, read for its usage.
+    let answer = run
+        .anthropic(message(false))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(answer.status(), 200);
+    let body: Value = answer.json().await.expect("json");
+    assert_eq!(body["usage"]["input_tokens"], 1000);
+    assert_eq!(s.provider.keys().last(), Some(&s.provider.key));
+
+    // A stream passes through as it is sent: the first event reaches the run while the
+    // provider still holds the rest.
+    let release = s.provider.hold_streams();
+    let answer = run.anthropic(message(true)).send().await.expect("answered");
+    assert_eq!(answer.status(), 200);
+    let mut chunks = answer.bytes_stream();
+    let first = tokio::time::timeout(std::time::Duration::from_secs(10), chunks.next())
+        .await
+        .expect("the first event arrives before the provider sends the rest")
+        .expect("a chunk")
+        .expect("bytes");
+    assert!(String::from_utf8_lossy(&first).contains("message_start"));
+    release.notify_one();
+    let mut rest = Vec::new();
+    while let Some(chunk) = chunks.next().await {
+        rest.extend_from_slice(&chunk.expect("bytes"));
+    }
+    assert!(String::from_utf8_lossy(&rest).contains("message_stop"));
+
+    // OpenAI's chat stream: the gateway asks for the usage the client did not.
+    let answer = run
+        .openai(
+            "chat/completions",
+            json!({ "model": GPT, "stream": true, "messages": [{ "role": "user", "content": "Hi" }] }),
+        )
+        .send()
+        .await
+        .expect("answered");
+    let text = answer.text().await.expect("text");
+    assert!(
+        text.contains("\"usage\":{") && text.ends_with("data: [DONE]\n\n"),
+        "{text}"
+    );
+    let (path, sent) = s.provider.requests().pop().expect("forwarded");
+    assert_eq!(path, "/v1/chat/completions");
+    assert_eq!(sent["stream_options"]["include_usage"], true);
+
+    // Three calls of 1,000 in and 100 out, at $3 and $15 per million.
+    let usage = metered_calls(&s, &run, 3).await;
+    assert_eq!((usage.input_tokens, usage.output_tokens), (3000, 300));
+    let cost = usage.cost_usd.expect("priced");
+    assert!((cost - 3.0 * 0.0045).abs() < 1e-9, "{cost}");
+    s.t.wait_for_metric(r#"director_model_tokens_total{kind="output",provider="anthropic"} 200"#)
+        .await;
+
+    // The run says it used nothing; what counts is what was metered.
+    s.fake.put_file(
+        &run.id,
+        "/task/result/result.json",
+        br#"{"outcome":"done","usage":{"input_tokens":1,"output_tokens":1,"cost_usd":0.0}}"#,
+    );
+    s.fake.exit(&run.id, 0, "done");
+    crate::runs::wait_ended(&s.t, &run.issue).await;
+    let record =
+        s.t.app
+            .store
+            .run(&run.id)
+            .await
+            .expect("store")
+            .expect("run");
+    let shown = record.result.and_then(|r| r.usage).expect("usage");
+    assert!(shown.metered);
+    assert_eq!(
+        (shown.input_tokens, shown.output_tokens, shown.requests),
+        (Some(3000), Some(300), Some(3))
+    );
+
+    // Its key opens nothing now.
+    let after = run
+        .anthropic(message(false))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(after.status(), 401);
+    let body: Value = after.json().await.expect("json");
+    assert_eq!(body["type"], "error", "Anthropic's own error shape");
+    assert_eq!(body["error"]["type"], "authentication_error");
+}
+
+#[tokio::test]
+async fn a_run_whose_budget_is_spent_gets_429_on_its_next_call_and_ends_over_budget() {
+    let s = setup(|s| s.budget.run_usd = 0.005).await;
+    let run = started(&s, "Spend it all").await;
+
+    // $0.0045, under the $0.005 budget: forwarded. Then $0.009: over, but already on its way.
+    for _ in 0..2 {
+        let a = run
+            .anthropic(message(false))
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(a.status(), 200);
+    }
+    metered_calls(&s, &run, 2).await;
+    // The next one is refused in Anthropic's shape, not to be retried.
+    let refused = run
+        .anthropic(message(false))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(refused.status(), 429);
+    assert_eq!(
+        refused
+            .headers()
+            .get("x-should-retry")
+            .and_then(|v| v.to_str().ok()),
+        Some("false")
+    );
+    let body: Value = refused.json().await.expect("json");
+    assert_eq!(body["error"]["type"], "rate_limit_error");
+    let why = body["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        why.contains("budget.run_usd") && why.contains("$0.01"),
+        "{why}"
+    );
+    assert_eq!(
+        s.provider.requests().len(),
+        2,
+        "the refused call never reached the provider"
+    );
+
+    // The run is stopped and ends over budget, its report says why.
+    let record = s.t.wait_state(&run.issue, Lifecycle::OverBudget).await;
+    assert_eq!(record.lifecycle, Lifecycle::OverBudget);
+    let report =
+        s.t.forge
+            .comments_on(&run.issue)
+            .into_iter()
+            .map(|c| c.body)
+            .find(|b| b.contains("<!-- director:run "))
+            .expect("a report");
+    assert!(report.contains("[budget]"), "{report}");
+    s.t.wait_for_metric(r#"director_model_requests_refused_total{reason="budget"} 1"#)
+        .await;
+}
+
+#[tokio::test]
+async fn forged_keys_unmetered_routes_oversized_bodies_and_unpriced_models_are_refused() {
+    let s = setup(|s| {
+        s.models.max_request_mb = 1;
+        s.budget.daily_usd = 100.0;
+    })
+    .await;
+    let run = started(&s, "Probe").await;
+    let base = run.var("ANTHROPIC_BASE_URL");
+    let client = crate::helpers::http_client();
+    let status = |r: reqwest::Response| r.status().as_u16();
+
+    // Keys that are not this run's.
+    for key in [
+        s.provider.key.clone(),
+        format!("director-{}.AAAA", run.id),
+        run.var("ANTHROPIC_API_KEY")
+            .replace(&run.id, "000000000000"),
+        String::new(),
+    ] {
+        let a = client
+            .post(format!("{base}/v1/messages"))
+            .header("x-api-key", &key)
+            .json(&message(false))
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(status(a), 401);
+    }
+    // A route the gateway cannot meter.
+    let models = client
+        .get(format!("{}/models", run.var("OPENAI_BASE_URL")))
+        .bearer_auth(run.var("OPENAI_API_KEY"))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(status(models), 404);
+    // Counting tokens is free, and forwarded.
+    let count = client
+        .post(format!("{base}/v1/messages/count_tokens"))
+        .header("x-api-key", run.var("ANTHROPIC_API_KEY"))
+        .json(&message(false))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(status(count), 200);
+    // A body over models.max_request_mb.
+    let big = json!({ "model": MODEL, "messages": [{ "role": "user", "content": "x".repeat(1_200_000) }] });
+    let a = run.anthropic(big).send().await.expect("answered");
+    assert_eq!(status(a), 413);
+    // A model without a price, with budgets in dollars.
+    let a = run
+        .openai(
+            "responses",
+            json!({ "model": "unpriced-model", "input": "hi" }),
+        )
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(a.status(), 400);
+    let body: Value = a.json().await.expect("json");
+    let why = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(why.contains("models.prices.\"unpriced-model\""), "{why}");
+    // Nothing of that reached the provider but the count.
+    let reached: Vec<String> = s.provider.requests().into_iter().map(|r| r.0).collect();
+    assert_eq!(reached, vec!["/v1/messages/count_tokens".to_owned()]);
+
+    // The provider failing passes through as the provider's failure.
+    s.provider.fail_next(529);
+    let a = run
+        .anthropic(message(false))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(status(a), 529);
+}
+
+#[tokio::test]
+async fn a_stream_cut_by_the_provider_or_left_by_the_client_still_counts_what_passed() {
+    let s = setup(|_| {}).await;
+    let run = started(&s, "Interrupted").await;
+
+    // The provider breaks the stream after its first events: the run sees a failure, the
+    // input is counted.
+    s.provider.cut_next();
+    let release = s.provider.hold_streams();
+    let answer = run.anthropic(message(true)).send().await.expect("answered");
+    let mut chunks = answer.bytes_stream();
+    let mut got = chunks
+        .next()
+        .await
+        .expect("a chunk")
+        .expect("bytes")
+        .to_vec();
+    release.notify_one();
+    let mut failed = false;
+    while let Some(chunk) = chunks.next().await {
+        match chunk {
+            Ok(b) => got.extend_from_slice(&b),
+            Err(_) => failed = true,
+        }
+    }
+    assert!(failed, "the run sees the stream break");
+    assert!(!String::from_utf8_lossy(&got).contains("message_stop"));
+    let usage = metered_calls(&s, &run, 1).await;
+    assert_eq!((usage.input_tokens, usage.output_tokens), (1000, 1));
+
+    // The client leaves mid-stream: what passed still counts.
+    let release = s.provider.hold_streams();
+    let answer = run.anthropic(message(true)).send().await.expect("answered");
+    let mut chunks = answer.bytes_stream();
+    let first = chunks.next().await.expect("a chunk").expect("bytes");
+    assert!(String::from_utf8_lossy(&first).contains("message_start"));
+    drop(chunks);
+    release.notify_one();
+    let usage = metered_calls(&s, &run, 2).await;
+    assert_eq!(usage.input_tokens, 2000);
+}
