@@ -208,6 +208,9 @@ pub fn run() -> ExitCode {
     match cli.command {
         Command::CheckConfig { config } => match load(config.as_ref()) {
             Ok(settings) => {
+                for w in settings.warnings() {
+                    eprintln!("warning: {w}");
+                }
                 print!("{}", settings.to_masked_toml());
                 ExitCode::SUCCESS
             }

@@ -110,7 +110,13 @@ fn preflight_act(settings: &Settings, metrics: &Metrics) -> anyhow::Result<Optio
     }
     let provider: Arc<dyn crate::preflight::Preflight> =
         Arc::from(providers::from_settings(&settings.preflight)?);
-    PreflightAct::new(provider, settings.preflight.clone(), Some(metrics.clone())).map(Some)
+    let metering = crate::engine::act::preflight::Metering {
+        budget: settings.budget.clone(),
+        prices: settings.models.prices.clone(),
+        counters: Some(model_counters(settings, metrics)),
+    };
+    PreflightAct::new(provider, settings.preflight.clone(), Some(metrics.clone()))
+        .map(|p| Some(p.with_metering(metering)))
 }
 
 /// The container runtime: the override, else the one `runner.kind` names, when runs are
@@ -381,6 +387,9 @@ impl Application {
     /// [`Application::run_until_stopped`] drives.
     pub async fn build_with(settings: Settings, overrides: Overrides) -> anyhow::Result<Self> {
         let settings = Arc::new(settings);
+        for warning in settings.warnings() {
+            tracing::warn!(%warning, "configuration");
+        }
         let clock = overrides.clock.clone().unwrap_or_else(crate::clock::system);
         let shutdown = CancellationToken::new();
         let metrics = Metrics::new();
@@ -690,6 +699,7 @@ impl Engine<'_> {
             max_per_repo: settings.runner.max_per_repo.max(1),
             max_open_prs_per_repo: settings.runner.max_open_prs_per_repo.max(1),
             priority: settings.labels.priority.clone(),
+            budget: settings.budget.clone(),
         });
         started.act = Some(RunAct {
             runtime,

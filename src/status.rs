@@ -68,6 +68,11 @@ pub struct PrRow {
 pub struct Queueing {
     pub priority: Vec<String>,
     pub max_open_prs_per_repo: usize,
+    pub budget: crate::settings::BudgetSettings,
+    /// Dollars of model calls each repository spent today, and all of them together
+    /// (filled by [`collect`] when a budget is set).
+    pub spent: HashMap<String, f64>,
+    pub spent_today: f64,
 }
 
 impl Queueing {
@@ -75,6 +80,9 @@ impl Queueing {
         Self {
             priority: settings.labels.priority.clone(),
             max_open_prs_per_repo: settings.runner.max_open_prs_per_repo.max(1),
+            budget: settings.budget.clone(),
+            spent: HashMap::new(),
+            spent_today: 0.0,
         }
     }
 }
@@ -84,6 +92,9 @@ impl Default for Queueing {
         Self {
             priority: Vec::new(),
             max_open_prs_per_repo: usize::MAX,
+            budget: crate::settings::BudgetSettings::default(),
+            spent: HashMap::new(),
+            spent_today: 0.0,
         }
     }
 }
@@ -260,6 +271,23 @@ pub fn rows(
                 )
             })
     };
+    // A repository whose day's model budget is spent starts nothing until the next day.
+    let budget_spent = |r: &IssueRecord| {
+        if r.lifecycle != Lifecycle::Queued || !queueing.budget.any() {
+            return None;
+        }
+        let spent = crate::models::Spent {
+            run: 0.0,
+            repo_day: queueing
+                .spent
+                .get(&r.repo.to_string())
+                .copied()
+                .unwrap_or(0.0),
+            day: queueing.spent_today,
+        };
+        crate::models::day_spent(&queueing.budget, &spent, &r.repo)
+            .map(|why| format!("{why}: waits for the next day (UTC)"))
+    };
     let positions: HashMap<(String, u64), usize> = queued
         .iter()
         .enumerate()
@@ -285,7 +313,7 @@ pub fn rows(
                 trigger_trusted: r.trigger_trusted,
                 queue_position: positions.get(&key).copied(),
                 last_change: when(r.last_change_ms),
-                waiting: waiting(r).or_else(|| paced(r)),
+                waiting: waiting(r).or_else(|| budget_spent(r)).or_else(|| paced(r)),
                 verdict: r.preflight.verdict.map(|v| v.as_str().to_owned()),
                 verdict_reason: r.preflight.reason.clone(),
                 pr: r.pr.as_ref().map(|p| PrRow {
@@ -462,6 +490,16 @@ fn run_cell(r: &Row) -> String {
 /// The status page: the rows as a table, the totals on top, refreshed every 15 s without
 /// JavaScript. Every piece of issue text is escaped.
 pub fn html(rows: &[Row], now_ms: i64, private_hidden: bool) -> String {
+    html_with_spend(rows, now_ms, private_hidden, &[])
+}
+
+/// The page, with the model spend of each repository today (dollars, most first).
+pub fn html_with_spend(
+    rows: &[Row],
+    now_ms: i64,
+    private_hidden: bool,
+    spend: &[(String, f64)],
+) -> String {
     let mut out = String::from(concat!(
         "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n",
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n",
@@ -484,6 +522,16 @@ pub fn html(rows: &[Row], now_ms: i64, private_hidden: bool) -> String {
         out.push_str(&format!("<li><b>{n}</b>{label}</li>\n"));
     }
     out.push_str("</ul>\n");
+    if !spend.is_empty() {
+        let parts: Vec<String> = spend
+            .iter()
+            .map(|(repo, usd)| format!("{} <b>${usd:.2}</b>", esc(repo)))
+            .collect();
+        out.push_str(&format!(
+            "<p>Model spend today (UTC): {}</p>\n",
+            parts.join(", ")
+        ));
+    }
     out.push_str(&format!(
         "<p class=\"muted\">As of {}.{}</p>\n",
         esc(&when(now_ms)),
@@ -539,7 +587,13 @@ pub async fn collect(
     let troubled = store.troubled_actions().await?;
     let refs: Vec<IssueRef> = issues.iter().map(IssueRecord::issue_ref).collect();
     let runs = store.latest_runs(&refs).await?;
-    Ok(rows(&issues, &troubled, &runs, web, queueing, now_ms))
+    let mut queueing = queueing.clone();
+    if queueing.budget.any() {
+        let spent = store.spent_by_repo(&crate::models::day_of(now_ms)).await?;
+        queueing.spent_today = spent.iter().map(|(_, usd)| usd).sum();
+        queueing.spent = spent.into_iter().collect();
+    }
+    Ok(rows(&issues, &troubled, &runs, web, &queueing, now_ms))
 }
 
 #[cfg(test)]

@@ -48,6 +48,8 @@ pub struct Limits {
     pub max_per_repo: usize,
     pub max_open_prs_per_repo: usize,
     pub priority: Vec<String>,
+    /// A repository whose day's model budget (or the day's) is spent starts no run.
+    pub budget: crate::settings::BudgetSettings,
 }
 
 /// Who to wake when a commit gives them work.
@@ -324,6 +326,7 @@ impl Consumer {
         let mut views = Views::load(&self.store, &refs).await?;
         let mut pass = Pass::default();
         let now = self.planner.clock.now_ms();
+        let mut spent_out: HashMap<crate::domain::RepoName, bool> = HashMap::new();
         for issue in refs {
             if running >= limits.max_concurrent {
                 break;
@@ -331,6 +334,22 @@ impl Consumer {
             let in_repo = per_repo.entry(issue.repo.clone()).or_default();
             if *in_repo >= limits.max_per_repo {
                 continue;
+            }
+            if limits.budget.any() {
+                let out = match spent_out.get(&issue.repo) {
+                    Some(out) => *out,
+                    None => {
+                        let day = crate::models::day_of(now);
+                        let spent = self.store.model_spent(None, &issue.repo, &day).await?;
+                        let out =
+                            crate::models::day_spent(&limits.budget, &spent, &issue.repo).is_some();
+                        spent_out.insert(issue.repo.clone(), out);
+                        out
+                    }
+                };
+                if out {
+                    continue;
+                }
             }
             let paced =
                 open_prs.get(&issue.repo).copied().unwrap_or(0) >= limits.max_open_prs_per_repo;

@@ -151,6 +151,23 @@ async fn visible(req: &HttpRequest, state: &AppState) -> Result<(Vec<Row>, bool)
     Ok((shown, hidden))
 }
 
+/// What each repository shown spent on model calls today.
+async fn spend(state: &AppState, rows: &[Row]) -> Vec<(String, f64)> {
+    let now = state.clock.now_ms();
+    let spent = match state.store.spent_by_repo(&crate::models::day_of(now)).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %format!("{e:#}"), "status page: the spend cannot be read");
+            return Vec::new();
+        }
+    };
+    let shown: BTreeSet<&str> = rows.iter().map(|r| r.repo.as_str()).collect();
+    spent
+        .into_iter()
+        .filter(|(repo, _)| shown.contains(repo.as_str()))
+        .collect()
+}
+
 pub async fn page(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
     match visible(&req, &state).await {
         Ok((rows, hidden)) => HttpResponse::Ok()
@@ -161,7 +178,12 @@ pub async fn page(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse 
                 "default-src 'none'; style-src 'unsafe-inline'",
             ))
             .insert_header(("X-Content-Type-Options", "nosniff"))
-            .body(crate::status::html(&rows, state.clock.now_ms(), hidden)),
+            .body(crate::status::html_with_spend(
+                &rows,
+                state.clock.now_ms(),
+                hidden,
+                &spend(&state, &rows).await,
+            )),
         Err(refused) => refused.response(),
     }
 }

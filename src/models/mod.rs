@@ -139,6 +139,31 @@ pub fn over_budget(budget: &BudgetSettings, spent: &Spent) -> Option<(&'static s
         })
 }
 
+/// Whether the day's budgets leave `repo` nothing today (the run's own budget aside): what
+/// waits, and why, in words for the status.
+pub fn day_spent(budget: &BudgetSettings, spent: &Spent, repo: &RepoName) -> Option<String> {
+    let daily = BudgetSettings {
+        run_usd: 0.0,
+        ..budget.clone()
+    };
+    over_budget(&daily, spent).map(|(key, _)| match key {
+        "budget.repo_daily_usd" => format!(
+            "the day's model budget for {repo} (${:.2}, budget.repo_daily_usd) is spent",
+            budget.repo_daily_usd
+        ),
+        _ => format!(
+            "the day's model budget (${:.2}, budget.daily_usd) is spent",
+            budget.daily_usd
+        ),
+    })
+}
+
+/// The next UTC midnight after `at_ms`, when the day's budgets start over.
+pub fn next_day_ms(at_ms: i64) -> i64 {
+    const DAY_MS: i64 = 24 * 60 * 60 * 1000;
+    (at_ms.div_euclid(DAY_MS) + 1) * DAY_MS
+}
+
 /// The UTC day of `at_ms`, as budgets count it: `YYYY-MM-DD`.
 pub fn day_of(at_ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(at_ms)

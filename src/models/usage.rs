@@ -110,6 +110,11 @@ fn openai(usage: &Value) -> Option<Usage> {
 /// The usage of a whole (not streamed) JSON answer.
 pub fn from_body(api: Api, body: &[u8]) -> Option<Usage> {
     let v: Value = serde_json::from_slice(body).ok()?;
+    from_value(api, &v)
+}
+
+/// The usage of a whole answer already read as JSON.
+pub fn from_value(api: Api, v: &Value) -> Option<Usage> {
     let usage = &v["usage"];
     if !usage.is_object() {
         return None;

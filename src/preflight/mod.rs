@@ -17,6 +17,8 @@ pub struct Reading {
     pub text: String,
     /// The model that answered, for the comment's footer.
     pub model: String,
+    /// What the call used, as the provider's answer says (a command says nothing).
+    pub usage: Option<(crate::models::Provider, crate::models::usage::Usage)>,
 }
 
 #[derive(Debug, thiserror::Error)]

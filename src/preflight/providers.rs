@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{Preflight, PreflightError, Reading};
+use crate::models::usage::Api;
 use crate::settings::{PreflightSettings, Provider, Secret};
 
 /// Builds the provider named by `preflight.provider`.
@@ -176,7 +177,9 @@ impl Preflight for Anthropic {
             .filter_map(|b| b["text"].as_str())
             .collect::<Vec<_>>()
             .join("\n");
-        Ok(Reading { text, model })
+        let usage = crate::models::usage::from_value(Api::AnthropicMessages, &v)
+            .map(|u| (crate::models::Provider::Anthropic, u));
+        Ok(Reading { text, model, usage })
     }
 
     fn model(&self) -> &str {
@@ -217,7 +220,9 @@ impl Preflight for OpenAi {
                 PreflightError::Decode("no `choices[0].message.content` in the answer".into())
             })?
             .to_owned();
-        Ok(Reading { text, model })
+        let usage = crate::models::usage::from_value(Api::OpenaiChat, &v)
+            .map(|u| (crate::models::Provider::Openai, u));
+        Ok(Reading { text, model, usage })
     }
 
     fn model(&self) -> &str {
@@ -363,6 +368,7 @@ impl Preflight for CommandProvider {
         Ok(Reading {
             text: String::from_utf8_lossy(&out).into_owned(),
             model: self.model.clone(),
+            usage: None,
         })
     }
 

@@ -362,6 +362,7 @@ impl Settings {
         self.validate_runner(env)?;
         self.scan.validate()?;
         self.models.validate(&self.budget)?;
+        self.validate_model_passthrough()?;
         Ok(())
     }
 

@@ -132,3 +132,52 @@ impl ModelsSettings {
         Ok(())
     }
 }
+
+impl super::Settings {
+    /// What is allowed but likely not meant: said by `check-config` and logged at start.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let m = &self.models;
+        let any_provider = m.providers().next().is_some();
+        if self.budget.any() {
+            if !any_provider {
+                out.push("[budget] is set but [models] names no provider: runs' model calls do not go through the director, so only the pre-flight's are counted".to_owned());
+            }
+            if m.prices.is_empty() {
+                out.push("[budget] is set but [models.prices] is empty: every model call of a run is refused (a model without a price cannot be counted in dollars)".to_owned());
+            }
+            let preflight_model = &self.preflight.model;
+            if self.preflight.enabled
+                && self.preflight.provider != super::Provider::Command
+                && !m.prices.contains_key(preflight_model)
+            {
+                out.push(format!(
+                    "the pre-flight's model `{preflight_model}` has no price in [models.prices]: its calls count in tokens only, not toward [budget]"
+                ));
+            }
+        }
+        if any_provider && !self.egress_confined() {
+            out.push("[models] names providers but runner.egress = \"open\": runs get no model variables (the model gateway serves allow-listed runs only)".to_owned());
+        }
+        out
+    }
+
+    /// With a provider in `[models]`, no variable of that provider passes into runs: the
+    /// director gives them their own, and the real key must not reach one.
+    pub(super) fn validate_model_passthrough(&self) -> Result<(), SettingsError> {
+        let m = &self.models;
+        for name in &self.runner.env_passthrough {
+            let covered = (m.anthropic.is_some() && name.starts_with("ANTHROPIC_"))
+                || (m.openai.is_some() && name.starts_with("OPENAI_"));
+            if covered {
+                return Err(invalid(
+                    "runner.env_passthrough",
+                    format!(
+                        "names {name}, but [models] gives runs that provider through the director's model gateway (a provider's real key must not reach a run); drop it"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}

@@ -138,7 +138,8 @@ async fn openai(
     match next_reply(&state, &req, &body).await {
         Reply::Text(t) => HttpResponse::Ok().json(json!({
             "id": "chatcmpl-1", "object": "chat.completion", "model": body["model"],
-            "choices": [{ "index": 0, "message": { "role": "assistant", "content": t }, "finish_reason": "stop" }]
+            "choices": [{ "index": 0, "message": { "role": "assistant", "content": t }, "finish_reason": "stop" }],
+            "usage": { "prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20 }
         })),
         Reply::Status(code) => HttpResponse::build(actix_web::http::StatusCode::from_u16(code).expect("status"))
             .json(json!({ "error": { "message": "overloaded", "type": "server_error" } })),

@@ -438,3 +438,81 @@ async fn a_stream_cut_by_the_provider_or_left_by_the_client_still_counts_what_pa
     let usage = metered_calls(&s, &run, 2).await;
     assert_eq!(usage.input_tokens, 2000);
 }
+
+#[tokio::test]
+async fn a_repository_whose_day_is_spent_starts_no_run_and_reads_no_issue_until_the_next_day() {
+    let s = setup(|s| {
+        s.budget.repo_daily_usd = 0.004;
+        s.runner.max_per_repo = 1;
+        // The pre-flight's own calls are priced too (the fake reports 10 in, 10 out).
+        s.models.prices.insert(
+            "fake-model".into(),
+            Price {
+                input_per_mtok: 1.0,
+                output_per_mtok: 1.0,
+                ..Price::default()
+            },
+        );
+    })
+    .await;
+    let a = started(&s, "First").await;
+    // The pre-flight's read was metered, toward the repository's day, with no run.
+    let day = director::models::day_of(director::clock::now_ms());
+    let spent = s.t.app.store.spent_by_repo(&day).await.expect("store");
+    assert_eq!(spent.len(), 1);
+    assert!((spent[0].1 - 20.0 / 1_000_000.0).abs() < 1e-12, "{spent:?}");
+
+    // A second issue waits for the slot: queued.
+    let b = labelled(&s.t, "Second", "mode: hang").await;
+    s.t.wait_state(&b, Lifecycle::Queued).await;
+    // The first run spends the day: $0.0045 over the $0.004 budget.
+    let call = a.anthropic(message(false)).send().await.expect("answered");
+    assert_eq!(call.status(), 200);
+    metered_calls(&s, &a, 1).await;
+    // Its next call is refused for the repository's day.
+    let refused = a.anthropic(message(false)).send().await.expect("answered");
+    assert_eq!(refused.status(), 429);
+    let body: Value = refused.json().await.expect("json");
+    let why = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(why.contains("budget.repo_daily_usd"), "{why}");
+    s.t.wait_state(&a.issue, Lifecycle::OverBudget).await;
+
+    // The slot is free, but the repository's day is spent: the queued issue stays queued,
+    // and says why.
+    s.t.app.wait_processed().await;
+    assert_eq!(
+        s.t.record(&b).await.expect("known").lifecycle,
+        Lifecycle::Queued
+    );
+    assert!(
+        run_ids(&s.t, &b).await.is_empty(),
+        "no run for the second issue"
+    );
+    // `director status --json`, with the operator's configuration.
+    let status =
+        crate::fake_runs::status_json_with(&s.t, &[("DIRECTOR_BUDGET__REPO_DAILY_USD", "0.004")])
+            .await;
+    let row = status
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["number"] == b.number))
+        .cloned()
+        .expect("a row");
+    let waiting = row["waiting"].as_str().unwrap_or_default();
+    assert!(waiting.contains("budget.repo_daily_usd"), "{row}");
+
+    // A new issue there waits for its read too: no model call, no comment.
+    let reads = s._llm.prompts().len();
+    let c = labelled(&s.t, "Third", "").await;
+    crate::helpers::wait_until("the read is deferred", || async {
+        s.t.record(&c)
+            .await
+            .is_some_and(|r| r.preflight.not_before_ms.is_some())
+    })
+    .await;
+    s.t.app.wait_processed().await;
+    assert_eq!(s._llm.prompts().len(), reads, "no pre-flight read");
+    assert!(s.t.forge.comments_on(&c).is_empty());
+    let deferred = s.t.record(&c).await.expect("known");
+    let next_day = director::models::next_day_ms(director::clock::now_ms());
+    assert_eq!(deferred.preflight.not_before_ms, Some(next_day));
+}

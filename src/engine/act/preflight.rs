@@ -22,6 +22,16 @@ pub struct PreflightAct {
     pub settings: PreflightSettings,
     pub template: String,
     pub metrics: Option<Metrics>,
+    /// The pre-flight's own model calls are metered and count toward the day's budgets.
+    pub metering: Metering,
+}
+
+/// What the pre-flight's calls are priced and limited by.
+#[derive(Clone, Default)]
+pub struct Metering {
+    pub budget: crate::settings::BudgetSettings,
+    pub prices: std::collections::BTreeMap<String, crate::settings::Price>,
+    pub counters: Option<crate::models::Counters>,
 }
 
 /// What the pre-flight gathered from the forge for one issue.
@@ -74,7 +84,14 @@ impl PreflightAct {
             settings,
             template,
             metrics,
+            metering: Metering::default(),
         })
+    }
+
+    /// Prices, budgets and counters for the pre-flight's own calls.
+    pub fn with_metering(mut self, metering: Metering) -> Self {
+        self.metering = metering;
+        self
     }
 
     /// Gathers with what the director knows of the issue (the vouched text).
@@ -187,12 +204,39 @@ impl PreflightAct {
                 read,
             });
         }
+        if self.metering.budget.any() {
+            let spent = acts
+                .store
+                .model_spent(None, &issue.repo, &crate::models::day_of(now))
+                .await?;
+            let budget = &self.metering.budget;
+            if let Some(limit) = crate::models::day_spent(budget, &spent, &issue.repo) {
+                tracing::info!(
+                    limit,
+                    "the day's model budget is spent; the pre-flight waits"
+                );
+                return Ok(PreflightOutcome::Capped {
+                    limit,
+                    until_ms: crate::models::next_day_ms(now),
+                    read,
+                });
+            }
+        }
         acts.store.record_preflight_call(&issue.repo, now).await?;
         let started = Instant::now();
         let answer = self.provider.read(&g.prompt.text).await;
         crate::failpoint::hit("during_model_call").await;
         if let Some(m) = &self.metrics {
             m.preflight_latency.observe(started.elapsed().as_secs_f64());
+        }
+        if let Ok(crate::preflight::Reading {
+            usage: Some((provider, usage)),
+            model,
+            ..
+        }) = &answer
+        {
+            self.meter(acts, &issue.repo, *provider, model, *usage, now)
+                .await;
         }
         Ok(match answer {
             Ok(r) => match verdict::parse(&r.text) {
@@ -233,6 +277,33 @@ impl PreflightAct {
                 }
             }
         })
+    }
+
+    /// Records what one of the pre-flight's calls used, toward the day's budgets.
+    async fn meter(
+        &self,
+        acts: &Acts,
+        repo: &crate::domain::RepoName,
+        provider: crate::models::Provider,
+        model: &str,
+        usage: crate::models::usage::Usage,
+        at_ms: i64,
+    ) {
+        let metered = crate::models::Metered {
+            run_id: None,
+            repo: repo.clone(),
+            provider,
+            model: model.to_owned(),
+            usage,
+            cost_usd: self.metering.prices.get(model).map(|p| usage.cost(p)),
+            at_ms,
+        };
+        if let Some(c) = &self.metering.counters {
+            c.count(&metered);
+        }
+        if let Err(e) = acts.store.record_model_usage(&metered).await {
+            tracing::error!(error = %format!("{e:#}"), "the pre-flight's usage could not be recorded");
+        }
     }
 
     fn count(&self, outcome: &PreflightOutcome) {
