@@ -258,10 +258,11 @@ fn list(out: &mut String, items: &[&(String, u64)], plural: &str, shown: fn(&str
     }
 }
 
-/// A line naming the model usage the run reported, or nothing.
+/// A line naming the run's model usage (metered by the director, or as the agent reported
+/// it), or nothing.
 pub fn usage_line(usage: Option<&crate::domain::run::Usage>) -> String {
     match usage.and_then(crate::domain::run::Usage::describe) {
-        Some(u) => format!("\n\nThe agent reported using {u}."),
+        Some(u) => format!("\n\nModel usage: {u}."),
         None => String::new(),
     }
 }

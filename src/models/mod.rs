@@ -237,6 +237,44 @@ pub struct ModelGateway {
     config: Config,
     client: reqwest::Client,
     counters: Option<Counters>,
+    pending: Arc<Pending>,
+}
+
+/// Costs metered by this process and not yet in the store: counted at once, so a run's next
+/// call, arriving before the write lands, already sees them.
+#[derive(Default)]
+struct Pending(std::sync::Mutex<Vec<(String, RepoName, f64)>>);
+
+impl Pending {
+    fn add(&self, run_id: &str, repo: &RepoName, cost: f64) {
+        if let Ok(mut p) = self.0.lock() {
+            p.push((run_id.to_owned(), repo.clone(), cost));
+        }
+    }
+
+    fn remove(&self, run_id: &str, cost: f64) {
+        if let Ok(mut p) = self.0.lock()
+            && let Some(i) = p.iter().position(|(r, _, c)| r == run_id && *c == cost)
+        {
+            p.swap_remove(i);
+        }
+    }
+
+    /// `spent`, with what is pending added.
+    fn on_top(&self, mut spent: Spent, run_id: &str, repo: &RepoName) -> Spent {
+        if let Ok(p) = self.0.lock() {
+            for (r, rp, c) in p.iter() {
+                spent.day += c;
+                if rp == repo {
+                    spent.repo_day += c;
+                }
+                if r == run_id {
+                    spent.run += c;
+                }
+            }
+        }
+        spent
+    }
 }
 
 impl ModelGateway {
@@ -257,6 +295,7 @@ impl ModelGateway {
             config,
             client,
             counters,
+            pending: Arc::default(),
         }))
     }
 
@@ -504,7 +543,7 @@ async fn metered(
     }
     let now = gw.runs.now_ms();
     let spent = match gw.runs.spent(&call.run_id, &call.repo, &day_of(now)).await {
-        Ok(s) => s,
+        Ok(s) => gw.pending.on_top(s, &call.run_id, &call.repo),
         Err(e) => {
             tracing::warn!(run_id = %call.run_id, error = %e, "the model gateway cannot read what was spent");
             return p.error(
@@ -542,6 +581,7 @@ async fn metered(
         record: Some(Record {
             runs: gw.runs.clone(),
             counters: gw.counters.clone(),
+            pending: gw.pending.clone(),
             run_id: call.run_id.clone(),
             repo: call.repo.clone(),
             provider: p,
@@ -617,6 +657,7 @@ async fn forward(
 struct Record {
     runs: Arc<dyn Runs>,
     counters: Option<Counters>,
+    pending: Arc<Pending>,
     run_id: String,
     repo: RepoName,
     provider: Provider,
@@ -672,8 +713,14 @@ impl Meter {
         if let Some(c) = &r.counters {
             c.count(&metered);
         }
-        let runs = r.runs;
-        tokio::spawn(async move { runs.record(metered).await });
+        let (runs, pending) = (r.runs, r.pending);
+        let cost = metered.cost_usd.unwrap_or(0.0);
+        let run_id = metered.run_id.clone().unwrap_or_default();
+        pending.add(&run_id, &metered.repo, cost);
+        tokio::spawn(async move {
+            runs.record(metered).await;
+            pending.remove(&run_id, cost);
+        });
     }
 }
 

@@ -97,8 +97,32 @@ escape() {
   exit 0
 }
 
+# Calls the model through the director's model gateway with the run's own key, as an agent
+# CLI would (ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY): a whole answer, a stream, then one more
+# that the spent budget must refuse; then it works on until it is stopped, claiming in its
+# result file to have used nothing.
+model() {
+  call() {
+    timeout 20 wget -q -Y off -O - --header "x-api-key: $ANTHROPIC_API_KEY" \
+      --header "anthropic-version: 2023-06-01" --header "Content-Type: application/json" \
+      --post-data '{"model":"claude-fake-1","max_tokens":8,"stream":'"$1"',"messages":[{"role":"user","content":"hi"}]}' \
+      "$ANTHROPIC_BASE_URL/v1/messages" 2>&1
+  }
+  out=$(call false) || { echo "the first call failed: $out"; exit 1; }
+  case "$out" in *'"input_tokens":1000'*) echo "answered" ;; *) echo "no answer: $out"; exit 1 ;; esac
+  out=$(call true) || { echo "the stream failed: $out"; exit 1; }
+  case "$out" in *message_stop*) echo "streamed" ;; *) echo "no stream: $out"; exit 1 ;; esac
+  if out=$(call false); then echo "the budget was not enforced"; exit 1; fi
+  case "$out" in *429*) echo "refused: over budget" ;; *) echo "refused otherwise: $out"; exit 1 ;; esac
+  printf '%s' '{"outcome":"done","usage":{"input_tokens":1,"output_tokens":1,"cost_usd":0}}' \
+    > "$DIRECTOR_RESULT_FILE"
+  trap 'echo "stopped"; exit 0' TERM
+  while true; do sleep 1; done
+}
+
 case "$mode" in
   git|git-main) with_git ;;
+  model) model ;;
   escape) escape ;;
   egress) egress ;;
   result)

@@ -751,3 +751,102 @@ async fn an_allow_listed_fake_run_gets_the_proxy_in_its_environment_and_nothing_
         forge.status()
     );
 }
+
+#[tokio::test]
+async fn from_inside_a_container_the_model_is_reached_with_the_runs_own_key_and_its_budget_holds() {
+    use director::settings::{Price, ProviderSettings, Secret};
+    let provider = director_testkit::provider::FakeProvider::start();
+    let network = Network(format!(
+        "director-egress-test-{:08x}",
+        rand::random::<u32>()
+    ));
+    let image = git_agent_image();
+    let (network_name, url, key) = (
+        network.0.clone(),
+        provider.url.clone(),
+        provider.key.clone(),
+    );
+    let (t, _llm) = spawn_runs(|s| {
+        s.runner.image = image;
+        s.runner.command = vec!["/bin/sh".into(), "/agent.sh".into()];
+        s.runner.egress = director::settings::Egress::Allowlist;
+        s.runner.allow_dns_leaking_engine = true;
+        s.runner.egress_network = network_name;
+        s.runner.egress_proxy_port = crate::helpers::free_port();
+        s.runner.git_gateway_port = crate::helpers::free_port();
+        s.runner.model_gateway_port = crate::helpers::free_port();
+        s.runner.stop_grace_secs = 5;
+        // Kept after it ends, to read the environment it was given.
+        s.runner.keep_failed_secs = 600;
+        s.models.anthropic = Some(ProviderSettings {
+            base_url: url,
+            api_key: Secret::new(key),
+            api_key_file: None,
+        });
+        s.models.prices.insert(
+            "claude-fake-1".into(),
+            Price {
+                input_per_mtok: 3.0,
+                output_per_mtok: 15.0,
+                ..Price::default()
+            },
+        );
+        // Two calls of $0.0045 cross it.
+        s.budget.run_usd = 0.008;
+    })
+    .await;
+    let issue = labelled(&t, "Think with a model", "mode: model").await;
+    let record = wait_ended(&t, &issue).await;
+    let reports = run_comments(&t, &issue);
+    assert_eq!(record.lifecycle, Lifecycle::OverBudget, "{reports:?}");
+    let runs = t.app.store.runs_of(&issue).await.expect("runs");
+    let run = &runs[0];
+    let log = run.log_tail.clone().unwrap_or_default();
+    for said in ["answered", "streamed", "refused: over budget", "stopped"] {
+        assert!(log.contains(said), "{said}: {log}");
+    }
+    // What counts is what the gateway metered, not the result file's "nothing".
+    let usage = run
+        .result
+        .as_ref()
+        .and_then(|r| r.usage.clone())
+        .expect("usage");
+    assert!(usage.metered);
+    assert_eq!(
+        (usage.input_tokens, usage.output_tokens, usage.requests),
+        (Some(2000), Some(200), Some(2))
+    );
+    assert!(
+        reports[0].contains("metered by the director"),
+        "{reports:?}"
+    );
+    // The provider saw its real key on both calls and nothing else from the run.
+    assert_eq!(provider.keys(), vec![provider.key.clone(); 2]);
+    // Nothing in the run's environment is a key the provider takes.
+    let (ok, env) = docker(&[
+        "inspect",
+        "-f",
+        "{{json .Config.Env}}",
+        run.container_id.as_deref().expect("a container"),
+    ]);
+    assert!(ok, "the container is kept: {env}");
+    let env: Vec<String> = serde_json::from_str(&env).expect("env");
+    assert!(
+        env.iter()
+            .any(|e| e.starts_with("ANTHROPIC_API_KEY=director-"))
+    );
+    let client = crate::helpers::http_client();
+    for entry in &env {
+        let value = entry.split_once('=').map_or("", |(_, v)| v);
+        assert!(!value.contains(&provider.key), "{entry}");
+        let direct = client
+            .post(format!("{}/v1/messages", provider.url))
+            .header("x-api-key", value)
+            .json(&serde_json::json!({ "model": "claude-fake-1", "max_tokens": 8, "messages": [] }))
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(direct.status(), 401, "the provider takes {entry}");
+    }
+    let _ = docker(&["rm", "-f", run.container_id.as_deref().unwrap_or_default()]);
+}

@@ -204,6 +204,7 @@ pub async fn wait_ended(t: &ForgeApp, issue: &IssueRef) -> director::store::Issu
                     | Lifecycle::TimedOut
                     | Lifecycle::Cancelled
                     | Lifecycle::Declined
+                    | Lifecycle::OverBudget
             )
         })
     })

@@ -298,6 +298,13 @@ impl Step<'_> {
         run.detail = Some(detail);
         run.finished_at_ms = Some(self.now);
         let id = run.id.clone();
+        let mut report = report;
+        if state != RunState::Succeeded {
+            // A pull request's report names it already.
+            report.push_str(&comments::usage_line(
+                run.result.as_ref().and_then(|r| r.usage.as_ref()),
+            ));
+        }
         let report = report + &comments::egress_refused(&run.egress_refused);
         let followup_of = run.followup.as_ref().map(|f| f.pr);
         let keep = matches!(
