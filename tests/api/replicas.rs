@@ -478,8 +478,9 @@ async fn a_database_outage_answers_503_and_heals_by_itself() {
 }
 
 #[tokio::test]
-async fn a_replica_that_did_not_start_a_run_serves_its_git() {
+async fn a_replica_that_did_not_start_a_run_serves_its_git_and_counts_its_budget() {
     let mut r = Replicas::new(Pg::start()).await;
+    let provider = director_testkit::provider::FakeProvider::start();
     let repo: director::domain::RepoName = "acme/widgets".parse().expect("repo");
     crate::runs::admit_runner(&r.forge, &repo);
     let git_root = tempfile::tempdir().expect("dir");
@@ -492,17 +493,36 @@ async fn a_replica_that_did_not_start_a_run_serves_its_git() {
     r.set("DIRECTOR_RUNNER__NETWORK", "bridge");
     r.set("DIRECTOR_RUNNER__EGRESS_NETWORK", &network);
     r.set("DIRECTOR_RUNNER__ALLOW_DNS_LEAKING_ENGINE", "true");
-    // On one host, each replica's proxy and gateway need ports of their own.
+    r.set("DIRECTOR_MODELS__ANTHROPIC__BASE_URL", &provider.url);
+    r.set("DIRECTOR_MODELS__ANTHROPIC__API_KEY", &provider.key);
+    r.set(
+        "DIRECTOR_MODELS__PRICES__CLAUDE-FAKE-1__INPUT_PER_MTOK",
+        "3",
+    );
+    r.set(
+        "DIRECTOR_MODELS__PRICES__CLAUDE-FAKE-1__OUTPUT_PER_MTOK",
+        "15",
+    );
+    // Two calls of $0.0045 cross it.
+    r.set("DIRECTOR_BUDGET__RUN_USD", "0.008");
+    r.set("DIRECTOR_RUNNER__STOP_GRACE_SECS", "1");
+    // On one host, each replica's proxy and gateways need ports of their own.
     let mut gateways = Vec::new();
+    let mut model_gateways = Vec::new();
     for _ in 0..2 {
         let (proxy, gateway) = (crate::helpers::free_port(), crate::helpers::free_port());
+        let models = crate::helpers::free_port();
         r.env.retain(|(k, _)| {
-            k != "DIRECTOR_RUNNER__EGRESS_PROXY_PORT" && k != "DIRECTOR_RUNNER__GIT_GATEWAY_PORT"
+            k != "DIRECTOR_RUNNER__EGRESS_PROXY_PORT"
+                && k != "DIRECTOR_RUNNER__GIT_GATEWAY_PORT"
+                && k != "DIRECTOR_RUNNER__MODEL_GATEWAY_PORT"
         });
         r.set("DIRECTOR_RUNNER__EGRESS_PROXY_PORT", &proxy.to_string());
         r.set("DIRECTOR_RUNNER__GIT_GATEWAY_PORT", &gateway.to_string());
+        r.set("DIRECTOR_RUNNER__MODEL_GATEWAY_PORT", &models.to_string());
         r.start(None).await;
         gateways.push(gateway);
+        model_gateways.push(models);
     }
     let _cleanup = NetworkCleanup(network);
     let store = r.store().await;
@@ -587,8 +607,55 @@ async fn a_replica_that_did_not_start_a_run_serves_its_git() {
     .await
     .expect("git through the other replica's gateway");
     assert!(r.forge.branches_of(&repo).contains(&run.branch));
-    r.forge.unlabel(WRITER, &issue, TRIGGER).await;
-    r.settled(&store, &issue, Lifecycle::Cancelled).await;
+
+    // The run's model budget is one, whichever replica's gateway meters its calls.
+    let base = get("ANTHROPIC_BASE_URL");
+    let (own_models, other_models) = if base.contains(&format!(":{}/", model_gateways[0])) {
+        (model_gateways[0], model_gateways[1])
+    } else {
+        (model_gateways[1], model_gateways[0])
+    };
+    let other_base = base.replace(&format!(":{own_models}/"), &format!(":{other_models}/"));
+    let key = get("ANTHROPIC_API_KEY");
+    let call = |base: String| {
+        let key = key.clone();
+        async move {
+            crate::helpers::http_client()
+                .post(format!("{base}/v1/messages"))
+                .header("x-api-key", key)
+                .json(
+                    &serde_json::json!({ "model": "claude-fake-1", "max_tokens": 8,
+                    "messages": [{ "role": "user", "content": "hi" }] }),
+                )
+                .send()
+                .await
+                .expect("answered")
+                .status()
+        }
+    };
+    let metered = |n: u64| {
+        let (store, id) = (&store, run.id.to_string());
+        async move {
+            crate::helpers::wait_until(&format!("{n} metered calls"), || async {
+                store
+                    .run_usage(&id)
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|u| u.requests == n)
+            })
+            .await;
+        }
+    };
+    assert_eq!(call(base.clone()).await, 200);
+    metered(1).await;
+    assert_eq!(call(other_base.clone()).await, 200);
+    metered(2).await;
+    // Spent: refused by either replica.
+    assert_eq!(call(base).await, 429);
+    assert_eq!(call(other_base).await, 429);
+    assert_eq!(provider.requests().len(), 2);
+    r.settled(&store, &issue, Lifecycle::OverBudget).await;
 }
 
 /// The runs' network a test made, removed after it.
