@@ -482,3 +482,72 @@ fn a_kind_mode_or_provider_the_director_does_not_have_is_refused_by_name_with_th
         }
     }
 }
+
+#[test]
+fn models_and_budgets_are_checked_and_what_is_likely_a_mistake_is_said() {
+    let provider = [
+        (
+            "DIRECTOR_MODELS__ANTHROPIC__BASE_URL",
+            "https://api.anthropic.com",
+        ),
+        ("DIRECTOR_MODELS__ANTHROPIC__API_KEY", "sk-ant-real-7f3a"),
+    ];
+    // The provider's variables may not pass into runs while the gateway serves them.
+    let mut vars = provider.to_vec();
+    vars.push(("DIRECTOR_RUNNER__ENV_PASSTHROUGH", "ANTHROPIC_API_KEY"));
+    vars.push(("ANTHROPIC_API_KEY", "sk-ant-real-7f3a"));
+    let err = refused_naming(&vars, "runner.env_passthrough");
+    assert!(!err.contains("sk-ant-real-7f3a"), "{err}");
+    for (k, v, key) in [
+        (
+            "DIRECTOR_MODELS__ANTHROPIC__BASE_URL",
+            "ftp://x",
+            "models.anthropic.base_url",
+        ),
+        ("DIRECTOR_BUDGET__RUN_USD", "-1", "budget.run_usd"),
+        (
+            "DIRECTOR_MODELS__MAX_REQUEST_MB",
+            "0",
+            "models.max_request_mb",
+        ),
+        (
+            "DIRECTOR_MODELS__PRICES__M__INPUT_PER_MTOK",
+            "-3",
+            "models.prices",
+        ),
+    ] {
+        let mut vars = provider.to_vec();
+        vars.push((k, v));
+        if k.contains("PRICES") {
+            vars.push(("DIRECTOR_MODELS__PRICES__M__OUTPUT_PER_MTOK", "1"));
+        }
+        refused_naming(&vars, key);
+    }
+    // A provider without a key.
+    refused_naming(
+        &[(
+            "DIRECTOR_MODELS__OPENAI__BASE_URL",
+            "https://api.openai.com/v1",
+        )],
+        "models.openai.api_key",
+    );
+    // Accepted, with a warning: a budget and no prices refuses every call.
+    let out = director()
+        .args(["check-config", "--config", &example()])
+        .envs(provider)
+        .env("DIRECTOR_BUDGET__RUN_USD", "2.5")
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("warning: [budget] is set but [models.prices] is empty"),
+        "{err}"
+    );
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !shown.contains("sk-ant-real-7f3a"),
+        "the key is masked: {shown}"
+    );
+    assert!(shown.contains("run_usd = 2.5"), "{shown}");
+}
