@@ -525,7 +525,15 @@ pub fn html_with_spend(
     if !spend.is_empty() {
         let parts: Vec<String> = spend
             .iter()
-            .map(|(repo, usd)| format!("{} <b>${usd:.2}</b>", esc(repo)))
+            .map(|(repo, usd)| {
+                // Cents hide a day of small calls.
+                let usd = if *usd < 1.0 {
+                    format!("{usd:.4}")
+                } else {
+                    format!("{usd:.2}")
+                };
+                format!("{} <b>${usd}</b>", esc(repo))
+            })
             .collect();
         out.push_str(&format!(
             "<p>Model spend today (UTC): {}</p>\n",

@@ -500,6 +500,13 @@ async fn a_repository_whose_day_is_spent_starts_no_run_and_reads_no_issue_until_
     let waiting = row["waiting"].as_str().unwrap_or_default();
     assert!(waiting.contains("budget.repo_daily_usd"), "{row}");
 
+    // The status page shows what the repository spent today.
+    let page = s.t.app.get("/status").await.text().await.expect("page");
+    assert!(
+        page.contains("Model spend today (UTC): acme/widgets <b>$0.0045</b>"),
+        "{page}"
+    );
+
     // A new issue there waits for its read too: no model call, no comment.
     let reads = s._llm.prompts().len();
     let c = labelled(&s.t, "Third", "").await;
