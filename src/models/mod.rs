@@ -364,6 +364,13 @@ impl ModelGateway {
                 .app_data(web::PayloadConfig::new(usize::MAX))
                 .default_service(web::to(handle))
         })
+        // A stream's events are small writes: sent at once, not held for an ACK (Nagle's
+        // algorithm against a delayed ACK costs 40 ms per event).
+        .on_connect(|conn, _| {
+            if let Some(tcp) = conn.downcast_ref::<actix_web::rt::net::TcpStream>() {
+                let _ = tcp.set_nodelay(true);
+            }
+        })
         .workers(2)
         .disable_signals()
         .shutdown_timeout(5)
@@ -391,14 +398,17 @@ fn presented(req: &HttpRequest) -> Option<&str> {
         .strip_prefix("Bearer ")
 }
 
-/// Request headers passed on to the provider: everything but what names the caller, the
-/// connection and the body's encoding on this hop.
+/// Request headers passed on to the provider: everything but what names the caller (and,
+/// on OpenAI, which of the key's organisations and projects pays: the operator's key
+/// decides that, not the run), the connection and the body's encoding on this hop.
 fn forwarded_header(name: &str) -> bool {
     !matches!(
         name,
         "host"
             | "authorization"
             | "x-api-key"
+            | "openai-organization"
+            | "openai-project"
             | "content-length"
             | "connection"
             | "keep-alive"
@@ -791,6 +801,28 @@ mod tests {
             over_budget(&budget, &repo).map(|x| x.0),
             Some("budget.repo_daily_usd")
         );
+    }
+
+    #[test]
+    fn the_runs_credentials_and_billing_choices_are_not_forwarded() {
+        for name in [
+            "authorization",
+            "x-api-key",
+            "openai-organization",
+            "openai-project",
+            "host",
+            "accept-encoding",
+        ] {
+            assert!(!forwarded_header(name), "{name}");
+        }
+        for name in [
+            "anthropic-version",
+            "anthropic-beta",
+            "content-type",
+            "accept",
+        ] {
+            assert!(forwarded_header(name), "{name}");
+        }
     }
 
     #[test]
