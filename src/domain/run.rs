@@ -513,7 +513,7 @@ mod result_tests {
         assert!(!summary.contains("@alice"), "{summary}");
         assert_eq!(
             r.usage.and_then(|u| u.describe()).as_deref(),
-            Some("1200 input and 300 output tokens, $0.42")
+            Some("1200 input and 300 output tokens, $0.42 (as the agent reported)")
         );
     }
 
