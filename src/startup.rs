@@ -700,6 +700,7 @@ impl Engine<'_> {
             max_open_prs_per_repo: settings.runner.max_open_prs_per_repo.max(1),
             priority: settings.labels.priority.clone(),
             budget: settings.budget.clone(),
+            branch_template: settings.runner.branch_template.clone(),
         });
         started.act = Some(RunAct {
             runtime,

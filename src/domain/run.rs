@@ -255,6 +255,78 @@ pub enum RunOutcome {
     },
 }
 
+/// The default `runner.branch_template`.
+pub const DEFAULT_BRANCH_TEMPLATE: &str = "director-issue-{issue}-{run}";
+
+/// The longest `{slug}` a branch name gets from an issue's title.
+const SLUG_MAX: usize = 40;
+
+/// A run's branch from the operator's template: `{issue}` the issue's number, `{run}` the
+/// run's short id (which makes the name unique per run), `{slug}` the title made safe for a
+/// ref (lower-case ASCII letters and digits joined by `-`, at most 40 characters).
+pub fn branch_name(template: &str, issue: u64, run: &str, title: &str) -> String {
+    template
+        .replace("{issue}", &issue.to_string())
+        .replace("{run}", run)
+        .replace("{slug}", &slug(title))
+}
+
+/// The title as a piece of a ref name.
+pub fn slug(title: &str) -> String {
+    let mut out = String::new();
+    for c in title.chars().flat_map(char::to_lowercase) {
+        if c.is_ascii_alphanumeric() {
+            out.push(c);
+        } else if !out.is_empty() && !out.ends_with('-') {
+            out.push('-');
+        }
+        if out.len() >= SLUG_MAX {
+            break;
+        }
+    }
+    let out = out.trim_end_matches('-');
+    if out.is_empty() {
+        "issue".to_owned()
+    } else {
+        out.to_owned()
+    }
+}
+
+/// Why `template` cannot name runs' branches, if it cannot: it must hold `{run}` (a name
+/// unique per run, never the default branch), only the known placeholders, and make a
+/// valid branch name (git's `check-ref-format` rules) without `/`: the forges' API routes
+/// that take a branch in their path (branches, compare, pulls) are not known to take one
+/// with a slash, so names stay one segment.
+pub fn check_branch_template(template: &str) -> Result<(), String> {
+    if !template.contains("{run}") {
+        return Err("must contain {run}, which makes each run's branch its own".into());
+    }
+    let sample = branch_name(template, 1, "0a1b2c3d", "Title");
+    if sample.contains('{') || sample.contains('}') {
+        return Err("knows only the placeholders {issue}, {run} and {slug}".into());
+    }
+    let bad_char = sample.chars().any(|c| {
+        c.is_ascii_control()
+            || matches!(c, ' ' | '~' | '^' | ':' | '?' | '*' | '[' | '\\' | '/')
+            || !c.is_ascii()
+    });
+    let bad = bad_char
+        || sample.starts_with(['-', '/', '.'])
+        || sample.ends_with(['/', '.'])
+        || sample.ends_with(".lock")
+        || sample.contains("..")
+        || sample.contains("//")
+        || sample.contains("@{")
+        || sample.contains("/.")
+        || sample.split('/').any(|part| part.ends_with(".lock"));
+    if bad {
+        return Err(format!(
+            "makes `{sample}`, which is not a valid branch name"
+        ));
+    }
+    Ok(())
+}
+
 /// A run's model usage: metered by the model gateway (`metered`), or, without it, as the
 /// agent reported it in its result file.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -644,5 +716,60 @@ mod id_tests {
         assert_eq!(id, "0123456789ab");
         let set = std::collections::HashSet::from([id.clone()]);
         assert!(set.contains("0123456789ab"), "looked up by its text");
+    }
+}
+
+#[cfg(test)]
+mod branch_tests {
+    use super::*;
+
+    #[test]
+    fn the_default_template_keeps_todays_names() {
+        assert_eq!(
+            branch_name(DEFAULT_BRANCH_TEMPLATE, 7, "0a1b2c3d", "Anything"),
+            "director-issue-7-0a1b2c3d"
+        );
+    }
+
+    #[test]
+    fn a_title_becomes_a_safe_slug_whatever_it_holds() {
+        assert_eq!(slug("Add --verbose to `run`!"), "add-verbose-to-run");
+        assert_eq!(slug("Ünïcode ../../main ~^:?*[\\ @{x}"), "n-code-main-x");
+        assert_eq!(slug("   "), "issue");
+        assert_eq!(slug("refs/heads/main.lock"), "refs-heads-main-lock");
+        let long = slug(&"word ".repeat(40));
+        assert!(long.len() <= 40 && !long.ends_with('-'), "{long}");
+        assert_eq!(
+            branch_name(
+                "agent-{issue}-{slug}-{run}",
+                12,
+                "0a1b2c3d",
+                "Fix the `README`"
+            ),
+            "agent-12-fix-the-readme-0a1b2c3d"
+        );
+    }
+
+    #[test]
+    fn a_template_must_name_each_run_apart_and_make_a_valid_branch() {
+        assert!(check_branch_template(DEFAULT_BRANCH_TEMPLATE).is_ok());
+        assert!(check_branch_template("agent-{issue}-{slug}-{run}").is_ok());
+        for bad in [
+            "director-issue-{issue}",
+            "main",
+            "{run}-{title}",
+            "-{run}",
+            "/x-{run}",
+            "x-{run}/",
+            "x..{run}",
+            "x {run}",
+            "x-{run}.lock",
+            "x-{run}.",
+            "a//b-{run}",
+            "agents/{issue}-{run}",
+            "x-{run}~1",
+        ] {
+            assert!(check_branch_template(bad).is_err(), "{bad} was accepted");
+        }
     }
 }

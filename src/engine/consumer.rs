@@ -50,6 +50,8 @@ pub struct Limits {
     pub priority: Vec<String>,
     /// A repository whose day's model budget (or the day's) is spent starts no run.
     pub budget: crate::settings::BudgetSettings,
+    /// `runner.branch_template`.
+    pub branch_template: String,
 }
 
 /// Who to wake when a commit gives them work.
@@ -323,6 +325,10 @@ impl Consumer {
             .map(IssueRecord::issue_ref)
             .collect();
         let refs: Vec<IssueRef> = queued.iter().map(IssueRecord::issue_ref).collect();
+        let titles: HashMap<IssueRef, String> = queued
+            .iter()
+            .map(|r| (r.issue_ref(), r.title.clone()))
+            .collect();
         let mut views = Views::load(&self.store, &refs).await?;
         let mut pass = Pass::default();
         let now = self.planner.clock.now_ms();
@@ -357,7 +363,13 @@ impl Consumer {
                 continue;
             }
             let run_id = RunId::random();
-            let branch = format!("director-issue-{}-{}", issue.number, &run_id[..8]);
+            let title = titles.get(&issue).map_or("", String::as_str);
+            let branch = crate::domain::run::branch_name(
+                &limits.branch_template,
+                issue.number,
+                &run_id[..8],
+                title,
+            );
             let event = Event::Admitted { run_id, branch };
             if let Some(decision) = views.decide(&issue, &event, &self.planner.policy, now) {
                 tracing::info!(%issue, run_id = ?decision.run.as_ref().map(|r| &r.id), "run admitted");

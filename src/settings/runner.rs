@@ -102,6 +102,10 @@ pub struct RunnerSettings {
     /// The model gateway's port, beside the git gateway: allow-listed runs call the model
     /// providers of `[models]` through it with a per-run key, metered and within `[budget]`.
     pub model_gateway_port: u16,
+    /// Runs' branch names: `{issue}`, `{run}` (required: it makes each run's branch its
+    /// own) and `{slug}` (the title, made safe for a ref).
+    #[serde(deserialize_with = "lenient::string")]
+    pub branch_template: String,
     /// Paths no pushed commit may change (globs: `*` and `?` within a segment, `**` across
     /// segments). The default covers the CI definitions of Forgejo, Gitea, GitHub,
     /// Woodpecker and Drone, and `.director.toml`.
@@ -183,6 +187,7 @@ impl Default for RunnerSettings {
             egress_proxy_port: 3128,
             git_gateway_port: 3129,
             model_gateway_port: 3130,
+            branch_template: crate::domain::run::DEFAULT_BRANCH_TEMPLATE.to_owned(),
             protected_paths: crate::domain::protected::default_protected_paths(),
             max_push_mb: 100,
             egress_network: "director-egress".into(),
@@ -295,6 +300,8 @@ impl Settings {
                 "must be a port (1-65535) other than the egress proxy's and the git gateway's",
             ));
         }
+        crate::domain::run::check_branch_template(&r.branch_template)
+            .map_err(|e| invalid("runner.branch_template", e))?;
         crate::domain::protected::Protected::new(&r.protected_paths)
             .map_err(|e| invalid("runner.protected_paths", e))?;
         if r.max_push_mb == 0 {

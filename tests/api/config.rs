@@ -551,3 +551,19 @@ fn models_and_budgets_are_checked_and_what_is_likely_a_mistake_is_said() {
     );
     assert!(shown.contains("run_usd = 2.5"), "{shown}");
 }
+
+#[test]
+fn a_branch_template_that_would_not_name_each_run_apart_is_refused_by_name() {
+    for template in [
+        "director-issue-{issue}",
+        "agents/{run}",
+        "x {run}",
+        "{run}-{title}",
+    ] {
+        let err = refused_naming(
+            &[("DIRECTOR_RUNNER__BRANCH_TEMPLATE", template)],
+            "runner.branch_template",
+        );
+        assert!(!err.is_empty());
+    }
+}

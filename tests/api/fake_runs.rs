@@ -661,3 +661,25 @@ async fn comments_during_a_run_start_no_second_run_interrupt_nothing_and_leave_t
     assert_eq!(llm.prompts().len(), prompts, "no re-read mid-run");
     assert_eq!(t.forge.labels_on(&issue), labels, "the labels did not flap");
 }
+
+#[tokio::test]
+async fn runs_are_named_by_the_operators_branch_template() {
+    let (t, _llm, _fake) = spawn(|s| {
+        s.runner.branch_template = "agent-{issue}-{slug}-{run}".into();
+    })
+    .await;
+    let issue = labelled(&t, "Add --verbose to `run`!", "Print each step.").await;
+    t.wait_state(&issue, Lifecycle::Succeeded).await;
+    let runs = t.app.store.runs_of(&issue).await.expect("runs");
+    let branch = &runs[0].branch;
+    let want = format!(
+        "agent-{}-add-verbose-to-run-{}",
+        issue.number,
+        &runs[0].id[..8]
+    );
+    assert_eq!(branch, &want);
+    let pulls = t.forge.pulls_of(&t.repo);
+    assert_eq!(pulls.len(), 1);
+    assert!(t.forge.branches_of(&t.repo).contains(branch));
+    t.assert_contract();
+}
