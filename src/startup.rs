@@ -691,7 +691,10 @@ impl Engine<'_> {
             Some(Ok(e)) => Some(e.proxy.clone()),
             _ => None,
         })
-        .with_budgets(matches!(&egress, Some(Ok(e)) if e.models.is_some()));
+        .with_models(
+            matches!(&egress, Some(Ok(e)) if e.models.is_some()),
+            settings.budget.any(),
+        );
         tokio::spawn(Arc::new(watcher).run(self.shutdown.clone()));
         started.watcher_wake = Some(watcher_wake);
         started.limits = Some(Limits {

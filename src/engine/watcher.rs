@@ -31,8 +31,10 @@ pub struct Watcher {
     watched: Mutex<HashSet<RunId>>,
     /// With allow-listed runs: the egress proxy, whose refusals the report lists.
     egress: Option<Arc<crate::egress::proxy::Proxy>>,
-    /// Runs call models through the metering gateway: a run it refused for its budget is
-    /// stopped (any replica's gateway may have refused it: the store says).
+    /// Runs call models through the metering gateway: the usage it metered is reported.
+    metered: bool,
+    /// ... and a budget is set: a run it refused for its budget is stopped (any replica's
+    /// gateway may have refused it: the store says).
     budgets: bool,
 }
 
@@ -59,6 +61,7 @@ impl Watcher {
             consumer,
             watched: Mutex::default(),
             egress: None,
+            metered: false,
             budgets: false,
         }
     }
@@ -69,9 +72,11 @@ impl Watcher {
         self
     }
 
-    /// Runs call models through the metering gateway, whose budget stops are followed.
-    pub fn with_budgets(mut self, budgets: bool) -> Self {
-        self.budgets = budgets;
+    /// Runs call models through the metering gateway (`metered`), whose budget stops are
+    /// followed when a budget is set (`budgets`).
+    pub fn with_models(mut self, metered: bool, budgets: bool) -> Self {
+        self.metered = metered;
+        self.budgets = metered && budgets;
         self
     }
 
@@ -186,7 +191,9 @@ impl Watcher {
                 if k == "DIRECTOR_TOKEN" {
                     self.secrets
                         .remember_token(&run.id, &crate::settings::Secret::new(v));
-                } else if k == crate::engine::act::run::GATEWAY_PASSWORD_VAR {
+                } else if k == crate::engine::act::run::GATEWAY_PASSWORD_VAR
+                    || crate::engine::act::run::MODEL_KEY_VARS.contains(&k.as_str())
+                {
                     self.secrets.remember(&run.id, &v);
                 }
             }
@@ -241,7 +248,7 @@ impl Watcher {
             .read_file(&container, self.runtime.result_path(), RESULT_MAX_BYTES)
             .await?
             .and_then(|bytes| parse_result(&bytes, |text| self.secrets.redact(&run.id, text)));
-        let result = if self.budgets {
+        let result = if self.metered {
             self.metered(&run.id, result).await?
         } else {
             result

@@ -128,19 +128,6 @@ impl ModelGateway {
         }
     }
 
-    /// The price of `model`, if the operator set one.
-    pub fn price(&self, model: &str) -> Option<&Price> {
-        self.config.prices.get(model)
-    }
-
-    /// Records one metered call (also the pre-flight's own).
-    pub async fn record(&self, metered: Metered) {
-        if let Some(c) = &self.counters {
-            c.count(&metered);
-        }
-        self.runs.record(metered).await;
-    }
-
     /// Serves on `listener` until `shutdown`.
     pub fn serve(
         self: &Arc<Self>,
@@ -331,7 +318,7 @@ async fn metered(
         );
     };
     let model = request["model"].as_str().unwrap_or_default().to_owned();
-    let price = gw.price(&model).cloned();
+    let price = gw.config.prices.get(&model).cloned();
     if price.is_none() && gw.config.budget.any() {
         gw.refuse("unpriced");
         return p.error(

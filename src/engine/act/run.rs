@@ -31,6 +31,10 @@ const TOKEN_PREFIX: &str = "director-run-";
 /// The variable a confined run's git credential helper reads its gateway password from.
 pub const GATEWAY_PASSWORD_VAR: &str = "DIRECTOR_GIT_PASSWORD";
 
+/// The variables that hold a run's model-gateway key: redacted from what the run prints,
+/// also when the run is adopted after a restart.
+pub const MODEL_KEY_VARS: [&str; 2] = ["ANTHROPIC_API_KEY", "OPENAI_API_KEY"];
+
 /// The name of a run's token: `director-run-<run id>-<director id>`. The director id tells
 /// which director minted it, so two sharing one runner account leave each other's alone.
 pub fn token_name(director_id: &str, run_id: &str) -> String {
@@ -922,7 +926,7 @@ impl RunAct {
                 // whatever else held those names (a pass-through) gives way.
                 let models = egress.model_environment(&run.id);
                 for (k, v) in &models {
-                    if k.ends_with("_API_KEY") {
+                    if MODEL_KEY_VARS.contains(&k.as_str()) {
                         self.secrets.remember(&run.id, v);
                     }
                 }
