@@ -203,13 +203,10 @@ pub(crate) fn commit_file(
     Ok(commit)
 }
 
-/// Reads the branches and their histories back from git into the model.
-pub(crate) fn sync(s: &mut State, repo: &RepoName) -> std::io::Result<()> {
-    let Some(mut g) = s.repos.get(repo).and_then(|r| r.git.clone()) else {
-        return Ok(());
-    };
+/// Every branch of the bare repository at `dir` and its tip: (name, commit).
+pub(crate) fn branch_tips(dir: &Path) -> std::io::Result<Vec<(String, String)>> {
     let refs = git(
-        &g.dir,
+        dir,
         &[
             "for-each-ref",
             "--format=%(refname:strip=2) %(objectname)",
@@ -218,12 +215,21 @@ pub(crate) fn sync(s: &mut State, repo: &RepoName) -> std::io::Result<()> {
         &[],
         None,
     )?;
+    Ok(refs
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(name, sha)| (name.to_owned(), sha.to_owned()))
+        .collect())
+}
+
+/// Reads the branches and their histories back from git into the model.
+pub(crate) fn sync(s: &mut State, repo: &RepoName) -> std::io::Result<()> {
+    let Some(mut g) = s.repos.get(repo).and_then(|r| r.git.clone()) else {
+        return Ok(());
+    };
     let mut branches = BTreeMap::new();
-    for line in refs.lines() {
-        let Some((name, sha)) = line.split_once(' ') else {
-            continue;
-        };
-        let history = git(&g.dir, &["rev-list", "--reverse", sha], &[], None)?;
+    for (name, sha) in branch_tips(&g.dir)? {
+        let history = git(&g.dir, &["rev-list", "--reverse", &sha], &[], None)?;
         let mut ids = Vec::new();
         for commit in history.lines() {
             let id = match g.ids.get(commit) {
@@ -236,7 +242,7 @@ pub(crate) fn sync(s: &mut State, repo: &RepoName) -> std::io::Result<()> {
             };
             ids.push(id);
         }
-        branches.insert(name.to_owned(), ids);
+        branches.insert(name, ids);
     }
     if let Some(r) = s.repos.get_mut(repo) {
         r.branches = branches;

@@ -177,22 +177,8 @@ pub(super) async fn serve(req: HttpRequest, body: &[u8], shared: &Shared) -> Htt
 
 /// Reads the branches and their commits back from git into the API's view.
 pub(super) fn sync(r: &mut Repo, g: &Served) -> std::io::Result<()> {
-    let refs = git(
-        &g.dir,
-        &[
-            "for-each-ref",
-            "--format=%(refname:strip=2) %(objectname)",
-            "refs/heads/",
-        ],
-        &[],
-        None,
-    )?;
-    let mut branches = std::collections::BTreeMap::new();
-    for line in refs.lines() {
-        if let Some((name, sha)) = line.split_once(' ') {
-            branches.insert(name.to_owned(), sha.to_owned());
-        }
-    }
+    let branches: std::collections::BTreeMap<String, String> =
+        fgit::branch_tips(&g.dir)?.into_iter().collect();
     let heads: Vec<&str> = branches.values().map(String::as_str).collect();
     let mut args = vec!["rev-list", "--parents"];
     args.extend(heads.iter().copied());
