@@ -15,9 +15,9 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::{
-    Branch, Comment, Forge, ForgeError, Hook, HookSpec, Issue, IssueChanges, Label, MintedToken,
-    Permission, PullRequest, RUN_TOKEN_SCOPE, Repository, Review, ReviewComment, RunEndpoints,
-    RunnerAccount, TimelineEntry,
+    Branch, Comment, FileAt, Forge, ForgeError, Hook, HookSpec, Issue, IssueChanges, Label,
+    MintedToken, Permission, PullRequest, RUN_TOKEN_SCOPE, Repository, Review, ReviewComment,
+    RunEndpoints, RunnerAccount, TimelineEntry,
 };
 use crate::domain::{IssueRef, RepoName};
 use crate::metrics::Metrics;
@@ -880,6 +880,32 @@ impl Forge for ForgejoClient {
 
     async fn branch(&self, repo: &RepoName, name: &str) -> Result<Option<Branch>, ForgeError> {
         self.branch_with(None, repo, name).await
+    }
+
+    async fn file_at(
+        &self,
+        repo: &RepoName,
+        file: &str,
+        at: &str,
+        max_bytes: u64,
+    ) -> Result<FileAt, ForgeError> {
+        let encoded: Vec<String> = file.split('/').map(seg).collect();
+        let path = format!("{}/contents/{}", repo_path(repo), encoded.join("/"));
+        let wire = match self
+            .json::<super::WireContents>(
+                Method::GET,
+                "/repos/{owner}/{repo}/contents/{filepath}",
+                &path,
+                &[("ref", at.to_owned())],
+                None,
+            )
+            .await
+        {
+            Ok(w) => Some(w),
+            Err(e) if e.is_not_found() => None,
+            Err(e) => return Err(e),
+        };
+        Ok(FileAt::from_wire(wire, file, max_bytes))
     }
 
     async fn branch_as(

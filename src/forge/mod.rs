@@ -185,6 +185,78 @@ pub struct Branch {
     pub user_can_merge: bool,
 }
 
+/// What the contents API holds at a path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FileAt {
+    Missing,
+    File(Vec<u8>),
+    /// Something there that is not a readable file (a directory, a symlink, too big), in words.
+    Unusable(String),
+}
+
+impl FileAt {
+    /// From the API's answer to `GET .../contents/{path}` (`None`: 404).
+    pub(crate) fn from_wire(wire: Option<WireContents>, path: &str, max_bytes: u64) -> Self {
+        match wire {
+            None => Self::Missing,
+            Some(w) => match w.into_bytes(path, max_bytes) {
+                Ok(bytes) => Self::File(bytes),
+                Err(why) => Self::Unusable(why),
+            },
+        }
+    }
+}
+
+/// An entry as the contents API shows it (`ContentsResponse` on Forgejo, `content-file` on
+/// GitHub): only what reading one small file needs.
+#[derive(Debug, Deserialize)]
+pub(crate) struct WireContents {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub size: u64,
+    #[serde(default)]
+    pub encoding: Option<String>,
+    #[serde(default)]
+    pub content: Option<String>,
+}
+
+impl WireContents {
+    /// The file's bytes, checked: a file, at most `max_bytes`, base64 as both forges send it
+    /// (GitHub wraps its lines).
+    pub(crate) fn into_bytes(self, path: &str, max_bytes: u64) -> Result<Vec<u8>, String> {
+        use base64::Engine as _;
+        if self.kind != "file" {
+            return Err(format!("`{path}` is a {}, not a file", self.kind));
+        }
+        if self.size > max_bytes {
+            return Err(format!(
+                "`{path}` is {} bytes; at most {max_bytes} are read",
+                self.size
+            ));
+        }
+        if self.encoding.as_deref() != Some("base64") {
+            return Err(format!("`{path}` came without base64 content"));
+        }
+        let text: String = self
+            .content
+            .unwrap_or_default()
+            .chars()
+            .filter(|c| !c.is_ascii_whitespace())
+            .collect();
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(|e| format!("`{path}`'s content does not decode: {e}"))?;
+        if bytes.len() as u64 > max_bytes {
+            return Err(format!(
+                "`{path}` is {} bytes; at most {max_bytes} are read",
+                bytes.len()
+            ));
+        }
+        Ok(bytes)
+    }
+}
+
 /// A pull request as `GET /repos/{o}/{r}/pulls/{index}` shows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PullRequest {
@@ -417,6 +489,15 @@ pub trait Forge: Send + Sync {
     ) -> Result<u64, ForgeError>;
     /// The branch as the bot sees it; `None` when it does not exist.
     async fn branch(&self, repo: &RepoName, name: &str) -> Result<Option<Branch>, ForgeError>;
+    /// The file at `path` as of commit `at`, through the contents API. A file over
+    /// `max_bytes` is found too big before its content is decoded.
+    async fn file_at(
+        &self,
+        repo: &RepoName,
+        path: &str,
+        at: &str,
+        max_bytes: u64,
+    ) -> Result<FileAt, ForgeError>;
     /// The branch as the holder of `token` sees it (`user_can_push` is theirs).
     async fn branch_as(
         &self,

@@ -263,6 +263,28 @@ impl Forge for FakeForge {
         Ok(number)
     }
 
+    async fn file_at(
+        &self,
+        repo: &RepoName,
+        path: &str,
+        at: &str,
+        max_bytes: u64,
+    ) -> Result<director::forge::FileAt, ForgeError> {
+        use director::forge::FileAt;
+        let s = self.state();
+        match s.file_at(repo, at, path) {
+            Ok(Some((bytes, _))) if bytes.len() as u64 > max_bytes => {
+                Ok(FileAt::Unusable(format!(
+                    "`{path}` is {} bytes; at most {max_bytes} are read",
+                    bytes.len()
+                )))
+            }
+            Ok(Some((bytes, _))) => Ok(FileAt::File(bytes)),
+            Ok(None) | Err(Refusal::NotFound) => Ok(FileAt::Missing),
+            Err(e) => Err(refused("GET", repo.to_string(), e)),
+        }
+    }
+
     async fn branch(
         &self,
         repo: &RepoName,

@@ -543,6 +543,34 @@ impl FakeForge {
         sync(&mut s, repo)
     }
 
+    /// Commits `content` at `path` on `branch` (made from the default branch if new), as a
+    /// maintainer would push it, past any protection; with git, into the bare repository.
+    pub fn put_file(&self, repo: &RepoName, branch: &str, path: &str, content: &[u8]) {
+        let mut s = self.state();
+        let r = s.repos.get(repo).expect("a known repository");
+        let from = if r.branches.contains_key(branch) {
+            branch.to_owned()
+        } else {
+            r.default_branch.clone()
+        };
+        if let Some(g) = r.git.clone() {
+            commit_file(&g, &from, branch, path, content, "put a file").expect("git commit");
+            sync(&mut s, repo).expect("git sync");
+            return;
+        }
+        let commit = s.id();
+        let r = s.repos.get_mut(repo).expect("a known repository");
+        let mut commits = r.branches.get(&from).cloned().unwrap_or_default();
+        let mut tree = commits
+            .last()
+            .and_then(|p| r.trees.get(p).cloned())
+            .unwrap_or_default();
+        tree.insert(path.to_owned(), content.to_vec());
+        commits.push(commit);
+        r.branches.insert(branch.to_owned(), commits);
+        r.trees.insert(commit, tree);
+    }
+
     /// The file at `path` on `branch`, as git has it (for tests of what was pushed).
     pub fn git_show(&self, repo: &RepoName, branch: &str, path: &str) -> Option<String> {
         let g = self.state().repos.get(repo).and_then(|r| r.git.clone())?;

@@ -149,6 +149,8 @@ pub(crate) struct FRepo {
     pub next_number: u64,
     /// Served over git's smart HTTP too (`FakeForge::serve_git`).
     pub git: Option<git::FGit>,
+    /// Without git: the files each commit holds (a commit with none holds no file).
+    pub trees: HashMap<u64, BTreeMap<String, Vec<u8>>>,
     pub private: bool,
     pub hooks: Vec<FHook>,
 }
@@ -195,6 +197,8 @@ pub(crate) struct State {
     pub minted: Vec<(String, String, String)>,
     pub calls: Vec<Call>,
     pub fail_next: VecDeque<u16>,
+    /// Requests whose path holds the text to fail with the status, each once, in order.
+    pub fail_paths: VecDeque<(String, u16)>,
     /// git pushes (`POST …/git-receive-pack`) to fail with a status, before git sees them.
     pub fail_pushes: VecDeque<u16>,
     pub violations: Vec<String>,

@@ -53,6 +53,7 @@ impl FakeForge {
             permissions: HashMap::new(),
             next_number: 1,
             git: None,
+            trees: HashMap::new(),
             private: false,
             hooks: Vec::new(),
         });
@@ -464,6 +465,14 @@ impl FakeForge {
     /// (a forge that fails mid-push).
     pub fn fail_pushes(&self, statuses: &[u16]) {
         self.state().fail_pushes.extend(statuses.iter().copied());
+    }
+
+    /// Fails the next requests whose path holds `part`, one per status, whatever comes
+    /// between them.
+    pub fn fail_path(&self, part: &str, statuses: &[u16]) {
+        self.state()
+            .fail_paths
+            .extend(statuses.iter().map(|s| (part.to_owned(), *s)));
     }
 
     pub fn fail_next(&self, statuses: &[u16]) {

@@ -216,7 +216,14 @@ async fn handle(req: HttpRequest, body: web::Bytes, forge: web::Data<FakeForge>)
             }
             Err(e) => state.violations.push(format!("spec unavailable: {e}")),
         }
-        let (status, value, headers) = if let Some(code) = state.fail_next.pop_front() {
+        let injected = state.fail_next.pop_front().or_else(|| {
+            let at = state
+                .fail_paths
+                .iter()
+                .position(|(part, _)| path.contains(part.as_str()))?;
+            state.fail_paths.remove(at).map(|(_, code)| code)
+        });
+        let (status, value, headers) = if let Some(code) = injected {
             (
                 StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 json!({ "message": "injected failure" }),
@@ -710,6 +717,38 @@ fn repos(
                 "effective_branch_protection_name": if protected { branch.to_string() } else { String::new() },
             })))
         }
+        ("GET", ["repos", o, r, "contents", file @ ..]) if !file.is_empty() => {
+            let repo = repo_of(o, r)?;
+            let path = file.join("/");
+            let reference = query
+                .iter()
+                .find(|(k, _)| k == "ref")
+                .map(|(_, v)| v.clone())
+                .unwrap_or_else(|| {
+                    s.repo(&repo)
+                        .map(|r| r.default_branch.clone())
+                        .unwrap_or_default()
+                });
+            let (bytes, commit) = s
+                .file_at(&repo, &reference, &path)?
+                .ok_or(Refusal::NotFound)?;
+            use base64::Engine as _;
+            let name = file.last().copied().unwrap_or_default();
+            Ok(ok(json!({
+                "name": name,
+                "path": path,
+                "sha": format!("{:040x}", bytes.len() as u64 ^ commit),
+                "last_commit_sha": format!("{commit:040x}"),
+                "type": "file",
+                "size": bytes.len(),
+                "encoding": "base64",
+                "content": base64::engine::general_purpose::STANDARD.encode(&bytes),
+                "url": format!("/api/v1/repos/{repo}/contents/{path}"),
+                "html_url": format!("/{repo}/src/commit/{commit:040x}/{path}"),
+                "git_url": null,
+                "download_url": format!("/{repo}/raw/commit/{commit:040x}/{path}"),
+            })))
+        }
         ("POST", ["repos", o, r, "contents", ..]) => {
             let repo = repo_of(o, r)?;
             let b = body.cloned().unwrap_or(Value::Null);
@@ -743,7 +782,12 @@ fn repos(
                     Vec::new(),
                 ));
             }
-            let commit = s.commit_file(login, &repo, &from, &target)?;
+            use base64::Engine as _;
+            let content = base64::engine::general_purpose::STANDARD
+                .decode(b["content"].as_str().unwrap_or_default())
+                .map_err(|e| Refusal::Unprocessable(format!("content: {e}")))?;
+            let file = parts.get(4..).map(|p| p.join("/")).unwrap_or_default();
+            let commit = s.commit_file(login, &repo, &from, &target, (&file, &content))?;
             Ok((
                 StatusCode::CREATED,
                 json!({ "content": null, "commit": { "sha": format!("{commit:040x}") } }),

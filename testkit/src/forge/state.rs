@@ -305,6 +305,7 @@ impl State {
         repo: &RepoName,
         from: &str,
         branch: &str,
+        file: (&str, &[u8]),
     ) -> Result<u64, Refusal> {
         if !self.can_push(repo, login, branch) {
             return Err(Refusal::Forbidden);
@@ -313,8 +314,53 @@ impl State {
         let r = self.repo_mut(repo)?;
         let base = r.branches.get(from).cloned().ok_or(Refusal::NotFound)?;
         let entry = r.branches.entry(branch.to_owned()).or_insert(base);
+        let parent = entry.last().copied();
         entry.push(commit);
+        let mut tree = parent
+            .and_then(|p| r.trees.get(&p).cloned())
+            .unwrap_or_default();
+        tree.insert(file.0.to_owned(), file.1.to_vec());
+        r.trees.insert(commit, tree);
         Ok(commit)
+    }
+
+    /// The file at `path` as of `reference` (a branch, or a commit as the API shows ids),
+    /// with the commit it was read at; `Ok(None)` when the commit has no such file.
+    pub(crate) fn file_at(
+        &self,
+        repo: &RepoName,
+        reference: &str,
+        path: &str,
+    ) -> Result<Option<(Vec<u8>, u64)>, Refusal> {
+        let r = self.repo(repo)?;
+        let commit = match r.branches.get(reference) {
+            Some(commits) => commits.last().copied().ok_or(Refusal::NotFound)?,
+            None => u64::from_str_radix(reference, 16)
+                .ok()
+                .filter(|c| reference.len() == 40 && r.branches.values().any(|b| b.contains(c)))
+                .ok_or(Refusal::NotFound)?,
+        };
+        if let Some(g) = &r.git {
+            let Some(sha) = g
+                .ids
+                .iter()
+                .find(|(_, id)| **id == commit)
+                .map(|(sha, _)| sha)
+            else {
+                return Err(Refusal::NotFound);
+            };
+            let read = super::git::git(
+                &g.dir,
+                &["cat-file", "blob", &format!("{sha}:{path}")],
+                &[],
+                None,
+            );
+            return Ok(read.ok().map(|text| (text.into_bytes(), commit)));
+        }
+        Ok(r.trees
+            .get(&commit)
+            .and_then(|t| t.get(path))
+            .map(|bytes| (bytes.clone(), commit)))
     }
 
     pub(crate) fn create_pull(

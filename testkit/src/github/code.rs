@@ -168,6 +168,34 @@ pub(super) fn route(at: InRepo<'_>, method: &str, rest: &[&str]) -> HttpResponse
                 None => message(404, "Not Found"),
             }
         }
+        ("GET", ["contents", file @ ..]) if !file.is_empty() => {
+            // `?ref=` a branch, or a branch's head commit; else the default branch.
+            let file = file.join("/");
+            let r = &s.repos[&full];
+            let wanted = q(query, "ref").map_or_else(|| r.default_branch.clone(), str::to_owned);
+            let branch = if r.branches.contains_key(&wanted) {
+                Some(wanted)
+            } else {
+                r.branches
+                    .iter()
+                    .find(|(_, head)| **head == wanted)
+                    .map(|(b, _)| b.clone())
+            };
+            match branch.and_then(|b| r.files.get(&(b, file.clone()))) {
+                Some(content) => {
+                    use base64::Engine as _;
+                    let size = base64::engine::general_purpose::STANDARD
+                        .decode(content)
+                        .map_or(0, |b| b.len());
+                    let name = file.rsplit('/').next().unwrap_or_default().to_owned();
+                    reply(
+                        200,
+                        json!({ "type": "file", "encoding": "base64", "size": size, "name": name, "path": file, "content": content, "sha": format!("b{size}"), "url": "", "git_url": null, "html_url": null, "download_url": null, "_links": {} }),
+                    )
+                }
+                None => message(404, "Not Found"),
+            }
+        }
         ("PUT", ["contents", file @ ..]) => {
             let file = file.join("/");
             let b = body.cloned().unwrap_or_default();

@@ -297,6 +297,30 @@ impl Forge for GithubClient {
         }))
     }
 
+    async fn file_at(
+        &self,
+        repo: &RepoName,
+        file: &str,
+        at: &str,
+        max_bytes: u64,
+    ) -> Result<crate::forge::FileAt, ForgeError> {
+        let encoded: Vec<String> = file.split('/').map(enc).collect();
+        let path = format!(
+            "{}/contents/{}?ref={}",
+            repo_path(repo),
+            encoded.join("/"),
+            enc(at)
+        );
+        let found: Option<crate::forge::WireContents> = self
+            .get(
+                self.on(repo).await?,
+                "/repos/{o}/{r}/contents/{path}",
+                &path,
+            )
+            .await?;
+        Ok(crate::forge::FileAt::from_wire(found, file, max_bytes))
+    }
+
     /// PR-only, as GitHub can show it: the branch counts as closed to the token's holder
     /// when an active ruleset requires a pull request with an approving review and GitHub
     /// says the holder can never bypass it, or a classic protection requires one and names
