@@ -43,6 +43,14 @@ enum Command {
         #[arg(long, env = "DIRECTOR_CONFIG")]
         config: Option<PathBuf>,
     },
+    /// Read a repository's `.director.toml` and print the settings its runs would get within
+    /// `[repo_settings]`, or why the file cannot be used. Starts nothing.
+    CheckRepo {
+        /// The repository, as owner/name.
+        repo: String,
+        #[arg(long, env = "DIRECTOR_CONFIG")]
+        config: Option<PathBuf>,
+    },
     /// Run the pre-flight on one issue and print the read and the verdict.
     Preflight {
         /// The issue, as owner/repo#N.
@@ -234,15 +242,10 @@ pub fn run() -> ExitCode {
             dry_run: _,
             config,
         } => {
-            let issue: crate::domain::IssueRef = match issue.parse() {
-                Ok(i) => i,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            let settings = match load(config.as_ref()) {
-                Ok(s) => s,
+            let (issue, settings) = match argument::<crate::domain::IssueRef>(&issue)
+                .and_then(|i| Ok((i, load(config.as_ref())?)))
+            {
+                Ok(both) => both,
                 Err(code) => return code,
             };
             let _ = rustls::crypto::ring::default_provider().install_default();
@@ -262,6 +265,41 @@ pub fn run() -> ExitCode {
                 }
                 Ok(())
             })
+        }
+        Command::CheckRepo { repo, config } => {
+            let (repo, settings) = match argument::<crate::domain::RepoName>(&repo)
+                .and_then(|r| Ok((r, load(config.as_ref())?)))
+            {
+                Ok(both) => both,
+                Err(code) => return code,
+            };
+            if !settings.repo_settings.enabled() {
+                println!(
+                    "repo_settings.allow is empty: repositories set nothing, and `{}` is not read; runs in {repo} get the operator's settings",
+                    crate::settings::repo::FILE
+                );
+                return ExitCode::SUCCESS;
+            }
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let mut usable = true;
+            let code = run_async(async {
+                match crate::startup::check_repo(&settings, &repo).await? {
+                    Ok(s) => println!("{}", toml::to_string_pretty(&s)?),
+                    Err(unusable) => {
+                        usable = false;
+                        eprintln!(
+                            "error: `{}` at {} cannot be used; no run would start:",
+                            crate::settings::repo::FILE,
+                            unusable.commit
+                        );
+                        for p in &unusable.problems {
+                            eprintln!("  - {p}");
+                        }
+                    }
+                }
+                Ok(())
+            });
+            if usable { code } else { ExitCode::from(1) }
         }
         Command::Hooks { action } => hooks(action),
         Command::Status { json, config } => {
@@ -310,6 +348,18 @@ pub fn run() -> ExitCode {
             }
         }
     }
+}
+
+/// A command-line argument parsed, or exit status 2 with why it is not one.
+fn argument<T>(text: &str) -> Result<T, ExitCode>
+where
+    T: std::str::FromStr,
+    T::Err: std::fmt::Display,
+{
+    text.parse().map_err(|e| {
+        eprintln!("error: {e}");
+        ExitCode::from(2)
+    })
 }
 
 fn run_async(work: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {

@@ -714,6 +714,11 @@ impl Engine<'_> {
             secrets,
             director_id: self.store.director_id().await?,
             egress,
+            repo: crate::settings::repo::Operator::new(
+                &settings.repo_settings,
+                &settings.runner,
+                &settings.budget,
+            ),
         });
         Ok(started)
     }
@@ -1066,6 +1071,27 @@ pub struct DryRun {
     pub model: String,
     pub verdict: Option<crate::domain::verdict::Verdict>,
     pub left_out: Vec<String>,
+}
+
+/// `director check-repo owner/name`: the settings a run in `repo` would get now from its
+/// `.director.toml` within `[repo_settings]`, or why it would get none. Starts nothing.
+pub async fn check_repo(
+    settings: &Settings,
+    repo: &crate::domain::RepoName,
+) -> anyhow::Result<Result<crate::domain::RunSettings, crate::engine::act::run::Unusable>> {
+    let operator = crate::settings::repo::Operator::new(
+        &settings.repo_settings,
+        &settings.runner,
+        &settings.budget,
+    );
+    let forge = forge_client(settings, None)?.context("forge.url must be set")?;
+    let default_branch = forge
+        .repository(repo)
+        .await
+        .with_context(|| format!("reading {repo}"))?
+        .default_branch;
+    crate::engine::act::run::read_repo_settings(forge.as_ref(), &operator, repo, &default_branch)
+        .await
 }
 
 /// `director preflight owner/repo#N --dry-run`: reads the issue, builds the prompt, asks the

@@ -126,6 +126,78 @@ pub struct RunRow {
     /// What the egress proxy refused the run, once it ended.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub egress_refused: Vec<Refusal>,
+    /// What its repository's `.director.toml` gave it, when repositories may set anything.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub settings: Option<SettingsRow>,
+}
+
+/// The repository settings a run got, and the file version they came from.
+#[derive(Clone, Debug, Serialize)]
+pub struct SettingsRow {
+    /// The default branch's head the file was read at.
+    pub commit: String,
+    /// Whether the repository had the file there (else: the operator's settings).
+    pub file: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub egress_allow: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_usd: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub branch_template: Option<String>,
+    /// Whether the task file carried the repository's instructions.
+    pub instructions: bool,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub capped: Vec<String>,
+}
+
+impl SettingsRow {
+    fn of(s: &crate::domain::RunSettings) -> Self {
+        Self {
+            commit: s.commit.clone(),
+            file: s.file,
+            image: s.image.clone(),
+            egress_allow: s.egress_allow.clone(),
+            timeout_secs: s.timeout_secs,
+            run_usd: s.run_usd,
+            branch_template: s.branch_template.clone(),
+            instructions: s.instructions.is_some(),
+            capped: s.capped.clone(),
+        }
+    }
+
+    /// `.director.toml at 0a1b2c3d4e5f: image x`, or `no .director.toml at …`.
+    fn describe(&self) -> String {
+        let short = &self.commit[..self.commit.len().min(12)];
+        if !self.file {
+            return format!("no {} at {short}", crate::settings::repo::FILE);
+        }
+        let mut parts = Vec::new();
+        if let Some(i) = &self.image {
+            parts.push(format!("image {i}"));
+        }
+        if !self.egress_allow.is_empty() {
+            parts.push(format!("egress {}", self.egress_allow.join(" ")));
+        }
+        if let Some(t) = self.timeout_secs {
+            parts.push(format!("timeout {t}s"));
+        }
+        if let Some(u) = self.run_usd {
+            parts.push(format!("budget ${u}"));
+        }
+        if self.instructions {
+            parts.push("instructions".to_owned());
+        }
+        let set = if parts.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", parts.join(", "))
+        };
+        format!("{} at {short}{set}", crate::settings::repo::FILE)
+    }
 }
 
 /// A destination the egress proxy refused a run, and how many times.
@@ -209,6 +281,7 @@ fn run_row(run: &RunRecord, web: Option<&WebLinks>, now_ms: i64) -> RunRow {
                 count: *count,
             })
             .collect(),
+        settings: run.settings.as_ref().map(SettingsRow::of),
     }
 }
 
@@ -382,6 +455,9 @@ pub fn render(rows: &[Row], json: bool) -> anyhow::Result<String> {
                     .collect();
                 out.push_str(&format!(", egress refused: {}", shown.join(", ")));
             }
+            if let Some(settings) = &run.settings {
+                out.push_str(&format!(", {}", settings.describe()));
+            }
             out.push('\n');
         }
         if let Some(pr) = &r.pr {
@@ -483,6 +559,12 @@ fn run_cell(r: &Row) -> String {
         (Some(url), Some(n)) => out.push_str(&format!(" · <a href=\"{}\">#{n}</a>", esc(url))),
         (None, Some(n)) => out.push_str(&format!(" · PR #{n}")),
         _ => {}
+    }
+    if let Some(settings) = &run.settings {
+        out.push_str(&format!(
+            " · <span class=\"muted settings\">{}</span>",
+            esc(&settings.describe())
+        ));
     }
     out
 }

@@ -14,7 +14,7 @@ pub use action::ActionKind;
 pub use command::Command;
 pub use issue::{IssueRecord, Judgement, LeftOut, PreflightState, Vouched};
 pub use pull::{Feedback, FollowUp, PullRecord, PullState};
-pub use run::{RunId, RunRecord, RunState};
+pub use run::{RunId, RunRecord, RunSettings, RunState};
 
 use std::fmt;
 use std::str::FromStr;

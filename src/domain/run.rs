@@ -174,7 +174,41 @@ pub struct RunRecord {
     /// What the egress proxy refused it: (`host:port`, how many times), as it ended.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub egress_refused: Vec<(String, u64)>,
+    /// What its repository's `.director.toml` gave it, written as the run starts (before
+    /// its container exists, so every gateway sees it); `None`: the operator's settings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<RunSettings>,
 }
+
+/// The settings a run got from its repository's `.director.toml`, within the operator's
+/// `[repo_settings]`: each `None` is the operator's own.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunSettings {
+    /// The default branch's head the file was read at (the file version used).
+    pub commit: String,
+    /// Whether the repository has the file at that commit.
+    pub file: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// `host:port` entries added to the run's egress allow-list.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub egress_allow: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_usd: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch_template: Option<String>,
+    /// Markdown appended to the task file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+    /// What was lowered to the operator's ceiling, in words.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capped: Vec<String>,
+}
+
+/// Compared by their text: a budget is never NaN (the parser refuses it).
+impl Eq for RunSettings {}
 
 /// Why a run was stopped (a stop signal first, then `runner.stop_grace_secs` to push).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -223,6 +257,7 @@ impl RunRecord {
             result: None,
             stopped: None,
             egress_refused: Vec::new(),
+            settings: None,
         }
     }
 }

@@ -138,6 +138,12 @@ impl Entry {
     }
 }
 
+/// Whether any of `entries` covers `host:port`.
+pub fn covered(entries: &[Entry], host: &str, port: u16) -> bool {
+    let host = normal_host(host);
+    entries.iter().any(|e| e.covers(&host, port).is_some())
+}
+
 /// Why an address is never a run's destination, whatever the allow-list says.
 pub fn forbidden_ip(ip: IpAddr) -> Option<&'static str> {
     match ip {

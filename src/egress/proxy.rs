@@ -38,8 +38,9 @@ use super::{Policy, split_host_port};
 /// Where refusals go, and whether a run may still use the proxy (the store, in the director).
 #[async_trait::async_trait]
 pub trait Ledger: Send + Sync {
-    /// Whether the run exists and has not ended.
-    async fn active(&self, run_id: &str) -> bool;
+    /// `None` unless the run exists and has not ended; else what its repository's settings
+    /// add to the allow-list (entries that never open a loopback address).
+    async fn active(&self, run_id: &str) -> Option<Vec<super::Entry>>;
     /// Adds refusals: (run id, `host:port`) → how many.
     async fn add_refusals(&self, refusals: &BTreeMap<(String, String), u32>) -> anyhow::Result<()>;
 }
@@ -356,7 +357,7 @@ impl Proxy {
             .filter(|l| !l.is_empty())
             .filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim(), v.trim())))
             .collect();
-        let run_id = self.authenticate(&headers).await?;
+        let (run_id, extra) = self.authenticate(&headers).await?;
         let (host, port, forward) = if method.eq_ignore_ascii_case("CONNECT") {
             let (host, port) =
                 split_host_port(target).ok_or_else(|| bad("CONNECT needs host:port"))?;
@@ -413,9 +414,16 @@ impl Proxy {
                 why: format!("the director's egress policy refuses {destination}: {why}"),
             }
         };
+        // The operator's entries first; a repository's own (`.director.toml`) never count as
+        // naming a host exactly, so they open no loopback address.
         let exact = self
             .policy
             .allows_name(&host, port)
+            .or_else(|why| {
+                super::covered(&extra, &host, port)
+                    .then_some(false)
+                    .ok_or(why)
+            })
             .map_err(|why| refuse("not_allowed", why))?;
         let resolved: Vec<SocketAddr> = match tokio::net::lookup_host((host.as_str(), port)).await {
             Ok(addrs) => addrs.collect(),
@@ -452,7 +460,10 @@ impl Proxy {
     }
 
     /// The run the request's credentials name, if they are right and the run is active.
-    async fn authenticate(&self, headers: &[(&str, &str)]) -> Result<String, Refused> {
+    async fn authenticate(
+        &self,
+        headers: &[(&str, &str)],
+    ) -> Result<(String, Vec<super::Entry>), Refused> {
         let refused = |why: &str| Refused {
             status: "407 Proxy Authentication Required",
             reason: "unauthenticated",
@@ -483,10 +494,10 @@ impl Proxy {
         if !bool::from(expected.as_bytes().ct_eq(password.as_bytes())) {
             return Err(refused("wrong credentials"));
         }
-        if !self.ledger.active(run_id).await {
+        let Some(extra) = self.ledger.active(run_id).await else {
             return Err(refused("the run has ended"));
-        }
-        Ok(run_id.to_owned())
+        };
+        Ok((run_id.to_owned(), extra))
     }
 }
 

@@ -201,7 +201,15 @@ impl Watcher {
                 self.secrets.remember(&run.id, &proxy.password(&run.id));
             }
         }
-        let limit = Duration::from_secs(self.settings.timeout_secs);
+        // A repository's own limit is only ever lower (checked when its file was read).
+        let limit = Duration::from_secs(
+            run.settings
+                .as_ref()
+                .and_then(|s| s.timeout_secs)
+                .map_or(self.settings.timeout_secs, |t| {
+                    t.min(self.settings.timeout_secs)
+                }),
+        );
         let elapsed_ms = run
             .started_at_ms
             .map_or(0, |s| (self.clock.now_ms() - s).max(0));

@@ -18,7 +18,7 @@ use sha2::Sha256;
 use tokio_util::sync::CancellationToken;
 
 use super::usage::{self, Api, StreamMeter};
-use super::{Config, Counters, Metered, Provider, Runs, Spent, day_of, over_budget};
+use super::{ActiveRun, Config, Counters, Metered, Provider, Runs, Spent, day_of, over_budget};
 use crate::domain::RepoName;
 use crate::settings::Price;
 
@@ -220,8 +220,8 @@ async fn handle(
             "a run's own key is required (the run's environment has it)",
         );
     };
-    let repo = match gw.runs.active(&run_id).await {
-        Ok(Some(repo)) => repo,
+    let ActiveRun { repo, run_usd } = match gw.runs.active(&run_id).await {
+        Ok(Some(active)) => active,
         Ok(None) => {
             gw.refuse("ended");
             return provider.error(
@@ -283,6 +283,7 @@ async fn handle(
         run_id,
         repo,
         route: route.to_owned(),
+        budget: gw.config.budget.for_run(run_usd),
     };
     match api {
         Some(api) => metered(&gw, &req, body, call, api).await,
@@ -298,6 +299,8 @@ struct Call {
     run_id: String,
     repo: RepoName,
     route: String,
+    /// `[budget]`, with the run's own budget when its repository set a lower one.
+    budget: crate::settings::BudgetSettings,
 }
 
 /// A metered call: the model named, its price and the budgets checked, the request made to
@@ -319,7 +322,7 @@ async fn metered(
     };
     let model = request["model"].as_str().unwrap_or_default().to_owned();
     let price = gw.config.prices.get(&model).cloned();
-    if price.is_none() && gw.config.budget.any() {
+    if price.is_none() && call.budget.any() {
         gw.refuse("unpriced");
         return p.error(
             StatusCode::BAD_REQUEST,
@@ -341,7 +344,7 @@ async fn metered(
             );
         }
     };
-    if let Some((key, why)) = over_budget(&gw.config.budget, &spent) {
+    if let Some((key, why)) = over_budget(&call.budget, &spent) {
         gw.refuse("budget");
         tracing::info!(run_id = %call.run_id, budget = key, "a run's model call was refused: budget spent");
         gw.runs.over_budget(&call.run_id, &why).await;
@@ -581,7 +584,7 @@ mod tests {
         struct None_;
         #[async_trait::async_trait]
         impl Runs for None_ {
-            async fn active(&self, _: &str) -> Result<Option<RepoName>, String> {
+            async fn active(&self, _: &str) -> Result<Option<ActiveRun>, String> {
                 Ok(None)
             }
             async fn spent(&self, _: &str, _: &RepoName, _: &str) -> Result<Spent, String> {

@@ -169,15 +169,23 @@ pub fn day_of(at_ms: i64) -> String {
 /// Where the gateway learns about runs and leaves what it metered.
 #[async_trait::async_trait]
 pub trait Runs: Send + Sync {
-    /// The run's repository, if the run exists and has not ended; `Err` when it cannot be
-    /// said now.
-    async fn active(&self, run_id: &str) -> Result<Option<RepoName>, String>;
+    /// The run's repository and own budget, if the run exists and has not ended; `Err` when
+    /// it cannot be said now.
+    async fn active(&self, run_id: &str) -> Result<Option<ActiveRun>, String>;
     /// What the run, its repository today and everything today have spent.
     async fn spent(&self, run_id: &str, repo: &RepoName, day: &str) -> Result<Spent, String>;
     async fn record(&self, metered: Metered);
     /// The run was refused for its budget: it is to be stopped with its grace.
     async fn over_budget(&self, run_id: &str, why: &str);
     fn now_ms(&self) -> i64;
+}
+
+/// A run the gateway serves.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ActiveRun {
+    pub repo: RepoName,
+    /// Its repository's `budget.run_usd` (`.director.toml`), when it set one.
+    pub run_usd: Option<f64>,
 }
 
 /// Counters the gateway keeps.

@@ -15,6 +15,7 @@ use crate::domain::RepoName;
 mod forge;
 mod models;
 mod preflight;
+pub mod repo;
 mod runner;
 mod scan;
 mod server;
@@ -22,6 +23,7 @@ mod server;
 pub use forge::*;
 pub use models::*;
 pub use preflight::*;
+pub use repo::RepoSettingsCeiling;
 pub use runner::*;
 pub use scan::*;
 pub use server::*;
@@ -174,6 +176,7 @@ pub struct Settings {
     pub status: StatusSettings,
     pub models: ModelsSettings,
     pub budget: BudgetSettings,
+    pub repo_settings: RepoSettingsCeiling,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -363,6 +366,7 @@ impl Settings {
         self.scan.validate()?;
         self.models.validate(&self.budget)?;
         self.validate_model_passthrough()?;
+        self.repo_settings.validate()?;
         Ok(())
     }
 

@@ -75,6 +75,20 @@ impl BudgetSettings {
     pub fn any(&self) -> bool {
         self.run_usd > 0.0 || self.repo_daily_usd > 0.0 || self.daily_usd > 0.0
     }
+
+    /// These budgets for one run whose repository set `run_usd` (only ever lower: checked
+    /// when its `.director.toml` was read, and held here again).
+    pub fn for_run(&self, run_usd: Option<f64>) -> Self {
+        let mut out = self.clone();
+        if let Some(usd) = run_usd.filter(|u| u.is_finite() && *u > 0.0) {
+            out.run_usd = if self.run_usd > 0.0 {
+                usd.min(self.run_usd)
+            } else {
+                usd
+            };
+        }
+        out
+    }
 }
 
 impl ModelsSettings {
@@ -159,6 +173,7 @@ impl super::Settings {
         if any_provider && !self.egress_confined() {
             out.push("[models] names providers but runner.egress = \"open\": runs get no model variables (the model gateway serves allow-listed runs only)".to_owned());
         }
+        out.extend(self.repo_settings.warnings(self.egress_confined()));
         out
     }
 

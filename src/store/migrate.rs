@@ -50,6 +50,10 @@ const SQLITE: &[(i64, &str)] = &[
         13,
         include_str!("../../migrations/sqlite/0013_model_usage.sql"),
     ),
+    (
+        14,
+        include_str!("../../migrations/sqlite/0014_run_settings.sql"),
+    ),
 ];
 
 const POSTGRES: &[(i64, &str)] = &[
@@ -69,6 +73,10 @@ const POSTGRES: &[(i64, &str)] = &[
     (
         5,
         include_str!("../../migrations/postgres/0005_model_usage.sql"),
+    ),
+    (
+        6,
+        include_str!("../../migrations/postgres/0006_run_settings.sql"),
     ),
 ];
 

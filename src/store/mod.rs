@@ -505,6 +505,30 @@ impl Store {
         tx.commit().await
     }
 
+    /// Records what a starting run got from its repository's settings file, and the branch
+    /// that file's template names: written before the run's container is made, so the
+    /// gateways and the watcher of every replica see them. Only a launching run changes.
+    pub async fn put_run_settings(
+        &self,
+        run_id: &str,
+        branch: &str,
+        settings: &crate::domain::RunSettings,
+    ) -> anyhow::Result<()> {
+        let json = serde_json::to_string(settings)?;
+        let mut tx = self.begin(true).await?;
+        on_tx!(&mut tx, t => {
+            sqlx::query(
+                "UPDATE runs SET branch = $2, settings = $3 WHERE id = $1 AND state = 'launching'",
+            )
+            .bind(run_id)
+            .bind(branch)
+            .bind(json)
+            .execute(&mut **t)
+            .await?;
+        });
+        tx.commit().await
+    }
+
     /// Replaces a run's token with a fresher one, unless someone (another replica) already
     /// replaced the one minted at `was_minted_at_ms`: whether this one is now kept.
     pub async fn renew_run_token(
@@ -712,8 +736,21 @@ fn commit_statements(
 
 #[async_trait::async_trait]
 impl crate::egress::proxy::Ledger for Store {
-    async fn active(&self, run_id: &str) -> bool {
-        matches!(self.run(run_id).await, Ok(Some(run)) if run.finished_at_ms.is_none())
+    async fn active(&self, run_id: &str) -> Option<Vec<crate::egress::Entry>> {
+        let run = self.run(run_id).await.ok()??;
+        if run.finished_at_ms.is_some() {
+            return None;
+        }
+        // Checked against the ceiling when the file was read; one that no longer parses
+        // (it cannot, short of a hand-edited row) opens nothing.
+        Some(
+            run.settings
+                .map(|s| s.egress_allow)
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|e| e.parse().ok())
+                .collect(),
+        )
     }
 
     async fn add_refusals(

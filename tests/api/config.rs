@@ -567,3 +567,31 @@ fn a_branch_template_that_would_not_name_each_run_apart_is_refused_by_name() {
         );
     }
 }
+
+#[test]
+fn a_repository_settings_ceiling_knows_its_keys_and_warns_when_it_opens_nothing() {
+    let err = refused_naming(
+        &[(
+            "DIRECTOR_REPO_SETTINGS__ALLOW",
+            "runner.image,runner.command",
+        )],
+        "repo_settings.allow",
+    );
+    assert!(
+        err.contains("`runner.command` is not a repository setting"),
+        "{err}"
+    );
+    let out = director()
+        .args(["check-config", "--config", &example()])
+        .env("DIRECTOR_REPO_SETTINGS__ALLOW", "runner.image")
+        .output()
+        .expect("runs");
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "warning: repo_settings.allow names runner.image but repo_settings.images is empty"
+        ),
+        "{err}"
+    );
+}

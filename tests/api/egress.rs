@@ -249,13 +249,23 @@ mod proxy {
     struct Book {
         ended: Mutex<Vec<String>>,
         refusals: Mutex<BTreeMap<(String, String), u32>>,
+        /// What a run's repository settings add to its allow-list.
+        extra: Mutex<std::collections::HashMap<String, Vec<Entry>>>,
     }
 
     #[async_trait::async_trait]
     impl Ledger for Book {
-        async fn active(&self, run_id: &str) -> bool {
-            run_id.starts_with("run")
-                && !self.ended.lock().expect("lock").iter().any(|r| r == run_id)
+        async fn active(&self, run_id: &str) -> Option<Vec<Entry>> {
+            let active = run_id.starts_with("run")
+                && !self.ended.lock().expect("lock").iter().any(|r| r == run_id);
+            active.then(|| {
+                self.extra
+                    .lock()
+                    .expect("lock")
+                    .get(run_id)
+                    .cloned()
+                    .unwrap_or_default()
+            })
         }
         async fn add_refusals(
             &self,
@@ -271,7 +281,11 @@ mod proxy {
 
     /// An origin that records the first request it gets and answers `hello`.
     async fn origin() -> (SocketAddr, Arc<Mutex<String>>) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        origin_on("127.0.0.1:0").await
+    }
+
+    async fn origin_on(bind: &str) -> (SocketAddr, Arc<Mutex<String>>) {
+        let listener = TcpListener::bind(bind).await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let seen = Arc::new(Mutex::new(String::new()));
         let keep = seen.clone();
@@ -410,6 +424,60 @@ mod proxy {
             "the tunnel carried the bytes"
         );
         assert!(s.book.refusals.lock().expect("lock").is_empty());
+    }
+
+    /// This machine's address on its default route: not a loopback one.
+    fn outside_ip() -> std::net::IpAddr {
+        let probe = std::net::UdpSocket::bind("0.0.0.0:0").expect("bind");
+        probe.connect("198.51.100.1:9").expect("a default route");
+        let ip = probe.local_addr().expect("addr").ip();
+        assert!(!ip.is_loopback(), "{ip}");
+        ip
+    }
+
+    #[tokio::test]
+    async fn a_repositorys_entries_open_their_host_for_its_runs_alone_and_never_loopback() {
+        let s = setup().await;
+        let (outside, _) = origin_on("0.0.0.0:0").await;
+        let ip = outside_ip();
+        let (local, _) = origin().await;
+        s.book.extra.lock().expect("lock").insert(
+            "run1".into(),
+            vec![
+                Entry::exact(&ip.to_string(), outside.port()),
+                format!("127.0.0.1:{}", local.port())
+                    .parse()
+                    .expect("entry"),
+                format!("localhost:{}", local.port())
+                    .parse()
+                    .expect("entry"),
+            ],
+        );
+        let get = |run: &str, host: String| {
+            let head = format!(
+                "GET http://{host}/ HTTP/1.1\r\n{}\r\n",
+                auth(&format!("run-{run}"), &s.proxy.password(run))
+            );
+            let proxy = s.proxy.clone();
+            async move { ask(&proxy, &head).await }
+        };
+        let mine = get("run1", format!("{ip}:{}", outside.port())).await;
+        assert!(
+            mine.starts_with("HTTP/1.1 200") && mine.ends_with("hello"),
+            "{mine}"
+        );
+        let other = get("run2", format!("{ip}:{}", outside.port())).await;
+        assert!(
+            other.starts_with("HTTP/1.1 403"),
+            "another run's repository opens nothing: {other}"
+        );
+        for host in ["127.0.0.1", "localhost"] {
+            let answer = get("run1", format!("{host}:{}", local.port())).await;
+            assert!(
+                answer.starts_with("HTTP/1.1 403") && answer.contains("loopback"),
+                "a repository's entry opens no loopback address: {answer}"
+            );
+        }
     }
 
     #[tokio::test]

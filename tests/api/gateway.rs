@@ -614,3 +614,31 @@ async fn a_forge_failing_mid_push_fails_the_runs_push_and_applies_nothing() {
         .await;
     assert!(s.t.forge.branches_of(&s.t.repo).contains(&branch));
 }
+
+#[tokio::test]
+async fn a_run_cannot_push_a_change_to_its_repositorys_settings_file() {
+    let s = setup(|_| {}).await;
+    let run = started(&s, "Widen my own limits").await;
+    let branch = run.var("DIRECTOR_BRANCH").to_owned();
+    let work = clone(&run).await;
+    let w = work.path().join("w");
+    commit(
+        &run,
+        &w,
+        ".director.toml",
+        "[runner]\nimage = \"evil/agent\"\ntimeout_secs = 999999\n",
+    )
+    .await;
+    refused(
+        &run,
+        &w,
+        &["push", "origin", &format!("HEAD:{branch}")],
+        &branch,
+        "changes .director.toml, which runs may not change",
+    )
+    .await;
+    assert!(
+        !s.t.forge.branches_of(&s.t.repo).contains(&branch),
+        "nothing reached the forge"
+    );
+}

@@ -30,6 +30,7 @@ mod pg;
 mod preflight;
 mod pulls;
 mod replicas;
+mod repo_settings;
 mod runs;
 mod scenarios;
 mod status_page;

@@ -20,7 +20,7 @@ use actix_web::web::Bytes;
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use clap::Parser;
 use director::domain::RepoName;
-use director::models::{Config, Metered, ModelGateway, Provider, Runs, Spent, Upstream};
+use director::models::{ActiveRun, Config, Metered, ModelGateway, Provider, Runs, Spent, Upstream};
 use director::settings::{BudgetSettings, Price, Secret};
 use futures_util::StreamExt as _;
 use tokio_util::sync::CancellationToken;
@@ -43,8 +43,12 @@ struct Always(std::sync::atomic::AtomicU64);
 
 #[async_trait::async_trait]
 impl Runs for Always {
-    async fn active(&self, _run_id: &str) -> Result<Option<RepoName>, String> {
-        "acme/widgets".parse().map(Some).map_err(|e| format!("{e}"))
+    async fn active(&self, _run_id: &str) -> Result<Option<ActiveRun>, String> {
+        let repo = "acme/widgets".parse().map_err(|e| format!("{e}"))?;
+        Ok(Some(ActiveRun {
+            repo,
+            run_usd: None,
+        }))
     }
     async fn spent(&self, _: &str, _: &RepoName, _: &str) -> Result<Spent, String> {
         Ok(Spent::default())

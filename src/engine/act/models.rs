@@ -5,7 +5,7 @@
 
 use crate::clock::SharedClock;
 use crate::domain::RepoName;
-use crate::models::{Metered, Runs, Spent};
+use crate::models::{ActiveRun, Metered, Runs, Spent};
 use crate::store::Store;
 
 pub struct ModelRuns {
@@ -15,13 +15,18 @@ pub struct ModelRuns {
 
 #[async_trait::async_trait]
 impl Runs for ModelRuns {
-    async fn active(&self, run_id: &str) -> Result<Option<RepoName>, String> {
+    async fn active(&self, run_id: &str) -> Result<Option<ActiveRun>, String> {
         let run = self
             .store
             .run(run_id)
             .await
             .map_err(|e| format!("the store: {e:#}"))?;
-        Ok(run.filter(|r| r.finished_at_ms.is_none()).map(|r| r.repo))
+        Ok(run
+            .filter(|r| r.finished_at_ms.is_none())
+            .map(|r| ActiveRun {
+                run_usd: r.settings.and_then(|s| s.run_usd),
+                repo: r.repo,
+            }))
     }
 
     async fn spent(&self, run_id: &str, repo: &RepoName, day: &str) -> Result<Spent, String> {

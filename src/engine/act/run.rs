@@ -9,9 +9,9 @@ use anyhow::Context;
 use base64::Engine as _;
 
 use super::Acts;
-use crate::domain::{IssueRecord, IssueRef, RunId, RunRecord, RunState};
+use crate::domain::{IssueRecord, IssueRef, RunId, RunRecord, RunSettings, RunState};
 use crate::event::{Event, RunReport};
-use crate::forge::{Branch, ForgeError, Permission, RunEndpoints, RunnerAccount};
+use crate::forge::{Branch, FileAt, ForgeError, Permission, RunEndpoints, RunnerAccount};
 use crate::preflight::prompt::strip_hidden;
 use crate::runtime::{RUN_LABEL, RunSpec, Runtime, RuntimeError};
 use crate::settings::{RunnerSettings, Secret};
@@ -65,6 +65,9 @@ pub struct RunAct {
     /// With `runner.egress = "allowlist"`: the egress proxy runs reach the outside through,
     /// or why it could not be had (then no run starts: never with open egress by accident).
     pub egress: Option<Result<RunEgress, String>>,
+    /// What a repository's `.director.toml` may set (`[repo_settings]`), and the operator's
+    /// own values it may only lower.
+    pub repo: crate::settings::repo::Operator,
 }
 
 /// The egress proxy as runs see it.
@@ -408,6 +411,19 @@ impl RunAct {
                 why: format!("runs are allow-listed (runner.egress) and {why}"),
             });
         }
+        // The repository's own settings, read before anything is minted or made: a file
+        // that cannot be used starts nothing, and one that cannot be read now is retried.
+        match self.repo_settings(acts, &run, &trusted.title).await? {
+            Ok(None) => {}
+            Ok(Some((branch, settings))) => {
+                acts.store
+                    .put_run_settings(run_id, &branch, &settings)
+                    .await?;
+                run.branch = branch;
+                run.settings = Some(settings);
+            }
+            Err(why) => return Ok(RunReport::Refused { why }),
+        }
         let endpoints = acts.forge.run_endpoints(&run.repo, &self.runner);
         if endpoints.runner_account
             && let Some(why) = self.runner_role_refusal(acts, &run).await?
@@ -461,6 +477,42 @@ impl RunAct {
             base_branch: run.base_branch,
             start_head: run.followup.and_then(|f| f.start_head),
         })
+    }
+
+    /// What the repository's `.director.toml` gives the run, read at the default branch's
+    /// head now (never from the run's branch or a pull request), with the branch its
+    /// template names: `Ok(None)` when repositories may set nothing (the file is not read),
+    /// `Err(why)` when the file cannot be used (the run is refused, and the issue told why).
+    async fn repo_settings(
+        &self,
+        acts: &Acts,
+        run: &RunRecord,
+        title: &str,
+    ) -> anyhow::Result<Result<Option<(String, RunSettings)>, String>> {
+        if !self.repo.ceiling.enabled() {
+            return Ok(Ok(None));
+        }
+        let settings =
+            match read_repo_settings(acts.forge.as_ref(), &self.repo, &run.repo, &run.base_branch)
+                .await?
+            {
+                Ok(settings) => settings,
+                Err(problems) => return Ok(Err(problems.describe())),
+            };
+        // A follow-up pushes to its pull request's branch, whatever the template says now.
+        let branch = match (&settings.branch_template, &run.followup) {
+            (Some(template), None) => {
+                crate::domain::run::branch_name(template, run.number, &run.id[..8], title)
+            }
+            _ => run.branch.clone(),
+        };
+        if branch == run.base_branch {
+            return Ok(Err(format!(
+                "the repository's branch template names the default branch `{branch}`"
+            )));
+        }
+        tracing::info!(commit = %settings.commit, file = settings.file, "the repository's settings were read");
+        Ok(Ok(Some((branch, settings))))
     }
 
     /// The run's token: one an earlier attempt minted is replaced (a token's value cannot be
@@ -836,6 +888,13 @@ impl RunAct {
         if let Some(f) = &run.followup {
             task.push_str(&followup_text(f, &run.branch));
         }
+        if let Some(text) = run
+            .settings
+            .as_ref()
+            .and_then(|s| s.instructions.as_deref())
+        {
+            task.push_str(&instructions_text(text));
+        }
         Ok(task)
     }
 
@@ -943,7 +1002,11 @@ impl RunAct {
         ]);
         RunSpec {
             run_id: run.id.to_string(),
-            image: self.settings.image.clone(),
+            image: run
+                .settings
+                .as_ref()
+                .and_then(|s| s.image.clone())
+                .unwrap_or_else(|| self.settings.image.clone()),
             command: self.settings.command.clone(),
             env,
             labels,
@@ -964,6 +1027,69 @@ pub fn followup_text(f: &crate::domain::FollowUp, branch: &str) -> String {
         f.feedback.by,
         f.pr,
         strip_hidden(&f.feedback.text).trim()
+    )
+}
+
+/// Why a repository's `.director.toml` cannot be used: each problem names its key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unusable {
+    /// The default branch's head the file was read at.
+    pub commit: String,
+    pub problems: Vec<String>,
+}
+
+impl Unusable {
+    /// In one sentence, for the issue.
+    pub fn describe(&self) -> String {
+        format!(
+            "the repository's `{}` (at {}) cannot be used: {}",
+            crate::settings::repo::FILE,
+            &self.commit[..self.commit.len().min(12)],
+            self.problems.join("; ")
+        )
+    }
+}
+
+/// Reads `repo`'s `.director.toml` at the head of `default_branch` now (the contents API at
+/// that commit, never a run's branch or a pull request) and resolves it within `operator`'s
+/// ceiling. `Err` from the forge: nothing can be said now, and no run starts on the
+/// operator's defaults by mistake.
+pub async fn read_repo_settings(
+    forge: &dyn crate::forge::Forge,
+    operator: &crate::settings::repo::Operator,
+    repo: &crate::domain::RepoName,
+    default_branch: &str,
+) -> anyhow::Result<Result<RunSettings, Unusable>> {
+    use crate::settings::repo;
+    let head = forge
+        .branch(repo, default_branch)
+        .await
+        .context("reading the default branch's head")?
+        .map(|b| b.commit)
+        .filter(|c| !c.is_empty())
+        .with_context(|| format!("the default branch `{default_branch}` has no head"))?;
+    let found = forge
+        .file_at(repo, repo::FILE, &head, repo::MAX_BYTES)
+        .await
+        .with_context(|| format!("reading `{}`", repo::FILE))?;
+    let resolved = match found {
+        FileAt::Missing => repo::resolve(operator, &head, None),
+        FileAt::File(bytes) => repo::resolve(operator, &head, Some(&bytes)),
+        FileAt::Unusable(why) => Err(vec![why]),
+    };
+    Ok(resolved.map_err(|problems| Unusable {
+        commit: head,
+        problems,
+    }))
+}
+
+/// What the task file adds from the repository's `.director.toml` (`[task] instructions`),
+/// under a heading that says where it came from.
+pub fn instructions_text(text: &str) -> String {
+    format!(
+        "\n## Instructions from the repository (`{}` on the default branch)\n\n{}\n",
+        crate::settings::repo::FILE,
+        text.trim()
     )
 }
 

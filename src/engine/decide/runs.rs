@@ -183,10 +183,20 @@ impl Step<'_> {
     /// Why the director stopped the run, in words.
     pub(super) fn stop_words(&self, cause: StopCause) -> String {
         match cause {
-            StopCause::Timeout => format!(
-                "it outlived `runner.timeout_secs` ({} s)",
-                self.policy.run_timeout_secs
-            ),
+            StopCause::Timeout => match self
+                .run
+                .as_ref()
+                .and_then(|r| r.settings.as_ref())
+                .and_then(|s| s.timeout_secs)
+            {
+                Some(secs) => format!(
+                    "it outlived its repository's `runner.timeout_secs` ({secs} s, in `.director.toml`)"
+                ),
+                None => format!(
+                    "it outlived `runner.timeout_secs` ({} s)",
+                    self.policy.run_timeout_secs
+                ),
+            },
             StopCause::Idle => format!(
                 "it printed nothing for `runner.idle_timeout_secs` ({} s) and was taken to be wedged",
                 self.policy.idle_timeout_secs

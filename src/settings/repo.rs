@@ -1,0 +1,463 @@
+//! A repository's own run settings, `.director.toml` on its default branch, and the
+//! operator's ceiling over them, `[repo_settings]`. The file is read as a run starts; what it
+//! may set is what `allow` names, images and egress destinations must fit the operator's
+//! globs, and budgets and timeouts are capped at the operator's. A file that oversteps, or
+//! does not parse, starts no run: [`resolve`] says which key and why.
+
+use serde::{Deserialize, Serialize};
+
+use super::{BudgetSettings, RunnerSettings, SettingsError, invalid, lenient};
+use crate::domain::RunSettings;
+
+/// The file, at the root of the default branch.
+pub const FILE: &str = ".director.toml";
+/// The largest file read.
+pub const MAX_BYTES: u64 = 64 * 1024;
+
+/// The keys a repository may be allowed to set.
+pub const KEYS: &[&str] = &[
+    "runner.image",
+    "runner.egress_allow",
+    "runner.timeout_secs",
+    "runner.branch_template",
+    "budget.run_usd",
+    "task.instructions",
+];
+
+/// `[repo_settings]`: what a repository's `.director.toml` may set. Empty `allow` (the
+/// default): nothing, and the file is not read.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RepoSettingsCeiling {
+    /// Which of [`KEYS`] a repository may set.
+    #[serde(deserialize_with = "lenient::list")]
+    pub allow: Vec<String>,
+    /// Globs (`*` any run of characters, `?` one) of the images a repository may name.
+    #[serde(deserialize_with = "lenient::list")]
+    pub images: Vec<String>,
+    /// Globs of the `host:port` entries a repository may add to its runs' egress allow-list.
+    #[serde(deserialize_with = "lenient::list")]
+    pub egress_allow_max: Vec<String>,
+}
+
+impl RepoSettingsCeiling {
+    /// Whether repositories may set anything (and so whether the file is read at all).
+    pub fn enabled(&self) -> bool {
+        !self.allow.is_empty()
+    }
+
+    fn allows(&self, key: &str) -> bool {
+        self.allow.iter().any(|k| k == key)
+    }
+
+    pub(super) fn validate(&self) -> Result<(), SettingsError> {
+        for key in &self.allow {
+            if !KEYS.contains(&key.as_str()) {
+                return Err(invalid(
+                    "repo_settings.allow",
+                    format!(
+                        "`{key}` is not a repository setting (known: {})",
+                        KEYS.join(", ")
+                    ),
+                ));
+            }
+        }
+        for (key, globs) in [
+            ("repo_settings.images", &self.images),
+            ("repo_settings.egress_allow_max", &self.egress_allow_max),
+        ] {
+            if globs.iter().any(|g| g.trim().is_empty()) {
+                return Err(invalid(key, "an empty glob matches nothing; remove it"));
+            }
+        }
+        Ok(())
+    }
+
+    /// What in this ceiling cannot work as the operator likely meant.
+    pub fn warnings(&self, egress_confined: bool) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.allows("runner.image") && self.images.is_empty() {
+            out.push("repo_settings.allow names runner.image but repo_settings.images is empty: every image a repository names is refused".to_owned());
+        }
+        if self.allows("runner.egress_allow") && self.egress_allow_max.is_empty() {
+            out.push("repo_settings.allow names runner.egress_allow but repo_settings.egress_allow_max is empty: every destination a repository adds is refused".to_owned());
+        }
+        if self.allows("runner.egress_allow") && !egress_confined {
+            out.push("repo_settings.allow names runner.egress_allow but runs have open egress (runner.egress): a repository's entries change nothing".to_owned());
+        }
+        out
+    }
+}
+
+/// The file as written: every key optional, an unknown one an error (a typo must not fall
+/// back to the operator's value unnoticed).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RepoFile {
+    #[serde(default)]
+    runner: RunnerPart,
+    #[serde(default)]
+    budget: BudgetPart,
+    #[serde(default)]
+    task: TaskPart,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunnerPart {
+    image: Option<String>,
+    egress_allow: Option<Vec<String>>,
+    timeout_secs: Option<u64>,
+    branch_template: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BudgetPart {
+    run_usd: Option<f64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TaskPart {
+    instructions: Option<String>,
+}
+
+/// What the operator's own settings say, that a repository may only lower.
+#[derive(Clone, Debug)]
+pub struct Operator {
+    pub ceiling: RepoSettingsCeiling,
+    pub image: String,
+    pub timeout_secs: u64,
+    /// 0: no run budget.
+    pub run_usd: f64,
+}
+
+impl Operator {
+    pub fn new(
+        ceiling: &RepoSettingsCeiling,
+        runner: &RunnerSettings,
+        budget: &BudgetSettings,
+    ) -> Self {
+        Self {
+            ceiling: ceiling.clone(),
+            image: runner.image.clone(),
+            timeout_secs: runner.timeout_secs,
+            run_usd: budget.run_usd,
+        }
+    }
+}
+
+/// The settings a run gets from `text`, the file at `commit` (`None`: there is none), or
+/// every reason it gets none, each naming its key. A run is started only on `Ok`.
+pub fn resolve(
+    operator: &Operator,
+    commit: &str,
+    text: Option<&[u8]>,
+) -> Result<RunSettings, Vec<String>> {
+    let mut out = RunSettings {
+        commit: commit.to_owned(),
+        file: text.is_some(),
+        ..RunSettings::default()
+    };
+    let Some(text) = text else {
+        return Ok(out);
+    };
+    if text.len() as u64 > MAX_BYTES {
+        return Err(vec![format!(
+            "`{FILE}` is {} bytes; the director reads at most {MAX_BYTES}",
+            text.len()
+        )]);
+    }
+    let text =
+        std::str::from_utf8(text).map_err(|_| vec![format!("`{FILE}` is not UTF-8 text")])?;
+    let file: RepoFile = toml::from_str(text).map_err(|e| vec![parse_error(&e)])?;
+    let mut problems = Vec::new();
+    let ceiling = &operator.ceiling;
+    let mut may = |key: &str, set: bool| {
+        let ok = !set || ceiling.allows(key);
+        if !ok {
+            problems.push(format!(
+                "`{key}` may not be set by a repository here (the operator's repo_settings.allow does not name it)"
+            ));
+        }
+        set && ok
+    };
+    let r = file.runner;
+    let image = may("runner.image", r.image.is_some());
+    let egress = may("runner.egress_allow", r.egress_allow.is_some());
+    let timeout = may("runner.timeout_secs", r.timeout_secs.is_some());
+    let branch = may("runner.branch_template", r.branch_template.is_some());
+    let budget = may("budget.run_usd", file.budget.run_usd.is_some());
+    let instructions = may("task.instructions", file.task.instructions.is_some());
+    if image && let Some(name) = r.image {
+        let name = name.trim().to_owned();
+        if name.is_empty() {
+            problems.push("`runner.image` is empty".to_owned());
+        } else if !ceiling.images.iter().any(|g| glob(g, &name)) {
+            problems.push(format!(
+                "`runner.image` `{name}` is not among the images the operator allows (repo_settings.images)"
+            ));
+        } else {
+            out.image = Some(name);
+        }
+    }
+    if egress && let Some(entries) = r.egress_allow {
+        for entry in entries {
+            match entry.parse::<crate::egress::Entry>() {
+                Err(why) => problems.push(format!("`runner.egress_allow`: {why}")),
+                Ok(e) => {
+                    let e = e.to_string();
+                    if ceiling.egress_allow_max.iter().any(|g| glob(g, &e)) {
+                        out.egress_allow.push(e);
+                    } else {
+                        problems.push(format!(
+                            "`runner.egress_allow` `{e}` is outside what the operator allows (repo_settings.egress_allow_max)"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    if timeout && let Some(secs) = r.timeout_secs {
+        if secs == 0 {
+            problems.push("`runner.timeout_secs` must be at least 1".to_owned());
+        } else if secs > operator.timeout_secs {
+            out.capped.push(format!(
+                "runner.timeout_secs {secs} is capped at the operator's {}",
+                operator.timeout_secs
+            ));
+        } else {
+            out.timeout_secs = Some(secs);
+        }
+    }
+    if branch && let Some(template) = r.branch_template {
+        match crate::domain::run::check_branch_template(&template) {
+            Ok(()) => out.branch_template = Some(template),
+            Err(why) => problems.push(format!("`runner.branch_template` {why}")),
+        }
+    }
+    if budget && let Some(usd) = file.budget.run_usd {
+        if !usd.is_finite() || usd <= 0.0 {
+            problems.push("`budget.run_usd` must be a positive number of dollars".to_owned());
+        } else if operator.run_usd > 0.0 && usd > operator.run_usd {
+            out.capped.push(format!(
+                "budget.run_usd {usd} is capped at the operator's {}",
+                operator.run_usd
+            ));
+        } else {
+            out.run_usd = Some(usd);
+        }
+    }
+    if instructions && let Some(text) = file.task.instructions {
+        let text = text.trim();
+        if !text.is_empty() {
+            out.instructions = Some(text.to_owned());
+        }
+    }
+    if problems.is_empty() {
+        Ok(out)
+    } else {
+        Err(problems)
+    }
+}
+
+/// A TOML error in one line: which key or line, and why (an unknown key is named).
+fn parse_error(e: &toml::de::Error) -> String {
+    let message = e.message().trim().replace('\n', " ");
+    format!("`{FILE}` does not parse: {message}")
+}
+
+/// Whether `text` matches `pattern`: `*` any run of characters (`/` and `:` included), `?`
+/// one character, anything else itself.
+pub fn glob(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.trim().chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    // The classic two-pointer match with one backtrack point: linear in practice.
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn operator(allow: &[&str]) -> Operator {
+        Operator {
+            ceiling: RepoSettingsCeiling {
+                allow: allow.iter().map(|s| (*s).to_owned()).collect(),
+                images: vec!["registry.example.org/agents/*".into()],
+                egress_allow_max: vec![
+                    "*.mirror.example.org:443".into(),
+                    "pypi.internal:443".into(),
+                ],
+            },
+            image: "registry.example.org/agents/default:1".into(),
+            timeout_secs: 3_600,
+            run_usd: 5.0,
+        }
+    }
+
+    fn all() -> Operator {
+        operator(KEYS)
+    }
+
+    #[test]
+    fn globs_match_whole_names_with_stars_and_question_marks() {
+        assert!(glob(
+            "registry.example.org/agents/*",
+            "registry.example.org/agents/rust:1"
+        ));
+        assert!(!glob(
+            "registry.example.org/agents/*",
+            "evil.org/registry.example.org/agents/x"
+        ));
+        assert!(glob(
+            "*.mirror.example.org:443",
+            "pkg.mirror.example.org:443"
+        ));
+        assert!(!glob(
+            "*.mirror.example.org:443",
+            "pkg.mirror.example.org:4433"
+        ));
+        assert!(!glob("*.mirror.example.org:443", "mirror.example.org:443"));
+        assert!(glob("node:2?", "node:22"));
+        assert!(!glob("node:2?", "node:2"));
+        assert!(glob("a*b*c", "aXbYbZc"));
+        assert!(!glob("a*b*c", "aXbYbZ"));
+    }
+
+    #[test]
+    fn no_file_gives_the_operators_settings_with_the_commit_recorded() {
+        let s = resolve(&all(), "abc", None).expect("ok");
+        assert_eq!(s.commit, "abc");
+        assert!(!s.file);
+        assert_eq!(s.image, None);
+    }
+
+    #[test]
+    fn a_file_within_the_ceiling_sets_each_key() {
+        let text = br#"
+[runner]
+image = "registry.example.org/agents/rust:1.95"
+egress_allow = ["crates.mirror.example.org:443"]
+timeout_secs = 600
+branch_template = "agent-{issue}-{run}"
+
+[budget]
+run_usd = 1.5
+
+[task]
+instructions = "Run `cargo test` before pushing."
+"#;
+        let s = resolve(&all(), "abc", Some(text)).expect("ok");
+        assert_eq!(
+            s.image.as_deref(),
+            Some("registry.example.org/agents/rust:1.95")
+        );
+        assert_eq!(s.egress_allow, ["crates.mirror.example.org:443"]);
+        assert_eq!(s.timeout_secs, Some(600));
+        assert_eq!(s.run_usd, Some(1.5));
+        assert_eq!(
+            s.instructions.as_deref(),
+            Some("Run `cargo test` before pushing.")
+        );
+        assert!(s.capped.is_empty());
+    }
+
+    #[test]
+    fn larger_budgets_and_timeouts_are_capped_at_the_operators() {
+        let text = b"[runner]\ntimeout_secs = 7200\n[budget]\nrun_usd = 50\n";
+        let s = resolve(&all(), "abc", Some(text)).expect("ok");
+        assert_eq!(s.timeout_secs, None);
+        assert_eq!(s.run_usd, None);
+        assert_eq!(s.capped.len(), 2, "{:?}", s.capped);
+        assert!(s.capped[0].contains("3600"));
+    }
+
+    #[test]
+    fn a_repository_cannot_set_what_the_operator_did_not_allow() {
+        let text = b"[runner]\nimage = \"registry.example.org/agents/rust:1\"\n";
+        let problems =
+            resolve(&operator(&["task.instructions"]), "abc", Some(text)).expect_err("refused");
+        assert_eq!(problems.len(), 1);
+        assert!(
+            problems[0].contains("`runner.image` may not be set"),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn an_image_or_destination_outside_the_ceiling_is_refused_by_name() {
+        let text = br#"
+[runner]
+image = "docker.io/someone/agent:latest"
+egress_allow = ["evil.example.com:443", "pypi.internal:443", "127.0.0.1:5432", "nope"]
+"#;
+        let problems = resolve(&all(), "abc", Some(text)).expect_err("refused");
+        let all = problems.join("\n");
+        assert!(
+            all.contains("`runner.image` `docker.io/someone/agent:latest`"),
+            "{all}"
+        );
+        assert!(all.contains("`evil.example.com:443` is outside"), "{all}");
+        assert!(all.contains("`127.0.0.1:5432` is outside"), "{all}");
+        assert!(all.contains("`nope` is not host:port"), "{all}");
+        assert!(!all.contains("pypi.internal"), "{all}");
+    }
+
+    #[test]
+    fn unknown_keys_bad_toml_and_oversized_files_are_refused_with_the_reason() {
+        let typo = resolve(&all(), "abc", Some(b"[runner]\nimgae = \"x\"\n")).expect_err("typo");
+        assert!(typo[0].contains("unknown field `imgae`"), "{typo:?}");
+        let section = resolve(&all(), "abc", Some(b"[secrets]\nx = 1\n")).expect_err("section");
+        assert!(
+            section[0].contains("unknown field `secrets`"),
+            "{section:?}"
+        );
+        let broken = resolve(&all(), "abc", Some(b"[runner\n")).expect_err("broken");
+        assert!(broken[0].contains("does not parse"), "{broken:?}");
+        let big = vec![b'#'; 64 * 1024 + 1];
+        let too_big = resolve(&all(), "abc", Some(&big)).expect_err("big");
+        assert!(too_big[0].contains("at most 65536"), "{too_big:?}");
+        let binary = resolve(&all(), "abc", Some(&[0xff, 0xfe])).expect_err("binary");
+        assert!(binary[0].contains("not UTF-8"), "{binary:?}");
+    }
+
+    #[test]
+    fn a_bad_branch_template_or_a_nonsense_budget_is_refused() {
+        let text = b"[runner]\nbranch_template = \"main\"\n[budget]\nrun_usd = -1\n";
+        let problems = resolve(&all(), "abc", Some(text)).expect_err("refused");
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].contains("`runner.branch_template` must contain {run}"));
+        assert!(problems[1].contains("positive"));
+    }
+
+    #[test]
+    fn the_ceiling_knows_only_the_repository_keys() {
+        let mut c = RepoSettingsCeiling {
+            allow: vec!["runner.command".into()],
+            ..Default::default()
+        };
+        assert!(c.validate().is_err());
+        c.allow = vec!["runner.image".into()];
+        assert!(c.validate().is_ok());
+        assert_eq!(c.warnings(true).len(), 1);
+    }
+}
