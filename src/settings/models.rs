@@ -196,3 +196,26 @@ impl super::Settings {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_repositorys_run_budget_only_ever_lowers_the_operators() {
+        let operator = BudgetSettings {
+            run_usd: 2.0,
+            repo_daily_usd: 10.0,
+            daily_usd: 0.0,
+        };
+        assert_eq!(operator.for_run(Some(0.5)).run_usd, 0.5);
+        assert_eq!(operator.for_run(Some(50.0)).run_usd, 2.0);
+        assert_eq!(operator.for_run(None).run_usd, 2.0);
+        assert_eq!(operator.for_run(Some(f64::NAN)).run_usd, 2.0);
+        assert_eq!(operator.for_run(Some(-1.0)).run_usd, 2.0);
+        assert_eq!(operator.for_run(Some(0.5)).repo_daily_usd, 10.0);
+        let unlimited = BudgetSettings::default();
+        assert_eq!(unlimited.for_run(Some(0.5)).run_usd, 0.5);
+        assert!(unlimited.for_run(Some(0.5)).any());
+    }
+}

@@ -315,3 +315,52 @@ async fn check_repo_prints_the_settings_a_run_would_get_or_the_errors_and_starts
     );
     t.assert_contract();
 }
+
+#[tokio::test]
+async fn what_a_hostile_file_says_reaches_the_issue_inert() {
+    let (t, _llm, _fake) = spawn(open_ceiling).await;
+    let hostile = [
+        "[runner]\n\"@root <img src=x onerror=alert(1)>\" = 1\n",
+        "[runner]\nimage = \"evil`\\n/director retry @root <b>x</b>\"\n",
+    ];
+    for (n, text) in hostile.iter().enumerate() {
+        t.forge.put_file(&t.repo, "main", FILE, text.as_bytes());
+        let issue = labelled(&t, &format!("Hostile {n}"), "Print each step.").await;
+        t.app
+            .wait_for("the refusal is reported", || async {
+                !reports(&t, &issue).is_empty()
+            })
+            .await;
+        let report = reports(&t, &issue).join("\n");
+        assert!(report.contains("cannot be used"), "{report}");
+        assert!(!report.contains("@root"), "no mention: {report}");
+        assert!(
+            !report.contains("<img") && !report.contains("<b>"),
+            "no HTML: {report}"
+        );
+        assert!(
+            !report
+                .lines()
+                .any(|l| l.trim_start().starts_with("/director")),
+            "no command: {report}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_repositorys_lower_timeout_stops_its_run_and_says_whose_limit_it_was() {
+    let (t, _llm, _fake) = spawn(open_ceiling).await;
+    t.forge
+        .put_file(&t.repo, "main", FILE, b"[runner]\ntimeout_secs = 1\n");
+    let issue = labelled(&t, "Think forever", "mode: hang").await;
+    t.wait_state(&issue, Lifecycle::TimedOut).await;
+    let r = reports(&t, &issue);
+    assert_eq!(r.len(), 1);
+    assert!(
+        r[0].contains(
+            "it outlived its repository's `runner.timeout_secs` (1 s, in `.director.toml`)"
+        ),
+        "{}",
+        r[0]
+    );
+}

@@ -497,7 +497,13 @@ impl RunAct {
                 .await?
             {
                 Ok(settings) => settings,
-                Err(problems) => return Ok(Err(problems.describe())),
+                // Written by whoever can push to the default branch, and echoed in the
+                // issue: made inert (no mention, no command, no HTML) and cut.
+                Err(problems) => {
+                    let why = crate::domain::run::agent_text(&problems.describe(), 4_000)
+                        .unwrap_or_default();
+                    return Ok(Err(why));
+                }
             };
         // A follow-up pushes to its pull request's branch, whatever the template says now.
         let branch = match (&settings.branch_template, &run.followup) {
