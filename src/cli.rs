@@ -260,8 +260,18 @@ pub fn run() -> ExitCode {
                 }
                 println!("=== read ({}) ===\n{}\n", run.model, run.reading.trim());
                 match run.verdict {
-                    Some(v) => println!("=== verdict ===\n{}", serde_json::to_string(&v)?),
-                    None => println!("=== verdict ===\nunclear: no GO, NO-GO or WRONG-REPO line"),
+                    Some(v) => {
+                        println!("=== verdict ===\n{}", serde_json::to_string(&v)?);
+                        if let crate::domain::verdict::Verdict::NeedsInfo { questions } = &v {
+                            println!("\n=== questions ===");
+                            for (n, q) in questions.iter().enumerate() {
+                                println!("{}. {q}", n + 1);
+                            }
+                        }
+                    }
+                    None => println!(
+                        "=== verdict ===\nunclear: no GO, NO-GO or WRONG-REPO line, nor NEEDS-INFO with numbered questions"
+                    ),
                 }
                 Ok(())
             })

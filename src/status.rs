@@ -40,6 +40,9 @@ pub struct Row {
     pub verdict: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub verdict_reason: Option<String>,
+    /// While the issue needs information: the pre-flight's questions still open.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub open_questions: Option<usize>,
     /// The pull request the issue's run opened.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pr: Option<PrRow>,
@@ -241,6 +244,12 @@ fn waiting(r: &IssueRecord) -> Option<String> {
     if let Some(b) = &r.blocked {
         return Some(b.clone());
     }
+    if r.lifecycle == Lifecycle::NeedsInfo {
+        return Some(format!(
+            "{} question(s) of the pre-flight open in the thread; a writer's answer reads it again",
+            r.preflight.questions.len()
+        ));
+    }
     match (r.lifecycle, r.preflight.not_before_ms) {
         (Lifecycle::Pending, Some(at)) => Some(match &r.preflight.last_error {
             Some(e) => format!(
@@ -389,6 +398,8 @@ pub fn rows(
                 waiting: waiting(r).or_else(|| budget_spent(r)).or_else(|| paced(r)),
                 verdict: r.preflight.verdict.map(|v| v.as_str().to_owned()),
                 verdict_reason: r.preflight.reason.clone(),
+                open_questions: (r.lifecycle == Lifecycle::NeedsInfo)
+                    .then_some(r.preflight.questions.len()),
                 pr: r.pr.as_ref().map(|p| PrRow {
                     number: p.number,
                     state: p.state.as_str().to_owned(),
@@ -523,6 +534,7 @@ fn totals(rows: &[Row]) -> Vec<(&'static str, usize)> {
             count(&["failed", "timed_out", "over_budget", "preflight_failed"]),
         ),
         ("no-go", count(&["no_go"])),
+        ("needs info", count(&["needs_info"])),
     ]
 }
 
@@ -733,6 +745,10 @@ mod tests {
         let mut nogo = issue(5, "Rewrite everything", Lifecycle::NoGo);
         nogo.preflight.verdict = Some(Judgement::NoGo);
         nogo.preflight.reason = Some("Too broad: split it.".into());
+        let mut asking = issue(6, "Add a config file", Lifecycle::NeedsInfo);
+        asking.preflight.verdict = Some(Judgement::NeedsInfo);
+        asking.preflight.reason = Some("2 open question(s)".into());
+        asking.preflight.questions = vec!["TOML or YAML?".into(), "Where is it read?".into()];
         let mut run1 = RunRecord::admitted(
             &running.issue_ref(),
             "0123456789ab".into(),
@@ -752,7 +768,7 @@ mod tests {
         run4.finished_at_ms = Some(now - 600_000);
         run4.pr_number = Some(12);
         rows(
-            &[running, queued, retry, done, nogo],
+            &[running, queued, retry, done, nogo, asking],
             &[],
             &[run1, run4],
             Some(&WebLinks {

@@ -74,6 +74,9 @@ pub enum Judgement {
     NoGo,
     #[serde(rename = "WRONG-REPO")]
     WrongRepo,
+    /// Questions were asked in the thread.
+    #[serde(rename = "NEEDS-INFO")]
+    NeedsInfo,
     /// A writer skipped the gate (`/director go` or the skip label).
     #[serde(rename = "SKIPPED")]
     Skipped,
@@ -88,6 +91,7 @@ impl Judgement {
             Self::Go => "GO",
             Self::NoGo => "NO-GO",
             Self::WrongRepo => "WRONG-REPO",
+            Self::NeedsInfo => "NEEDS-INFO",
             Self::Skipped => "SKIPPED",
             Self::Error => "ERROR",
         }
@@ -127,6 +131,23 @@ pub struct PreflightState {
     /// went on.
     #[serde(default)]
     pub proposed_seen_at: Option<String>,
+    /// The questions of the last NEEDS-INFO: open while the issue needs information, and kept
+    /// after a GO for the run's task.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub questions: Vec<String>,
+    /// The newest comment when they were asked: the answers come after it.
+    #[serde(default)]
+    pub asked_after: u64,
+    /// How many reads in a row said NEEDS-INFO (a read of the same text counts once).
+    #[serde(default)]
+    pub question_rounds: u32,
+}
+
+impl PreflightState {
+    /// Whether questions are open: the last verdict asked them.
+    pub fn asking(&self) -> bool {
+        self.verdict == Some(Judgement::NeedsInfo) && !self.questions.is_empty()
+    }
 }
 
 /// An issue's title and body, and who vouched for (or proposed) them.

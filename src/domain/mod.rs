@@ -170,6 +170,8 @@ pub enum Lifecycle {
     Queued,
     /// The pre-flight said NO-GO; a trusted edit or comment reads it again.
     NoGo,
+    /// The pre-flight asked questions in the thread; a writer's answer reads it again.
+    NeedsInfo,
     /// The pre-flight said WRONG-REPO and the issue was filed in the named repository.
     Routed,
     /// The pre-flight could not run after every attempt; the issue waits.
@@ -203,6 +205,7 @@ impl Lifecycle {
             Self::Pending => "pending",
             Self::Queued => "queued",
             Self::NoGo => "no_go",
+            Self::NeedsInfo => "needs_info",
             Self::Routed => "routed",
             Self::PreflightFailed => "preflight_failed",
             Self::Launching => "launching",
@@ -224,6 +227,7 @@ impl Lifecycle {
             "pending" => Some(Self::Pending),
             "queued" => Some(Self::Queued),
             "no_go" => Some(Self::NoGo),
+            "needs_info" => Some(Self::NeedsInfo),
             "routed" => Some(Self::Routed),
             "preflight_failed" => Some(Self::PreflightFailed),
             "launching" => Some(Self::Launching),
@@ -247,6 +251,7 @@ impl Lifecycle {
             Self::Pending
                 | Self::Queued
                 | Self::NoGo
+                | Self::NeedsInfo
                 | Self::Routed
                 | Self::PreflightFailed
                 | Self::Launching

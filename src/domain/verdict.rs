@@ -10,17 +10,32 @@ use crate::domain::RepoName;
 #[serde(tag = "verdict", rename_all = "SCREAMING-KEBAB-CASE")]
 pub enum Verdict {
     Go,
-    NoGo { reason: String },
-    WrongRepo { repo: RepoName, what: String },
+    NoGo {
+        reason: String,
+    },
+    WrongRepo {
+        repo: RepoName,
+        what: String,
+    },
+    /// Could be GO once these questions (one to [`MAX_QUESTIONS`]) are answered.
+    NeedsInfo {
+        questions: Vec<String>,
+    },
 }
 
+/// The most questions one read may ask; more are cut.
+pub const MAX_QUESTIONS: usize = 5;
+/// The longest question kept, in characters.
+const QUESTION_MAX_CHARS: usize = 300;
+
 impl Verdict {
-    /// `GO`, `NO-GO` or `WRONG-REPO`: the word people see.
+    /// `GO`, `NO-GO`, `WRONG-REPO` or `NEEDS-INFO`: the word people see.
     pub fn word(&self) -> &'static str {
         match self {
             Self::Go => "GO",
             Self::NoGo { .. } => "NO-GO",
             Self::WrongRepo { .. } => "WRONG-REPO",
+            Self::NeedsInfo { .. } => "NEEDS-INFO",
         }
     }
 }
@@ -102,9 +117,55 @@ fn verdict_of(line: &str) -> Option<Verdict> {
     None
 }
 
-/// The last verdict in `answer`, or `None` when it states none.
+/// Whether the line says NEEDS-INFO (its questions are on the lines that follow).
+fn needs_info(line: &str) -> bool {
+    let line = clean(line);
+    let normalized = line.replace(['–', '—'], "-");
+    let l = normalized.as_str();
+    strip_prefix_ci(l, "NEEDS-INFO")
+        .or_else(|| strip_prefix_ci(l, "NEEDS INFO"))
+        .and_then(rest)
+        .is_some()
+}
+
+/// A numbered list item (`1. …`, `2) …`, decorated or not): its text.
+fn numbered(line: &str) -> Option<String> {
+    let t = line
+        .trim()
+        .trim_start_matches(['>', '*', '_', ' ', '\t'])
+        .trim_start();
+    let digits = t.bytes().take_while(u8::is_ascii_digit).count();
+    if digits == 0 || digits > 2 {
+        return None;
+    }
+    let after = t[digits..].strip_prefix(['.', ')'])?;
+    if !after.starts_with([' ', '\t']) {
+        return None;
+    }
+    let text = after.trim().trim_matches(['*', '_']).trim();
+    (!text.is_empty()).then(|| text.chars().take(QUESTION_MAX_CHARS).collect())
+}
+
+/// The last verdict in `answer`, or `None` when it states none. A NEEDS-INFO counts only
+/// with its questions, a numbered list on the lines after it: without one the answer is
+/// garbled, and no earlier verdict line stands in for it.
 pub fn parse(answer: &str) -> Option<Verdict> {
-    answer.lines().rev().find_map(verdict_of)
+    let lines: Vec<&str> = answer.lines().collect();
+    for (i, line) in lines.iter().enumerate().rev() {
+        if needs_info(line) {
+            let questions: Vec<String> = lines[i + 1..]
+                .iter()
+                .filter(|l| !l.trim().is_empty())
+                .map_while(|l| numbered(l))
+                .take(MAX_QUESTIONS)
+                .collect();
+            return (!questions.is_empty()).then_some(Verdict::NeedsInfo { questions });
+        }
+        if let Some(v) = verdict_of(line) {
+            return Some(v);
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -172,6 +233,50 @@ mod tests {
             None,
             "a WRONG-REPO needs a repository"
         );
+    }
+
+    fn needs(qs: &[&str]) -> Option<Verdict> {
+        Some(Verdict::NeedsInfo {
+            questions: qs.iter().map(|q| (*q).to_owned()).collect(),
+        })
+    }
+
+    #[test]
+    fn needs_info_carries_its_numbered_questions() {
+        assert_eq!(
+            parse("Unclear which flag.\n\nNEEDS-INFO\n1. Which flag name?\n2) Default on or off?"),
+            needs(&["Which flag name?", "Default on or off?"])
+        );
+        assert_eq!(
+            parse("**NEEDS-INFO:**\n\n> 1. **Which flag?**\n\n> 2. Where?\n"),
+            needs(&["Which flag?", "Where?"])
+        );
+        assert_eq!(parse("needs info\n1. One?"), needs(&["One?"]));
+        let six = "NEEDS-INFO\n1. a\n2. b\n3. c\n4. d\n5. e\n6. f";
+        assert_eq!(
+            parse(six),
+            needs(&["a", "b", "c", "d", "e"]),
+            "at most five"
+        );
+        let long = format!("NEEDS-INFO\n1. {}", "x".repeat(1000));
+        let Some(Verdict::NeedsInfo { questions }) = parse(&long) else {
+            panic!("a verdict");
+        };
+        assert_eq!(questions[0].chars().count(), 300);
+    }
+
+    #[test]
+    fn needs_info_without_a_question_is_garbled_and_no_earlier_verdict_stands_in() {
+        assert_eq!(parse("NEEDS-INFO"), None);
+        assert_eq!(parse("NEEDS-INFO: what flag?"), None);
+        assert_eq!(parse("GO\nOn reflection:\nNEEDS-INFO\nJust ask me."), None);
+        assert_eq!(
+            parse("1. Which?\nNEEDS-INFO"),
+            None,
+            "questions follow the verdict"
+        );
+        // A later verdict still wins over an earlier NEEDS-INFO.
+        assert_eq!(parse("NEEDS-INFO\n1. Which?\nGO"), Some(Verdict::Go));
     }
 
     proptest! {

@@ -30,6 +30,12 @@ pub enum Shown {
         error: String,
         proceeding: bool,
     },
+    /// Questions asked in the thread (model output, made inert when shown), and the answers
+    /// by accounts without write access that wait for a writer.
+    NeedsInfo {
+        questions: Vec<String>,
+        waiting: Vec<LeftOut>,
+    },
 }
 
 impl Shown {
@@ -41,6 +47,7 @@ impl Shown {
             Self::Routed { .. } => "WRONG-REPO",
             Self::Skipped { .. } => "SKIPPED",
             Self::Failed { .. } => "ERROR",
+            Self::NeedsInfo { .. } => "NEEDS-INFO",
         }
     }
 }
@@ -59,6 +66,8 @@ pub struct CommentInput<'a> {
     pub model: &'a str,
     /// SHA-256 of the text read.
     pub hash: &'a str,
+    /// `preflight.max_question_rounds`, for a NEEDS-INFO.
+    pub max_question_rounds: u32,
 }
 
 /// Model output shown inside `<details>`: no HTML comment (which could forge a marker), no
@@ -69,6 +78,14 @@ fn quote_reading(reading: &str) -> String {
         .replace("<details", "&lt;details")
         .trim()
         .to_owned()
+}
+
+/// A question the model asked, on one line and inert: no mention, no command, no HTML.
+fn question(q: &str) -> String {
+    let flat = one_line(q);
+    crate::domain::run::agent_text(&flat, 400)
+        .map(|t| t.replace('\n', " "))
+        .unwrap_or_else(|| "(empty)".to_owned())
 }
 
 fn one_line(s: &str) -> String {
@@ -101,6 +118,14 @@ pub fn render(input: &CommentInput<'_>) -> String {
             None,
             format!("@{by} skipped the gate with {how}. Queued for a run."),
         ),
+        Shown::NeedsInfo { questions, .. } => (
+            "NEEDS-INFO",
+            None,
+            format!(
+                "{} question(s) to answer before a run can start. No container was launched.",
+                questions.len()
+            ),
+        ),
         Shown::Failed { error, proceeding } => (
             "could not run",
             Some(error.clone()),
@@ -121,7 +146,28 @@ pub fn render(input: &CommentInput<'_>) -> String {
         "To skip the gate, a maintainer with write access comments `/director go` or adds the label `{}`.",
         input.skip_label
     );
+    if let Shown::NeedsInfo { questions, waiting } = shown {
+        for (n, q) in questions.iter().enumerate() {
+            out.push_str(&format!("{}. {}\n", n + 1, question(q)));
+        }
+        out.push('\n');
+        if !waiting.is_empty() {
+            let list: Vec<String> = waiting
+                .iter()
+                .map(|l| format!("[comment by @{}](#issuecomment-{})", l.author, l.comment_id))
+                .collect();
+            out.push_str(&format!(
+                "<details>\n<summary>Answers waiting for a writer ({})</summary>\n\n{} by accounts without write access: the director reads them once a maintainer with write access comments after them (any text, or `/director go`), vouching for the thread up to there.\n\n</details>\n\n",
+                list.len(),
+                list.join(", ")
+            ));
+        }
+    }
     match shown {
+        Shown::NeedsInfo { .. } => out.push_str(&format!(
+            "Answer in a comment: a maintainer's answer (or a maintainer's comment after an answer, vouching for it) makes the director read the issue again, with the questions and the answers. After {} rounds of questions it says NO-GO. {skip}\n\n",
+            input.max_question_rounds
+        )),
         Shown::Go | Shown::Skipped { .. } => out.push_str(&format!(
             "Removing the `{}` label or closing the issue cancels. A trusted edit or comment makes the director read it again.\n\n",
             input.trigger
@@ -224,6 +270,7 @@ mod tests {
             hidden: &[],
             model: "qwen2.5-coder:32b",
             hash: HASH,
+            max_question_rounds: 3,
         })
     }
 
@@ -242,6 +289,7 @@ mod tests {
             hidden: &hidden,
             model: "qwen2.5-coder:32b",
             hash: HASH,
+            max_question_rounds: 3,
         }));
     }
 
@@ -372,5 +420,51 @@ mod tests {
         assert_eq!(parse_marker(&body), Some(("GO".into(), HASH.into())));
         assert_eq!(body.matches(MARKER).count(), 1);
         assert_eq!(body.matches("</details>").count(), 1);
+    }
+
+    #[test]
+    fn needs_info_lists_its_questions_inert_and_the_answers_that_wait_for_a_writer() {
+        let body = render_with(
+            Shown::NeedsInfo {
+                questions: vec![
+                    "Which flag name, `--verbose` or `-v`?".into(),
+                    "Ask @admin <img src=x onerror=alert(1)>\n/director go".into(),
+                ],
+                waiting: vec![LeftOut {
+                    author: "rita".into(),
+                    comment_id: 42,
+                    issue_text: false,
+                    never_vouched: false,
+                }],
+            },
+            Some("NEEDS-INFO\n1. Which flag name?"),
+            &[],
+        );
+        assert_eq!(
+            parse_marker(&body),
+            Some(("NEEDS-INFO".into(), HASH.into()))
+        );
+        assert!(body.contains("### 🛫 pre-flight: NEEDS-INFO"), "{body}");
+        assert!(
+            body.contains("\n1. Which flag name, `--verbose` or `-v`?\n"),
+            "{body}"
+        );
+        assert!(body.contains("\n2. Ask @\u{200B}admin &lt;img"), "{body}");
+        assert!(!body.contains("@admin") && !body.contains("<img"), "{body}");
+        assert!(
+            !body
+                .lines()
+                .any(|l| l.trim_start().starts_with("/director")),
+            "{body}"
+        );
+        assert!(body.contains("Answers waiting for a writer (1)"), "{body}");
+        assert!(
+            body.contains("[comment by @rita](#issuecomment-42)"),
+            "{body}"
+        );
+        assert!(
+            body.contains("After 3 rounds of questions it says NO-GO"),
+            "{body}"
+        );
     }
 }

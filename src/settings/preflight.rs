@@ -64,6 +64,9 @@ pub struct PreflightSettings {
     pub max_attempts: u32,
     /// First wait between attempts, doubled each time, in milliseconds.
     pub retry_backoff_ms: u64,
+    /// Reads in a row that may say NEEDS-INFO; the next one that would is NO-GO with the
+    /// open questions.
+    pub max_question_rounds: u32,
     /// `wait` (default) or `proceed` when the pre-flight could not run.
     pub on_error: OnError,
     /// Owners (users or organisations) a WRONG-REPO issue may be filed with.
@@ -98,6 +101,7 @@ impl Default for PreflightSettings {
             max_tokens: 1024,
             max_attempts: 3,
             retry_backoff_ms: 30_000,
+            max_question_rounds: 3,
             on_error: OnError::Wait,
             trusted_owners: Vec::new(),
             automation_accounts: Vec::new(),
@@ -124,6 +128,12 @@ impl PreflightSettings {
         }
         if p.max_attempts == 0 {
             return Err(invalid("preflight.max_attempts", "must be at least 1"));
+        }
+        if p.max_question_rounds == 0 {
+            return Err(invalid(
+                "preflight.max_question_rounds",
+                "must be at least 1",
+            ));
         }
         if p.concurrency == 0 {
             return Err(invalid("preflight.concurrency", "must be at least 1"));

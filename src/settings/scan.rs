@@ -50,6 +50,9 @@ pub struct LabelSettings {
     pub failed: String,
     #[serde(deserialize_with = "lenient::string")]
     pub no_go: String,
+    /// On an issue whose pre-flight asked questions in the thread.
+    #[serde(deserialize_with = "lenient::string")]
+    pub needs_info: String,
     /// Put on the issue when its pull request was merged (`pr_open` comes off).
     #[serde(deserialize_with = "lenient::string")]
     pub merged: String,
@@ -71,6 +74,7 @@ impl Default for LabelSettings {
             pr_open: "headless:pr-open".into(),
             failed: "headless:failed".into(),
             no_go: "headless:no-go".into(),
+            needs_info: "headless:needs-info".into(),
             merged: "headless:merged".into(),
             waiting: "headless:waiting".into(),
             priority: Vec::new(),

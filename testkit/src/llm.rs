@@ -21,8 +21,12 @@ pub fn text(s: &str) -> Reply {
     Reply::Text(s.to_owned())
 }
 
+/// Answers a prompt, or leaves it to the script (`None`).
+type Responder = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
 #[derive(Default)]
 struct State {
+    responder: Option<Responder>,
     replies: VecDeque<Reply>,
     default: Option<String>,
     prompts: Vec<String>,
@@ -66,6 +70,12 @@ impl FakeLlm {
         self.state.lock().expect("lock").replies.extend(replies);
     }
 
+    /// Answers each prompt with what `f` makes of it, before any scripted reply; `None`
+    /// leaves the prompt to the script.
+    pub fn respond_with(&self, f: impl Fn(&str) -> Option<String> + Send + Sync + 'static) {
+        self.state.lock().expect("lock").responder = Some(Arc::new(f));
+    }
+
     pub fn always(&self, answer: &str) {
         self.state.lock().expect("lock").default = Some(answer.to_owned());
     }
@@ -101,6 +111,10 @@ async fn next_reply(state: &Mutex<State>, req: &HttpRequest, body: &Value) -> Re
             .unwrap_or_default()
             .to_owned();
         s.keys.push(key);
+        let prompt = s.prompts.last().cloned().unwrap_or_default();
+        if let Some(text) = s.responder.as_ref().and_then(|f| f(&prompt)) {
+            return Reply::Text(text);
+        }
         s.replies
             .pop_front()
             .or_else(|| s.default.clone().map(Reply::Text))

@@ -29,6 +29,7 @@ mod outbox;
 mod pg;
 mod preflight;
 mod pulls;
+mod questions;
 mod replicas;
 mod repo_settings;
 mod runs;

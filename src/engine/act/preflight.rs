@@ -50,6 +50,9 @@ pub struct Gathered {
     pub vouched: Option<Vouched>,
     /// What the read left out as hidden from a reader, one line per place.
     pub hidden: Vec<String>,
+    /// The comments the prompt holds that came after the pre-flight's last questions: their
+    /// answers, for the run's task.
+    pub answers: Vec<PromptComment>,
 }
 
 impl Gathered {
@@ -255,7 +258,7 @@ impl PreflightAct {
                 None => {
                     self.count_error("unclear");
                     PreflightOutcome::Failed {
-                        error: "the answer held no verdict line (GO, NO-GO or WRONG-REPO)".into(),
+                        error: "the answer held no verdict line (GO, NO-GO, WRONG-REPO, or NEEDS-INFO with numbered questions)".into(),
                         reading: Some(r.text),
                         model: r.model,
                         read: Some(read),
@@ -311,6 +314,7 @@ impl PreflightAct {
             PreflightOutcome::Read { verdict, .. } => match verdict {
                 verdict::Verdict::Go => "go",
                 verdict::Verdict::NoGo { .. } => "no_go",
+                verdict::Verdict::NeedsInfo { .. } => "needs_info",
                 verdict::Verdict::WrongRepo { .. } => "wrong_repo",
             },
             PreflightOutcome::Skipped { .. } => "skipped",
@@ -434,23 +438,68 @@ pub async fn gather_with(
         known: std::collections::HashMap::new(),
     };
     let mut trusted = Vec::new();
+    let mut answers = Vec::new();
     let mut left_out = Vec::new();
     let mut go_command = None;
     let mut newest_comment_id = handled_command_id;
+    // While the pre-flight's questions are open, a writer's comment after them (any text, or
+    // `/director go`) vouches for the thread up to it: an answer by someone without write
+    // access before it is read, one after it waits. A `/director go` then asks for a read
+    // with the answers, not a skip of the gate.
+    // Kept once asked (until the trigger is applied anew), so that the launch's read of the
+    // thread is the one the verdict was given for.
+    let asked_after = state
+        .filter(|s| !s.questions.is_empty())
+        .map(|s| s.asked_after);
+    let mut vouched_until: Option<(u64, String)> = None;
+    let mut first_reader_answer: Option<u64> = None;
+    if let Some(after) = asked_after {
+        for c in comments.iter().filter(|c| c.id > after) {
+            if bot.is_some_and(|b| same_login(b, &c.author)) || c.body.starts_with(comment::MARKER)
+            {
+                continue;
+            }
+            if roles.of(&c.author).await?.can_write() {
+                vouched_until = Some((c.id, c.author.clone()));
+            } else if !is_only_commands(&c.body) && !roles.trusted(&c.author).await? {
+                first_reader_answer = first_reader_answer.or(Some(c.id));
+            }
+        }
+    }
     for c in &comments {
         newest_comment_id = newest_comment_id.max(c.id);
         if bot.is_some_and(|b| same_login(b, &c.author)) || c.body.starts_with(comment::MARKER) {
             continue;
         }
         let writer = roles.of(&c.author).await?.can_write();
-        if writer && c.id > handled_command_id && Command::find(&c.body, &[Command::Go]).is_some() {
+        // With an answer waiting before it, `/director go` vouches for it (a read follows);
+        // otherwise it skips the gate, as always.
+        let vouches = asked_after.is_some() && first_reader_answer.is_some_and(|a| a < c.id);
+        if writer
+            && c.id > handled_command_id
+            && !vouches
+            && Command::find(&c.body, &[Command::Go]).is_some()
+        {
             go_command = Some((c.author.clone(), c.id));
         }
         if is_only_commands(&c.body) {
             continue;
         }
+        let is_answer = asked_after.is_some_and(|after| c.id > after);
+        let vouched_by = vouched_until
+            .as_ref()
+            .filter(|(until, _)| is_answer && c.id < *until)
+            .map(|(_, by)| by.clone());
         if roles.trusted(&c.author).await? {
             trusted.push(prompt_comment(c));
+            if is_answer {
+                answers.push(prompt_comment(c));
+            }
+        } else if let Some(by) = vouched_by {
+            let mut answer = prompt_comment(c);
+            answer.author = format!("{} (no write access; vouched for by @{by})", c.author);
+            trusted.push(answer.clone());
+            answers.push(answer);
         } else {
             left_out.push(LeftOut {
                 author: c.author.clone(),
@@ -523,6 +572,7 @@ pub async fn gather_with(
         body: text.body,
         vouched,
         hidden,
+        answers,
     })
 }
 

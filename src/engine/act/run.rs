@@ -22,6 +22,8 @@ struct TrustedText {
     stale: bool,
     title: String,
     body: String,
+    /// The thread's answers to the pre-flight's questions, as the verdict read them.
+    answers: Vec<crate::preflight::prompt::PromptComment>,
 }
 
 /// Where the task file lands inside the container.
@@ -452,9 +454,13 @@ impl RunAct {
                 .map(|b| b.commit)
                 .filter(|c| !c.is_empty());
         }
-        let task = self
+        let mut task = self
             .task(acts, &run, &issue, &trusted.title, &trusted.body)
             .await?;
+        task.push_str(&questions_text(
+            &issue.preflight.questions,
+            &trusted.answers,
+        ));
         let spec = self.spec(&run, &token, task, &endpoints);
         let id = match self.runtime.create(&spec).await {
             Ok(id) => id,
@@ -696,6 +702,7 @@ impl RunAct {
                     .is_some_and(|h| *h != g.prompt.sha256),
                 title: g.title,
                 body: g.body,
+                answers: g.answers,
             });
         }
         let (title, body) = match &issue.preflight.vouched {
@@ -709,6 +716,7 @@ impl RunAct {
             stale: false,
             title,
             body,
+            answers: Vec::new(),
         })
     }
 
@@ -1087,6 +1095,33 @@ pub async fn read_repo_settings(
         commit: head,
         problems,
     }))
+}
+
+/// What the task file adds when the pre-flight asked questions before its GO: the questions,
+/// and the thread's answers as the verdict read them (hidden content stripped).
+pub fn questions_text(
+    questions: &[String],
+    answers: &[crate::preflight::prompt::PromptComment],
+) -> String {
+    if questions.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("\n## Questions the pre-flight asked, and the answers\n\n");
+    for (n, q) in questions.iter().enumerate() {
+        out.push_str(&format!("{}. {}\n", n + 1, q.trim()));
+    }
+    if answers.is_empty() {
+        out.push_str("\n(No answer in the thread.)\n");
+    }
+    for a in answers {
+        out.push_str(&format!(
+            "\n### @{} at {}\n\n{}\n",
+            a.author,
+            a.created_at,
+            strip_hidden(&a.body).trim()
+        ));
+    }
+    out
 }
 
 /// What the task file adds from the repository's `.director.toml` (`[task] instructions`),

@@ -139,6 +139,9 @@ impl Step<'_> {
             by: String::new(),
         });
         self.record.preflight.proposed_seen_at = snap.updated_at.clone();
+        // A new hand-over starts the questions afresh.
+        self.record.preflight.question_rounds = 0;
+        self.record.preflight.questions.clear();
         self.record.trigger_actor = None;
         self.record.trigger_trusted = None;
         self.resolve_trigger();

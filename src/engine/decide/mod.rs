@@ -41,6 +41,8 @@ pub struct Policy {
     pub trusted_owners: Vec<String>,
     pub on_error: OnError,
     pub preflight_max_attempts: u32,
+    /// `preflight.max_question_rounds`.
+    pub max_question_rounds: u32,
     pub retry_backoff_ms: u64,
     pub run_timeout_secs: u64,
     pub idle_timeout_secs: u64,
@@ -62,6 +64,7 @@ impl Policy {
             trusted_owners: settings.preflight.trusted_owners.clone(),
             on_error: settings.preflight.on_error,
             preflight_max_attempts: settings.preflight.max_attempts.max(1),
+            max_question_rounds: settings.preflight.max_question_rounds.max(1),
             retry_backoff_ms: settings.preflight.retry_backoff_ms,
             run_timeout_secs: settings.runner.timeout_secs,
             idle_timeout_secs: settings.runner.idle_timeout_secs,
@@ -296,6 +299,7 @@ pub fn state_label<'a>(labels: &'a LabelSettings, record: &IssueRecord) -> Optio
         | Lifecycle::OverBudget
         | Lifecycle::PreflightFailed => &labels.failed,
         Lifecycle::NoGo => &labels.no_go,
+        Lifecycle::NeedsInfo => &labels.needs_info,
         _ => return None,
     };
     (!name.is_empty()).then_some(name.as_str())
@@ -309,6 +313,7 @@ pub fn all_state_labels(labels: &LabelSettings) -> Vec<&str> {
         &labels.pr_open,
         &labels.failed,
         &labels.no_go,
+        &labels.needs_info,
         &labels.merged,
         &labels.waiting,
     ]

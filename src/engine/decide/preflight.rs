@@ -85,13 +85,58 @@ impl Step<'_> {
         read: &ReadContext,
     ) {
         let p = &mut self.record.preflight;
+        // The text the last questions were asked of, read again (a comment by someone without
+        // write access changes nothing the model reads): the same round, not a new one.
+        let same_round = p.asking() && p.hash.as_deref() == Some(read.hash.as_str());
         p.hash = Some(read.hash.clone());
         p.model = Some(model.to_owned());
         p.attempts = 0;
         p.last_error = None;
         p.not_before_ms = None;
+        if !matches!(verdict, Verdict::NeedsInfo { .. }) {
+            p.question_rounds = 0;
+        }
         let (shown, lifecycle, judgement) = match verdict {
             Verdict::Go => (Shown::Go, Lifecycle::Queued, Judgement::Go),
+            Verdict::NeedsInfo { questions } => {
+                if !same_round {
+                    p.question_rounds += 1;
+                    p.asked_after = read.newest_comment_id;
+                }
+                let questions = if same_round {
+                    p.questions.clone()
+                } else {
+                    questions.clone()
+                };
+                if p.question_rounds >= self.policy.max_question_rounds {
+                    let open: Vec<String> = questions
+                        .iter()
+                        .enumerate()
+                        .map(|(n, q)| format!("{}) {q}", n + 1))
+                        .collect();
+                    let reason = format!(
+                        "still needs information after {} rounds of questions (preflight.max_question_rounds); open: {}",
+                        self.policy.max_question_rounds,
+                        open.join(" ")
+                    );
+                    p.questions = questions;
+                    (Shown::NoGo { reason }, Lifecycle::NoGo, Judgement::NoGo)
+                } else {
+                    let asked_after = p.asked_after;
+                    p.questions = questions.clone();
+                    let waiting = read
+                        .left_out
+                        .iter()
+                        .filter(|l| !l.issue_text && l.comment_id > asked_after)
+                        .cloned()
+                        .collect();
+                    (
+                        Shown::NeedsInfo { questions, waiting },
+                        Lifecycle::NeedsInfo,
+                        Judgement::NeedsInfo,
+                    )
+                }
+            }
             Verdict::NoGo { reason } => (
                 Shown::NoGo {
                     reason: reason.clone(),
@@ -149,6 +194,9 @@ impl Step<'_> {
         });
         self.record.preflight.reason = match &shown {
             Shown::NoGo { reason } => Some(reason.clone()),
+            Shown::NeedsInfo { questions, .. } => {
+                Some(format!("{} open question(s)", questions.len()))
+            }
             _ => None,
         };
         self.sticky(&shown, Some(reading), model, read);
@@ -238,6 +286,7 @@ impl Step<'_> {
             hidden: &read.hidden,
             model,
             hash: &read.hash,
+            max_question_rounds: self.policy.max_question_rounds,
         });
         let v = self.version();
         self.act(Effect::Sticky { version: v }, Action::UpsertSticky { body });

@@ -18,6 +18,7 @@ fn policy() -> Policy {
         trusted_owners: vec!["acme".into()],
         on_error: OnError::Wait,
         preflight_max_attempts: 3,
+        max_question_rounds: 3,
         retry_backoff_ms: 1_000,
         run_timeout_secs: 3_600,
         idle_timeout_secs: 1_800,

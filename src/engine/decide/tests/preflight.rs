@@ -240,3 +240,79 @@ fn a_comment_while_running_starts_nothing() {
     assert_eq!(s.state(), Lifecycle::Running);
     assert!(s.last.is_empty(), "{:?}", s.kinds());
 }
+
+fn asks(hash: &str, newest: u64) -> PreflightOutcome {
+    let mut read = ctx();
+    read.hash = hash.into();
+    read.newest_comment_id = newest;
+    PreflightOutcome::Read {
+        verdict: Verdict::NeedsInfo {
+            questions: vec!["Which flag?".into(), "Default on?".into()],
+        },
+        reading: "NEEDS-INFO\n1. Which flag?\n2. Default on?".into(),
+        model: "m1".into(),
+        read,
+    }
+}
+
+#[test]
+fn needs_info_asks_in_the_comment_and_counts_a_round_only_for_new_text() {
+    let mut s = Sim::picked_up();
+    s.read(asks("h1", 9));
+    assert_eq!(s.state(), Lifecycle::NeedsInfo);
+    let p = &s.rec().preflight;
+    assert_eq!(
+        (p.verdict, p.question_rounds, p.asked_after),
+        (Some(Judgement::NeedsInfo), 1, 9)
+    );
+    assert!(s.sticky().contains("1. Which flag?\n2. Default on?"));
+    assert!(
+        s.kinds().contains(&"sync_labels"),
+        "the needs-info label: {:?}",
+        s.kinds()
+    );
+    // A comment by someone without write access: the same text is read again.
+    s.apply(&comment("mallory", 12, "ANSWER: -v", T2));
+    assert_eq!(s.state(), Lifecycle::Pending);
+    let mut again = asks("h1", 12);
+    if let PreflightOutcome::Read { read, .. } = &mut again {
+        read.left_out.push(LeftOut {
+            author: "mallory".into(),
+            comment_id: 12,
+            issue_text: false,
+            never_vouched: false,
+        });
+    }
+    s.read(again);
+    assert_eq!(s.state(), Lifecycle::NeedsInfo);
+    let p = &s.rec().preflight;
+    assert_eq!((p.question_rounds, p.asked_after), (1, 9), "the same round");
+    let body = s.sticky();
+    assert!(body.contains("Answers waiting for a writer (1)"), "{body}");
+    assert!(
+        body.contains("[comment by @mallory](#issuecomment-12)"),
+        "only answers after the questions wait: {body}"
+    );
+    // A writer's answer: new text, a new round.
+    s.apply(&comment("alice", 14, "Use -v.", T2));
+    s.read(asks("h2", 14));
+    assert_eq!(s.rec().preflight.question_rounds, 2);
+    s.apply(&comment("alice", 15, "Really, -v.", T2));
+    s.read(asks("h3", 15));
+    assert_eq!(s.state(), Lifecycle::NoGo, "the third round ends it");
+    let reason = s.rec().preflight.reason.clone().unwrap_or_default();
+    assert!(reason.contains("1) Which flag? 2) Default on?"), "{reason}");
+}
+
+#[test]
+fn a_go_after_questions_resets_the_rounds_and_keeps_the_questions_for_the_run() {
+    let mut s = Sim::picked_up();
+    s.read(asks("h1", 9));
+    s.apply(&comment("alice", 14, "Use -v.", T2));
+    s.read(go());
+    assert_eq!(s.state(), Lifecycle::Queued);
+    let p = &s.rec().preflight;
+    assert_eq!(p.question_rounds, 0);
+    assert_eq!(p.questions, ["Which flag?", "Default on?"]);
+    assert!(!p.asking());
+}
