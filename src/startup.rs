@@ -694,6 +694,12 @@ impl Engine<'_> {
         .with_models(
             matches!(&egress, Some(Ok(e)) if e.models.is_some()),
             settings.budget.any(),
+        )
+        .with_transcripts(
+            settings
+                .runner
+                .transcript_max_mb
+                .saturating_mul(1024 * 1024),
         );
         tokio::spawn(Arc::new(watcher).run(self.shutdown.clone()));
         started.watcher_wake = Some(watcher_wake);

@@ -560,7 +560,8 @@ fn run_cell(r: &Row) -> String {
         return String::new();
     };
     let mut out = format!(
-        "<code>{}</code> {}",
+        "<a href=\"runs/{}\"><code>{}</code></a> {}",
+        esc(&run.id),
         esc(&run.id),
         esc(&run.state.replace('_', " "))
     );
@@ -675,6 +676,135 @@ pub fn html_with_spend(
         ));
     }
     out.push_str("</tbody>\n</table>\n</body>\n</html>\n");
+    out
+}
+
+/// The most of a transcript the run's page shows (the whole is at `/runs/{id}/log`).
+const PAGE_TRANSCRIPT_MAX: usize = 1024 * 1024;
+
+/// Output as a page may show it: valid text, escapes and other control characters shown as
+/// visible symbols (never acted on), markup escaped.
+fn shown_output(text: &str) -> String {
+    let visible: String = text
+        .chars()
+        .map(|c| match c {
+            '\n' | '\t' => c,
+            '\u{1b}' => '␛',
+            c if c.is_control() => '\u{FFFD}',
+            c => c,
+        })
+        .collect();
+    esc(&visible)
+}
+
+/// `GET /runs/{id}`: the run's facts and its transcript (the end of it, when long), in the
+/// status page's style, refreshed while the run is live. Every piece of run output and issue
+/// text is escaped.
+pub fn run_html(
+    run: &RunRecord,
+    transcript: Option<&crate::store::Transcript>,
+    web: Option<&WebLinks>,
+    now_ms: i64,
+) -> String {
+    let row = run_row(run, web, now_ms);
+    let live = run.state.is_active();
+    let mut out = String::from(
+        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n",
+    );
+    if live {
+        out.push_str("<meta http-equiv=\"refresh\" content=\"5\">\n");
+    }
+    out.push_str(&format!(
+        "<title>director: run {}</title>\n<style>\nbody{{font:15px/1.4 system-ui,sans-serif;margin:1.5rem;color:#1b1f24;background:#fafbfc}}\nh1{{font-size:1.4rem;margin:0 0 .5rem}}\ndl{{display:grid;grid-template-columns:max-content 1fr;gap:.2rem 1rem}}\ndt{{font-weight:600}}\npre{{background:#fff;border:1px solid #d0d7de;padding:.6rem;white-space:pre-wrap;overflow-wrap:anywhere}}\n.muted{{color:#57606a}}\n</style>\n</head>\n<body>\n<h1>Run <code>{}</code></h1>\n<dl>\n",
+        esc(&row.id),
+        esc(&row.id)
+    ));
+    let issue = format!("{}#{}", run.repo, run.number);
+    let issue = match web {
+        Some(w) => format!(
+            "<a href=\"{}\">{}</a>",
+            esc(&w.issue(&run.repo, run.number)),
+            esc(&issue)
+        ),
+        None => esc(&issue),
+    };
+    let mut facts: Vec<(&str, String)> = vec![
+        ("Issue", issue),
+        ("State", esc(&row.state.replace('_', " "))),
+        ("Branch", format!("<code>{}</code>", esc(&row.branch))),
+    ];
+    if let Some(n) = row.pr {
+        facts.push((
+            "Pull request",
+            match &row.pr_url {
+                Some(url) => format!("<a href=\"{}\">#{n}</a>", esc(url)),
+                None => format!("#{n}"),
+            },
+        ));
+    }
+    if let Some(t) = &row.started_at {
+        facts.push(("Started", esc(t)));
+    }
+    if let Some(t) = &row.finished_at {
+        facts.push(("Ended", esc(t)));
+    }
+    if let Some(d) = &row.detail {
+        facts.push(("Outcome", esc(d)));
+    }
+    if let Some(u) = row.usage.as_ref().and_then(Usage::describe) {
+        facts.push(("Model usage", esc(&u)));
+    }
+    if !row.egress_refused.is_empty() {
+        let shown: Vec<String> = row
+            .egress_refused
+            .iter()
+            .map(|r| format!("{} ({}x)", r.destination, r.count))
+            .collect();
+        facts.push(("Refused", esc(&shown.join(", "))));
+    }
+    if let Some(settings) = &row.settings {
+        facts.push(("Repository settings", esc(&settings.describe())));
+    }
+    for (name, value) in facts {
+        out.push_str(&format!("<dt>{name}</dt><dd>{value}</dd>\n"));
+    }
+    out.push_str("</dl>\n<h2>Transcript</h2>\n");
+    match transcript {
+        None => out.push_str(&format!(
+            "<p class=\"muted\">{}</p>\n",
+            if live {
+                "Nothing printed yet."
+            } else {
+                "No transcript was kept."
+            }
+        )),
+        Some(t) => {
+            let text = &t.text;
+            let mut start = text.len().saturating_sub(PAGE_TRANSCRIPT_MAX);
+            while !text.is_char_boundary(start) {
+                start += 1;
+            }
+            let hidden = t.dropped_bytes + start as u64;
+            if hidden > 0 {
+                out.push_str(&format!(
+                    "<p class=\"muted\">The first {hidden} bytes are not shown{}; the end is. <a href=\"{}/log\">The transcript as text</a>.</p>\n",
+                    if t.dropped_bytes > 0 {
+                        format!(" ({} were dropped at runner.transcript_max_mb)", t.dropped_bytes)
+                    } else {
+                        String::new()
+                    },
+                    esc(&row.id)
+                ));
+            } else {
+                out.push_str(&format!(
+                    "<p class=\"muted\"><a href=\"{}/log\">The transcript as text</a>.</p>\n",
+                    esc(&row.id)
+                ));
+            }
+            out.push_str(&format!("<pre>{}</pre>\n", shown_output(&text[start..])));
+        }
+    }
+    out.push_str("</body>\n</html>\n");
     out
 }
 

@@ -81,6 +81,13 @@ pub fn run_cancelled(run_id: &str) -> String {
     )
 }
 
+/// A line linking the run's page (its facts and transcript), when the director's public URL
+/// is known.
+pub fn transcript_link(url: Option<String>) -> String {
+    url.map(|u| format!("\n\n📜 [What the run did: its transcript]({u})"))
+        .unwrap_or_default()
+}
+
 pub fn run_refused(run_id: &str, why: &str) -> String {
     format!(
         "{}\n🚫 **director:** run `{run_id}` was refused before anything started: {why}. Its token was revoked; no container was created.",

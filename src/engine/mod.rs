@@ -12,4 +12,5 @@ pub mod decide;
 pub mod executor;
 pub mod scanner;
 pub mod settled;
+pub mod transcript;
 pub mod watcher;

@@ -36,7 +36,12 @@ pub struct Watcher {
     /// ... and a budget is set: a run it refused for its budget is stopped (any replica's
     /// gateway may have refused it: the store says).
     budgets: bool,
+    /// Keeps each run's transcript (`runner.transcript_max_mb` bytes; 0: none).
+    transcript_bytes: u64,
 }
+
+/// How long a run's output may still arrive after it ended before its transcript is closed.
+const TRANSCRIPT_DRAIN: Duration = Duration::from_secs(5);
 
 /// How often a running run is checked for a budget stop.
 const BUDGET_POLL: Duration = Duration::from_secs(2);
@@ -63,7 +68,24 @@ impl Watcher {
             egress: None,
             metered: false,
             budgets: false,
+            transcript_bytes: 0,
         }
+    }
+
+    /// Keeps every run's transcript, up to `max_bytes` each (the end kept).
+    pub fn with_transcripts(mut self, max_bytes: u64) -> Self {
+        self.transcript_bytes = max_bytes;
+        self
+    }
+
+    fn recorder(&self) -> Option<crate::engine::transcript::Recorder> {
+        (self.transcript_bytes > 0).then(|| crate::engine::transcript::Recorder {
+            store: self.store.clone(),
+            runtime: self.runtime.clone(),
+            secrets: self.secrets.clone(),
+            clock: self.clock.clone(),
+            cap_bytes: self.transcript_bytes,
+        })
     }
 
     /// Runs are allow-listed through `proxy`.
@@ -220,6 +242,19 @@ impl Watcher {
                 .then(|| Duration::from_secs(self.settings.idle_timeout_secs)),
             grace: Duration::from_secs(self.settings.stop_grace_secs),
         };
+        // The transcript is recorded beside the wait, now that every secret of the run is
+        // known to the redaction; the follower stops when this watch ends, however it ends.
+        let recording = self.recorder().map(|recorder| {
+            let stop = CancellationToken::new();
+            let (id, container, until) = (run.id.clone(), container.clone(), stop.clone());
+            let task = tokio::spawn(async move {
+                if !recorder.follow(&id, &container, until).await {
+                    return Some((recorder, id, container));
+                }
+                None
+            });
+            (task, stop.clone().drop_guard(), stop)
+        });
         let waiting = self.runtime.wait(&container, limits);
         tokio::pin!(waiting);
         let mut over_budget = false;
@@ -241,6 +276,19 @@ impl Watcher {
             }
             Err(e) => return Err(e),
         };
+        if let Some((mut task, _guard, stop)) = recording {
+            // What the run printed last may still be on its way.
+            let ended = match tokio::time::timeout(TRANSCRIPT_DRAIN, &mut task).await {
+                Ok(ended) => ended,
+                Err(_) => {
+                    stop.cancel();
+                    task.await
+                }
+            };
+            if let Ok(Some((recorder, id, container))) = ended {
+                recorder.at_end(&id, &container).await;
+            }
+        }
         let log = self
             .runtime
             .logs_tail(&container, self.settings.log_tail_lines)

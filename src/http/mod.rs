@@ -67,7 +67,9 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .route("/readyz", web::get().to(readyz))
         .route("/metrics", web::get().to(metrics))
         .route("/status", web::get().to(status::page))
-        .route("/status.json", web::get().to(status::json));
+        .route("/status.json", web::get().to(status::json))
+        .route("/runs/{run_id}", web::get().to(status::run_page))
+        .route("/runs/{run_id}/log", web::get().to(status::run_log));
 }
 
 /// Records each request's latency under its route template (never the raw path).

@@ -168,22 +168,27 @@ async fn spend(state: &AppState, rows: &[Row]) -> Vec<(String, f64)> {
         .collect()
 }
 
+/// A page of ours: never cached, and under a policy that runs no script at all.
+fn html(body: String) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/html; charset=utf-8")
+        .insert_header(("Cache-Control", "no-store"))
+        .insert_header((
+            "Content-Security-Policy",
+            "default-src 'none'; style-src 'unsafe-inline'",
+        ))
+        .insert_header(("X-Content-Type-Options", "nosniff"))
+        .body(body)
+}
+
 pub async fn page(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
     match visible(&req, &state).await {
-        Ok((rows, hidden)) => HttpResponse::Ok()
-            .content_type("text/html; charset=utf-8")
-            .insert_header(("Cache-Control", "no-store"))
-            .insert_header((
-                "Content-Security-Policy",
-                "default-src 'none'; style-src 'unsafe-inline'",
-            ))
-            .insert_header(("X-Content-Type-Options", "nosniff"))
-            .body(crate::status::html_with_spend(
-                &rows,
-                state.clock.now_ms(),
-                hidden,
-                &spend(&state, &rows).await,
-            )),
+        Ok((rows, hidden)) => html(crate::status::html_with_spend(
+            &rows,
+            state.clock.now_ms(),
+            hidden,
+            &spend(&state, &rows).await,
+        )),
         Err(refused) => refused.response(),
     }
 }
@@ -193,6 +198,92 @@ pub async fn json(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse 
         Ok((rows, _)) => HttpResponse::Ok()
             .insert_header(("Cache-Control", "no-store"))
             .json(rows),
+        Err(refused) => refused.response(),
+    }
+}
+
+/// The run named by the path, with its transcript, if this request may see it: unknown runs,
+/// and runs of repositories an anonymous visitor cannot see (without the status token), are
+/// all the same 404.
+async fn visible_run(
+    req: &HttpRequest,
+    state: &AppState,
+    run_id: &str,
+) -> Result<Option<(crate::domain::RunRecord, Option<crate::store::Transcript>)>, Refused> {
+    if !state.settings.status.enabled {
+        return Err(Refused::Disabled);
+    }
+    let full = authorised(req, state)?;
+    let well_formed = !run_id.is_empty()
+        && run_id.len() <= 64
+        && run_id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    if !well_formed {
+        return Ok(None);
+    }
+    let unavailable = |e: anyhow::Error| {
+        tracing::warn!(error = %format!("{e:#}"), "run page: the store cannot be read");
+        Refused::Unavailable
+    };
+    let Some(run) = state.store.run(run_id).await.map_err(unavailable)? else {
+        return Ok(None);
+    };
+    if !full {
+        let public = state
+            .visibility
+            .public(state.forge.as_ref(), BTreeSet::from([run.repo.clone()]))
+            .await;
+        if !public.contains(&run.repo) {
+            return Ok(None);
+        }
+    }
+    let transcript = state.store.transcript(run_id).await.map_err(unavailable)?;
+    Ok(Some((run, transcript)))
+}
+
+/// `GET /runs/{run_id}`: the run's facts and transcript.
+pub async fn run_page(
+    req: HttpRequest,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> HttpResponse {
+    match visible_run(&req, &state, &path).await {
+        Ok(Some((run, transcript))) => html(crate::status::run_html(
+            &run,
+            transcript.as_ref(),
+            state.settings.forge.links().as_ref(),
+            state.clock.now_ms(),
+        )),
+        Ok(None) => HttpResponse::NotFound().finish(),
+        Err(refused) => refused.response(),
+    }
+}
+
+/// `GET /runs/{run_id}/log`: the transcript as text (the cut, if any, said on its first line).
+pub async fn run_log(
+    req: HttpRequest,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> HttpResponse {
+    match visible_run(&req, &state, &path).await {
+        Ok(Some((_, transcript))) => {
+            let t = transcript.unwrap_or_default();
+            let mut body = String::with_capacity(t.text.len() + 80);
+            if t.dropped_bytes > 0 {
+                body.push_str(&format!(
+                    "[director: the first {} bytes were dropped at runner.transcript_max_mb]\n",
+                    t.dropped_bytes
+                ));
+            }
+            body.push_str(&t.text);
+            HttpResponse::Ok()
+                .content_type("text/plain; charset=utf-8")
+                .insert_header(("Cache-Control", "no-store"))
+                .insert_header(("X-Content-Type-Options", "nosniff"))
+                .body(body)
+        }
+        Ok(None) => HttpResponse::NotFound().finish(),
         Err(refused) => refused.response(),
     }
 }

@@ -507,6 +507,50 @@ impl Runtime for DockerRuntime {
         Ok(out)
     }
 
+    /// Docker's log stream with timestamps: each line's timestamp is its mark, and a line not
+    /// after `after` (seen before a restart) is skipped.
+    async fn follow_output(
+        &self,
+        id: &str,
+        after: Option<&str>,
+    ) -> Result<Option<super::OutputStream>, RuntimeError> {
+        let after = after.and_then(|a| chrono::DateTime::parse_from_rfc3339(a).ok());
+        let options = LogsOptions {
+            follow: true,
+            stdout: true,
+            stderr: true,
+            timestamps: true,
+            since: after.map_or(0, |a| i32::try_from(a.timestamp()).unwrap_or(0)),
+            tail: "all".into(),
+            ..Default::default()
+        };
+        let stream = self
+            .docker
+            .logs(id, Some(options))
+            .filter_map(move |chunk| {
+                let out = match chunk {
+                    Err(e) => Some(Err(engine(e))),
+                    Ok(chunk) => {
+                        let bytes = chunk.into_bytes().to_vec();
+                        split_timestamp(&bytes).and_then(|(at, text)| {
+                            let seen = after.is_some_and(|a| at <= a);
+                            (!seen).then(|| {
+                                Ok(super::Output {
+                                    bytes: text.to_vec(),
+                                    mark: Some(
+                                        at.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
+                                    ),
+                                })
+                            })
+                        })
+                    }
+                };
+                std::future::ready(out)
+            })
+            .boxed();
+        Ok(Some(stream))
+    }
+
     async fn stop_gracefully(&self, id: &str, grace: Duration) -> Result<(), RuntimeError> {
         self.stop(id, grace).await
     }
@@ -594,9 +638,27 @@ impl Runtime for DockerRuntime {
     }
 }
 
+/// A line of Docker's log stream with timestamps: the timestamp, and the text after it.
+fn split_timestamp(line: &[u8]) -> Option<(chrono::DateTime<chrono::FixedOffset>, &[u8])> {
+    let space = line.iter().position(|b| *b == b' ')?;
+    let at = std::str::from_utf8(&line[..space]).ok()?;
+    let at = chrono::DateTime::parse_from_rfc3339(at).ok()?;
+    Some((at, &line[space + 1..]))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::internal_networks_leak_dns;
+    use super::{internal_networks_leak_dns, split_timestamp};
+
+    #[test]
+    fn a_log_lines_timestamp_is_its_mark() {
+        let (at, text) =
+            split_timestamp(b"2026-12-03T18:00:00.123456789Z hello world\n").expect("a line");
+        assert_eq!(at.timestamp_subsec_nanos(), 123_456_789);
+        assert_eq!(text, b"hello world\n");
+        assert!(split_timestamp(b"no timestamp here").is_none());
+        assert!(split_timestamp(b"").is_none());
+    }
 
     #[test]
     fn engines_that_leak_dns_from_internal_networks_are_named() {

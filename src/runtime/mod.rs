@@ -95,6 +95,16 @@ impl Watchdog {
     }
 }
 
+/// A piece of a run's output, and the runtime's position after it (to continue from).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Output {
+    pub bytes: Vec<u8>,
+    pub mark: Option<String>,
+}
+
+/// A run's output as it arrives.
+pub type OutputStream = futures_util::stream::BoxStream<'static, Result<Output, RuntimeError>>;
+
 /// A container the runtime found that belongs to a run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RunContainer {
@@ -176,6 +186,16 @@ pub trait Runtime: Send + Sync {
     ) -> Result<Option<Vec<u8>>, RuntimeError>;
     /// The last `lines` lines of output (stdout and stderr).
     async fn logs_tail(&self, id: &str, lines: usize) -> Result<String, RuntimeError>;
+    /// The run's output as it arrives, from after `after` (a mark an earlier [`Output`]
+    /// carried; from its start when `None`), until the run ends. `None`: this runtime cannot
+    /// follow output, and the transcript is read at the end instead.
+    async fn follow_output(
+        &self,
+        _id: &str,
+        _after: Option<&str>,
+    ) -> Result<Option<OutputStream>, RuntimeError> {
+        Ok(None)
+    }
     /// Stops the container now.
     async fn kill(&self, id: &str) -> Result<(), RuntimeError>;
     /// Sends the container the stop signal and gives it `grace` to end before the kill, while

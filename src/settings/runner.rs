@@ -166,6 +166,9 @@ pub struct RunnerSettings {
     pub mounts: Vec<String>,
     /// Lines of the log tail kept and posted on failure.
     pub log_tail_lines: usize,
+    /// Each run's whole output (redacted) is kept up to this many MiB, the end kept when cut
+    /// (0: no transcripts).
+    pub transcript_max_mb: u64,
     /// The author and committer of a run's git commits; empty: the runner account's login,
     /// and its Forgejo no-reply address.
     #[serde(deserialize_with = "lenient::string")]
@@ -212,6 +215,7 @@ impl Default for RunnerSettings {
             allow_unprotected_default_branch: false,
             mounts: Vec::new(),
             log_tail_lines: 40,
+            transcript_max_mb: 16,
             git_author_name: String::new(),
             git_author_email: String::new(),
         }

@@ -33,6 +33,10 @@ pub struct ServerSettings {
     pub log_format: LogFormat,
     /// HTTP worker threads (0: one per core).
     pub workers: usize,
+    /// The director's public base URL (`https://director.example.org`): run reports and pull
+    /// requests link to the run's page under it. Empty: no links.
+    #[serde(deserialize_with = "super::lenient::string")]
+    pub public_url: String,
 }
 
 impl Default for ServerSettings {
@@ -44,6 +48,7 @@ impl Default for ServerSettings {
             body_memory_mb: 32,
             log_format: LogFormat::Json,
             workers: 0,
+            public_url: String::new(),
         }
     }
 }
@@ -153,6 +158,12 @@ impl Default for StatusSettings {
 }
 
 impl ServerSettings {
+    /// The page of run `run_id` under `public_url`, when it is set.
+    pub fn run_url(&self, run_id: &str) -> Option<String> {
+        let base = self.public_url.trim().trim_end_matches('/');
+        (!base.is_empty()).then(|| format!("{base}/runs/{run_id}"))
+    }
+
     /// Its keys alone: the listener, and webhook bodies' limits.
     pub(super) fn validate(&self) -> Result<(), SettingsError> {
         if self.max_body_bytes == 0 {
@@ -163,6 +174,23 @@ impl ServerSettings {
                 "server.body_timeout_secs",
                 "must be greater than 0",
             ));
+        }
+        let url = self.public_url.trim();
+        if !url.is_empty() {
+            let parsed = reqwest::Url::parse(url)
+                .map_err(|e| invalid("server.public_url", format!("`{url}` is not a URL: {e}")))?;
+            if !matches!(parsed.scheme(), "http" | "https")
+                || parsed.host_str().is_none()
+                || parsed.query().is_some()
+                || !parsed.username().is_empty()
+            {
+                return Err(invalid(
+                    "server.public_url",
+                    format!(
+                        "`{url}` must be an http(s) URL with a host, and no credentials or query"
+                    ),
+                ));
+            }
         }
         if self.body_memory_mb.saturating_mul(1024 * 1024) < self.max_body_bytes {
             return Err(invalid(

@@ -54,6 +54,10 @@ const SQLITE: &[(i64, &str)] = &[
         14,
         include_str!("../../migrations/sqlite/0014_run_settings.sql"),
     ),
+    (
+        15,
+        include_str!("../../migrations/sqlite/0015_transcripts.sql"),
+    ),
 ];
 
 const POSTGRES: &[(i64, &str)] = &[
@@ -77,6 +81,10 @@ const POSTGRES: &[(i64, &str)] = &[
     (
         6,
         include_str!("../../migrations/postgres/0006_run_settings.sql"),
+    ),
+    (
+        7,
+        include_str!("../../migrations/postgres/0007_transcripts.sql"),
     ),
 ];
 

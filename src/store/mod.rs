@@ -21,6 +21,7 @@ mod outbox;
 mod pass;
 mod records;
 mod statement;
+mod transcripts;
 mod usage;
 mod writer;
 
@@ -39,6 +40,7 @@ pub use leases::Fence;
 pub use outbox::{ActionRow, ClaimedAction, Finished, Lane, NewAction};
 pub use pass::{PassInput, Passed};
 pub use records::CallWindow;
+pub use transcripts::Transcript;
 pub use usage::RunUsage;
 pub use writer::DeliveryWriter;
 

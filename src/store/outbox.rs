@@ -429,6 +429,19 @@ impl Store {
                  WHERE at_ms < $1 LIMIT $2)",
                 before_ms,
             ),
+            // Transcripts of runs that ended before the retention.
+            (
+                "DELETE FROM transcript_chunks WHERE (run_id, seq) IN (SELECT c.run_id, c.seq \
+                 FROM transcript_chunks c JOIN runs r ON r.id = c.run_id \
+                 WHERE r.finished_at_ms IS NOT NULL AND r.finished_at_ms < $1 LIMIT $2)",
+                before_ms,
+            ),
+            (
+                "DELETE FROM run_transcripts WHERE run_id IN (SELECT id FROM runs \
+                 WHERE finished_at_ms IS NOT NULL AND finished_at_ms < $1 \
+                 AND NOT EXISTS (SELECT 1 FROM transcript_chunks c WHERE c.run_id = runs.id) LIMIT $2)",
+                before_ms,
+            ),
             // A token kept for a run that ended and whose removal was missed.
             (
                 "DELETE FROM run_tokens WHERE run_id IN (SELECT id FROM runs \

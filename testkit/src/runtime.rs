@@ -10,8 +10,9 @@ use futures_util::future::BoxFuture;
 use tokio::sync::Notify;
 
 use director::runtime::{
-    Exit, RUN_LABEL, RunContainer, RunSpec, Runtime, RuntimeError, WaitLimits,
+    Exit, Output, OutputStream, RUN_LABEL, RunContainer, RunSpec, Runtime, RuntimeError, WaitLimits,
 };
+use futures_util::StreamExt as _;
 
 /// What a started container does: given its spec, it ends with (exit code, output).
 pub type Behaviour = Arc<dyn Fn(RunSpec) -> BoxFuture<'static, (i64, String)> + Send + Sync>;
@@ -97,13 +98,25 @@ impl FakeRuntime {
         self.with(|s| s.failing_reads += count);
     }
 
-    /// Ends the run's running container with `code` and `log`.
+    /// Ends the run's running container with `code`, `log` its last output.
     pub fn exit(&self, run_id: &str, code: i64, log: &str) {
         self.with(|s| {
             for c in s.containers.values_mut() {
                 if c.run_id == run_id && c.status == Status::Running {
                     c.status = Status::Exited(code);
-                    c.log = log.to_owned();
+                    c.log.push_str(log);
+                }
+            }
+        });
+        self.changed.notify_waiters();
+    }
+
+    /// The run's running container prints `text`.
+    pub fn print(&self, run_id: &str, text: &str) {
+        self.with(|s| {
+            for c in s.containers.values_mut() {
+                if c.run_id == run_id && c.status == Status::Running {
+                    c.log.push_str(text);
                 }
             }
         });
@@ -252,7 +265,7 @@ impl Runtime for FakeRuntime {
                         && c.status == Status::Running
                     {
                         c.status = Status::Exited(code);
-                        c.log = log;
+                        c.log.push_str(&log);
                     }
                 });
                 this.changed.notify_waiters();
@@ -317,6 +330,52 @@ impl Runtime for FakeRuntime {
             .ok_or_else(|| RuntimeError::NotFound(id.to_owned()))?;
         let all: Vec<&str> = log.lines().collect();
         Ok(all[all.len().saturating_sub(lines)..].join("\n"))
+    }
+
+    /// The log as it grows; a mark is the byte offset after the output it came with.
+    async fn follow_output(
+        &self,
+        id: &str,
+        after: Option<&str>,
+    ) -> Result<Option<OutputStream>, RuntimeError> {
+        self.check()?;
+        let offset: usize = after.and_then(|a| a.parse().ok()).unwrap_or(0);
+        let this = self.clone();
+        let id = id.to_owned();
+        let stream = futures_util::stream::unfold(
+            (this, id, offset, false),
+            |(this, id, offset, done)| async move {
+                if done {
+                    return None;
+                }
+                let notify = this.changed.clone();
+                loop {
+                    let changed = notify.notified();
+                    tokio::pin!(changed);
+                    changed.as_mut().enable();
+                    let (log, ended) = this.with(|s| match s.containers.get(&id) {
+                        Some(c) => (
+                            c.log.clone(),
+                            !matches!(c.status, Status::Running | Status::Created),
+                        ),
+                        None => (String::new(), true),
+                    });
+                    if log.len() > offset {
+                        let output = Output {
+                            bytes: log.as_bytes()[offset..].to_vec(),
+                            mark: Some(log.len().to_string()),
+                        };
+                        return Some((Ok(output), (this, id, log.len(), ended)));
+                    }
+                    if ended {
+                        return None;
+                    }
+                    changed.await;
+                }
+            },
+        )
+        .boxed();
+        Ok(Some(stream))
     }
 
     async fn kill(&self, id: &str) -> Result<(), RuntimeError> {

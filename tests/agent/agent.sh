@@ -138,6 +138,11 @@ case "$mode" in
   nobranch) echo "nothing to do"; exit 0 ;;
   sleep) sleep 600; exit 0 ;;
   slow) sleep 3 ;;
+  chatty)
+    # Talks for a few seconds, a numbered line at a time (a transcript to follow).
+    i=1
+    while [ "$i" -le 15 ]; do echo "chatty line $i"; i=$((i + 1)); sleep 0.2; done
+    ;;
   leak) echo "my token is $DIRECTOR_TOKEN"; exit 3 ;;
   other)
     # The run token must be refused on any other repository: only then push our own.

@@ -429,6 +429,52 @@ async fn a_token_printed_before_a_restart_is_redacted_in_the_report_after_it() {
     assert!(w.forge.tokens_of(RUNNER).is_empty());
 }
 
+#[tokio::test]
+async fn a_transcript_followed_before_a_restart_is_continued_after_it_without_a_repeat() {
+    let w = World::new("Fine.\n\nGO").with_runs();
+    let store = w.store().await;
+    let child = w.start(None).await;
+    let issue = w.labelled("Talk", "mode: chatty").await;
+    let run_id = || async {
+        store
+            .runs_of(&issue)
+            .await
+            .expect("runs")
+            .first()
+            .map(|r| r.id.to_string())
+    };
+    w.wait("the transcript holds the run's first lines", || async {
+        match run_id().await {
+            Some(id) => store
+                .transcript(&id)
+                .await
+                .expect("store")
+                .is_some_and(|t| t.text.contains("chatty line 2\n")),
+            None => false,
+        }
+    })
+    .await;
+    stop(child);
+    let child = w.start(None).await;
+    w.settle(&store, &issue, Lifecycle::Succeeded).await;
+    stop(child);
+    let id = run_id().await.expect("a run");
+    let text = store
+        .transcript(&id)
+        .await
+        .expect("store")
+        .expect("a transcript")
+        .text;
+    for n in 1..=15 {
+        assert_eq!(
+            text.matches(&format!("chatty line {n}\n")).count(),
+            1,
+            "line {n} once: {text}"
+        );
+    }
+    assert_eq!(text.matches("agent: run").count(), 1, "{text}");
+}
+
 /// Runs as Jobs on the fake Kubernetes API server, which outlives the processes too.
 #[cfg(feature = "kubernetes")]
 mod kubernetes {

@@ -36,4 +36,5 @@ mod runs;
 mod scenarios;
 mod status_page;
 mod store;
+mod transcripts;
 mod webhook;

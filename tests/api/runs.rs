@@ -458,6 +458,23 @@ async fn a_token_printed_by_the_run_is_redacted_in_the_comment() {
             c.body
         );
     }
+    // The whole output, followed from Docker as it came, is kept redacted too.
+    let id = run_ids(&t, &issue).await.pop().expect("a run");
+    let transcript = t
+        .app
+        .store
+        .transcript(&id)
+        .await
+        .expect("store")
+        .expect("a transcript");
+    assert!(
+        transcript.text.contains(&format!("agent: run {id} for"))
+            && transcript.text.contains("my token is [redacted]"),
+        "{}",
+        transcript.text
+    );
+    assert!(!transcript.text.contains(&token));
+    assert_eq!(transcript.text.matches("agent: run").count(), 1, "once");
 }
 
 #[tokio::test]

@@ -71,7 +71,7 @@ fn refs(rows: &serde_json::Value) -> Vec<String> {
 }
 
 /// Runs headless Chromium on `url`: the DOM it rendered, and a screenshot at `shot`.
-async fn chromium(url: &str, shot: Option<&std::path::Path>) -> String {
+pub async fn chromium(url: &str, shot: Option<&std::path::Path>) -> String {
     let profile = tempfile::tempdir().expect("dir");
     let mut cmd = tokio::process::Command::new("chromium");
     cmd.args([

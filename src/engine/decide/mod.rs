@@ -53,6 +53,8 @@ pub struct Policy {
     pub start_attempts: u32,
     /// Links to the forge's pages (branches), as the forge spells them.
     pub links: crate::settings::WebLinks,
+    /// `server.public_url`, for links to runs' pages.
+    pub server: crate::settings::ServerSettings,
 }
 
 impl Policy {
@@ -75,6 +77,7 @@ impl Policy {
                 base: settings.forge.web_url(),
                 kind: settings.forge.kind,
             },
+            server: settings.server.clone(),
         }
     }
 }

@@ -276,7 +276,8 @@ impl Step<'_> {
                 .filter(|t| !t.is_empty());
             let title = vouched.unwrap_or_else(|| format!("Issue #{}", self.record.number));
             let summary = run.result.as_ref().and_then(|r| r.summary.as_deref());
-            let body = comments::pr_body(self.record.number, &id, verdict, summary);
+            let mut body = comments::pr_body(self.record.number, &id, verdict, summary);
+            body.push_str(&comments::transcript_link(self.policy.server.run_url(&id)));
             self.act(
                 Effect::Pr { run: id.clone() },
                 Action::OpenPr {
@@ -315,7 +316,9 @@ impl Step<'_> {
                 run.result.as_ref().and_then(|r| r.usage.as_ref()),
             ));
         }
-        let report = report + &comments::egress_refused(&run.egress_refused);
+        let report = report
+            + &comments::egress_refused(&run.egress_refused)
+            + &comments::transcript_link(self.policy.server.run_url(&run.id));
         let followup_of = run.followup.as_ref().map(|f| f.pr);
         let keep = matches!(
             state,

@@ -29,6 +29,7 @@ fn policy() -> Policy {
             base: "http://forge.example".into(),
             kind: crate::settings::ForgeKind::Forgejo,
         },
+        server: crate::settings::ServerSettings::default(),
     }
 }
 
