@@ -17,7 +17,7 @@ use crate::runtime::Runtime;
 use crate::store::Store;
 
 /// A batch is written once it holds this much, or after [`FLUSH`].
-const BATCH: usize = 256 * 1024;
+const BATCH: usize = 1024 * 1024;
 const FLUSH: Duration = Duration::from_millis(500);
 /// A line longer than this is written in pieces.
 pub const LINE_MAX: usize = 64 * 1024;
