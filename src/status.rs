@@ -174,7 +174,8 @@ impl SettingsRow {
 
     /// `.director.toml at 0a1b2c3d4e5f: image x`, or `no .director.toml at …`.
     fn describe(&self) -> String {
-        let short = &self.commit[..self.commit.len().min(12)];
+        // The forge's word: cut by characters, whatever it holds.
+        let short: String = self.commit.chars().take(12).collect();
         if !self.file {
             return format!("no {} at {short}", crate::settings::repo::FILE);
         }
@@ -908,6 +909,17 @@ mod tests {
             &Queueing::default(),
             now,
         )
+    }
+
+    #[test]
+    fn a_commit_the_forge_spells_oddly_is_cut_without_a_panic() {
+        let settings = crate::domain::RunSettings {
+            commit: "ééééééééééééééé".into(),
+            file: true,
+            ..Default::default()
+        };
+        let shown = SettingsRow::of(&settings).describe();
+        assert_eq!(shown, format!(".director.toml at {}", "é".repeat(12)));
     }
 
     #[test]

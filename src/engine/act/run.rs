@@ -1058,7 +1058,7 @@ impl Unusable {
         format!(
             "the repository's `{}` (at {}) cannot be used: {}",
             crate::settings::repo::FILE,
-            &self.commit[..self.commit.len().min(12)],
+            self.commit.chars().take(12).collect::<String>(),
             self.problems.join("; ")
         )
     }
