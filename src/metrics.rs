@@ -48,6 +48,9 @@ pub struct Metrics {
     /// Model calls the gateway refused, by reason: credential, ended, unmetered, too_large,
     /// unpriced, budget.
     pub model_refused: IntCounterVec,
+    /// Trace spans by outcome: exported, or dropped (the collector failed or the queue was
+    /// full).
+    pub trace_spans: IntCounterVec,
 }
 
 impl Metrics {
@@ -105,6 +108,12 @@ impl Metrics {
                 &[
                     0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 60.0, 120.0, 180.0, 300.0,
                 ],
+            ),
+            trace_spans: counter_vec(
+                &r,
+                "director_trace_spans_total",
+                "Trace spans, exported or dropped",
+                &["outcome"],
             ),
             actions: counter_vec(
                 &r,

@@ -32,6 +32,7 @@ use crate::runtime::Runtime;
 use crate::runtime::docker::DockerRuntime;
 use crate::settings::{ForgeKind, Provider, Settings};
 use crate::store::Store;
+use crate::telemetry::Traces;
 
 pub struct Application {
     port: u16,
@@ -41,6 +42,7 @@ pub struct Application {
     scanner: Option<Arc<Scanner>>,
     consumer_wake: Arc<Notify>,
     settled: Settled,
+    traces: Traces,
 }
 
 /// What tests (and benchmarks) put in place of the real thing.
@@ -404,6 +406,7 @@ impl Application {
         let bot_login = start_learning_bot_login(&settings, forge.as_ref(), &shutdown);
         let settled = Settled::default();
         let replica = replica_name();
+        let traces = Traces::start(&settings.telemetry, &settings.forge.url, &replica, &metrics)?;
         let mut consumer = Consumer::new(
             store.clone(),
             Policy::from_settings(&settings),
@@ -412,6 +415,7 @@ impl Application {
         )
         .gathering(deliveries_wake)
         .with_metrics(metrics.clone())
+        .with_traces(traces.clone())
         .with_settled(settled.clone());
         if store.is_shared() {
             tracing::info!(%replica, "sharing the database with any other replicas");
@@ -429,6 +433,7 @@ impl Application {
             shutdown: &shutdown,
             consumer_wake: &consumer_wake,
             settled: &settled,
+            traces: &traces,
         };
         let mut runs = RunsStarted::none();
         match &forge {
@@ -486,6 +491,7 @@ impl Application {
             scanner,
             consumer_wake,
             settled,
+            traces,
         })
     }
 
@@ -517,6 +523,9 @@ impl Application {
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
         let result = self.server.await;
         self.shutdown.cancel();
+        let traces = self.traces;
+        // Sending the last spans blocks its thread for at most two seconds.
+        let _ = tokio::task::spawn_blocking(move || traces.shutdown()).await;
         result.context("HTTP server failed")
     }
 }
@@ -584,6 +593,7 @@ struct Engine<'a> {
     shutdown: &'a CancellationToken,
     consumer_wake: &'a Arc<Notify>,
     settled: &'a Settled,
+    traces: &'a Traces,
 }
 
 /// What starting the runs left for the rest: what the executor performs runs with, the
@@ -758,6 +768,7 @@ impl Engine<'_> {
             settings.preflight.timeout_secs,
         )
         .with_metrics(self.metrics.clone())
+        .with_traces(self.traces.clone())
         .with_settled(self.settled.clone());
         let stop = self.shutdown.clone();
         tokio::spawn(async move {

@@ -19,6 +19,7 @@ use crate::engine::settled::Settled;
 use crate::event::Event;
 use crate::metrics::Metrics;
 use crate::store::{Commit, Fence, NewAction, PassInput, Passed, Store, StoredEvent};
+use crate::telemetry::Traces;
 
 const BATCH: u32 = 256;
 /// A backstop: the intake and the executors wake the consumer on every commit, but a missed
@@ -89,6 +90,7 @@ impl Consumer {
                 policy,
                 clock,
                 metrics: None,
+                traces: Traces::default(),
             }),
             wake,
             deliveries: None,
@@ -161,6 +163,13 @@ impl Consumer {
 
     pub fn with_metrics(mut self, metrics: Metrics) -> Self {
         Arc::make_mut(&mut self.planner).metrics = Some(metrics);
+        self
+    }
+
+    /// Sends a span for each decision, and for each run as it ends, once the decision is
+    /// committed.
+    pub fn with_traces(mut self, traces: Traces) -> Self {
+        Arc::make_mut(&mut self.planner).traces = traces.holding();
         self
     }
 
@@ -251,6 +260,7 @@ impl Consumer {
     /// Decides the next batch of events and commits what it decided: on SQLite in one
     /// hand-off to a thread of the store's (see [`Store::pass`]).
     async fn pass(&self) -> anyhow::Result<Passed> {
+        self.planner.traces.discard();
         let planner = self.planner.clone();
         let fence = self.fence();
         let until = fence.as_ref().map(|f| f.until_ms);
@@ -259,6 +269,7 @@ impl Consumer {
             .pass(BATCH, move |input| planner.plan(input, fence))
             .await;
         self.after_commit(until, passed.as_ref().ok().map(|p| (p.actions, p.runs)));
+        self.traced(passed.is_ok());
         passed
     }
 
@@ -295,7 +306,18 @@ impl Consumer {
             !pass.commit.runs.is_empty(),
         );
         self.after_commit(until, committed.as_ref().ok().map(|()| made));
+        self.traced(committed.is_ok());
         committed
+    }
+
+    /// Sends the spans of what was decided once it is committed; forgets them if it was not
+    /// (it is decided again, and traced then).
+    fn traced(&self, committed: bool) {
+        if committed {
+            self.planner.traces.release();
+        } else {
+            self.planner.traces.discard();
+        }
     }
 
     /// Gives free run slots to queued issues, priority labels first, then in queue order,
@@ -305,6 +327,8 @@ impl Consumer {
         let Some(limits) = &self.limits else {
             return Ok(());
         };
+        // Spans held by an admission that failed before its commit are not of anything.
+        self.planner.traces.discard();
         let (mut running, mut per_repo) = self.store.active_run_counts().await?;
         if running >= limits.max_concurrent {
             return Ok(());
@@ -371,7 +395,7 @@ impl Consumer {
                 title,
             );
             let event = Event::Admitted { run_id, branch };
-            if let Some(decision) = views.decide(&issue, &event, &self.planner.policy, now) {
+            if let Some(decision) = views.decide(&issue, &event, &self.planner, now) {
                 tracing::info!(%issue, run_id = ?decision.run.as_ref().map(|r| &r.id), "run admitted");
                 pass.add(&issue, decision, &self.planner.policy);
                 *in_repo += 1;
@@ -395,6 +419,7 @@ struct Planner {
     policy: Policy,
     clock: SharedClock,
     metrics: Option<Metrics>,
+    traces: Traces,
 }
 
 impl Planner {
@@ -427,7 +452,7 @@ impl Planner {
                 repo = %issue.repo,
                 issue = issue.number,
             );
-            if let Some(decision) = views.decide(issue, event, &self.policy, now) {
+            if let Some(decision) = views.decide(issue, event, self, now) {
                 span.in_scope(|| log_decision(event, &decision));
                 pass.add(issue, decision, &self.policy);
             }
@@ -519,11 +544,13 @@ impl Views {
         })
     }
 
+    /// Decides `event` for `issue` and keeps what changed; sends the decision's span, the
+    /// issue's root span when this is its first record, and a run's span as it ends.
     fn decide(
         &mut self,
         issue: &IssueRef,
         event: &Event,
-        policy: &Policy,
+        planner: &Planner,
         now: i64,
     ) -> Option<Decision> {
         let view = IssueView {
@@ -531,7 +558,8 @@ impl Views {
             record: self.records.get(issue),
             run: self.runs.get(issue),
         };
-        let decision = decide(&view, event, policy, now)?;
+        let decision = decide(&view, event, &planner.policy, now)?;
+        trace(&planner.traces, &view, event, &decision, now);
         if let Some(run) = &decision.run
             && self.runs.get(issue) != Some(run)
         {
@@ -555,6 +583,59 @@ impl Views {
             .iter()
             .filter_map(|i| self.runs.get(i).cloned())
             .collect()
+    }
+}
+
+/// The spans of one decision: the issue's root when it had no record, the decision, and the
+/// run's when the decision ends it.
+fn trace(traces: &Traces, before: &IssueView<'_>, event: &Event, decision: &Decision, now: i64) {
+    if !traces.is_on() {
+        return;
+    }
+    if before.record.is_none() {
+        traces.issue(before.issue, now);
+    }
+    let kinds: Vec<&str> = decision
+        .actions
+        .iter()
+        .map(|p| p.action.kind().as_str())
+        .collect();
+    let run = decision.run.as_ref();
+    traces.decision(
+        before.issue,
+        &event_name(event),
+        decision.record.lifecycle.as_str(),
+        &kinds,
+        run.map(|r| r.id.as_str()),
+        now,
+    );
+    if let Some(run) = run
+        && !run.state.is_active()
+        && before
+            .run
+            .is_none_or(|was| was.id != run.id || was.state.is_active())
+    {
+        traces.run(run, now);
+    }
+}
+
+/// What a decision's span calls its event: the kind, and for the forge's, its action
+/// (`pull_request.closed`), kept to a short name of plain characters.
+fn event_name(event: &Event) -> String {
+    let kind = event.kind_str();
+    let Event::Forge(forge) = event else {
+        return kind.to_owned();
+    };
+    let action: String = forge
+        .action
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .take(40)
+        .collect();
+    if action.is_empty() {
+        kind.to_owned()
+    } else {
+        format!("{kind}.{action}")
     }
 }
 

@@ -19,6 +19,7 @@ use crate::engine::settled::Settled;
 use crate::event::Event;
 use crate::metrics::Metrics;
 use crate::store::{ClaimedAction, Finished, Lane, NewDelivery, Store};
+use crate::telemetry::Traces;
 
 const READ: &str = "read_preflight";
 /// What became of one performed action, and the slot it frees once recorded.
@@ -47,6 +48,7 @@ pub struct Executor {
     others: Arc<AtomicUsize>,
     read_lease_ms: i64,
     metrics: Option<Metrics>,
+    traces: Traces,
     /// Where it says whether it has anything in hand (for whoever waits on the engine).
     settled: Settled,
 }
@@ -77,6 +79,7 @@ impl Executor {
             others: Arc::default(),
             read_lease_ms,
             metrics: None,
+            traces: Traces::default(),
             settled: Settled::default(),
         }
     }
@@ -89,6 +92,12 @@ impl Executor {
 
     pub fn with_metrics(mut self, metrics: Metrics) -> Self {
         self.metrics = Some(metrics);
+        self
+    }
+
+    /// Sends a span for each attempt at an action.
+    pub fn with_traces(mut self, traces: Traces) -> Self {
+        self.traces = traces;
         self
     }
 
@@ -239,6 +248,7 @@ impl Executor {
             repo = %claimed.issue.repo,
             issue = claimed.issue.number,
         );
+        let started = self.clock.now_ms();
         let parsed = serde_json::from_str::<Action>(&claimed.payload);
         // What a give-up tells `decide`: the kind, and the run for the actions of one run.
         let (kind, run) = match &parsed {
@@ -274,9 +284,21 @@ impl Executor {
             Err(e) => Err(anyhow::anyhow!("the stored action does not parse: {e}")),
         };
         let now = self.clock.now_ms();
+        let run_id = run.as_ref().map(|r| r.as_str());
+        let times = (started, now);
         match result {
             Ok(outcome) => {
                 self.count(&claimed.kind, "done");
+                let reported = outcome.as_ref().map(Event::kind_str);
+                self.traces.action(
+                    &claimed.issue,
+                    &claimed.kind,
+                    run_id,
+                    "done",
+                    reported,
+                    None,
+                    times,
+                );
                 Finished::Done {
                     id: claimed.id,
                     event: outcome.map(|e| {
@@ -294,6 +316,15 @@ impl Executor {
                 let attempt = claimed.attempts + 1;
                 if attempt >= claimed.max_attempts {
                     self.count(&claimed.kind, "gave_up");
+                    self.traces.action(
+                        &claimed.issue,
+                        &claimed.kind,
+                        run_id,
+                        "gave_up",
+                        Some("action_gave_up"),
+                        Some(&error),
+                        times,
+                    );
                     span.in_scope(|| {
                         tracing::error!(
                             attempt,
@@ -318,6 +349,15 @@ impl Executor {
                     }
                 } else {
                     self.count(&claimed.kind, "retried");
+                    self.traces.action(
+                        &claimed.issue,
+                        &claimed.kind,
+                        run_id,
+                        "retried",
+                        None,
+                        Some(&error),
+                        times,
+                    );
                     span.in_scope(|| {
                         tracing::warn!(attempt, error, "action failed; retried later")
                     });

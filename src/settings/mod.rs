@@ -177,6 +177,7 @@ pub struct Settings {
     pub models: ModelsSettings,
     pub budget: BudgetSettings,
     pub repo_settings: RepoSettingsCeiling,
+    pub telemetry: TelemetrySettings,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -367,6 +368,7 @@ impl Settings {
         self.models.validate(&self.budget)?;
         self.validate_model_passthrough()?;
         self.repo_settings.validate()?;
+        self.telemetry.validate()?;
         Ok(())
     }
 

@@ -1,4 +1,4 @@
-//! The service's own sections: `[server]`, `[store]`, `[webhook]`, `[status]`.
+//! The service's own sections: `[server]`, `[store]`, `[webhook]`, `[status]`, `[telemetry]`.
 
 use super::*;
 
@@ -310,5 +310,74 @@ mod store_url_tests {
             no_host.contains("PostgreSQL") && !no_host.contains("hunter2"),
             "{no_host}"
         );
+    }
+}
+
+/// `[telemetry]`: traces over OTLP/HTTP.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetrySettings {
+    /// The OTLP/HTTP collector (`http://otel-collector:4318`); spans go to `/v1/traces`
+    /// under it unless the URL names a path of its own. Empty: no traces.
+    pub otlp_endpoint: String,
+    /// How often finished spans are sent, in milliseconds.
+    pub export_interval_ms: u64,
+    /// Spans waiting to be sent, at most; beyond it new ones are dropped and counted.
+    pub max_queued_spans: usize,
+}
+
+impl Default for TelemetrySettings {
+    fn default() -> Self {
+        Self {
+            otlp_endpoint: String::new(),
+            export_interval_ms: 2_000,
+            max_queued_spans: 4_096,
+        }
+    }
+}
+
+impl TelemetrySettings {
+    /// Where spans are posted, when traces are on.
+    pub fn traces_url(&self) -> Option<String> {
+        let url = reqwest::Url::parse(self.otlp_endpoint.trim()).ok()?;
+        if url.path().is_empty() || url.path() == "/" {
+            let base = self.otlp_endpoint.trim().trim_end_matches('/');
+            return Some(format!("{base}/v1/traces"));
+        }
+        Some(url.to_string())
+    }
+
+    pub(super) fn validate(&self) -> Result<(), SettingsError> {
+        let endpoint = self.otlp_endpoint.trim();
+        if !endpoint.is_empty() {
+            let url = reqwest::Url::parse(endpoint)
+                .map_err(|e| invalid("telemetry.otlp_endpoint", format!("not a URL: {e}")))?;
+            if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+                return Err(invalid(
+                    "telemetry.otlp_endpoint",
+                    "must be an http:// or https:// URL with a host",
+                ));
+            }
+            // Credentials in the URL would reach logs and `check-config`.
+            if !url.username().is_empty() || url.password().is_some() {
+                return Err(invalid(
+                    "telemetry.otlp_endpoint",
+                    "must not carry a user name or password",
+                ));
+            }
+        }
+        if self.export_interval_ms < 100 {
+            return Err(invalid(
+                "telemetry.export_interval_ms",
+                "must be at least 100",
+            ));
+        }
+        if self.max_queued_spans == 0 {
+            return Err(invalid(
+                "telemetry.max_queued_spans",
+                "must be greater than 0",
+            ));
+        }
+        Ok(())
     }
 }

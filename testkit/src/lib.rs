@@ -8,6 +8,7 @@
 //! - [`kube`]: `FakeKube`, a Kubernetes API server on loopback that also plays the Job
 //!   controller and the kubelet.
 //! - [`llm`]: `FakeLlm`, a model server speaking Anthropic's and OpenAI's APIs, scripted.
+//! - [`otlp`]: `FakeOtlp`, an OpenTelemetry collector taking OTLP/HTTP trace exports.
 //! - [`runtime`]: `FakeRuntime`, a container runtime in memory whose "containers" run scripted
 //!   behaviours.
 
@@ -15,6 +16,7 @@ pub mod forge;
 pub mod github;
 pub mod kube;
 pub mod llm;
+pub mod otlp;
 pub mod provider;
 pub mod runtime;
 

@@ -123,6 +123,16 @@ fn a_bad_configuration_exits_non_zero_and_names_the_key() {
             "https://forgejo.example.org",
             "forge.token",
         ),
+        (
+            "DIRECTOR_TELEMETRY__OTLP_ENDPOINT",
+            "grpc://collector:4317",
+            "telemetry.otlp_endpoint",
+        ),
+        (
+            "DIRECTOR_TELEMETRY__MAX_QUEUED_SPANS",
+            "0",
+            "telemetry.max_queued_spans",
+        ),
     ];
     for (var, value, key) in cases {
         let out = director()
@@ -137,6 +147,18 @@ fn a_bad_configuration_exits_non_zero_and_names_the_key() {
             "{var}={value}: message does not name {key}: {err}"
         );
     }
+}
+
+#[test]
+fn a_collector_url_with_credentials_is_refused_without_showing_them() {
+    let err = refused_naming(
+        &[(
+            "DIRECTOR_TELEMETRY__OTLP_ENDPOINT",
+            "https://tracer:hunter2-otlp@collector.example.org",
+        )],
+        "telemetry.otlp_endpoint",
+    );
+    assert!(!err.contains("hunter2-otlp"), "{err}");
 }
 
 #[test]

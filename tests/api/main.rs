@@ -36,5 +36,6 @@ mod runs;
 mod scenarios;
 mod status_page;
 mod store;
+mod traces;
 mod transcripts;
 mod webhook;

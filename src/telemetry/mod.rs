@@ -1,4 +1,9 @@
 //! The tracing subscriber: JSON lines for the service, pretty text for people at a terminal.
+//! And [`traces`]: spans of each issue's story, sent over OTLP.
+
+pub mod traces;
+
+pub use traces::Traces;
 
 use tracing_subscriber::EnvFilter;
 
