@@ -15,6 +15,7 @@ use bollard::models::{
     NetworkConnectRequest, NetworkCreateRequest,
 };
 use bollard::query_parameters::{
+    AttachContainerOptions,
     CreateContainerOptions, DownloadFromContainerOptions, InspectNetworkOptions,
     KillContainerOptions, ListContainersOptions, LogsOptions, RemoveContainerOptions,
     StopContainerOptions, UploadToContainerOptions, WaitContainerOptions,
@@ -25,6 +26,17 @@ use super::{
     EgressPoint, Exit, RunContainer, RunSpec, Runtime, RuntimeError, WaitLimits, Watchdog,
 };
 use crate::settings::RunnerSettings;
+
+/// How a mark of the attached output stream begins: `bytes:N`, N bytes seen.
+const BYTES_MARK: &str = "bytes:";
+
+/// How much of a chunk of `len` bytes starting at byte `start` of the output a follower
+/// that saw `skip` bytes before a restart has seen already: skipped, to the byte.
+fn seen_part(skip: u64, start: u64, len: usize) -> usize {
+    usize::try_from(skip.saturating_sub(start))
+        .unwrap_or(usize::MAX)
+        .min(len)
+}
 
 pub use super::RUN_LABEL;
 
@@ -50,6 +62,47 @@ fn engine(e: DockerError) -> RuntimeError {
 }
 
 impl DockerRuntime {
+    /// Docker's log stream with timestamps, from after the log timestamp `after`: for a run
+    /// whose transcript an older version followed this way.
+    fn follow_log(&self, id: &str, after: &str) -> Result<Option<super::OutputStream>, RuntimeError> {
+        let after = chrono::DateTime::parse_from_rfc3339(after).ok();
+        let options = LogsOptions {
+            follow: true,
+            stdout: true,
+            stderr: true,
+            timestamps: true,
+            since: after.map_or(0, |a| i32::try_from(a.timestamp()).unwrap_or(0)),
+            tail: "all".into(),
+            ..Default::default()
+        };
+        let stream = self
+            .docker
+            .logs(id, Some(options))
+            .filter_map(move |chunk| {
+                let out = match chunk {
+                    Err(e) => Some(Err(engine(e))),
+                    Ok(chunk) => {
+                        let bytes = chunk.into_bytes();
+                        split_timestamp(&bytes).and_then(|(at, text)| {
+                            // Timestamps are parsed only to skip what a restart saw already.
+                            let seen = after.is_some_and(|a| {
+                                chrono::DateTime::parse_from_rfc3339(at).is_ok_and(|at| at <= a)
+                            });
+                            (!seen).then(|| {
+                                Ok(super::Output {
+                                    bytes: text.to_vec(),
+                                    mark: Some(at.to_owned()),
+                                })
+                            })
+                        })
+                    }
+                };
+                std::future::ready(out)
+            })
+            .boxed();
+        Ok(Some(stream))
+    }
+
     /// A stop signal, then a kill after `grace` (the engine's own stop).
     async fn stop(&self, id: &str, grace: Duration) -> Result<(), RuntimeError> {
         let t = i32::try_from(grace.as_secs()).unwrap_or(i32::MAX);
@@ -507,41 +560,54 @@ impl Runtime for DockerRuntime {
         Ok(out)
     }
 
-    /// Docker's log stream with timestamps: each line's timestamp is its mark, and a line not
-    /// after `after` (seen before a restart) is skipped.
+    /// The container's own output stream (attach), replayed from its start: the engine hands
+    /// the output to this reader as the container writes it, without going through its log
+    /// files, which it rotates (a follower lagging behind a fast run would lose what rotation
+    /// deleted) and which cost it CPU to read back. The mark is the count of bytes seen
+    /// (`bytes:N`): a run adopted after a restart is replayed and the first N bytes skipped.
+    /// A mark of an older version (a log timestamp) continues through the log stream.
     async fn follow_output(
         &self,
         id: &str,
         after: Option<&str>,
     ) -> Result<Option<super::OutputStream>, RuntimeError> {
-        let after = after.and_then(|a| chrono::DateTime::parse_from_rfc3339(a).ok());
-        let options = LogsOptions {
-            follow: true,
+        let skip: u64 = match after {
+            None => 0,
+            Some(mark) => match mark.strip_prefix(BYTES_MARK).and_then(|n| n.parse().ok()) {
+                Some(n) => n,
+                None => return self.follow_log(id, mark),
+            },
+        };
+        let options = AttachContainerOptions {
             stdout: true,
             stderr: true,
-            timestamps: true,
-            since: after.map_or(0, |a| i32::try_from(a.timestamp()).unwrap_or(0)),
-            tail: "all".into(),
+            stream: true,
+            logs: true,
             ..Default::default()
         };
-        let stream = self
-            .docker
-            .logs(id, Some(options))
+        let attached = match self.docker.attach_container(id, Some(options)).await {
+            Ok(attached) => attached,
+            // Gone already: nothing more to follow.
+            Err(DockerError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => return Ok(Some(futures_util::stream::empty().boxed())),
+            Err(e) => return Err(engine(e)),
+        };
+        let mut seen: u64 = 0;
+        let stream = attached
+            .output
             .filter_map(move |chunk| {
                 let out = match chunk {
                     Err(e) => Some(Err(engine(e))),
                     Ok(chunk) => {
                         let bytes = chunk.into_bytes();
-                        split_timestamp(&bytes).and_then(|(at, text)| {
-                            // Timestamps are parsed only to skip what a restart saw already.
-                            let seen = after.is_some_and(|a| {
-                                chrono::DateTime::parse_from_rfc3339(at).is_ok_and(|at| at <= a)
-                            });
-                            (!seen).then(|| {
-                                Ok(super::Output {
-                                    bytes: text.to_vec(),
-                                    mark: Some(at.to_owned()),
-                                })
+                        let start = seen;
+                        seen = seen.saturating_add(bytes.len() as u64);
+                        let fresh = seen_part(skip, start, bytes.len());
+                        (fresh < bytes.len()).then(|| {
+                            Ok(super::Output {
+                                bytes: bytes[fresh..].to_vec(),
+                                mark: Some(format!("{BYTES_MARK}{seen}")),
                             })
                         })
                     }
@@ -650,7 +716,16 @@ fn split_timestamp(line: &[u8]) -> Option<(&str, &[u8])> {
 
 #[cfg(test)]
 mod tests {
-    use super::{internal_networks_leak_dns, split_timestamp};
+    use super::{internal_networks_leak_dns, seen_part, split_timestamp};
+
+    #[test]
+    fn a_resumed_follow_skips_exactly_what_was_seen_before_the_restart() {
+        // 10 bytes seen; chunks of 4 from the start of the output.
+        assert_eq!(seen_part(10, 0, 4), 4);
+        assert_eq!(seen_part(10, 8, 4), 2, "the chunk that straddles the mark");
+        assert_eq!(seen_part(10, 12, 4), 0);
+        assert_eq!(seen_part(0, 0, 4), 0, "a fresh follow skips nothing");
+    }
 
     #[test]
     fn a_log_lines_timestamp_is_its_mark() {
