@@ -15,10 +15,9 @@ use bollard::models::{
     NetworkConnectRequest, NetworkCreateRequest,
 };
 use bollard::query_parameters::{
-    AttachContainerOptions,
-    CreateContainerOptions, DownloadFromContainerOptions, InspectNetworkOptions,
-    KillContainerOptions, ListContainersOptions, LogsOptions, RemoveContainerOptions,
-    StopContainerOptions, UploadToContainerOptions, WaitContainerOptions,
+    AttachContainerOptions, CreateContainerOptions, DownloadFromContainerOptions,
+    InspectNetworkOptions, KillContainerOptions, ListContainersOptions, LogsOptions,
+    RemoveContainerOptions, StopContainerOptions, UploadToContainerOptions, WaitContainerOptions,
 };
 use futures_util::StreamExt;
 
@@ -64,7 +63,11 @@ fn engine(e: DockerError) -> RuntimeError {
 impl DockerRuntime {
     /// Docker's log stream with timestamps, from after the log timestamp `after`: for a run
     /// whose transcript an older version followed this way.
-    fn follow_log(&self, id: &str, after: &str) -> Result<Option<super::OutputStream>, RuntimeError> {
+    fn follow_log(
+        &self,
+        id: &str,
+        after: &str,
+    ) -> Result<Option<super::OutputStream>, RuntimeError> {
         let after = chrono::DateTime::parse_from_rfc3339(after).ok();
         let options = LogsOptions {
             follow: true,
@@ -81,21 +84,7 @@ impl DockerRuntime {
             .filter_map(move |chunk| {
                 let out = match chunk {
                     Err(e) => Some(Err(engine(e))),
-                    Ok(chunk) => {
-                        let bytes = chunk.into_bytes();
-                        split_timestamp(&bytes).and_then(|(at, text)| {
-                            // Timestamps are parsed only to skip what a restart saw already.
-                            let seen = after.is_some_and(|a| {
-                                chrono::DateTime::parse_from_rfc3339(at).is_ok_and(|at| at <= a)
-                            });
-                            (!seen).then(|| {
-                                Ok(super::Output {
-                                    bytes: text.to_vec(),
-                                    mark: Some(at.to_owned()),
-                                })
-                            })
-                        })
-                    }
+                    Ok(chunk) => super::timestamped(&chunk.into_bytes(), after).map(Ok),
                 };
                 std::future::ready(out)
             })
@@ -705,18 +694,10 @@ impl Runtime for DockerRuntime {
     }
 }
 
-/// A line of Docker's log stream with timestamps: the timestamp (RFC 3339, as Docker wrote
-/// it), and the text after it.
-fn split_timestamp(line: &[u8]) -> Option<(&str, &[u8])> {
-    let space = line.iter().take(40).position(|b| *b == b' ')?;
-    let at = std::str::from_utf8(&line[..space]).ok()?;
-    at.starts_with(|c: char| c.is_ascii_digit())
-        .then_some((at, &line[space + 1..]))
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{internal_networks_leak_dns, seen_part, split_timestamp};
+    use super::super::split_timestamp;
+    use super::{internal_networks_leak_dns, seen_part};
 
     #[test]
     fn a_resumed_follow_skips_exactly_what_was_seen_before_the_restart() {

@@ -196,6 +196,9 @@ fn stuck(pod: &Pod) -> Option<String> {
     })
 }
 
+/// How long following a run's log waits for its container to start.
+const FOLLOW_START_WAIT: Duration = Duration::from_secs(300);
+
 fn running(pod: &Pod) -> bool {
     agent_status(pod)
         .and_then(|s| s.state.as_ref())
@@ -779,6 +782,70 @@ impl Runtime for KubeRuntime {
         Ok(message
             .map(String::into_bytes)
             .filter(|m| !m.is_empty() && m.len() <= max_bytes))
+    }
+
+    /// The pod's log, followed with the kubelet's timestamps from the container's start (or,
+    /// after a restart, from the mark: a timestamp, lines not after it skipped), once the
+    /// container has started. `None` (the log is read at the end instead) when it never
+    /// starts within [`FOLLOW_START_WAIT`] or the log cannot be followed.
+    async fn follow_output(
+        &self,
+        id: &str,
+        after: Option<&str>,
+    ) -> Result<Option<super::OutputStream>, RuntimeError> {
+        let deadline = tokio::time::Instant::now() + FOLLOW_START_WAIT;
+        let name = loop {
+            if let Some(pod) = self.pods_of(id).await?.into_iter().next() {
+                if stuck(&pod).is_some() {
+                    return Ok(None);
+                }
+                let started = agent_status(&pod)
+                    .and_then(|s| s.state.as_ref())
+                    .is_some_and(|s| s.running.is_some() || s.terminated.is_some());
+                if started {
+                    break Self::pod_name(&pod);
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(None);
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        let after = after.and_then(|a| chrono::DateTime::parse_from_rfc3339(a).ok());
+        let params = LogParams {
+            container: Some(CONTAINER.into()),
+            follow: true,
+            timestamps: true,
+            since_time: after.map(|a| a.with_timezone(&chrono::Utc)),
+            ..LogParams::default()
+        };
+        let reader = match self.pods().log_stream(&name, &params).await {
+            Ok(reader) => Box::pin(reader),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot follow the run's log; it is read at its end");
+                return Ok(None);
+            }
+        };
+        let lines = futures_util::stream::unfold(Some(reader), |reader| async move {
+            let mut reader = reader?;
+            let mut line = Vec::new();
+            match reader.read_until(b'\n', &mut line).await {
+                Ok(0) => None,
+                Ok(_) => Some((Ok(line), Some(reader))),
+                // Said once, then the stream ends.
+                Err(e) => Some((Err(RuntimeError::Engine(e.to_string())), None)),
+            }
+        });
+        let stream = lines
+            .filter_map(move |line| {
+                let out = match line {
+                    Err(e) => Some(Err(e)),
+                    Ok(line) => super::timestamped(&line, after).map(Ok),
+                };
+                std::future::ready(out)
+            })
+            .boxed();
+        Ok(Some(stream))
     }
 
     async fn logs_tail(&self, id: &str, lines: usize) -> Result<String, RuntimeError> {

@@ -212,3 +212,28 @@ pub trait Runtime: Send + Sync {
     /// be redacted from its log.
     async fn env(&self, id: &str) -> Result<Vec<(String, String)>, RuntimeError>;
 }
+
+/// A line of a log stream with timestamps (Docker's, the kubelet's): the timestamp (RFC 3339, as
+/// the engine wrote it), and the text after it.
+pub(crate) fn split_timestamp(line: &[u8]) -> Option<(&str, &[u8])> {
+    let space = line.iter().take(40).position(|b| *b == b' ')?;
+    let at = std::str::from_utf8(&line[..space]).ok()?;
+    at.starts_with(|c: char| c.is_ascii_digit())
+        .then_some((at, &line[space + 1..]))
+}
+
+/// A line of a log stream with timestamps as [`Output`], its timestamp its mark; `None` for
+/// a line without one, or one not after `after` (seen before a restart). Timestamps are
+/// parsed only for that.
+pub(crate) fn timestamped(
+    line: &[u8],
+    after: Option<chrono::DateTime<chrono::FixedOffset>>,
+) -> Option<Output> {
+    let (at, text) = split_timestamp(line)?;
+    let seen =
+        after.is_some_and(|a| chrono::DateTime::parse_from_rfc3339(at).is_ok_and(|at| at <= a));
+    (!seen).then(|| Output {
+        bytes: text.to_vec(),
+        mark: Some(at.to_owned()),
+    })
+}

@@ -43,6 +43,9 @@ struct State {
     changes: Vec<Change>,
     /// Pod name → its output so far.
     logs: BTreeMap<String, Vec<String>>,
+    /// Pod name → when each line of its output was written (RFC 3339 with nanoseconds, as
+    /// the kubelet's `timestamps=true` shows them).
+    log_times: BTreeMap<String, Vec<String>>,
     requests: Vec<Recorded>,
     next_pod: u64,
 }
@@ -331,6 +334,7 @@ impl FakeKube {
             forbidden: HashSet::new(),
             changes: Vec::new(),
             logs: BTreeMap::new(),
+            log_times: BTreeMap::new(),
             requests: Vec::new(),
             next_pod: 0,
         }));
@@ -498,7 +502,11 @@ impl FakeKube {
     pub fn log(&self, ns: &str, job: &str, line: &str) {
         self.with(|s| {
             if let Some(pod) = s.pods_of_job(ns, job).into_iter().next() {
-                s.logs.entry(pod).or_default().push(line.to_owned());
+                s.logs.entry(pod.clone()).or_default().push(line.to_owned());
+                s.log_times
+                    .entry(pod)
+                    .or_default()
+                    .push(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true));
                 s.bump();
             }
         });
@@ -656,11 +664,31 @@ async fn handle(req: HttpRequest, body: Bytes, data: web::Data<Shared>) -> HttpR
                         &format!("container \"agent\" in pod \"{name}\" is waiting to start"),
                     );
                 }
+                let shown = Shown {
+                    timestamps: query.get("timestamps").is_some_and(|t| t == "true"),
+                    since: query
+                        .get("sinceTime")
+                        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok()),
+                };
                 if query.get("follow").is_some_and(|f| f == "true") {
+                    // From the start, as the kubelet follows, unless a tail is asked.
+                    let total = s.logs.get(&name).map_or(0, Vec::len);
+                    let start = query
+                        .get("tailLines")
+                        .and_then(|t| t.parse::<usize>().ok())
+                        .map_or(0, |tail| total.saturating_sub(tail));
                     drop(s);
-                    return follow_logs(state, tick, ns, name);
+                    return follow_logs(state, tick, ns, name, start, shown);
                 }
-                let lines = s.logs.get(&name).cloned().unwrap_or_default();
+                let lines: Vec<String> = s
+                    .logs
+                    .get(&name)
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .enumerate()
+                    .filter_map(|(i, l)| shown.line(&s, &name, i, l))
+                    .collect();
                 let tail = query
                     .get("tailLines")
                     .and_then(|t| t.parse::<usize>().ok())
@@ -889,20 +917,47 @@ fn watch(
         .streaming(stream)
 }
 
-/// A followed pod log: what is there, then each new line, until the container ends.
+/// How a log request asked to see its lines: with their timestamps, from a time.
+#[derive(Clone, Copy)]
+struct Shown {
+    timestamps: bool,
+    since: Option<chrono::DateTime<chrono::FixedOffset>>,
+}
+
+impl Shown {
+    /// Line `i` of `pod`'s log as asked, or `None` when it is before `sinceTime` (which, as
+    /// the kubelet's, counts in whole seconds).
+    fn line(&self, s: &State, pod: &str, i: usize, line: String) -> Option<String> {
+        let at = s
+            .log_times
+            .get(pod)
+            .and_then(|t| t.get(i))
+            .cloned()
+            .unwrap_or_default();
+        if let Some(since) = self.since {
+            let written = chrono::DateTime::parse_from_rfc3339(&at).ok()?;
+            if written.timestamp() < since.timestamp() {
+                return None;
+            }
+        }
+        Some(if self.timestamps {
+            format!("{at} {line}")
+        } else {
+            line
+        })
+    }
+}
+
+/// A followed pod log: from line `start`, then each new line, until the container ends.
 fn follow_logs(
     state: Arc<Mutex<State>>,
     tick: Arc<tokio::sync::watch::Sender<u64>>,
     ns: String,
     pod: String,
+    start: usize,
+    shown: Shown,
 ) -> HttpResponse {
     let rx = tick.subscribe();
-    let start = state
-        .lock()
-        .expect("lock")
-        .logs
-        .get(&pod)
-        .map_or(0, Vec::len);
     let stream =
         futures_util::stream::unfold((state, rx, start), move |(state, mut rx, mut sent)| {
             let (ns, pod) = (ns.clone(), pod.clone());
@@ -911,6 +966,7 @@ fn follow_logs(
                     let (line, ended) = {
                         let s = state.lock().expect("lock");
                         let line = s.logs.get(&pod).and_then(|l| l.get(sent)).cloned();
+                        let line = line.map(|l| shown.line(&s, &pod, sent, l));
                         let ended = s.get("pods", &ns, &pod).is_none_or(|p| {
                             p["status"]["containerStatuses"][0]["state"]["terminated"].is_object()
                         });
@@ -918,6 +974,8 @@ fn follow_logs(
                     };
                     if let Some(line) = line {
                         sent += 1;
+                        // Before `sinceTime`: not shown.
+                        let Some(line) = line else { continue };
                         return Some((
                             Ok::<_, actix_web::Error>(Bytes::from(format!("{line}\n"))),
                             (state, rx, sent),

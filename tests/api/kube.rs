@@ -261,6 +261,55 @@ async fn a_started_job_is_watched_to_its_end_with_its_log_and_result_and_removed
     rt.remove(&id).await.expect("gone already is fine");
 }
 
+async fn wait_for_run_id(t: &ForgeApp, issue: &director::domain::IssueRef) -> String {
+    wait_until("the run is recorded", || async {
+        !crate::fake_runs::run_ids(t, issue).await.is_empty()
+    })
+    .await;
+    crate::fake_runs::run_ids(t, issue)
+        .await
+        .pop()
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_runs_log_is_followed_live_with_marks_and_a_follow_from_a_mark_repeats_nothing() {
+    use futures_util::StreamExt as _;
+    let fake = FakeKube::start();
+    let rt = runtime(&fake).await;
+    let id = rt.create(&spec("222222222222")).await.expect("created");
+    rt.start(&id).await.expect("started");
+    fake.run_pod(NS, &id).expect("the pod runs");
+    fake.log(NS, &id, "one");
+    let mut stream = rt
+        .follow_output(&id, None)
+        .await
+        .expect("follows")
+        .expect("a stream");
+    let first = stream.next().await.expect("a line").expect("ok");
+    assert_eq!(first.bytes, b"one\n", "from the container's start");
+    fake.log(NS, &id, "two");
+    let second = stream.next().await.expect("a line").expect("ok");
+    assert_eq!(second.bytes, b"two\n", "live");
+    let mark = second.mark.clone().expect("a mark");
+    fake.log(NS, &id, "three");
+    // Adopted after a restart: from the mark, nothing seen before it again.
+    let mut resumed = rt
+        .follow_output(&id, Some(&mark))
+        .await
+        .expect("follows")
+        .expect("a stream");
+    let next = resumed.next().await.expect("a line").expect("ok");
+    assert_eq!(next.bytes, b"three\n");
+    fake.finish(NS, &id, 0, "");
+    assert!(
+        tokio::time::timeout(Duration::from_secs(10), resumed.next())
+            .await
+            .expect("the stream ends with the container")
+            .is_none()
+    );
+}
+
 /// A wait for the run's Job on a runtime of its own, once its watch is open.
 async fn waiting_on(
     fake: &FakeKube,
@@ -562,6 +611,18 @@ async fn a_go_issue_runs_as_one_job_and_ends_in_one_pull_request_with_its_token_
     );
     fake.run_pod(NS, &job).expect("runs");
     fake.log(NS, &job, "pushed");
+    // The transcript follows the pod's log live, not only at the end.
+    let run_id = wait_for_run_id(&t, &issue).await;
+    wait_until("the transcript has the line while the pod runs", || async {
+        t.app
+            .store
+            .transcript(&run_id)
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|tr| tr.text.contains("pushed\n"))
+    })
+    .await;
     fake.finish(
         NS,
         &job,
