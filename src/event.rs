@@ -26,6 +26,9 @@ pub enum EventKind {
     PullReview,
     /// Not a webhook: what the director's own scan observed.
     Scan,
+    /// A Forgejo Actions run of a pull request ended (`action_run_success`,
+    /// `action_run_failure`, `action_run_recover`): its checks changed.
+    ActionRun,
 }
 
 impl EventKind {
@@ -35,7 +38,11 @@ impl EventKind {
             "issues" => Some(Self::Issues),
             "issue_label" => Some(Self::IssueLabel),
             "issue_comment" => Some(Self::IssueComment),
-            "pull_request" => Some(Self::PullRequest),
+            // `pull_request_sync`: new commits on the pull request's branch.
+            "pull_request" | "pull_request_sync" => Some(Self::PullRequest),
+            "action_run_success" | "action_run_failure" | "action_run_recover" => {
+                Some(Self::ActionRun)
+            }
             "pull_request_comment" => Some(Self::PullComment),
             "pull_request_review_approved"
             | "pull_request_review_rejected"
@@ -53,6 +60,7 @@ impl EventKind {
             Self::PullComment => "pull_request_comment",
             Self::PullReview => "pull_request_review",
             Self::Scan => "scan",
+            Self::ActionRun => "action_run",
         }
     }
 }
@@ -172,6 +180,22 @@ pub enum Event {
         allowed: bool,
         ask: PullAsk,
     },
+    /// The checks of the pull request's head `head` were read.
+    ChecksRead {
+        pr: u64,
+        head: String,
+        state: crate::domain::CheckState,
+        /// The failing ones, cut (see `PullChecks::read`).
+        #[serde(default)]
+        failing: Vec<crate::domain::Check>,
+        #[serde(default)]
+        contexts: usize,
+    },
+    /// The checks poll (`scan.checks_schedule`) found the pull request waiting on its
+    /// checks, or in the merge lane.
+    ChecksDue,
+    /// What the merge lane did about the pull request.
+    MergeTried { pr: u64, outcome: MergeOutcome },
     /// An action failed on every attempt; the issue waits for a person.
     ActionGaveUp {
         /// The action's key, as the outbox holds it (for people reading the database).
@@ -183,6 +207,27 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         run: Option<RunId>,
     },
+}
+
+/// What one attempt of the merge lane came to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum MergeOutcome {
+    /// Merged, as these writers approved its head.
+    Merged { approvals: Vec<String> },
+    /// Not yet, for this reason.
+    Waiting {
+        reason: String,
+        #[serde(default)]
+        approvals: Vec<String>,
+        /// What it waits for has no webhook: the checks poll asks again.
+        #[serde(default)]
+        poll: bool,
+    },
+    /// The base had moved: the branch was brought up to it, and its checks run again.
+    Updated,
+    /// The forge refused to merge (or update) head `head`, for this reason.
+    Refused { head: String, reason: String },
 }
 
 impl Event {
@@ -198,6 +243,9 @@ impl Event {
             Self::Run { .. } => "run",
             Self::PullAsked { .. } => "pull_asked",
             Self::ActionGaveUp { .. } => "action_gave_up",
+            Self::ChecksRead { .. } => "checks_read",
+            Self::ChecksDue => "checks_due",
+            Self::MergeTried { .. } => "merge_tried",
         }
     }
 

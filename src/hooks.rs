@@ -19,6 +19,9 @@ pub const EVENTS: &[&str] = &[
     "pull_request_comment",
     "pull_request_review",
     "pull_request_sync",
+    // Forgejo Actions runs ending (Forgejo 15): the checks of a pull request changed.
+    "action_run_success",
+    "action_run_failure",
 ];
 
 /// What one repository's hook looks like, or what was done to it.

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::SharedClock;
 use crate::engine::act::run::Secrets;
 use crate::engine::act::{Acts, PreflightAct, RunAct};
+use crate::engine::checks_poll::ChecksPoll;
 use crate::engine::consumer::{Consumer, Limits, Wakes};
 use crate::engine::decide::Policy;
 use crate::engine::executor::Executor;
@@ -43,6 +44,7 @@ pub struct Application {
     consumer_wake: Arc<Notify>,
     settled: Settled,
     traces: Traces,
+    checks: Option<Arc<ChecksPoll>>,
 }
 
 /// What tests (and benchmarks) put in place of the real thing.
@@ -468,6 +470,20 @@ impl Application {
             &shutdown,
         )
         .await?;
+        let checks = match &forge {
+            Some(_) => Some(
+                start_checks_poll(
+                    &settings,
+                    &store,
+                    &clock,
+                    &consumer_wake,
+                    &replica,
+                    &shutdown,
+                )
+                .await?,
+            ),
+            None => None,
+        };
         let state = web::Data::new(AppState {
             settings: settings.clone(),
             metrics,
@@ -492,7 +508,13 @@ impl Application {
             consumer_wake,
             settled,
             traces,
+            checks,
         })
+    }
+
+    /// The checks poll, when a forge is configured: tests run a pass at will.
+    pub fn checks_poll(&self) -> Option<Arc<ChecksPoll>> {
+        self.checks.clone()
     }
 
     /// Where the consumer and the executor say whether they have anything in hand: tests and
@@ -756,6 +778,7 @@ impl Engine<'_> {
             clock: self.clock.clone(),
             preflight: preflight_act(settings, self.metrics)?,
             runs,
+            lane: crate::engine::act::lane::Lane::new(settings.merge.clone()),
             permissions: Default::default(),
         });
         let wake = Arc::new(Notify::new());
@@ -805,6 +828,63 @@ async fn start_scans(
         .await?;
     }
     Ok(scanner)
+}
+
+/// Starts the checks poll on `scan.checks_schedule` (while scans are enabled); with several
+/// replicas each period's pass runs on one.
+async fn start_checks_poll(
+    settings: &Settings,
+    store: &Store,
+    clock: &SharedClock,
+    consumer_wake: &Arc<Notify>,
+    replica: &str,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Arc<ChecksPoll>> {
+    let poll = Arc::new(ChecksPoll {
+        store: store.clone(),
+        clock: clock.clone(),
+        merge: settings.merge.clone(),
+        wake: consumer_wake.clone(),
+    });
+    if !settings.scan.enabled {
+        return Ok(poll);
+    }
+    let shared = Arc::new(
+        store
+            .is_shared()
+            .then(|| (store.clone(), replica.to_owned())),
+    );
+    let schedule = settings.scan.checks_schedule.clone();
+    let mut scheduler = JobScheduler::new()
+        .await
+        .context("starting the checks scheduler")?;
+    let (p, sh, expr) = (poll.clone(), shared.clone(), schedule.clone());
+    let job = Job::new_async(schedule.as_str(), move |_, _| {
+        let (p, sh, period) = (p.clone(), sh.clone(), period_of(&expr));
+        Box::pin(async move {
+            if !claim_scan(&sh, "checks", &period).await {
+                return;
+            }
+            if let Err(error) = p.poll_once().await {
+                tracing::warn!(error = %format!("{error:#}"), "the checks poll failed");
+            }
+        })
+    })
+    .with_context(|| format!("scan.checks_schedule `{schedule}`"))?;
+    scheduler
+        .add(job)
+        .await
+        .context("scheduling the checks poll")?;
+    scheduler
+        .start()
+        .await
+        .context("starting the checks scheduler")?;
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        stop.cancelled().await;
+        let _ = scheduler.shutdown().await;
+    });
+    Ok(poll)
 }
 
 /// Binds `server.listen` and builds the HTTP server (not yet accepting: see

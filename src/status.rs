@@ -63,6 +63,30 @@ pub struct PrRow {
     pub url: Option<String>,
     /// Follow-up runs since it opened (or since the last `/director retry` on it).
     pub followups: u32,
+    /// Follow-up runs answering its failing checks.
+    pub ci_followups: u32,
+    /// Its head's checks: `pending`, `passing`, `failing`, `warning`, `none` (none reported),
+    /// or absent (not read yet).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checks: Option<String>,
+    /// The failing checks' contexts.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub failing_checks: Vec<String>,
+    /// Writers whose approval of its head counts (as the merge lane last saw).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<String>,
+    /// The merge lane, when it is on for the repository.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub merge: Option<MergeRow>,
+}
+
+/// Where an open pull request stands in the merge lane.
+#[derive(Clone, Debug, Serialize)]
+pub struct MergeRow {
+    /// In the lane's queue: an attempt is under way, or it waits for what the lane asks.
+    pub queued: bool,
+    /// Why it is not merged yet.
+    pub waiting: String,
 }
 
 /// How queued issues are ordered and paced (`labels.priority`,
@@ -76,6 +100,8 @@ pub struct Queueing {
     /// (filled by [`collect`] when a budget is set).
     pub spent: HashMap<String, f64>,
     pub spent_today: f64,
+    /// `[merge]`: which pull requests are in the merge lane.
+    pub merge: crate::settings::MergeSettings,
 }
 
 impl Queueing {
@@ -86,6 +112,7 @@ impl Queueing {
             budget: settings.budget.clone(),
             spent: HashMap::new(),
             spent_today: 0.0,
+            merge: settings.merge.clone(),
         }
     }
 }
@@ -98,6 +125,7 @@ impl Default for Queueing {
             budget: crate::settings::BudgetSettings::default(),
             spent: HashMap::new(),
             spent_today: 0.0,
+            merge: crate::settings::MergeSettings::default(),
         }
     }
 }
@@ -401,12 +429,10 @@ pub fn rows(
                 verdict_reason: r.preflight.reason.clone(),
                 open_questions: (r.lifecycle == Lifecycle::NeedsInfo)
                     .then_some(r.preflight.questions.len()),
-                pr: r.pr.as_ref().map(|p| PrRow {
-                    number: p.number,
-                    state: p.state.as_str().to_owned(),
-                    url: web.map(|w| w.pull(&r.repo, p.number)),
-                    followups: p.followups,
-                }),
+                pr: r
+                    .pr
+                    .as_ref()
+                    .map(|p| pr_row(p, &r.repo, web, &queueing.merge)),
                 run: runs.get(&key).map(|run| run_row(run, web, now_ms)),
                 failing: failing.remove(&r.issue_ref()).unwrap_or_default(),
             }
@@ -477,6 +503,9 @@ pub fn render(rows: &[Row], json: bool) -> anyhow::Result<String> {
                 "    pull request #{}: {}, {} follow-up run(s)\n",
                 pr.number, pr.state, pr.followups
             ));
+            if let Some(words) = pr_words(pr) {
+                out.push_str(&format!("    {words}\n"));
+            }
         }
         for f in &r.failing {
             out.push_str(&format!(
@@ -539,8 +568,89 @@ fn totals(rows: &[Row]) -> Vec<(&'static str, usize)> {
     ]
 }
 
+/// The pull request's row: its checks, approvals and place in the merge lane.
+fn pr_row(
+    p: &crate::domain::PullRecord,
+    repo: &RepoName,
+    web: Option<&WebLinks>,
+    merge: &crate::settings::MergeSettings,
+) -> PrRow {
+    use crate::domain::CheckState;
+    let checks = p.checks.as_ref().map(|c| {
+        match c.state {
+            CheckState::Failure => "failing",
+            CheckState::Pending => "pending",
+            CheckState::Warning => "warning",
+            CheckState::Success => "passing",
+            CheckState::None => "none",
+        }
+        .to_owned()
+    });
+    let lane = p.merge.clone().unwrap_or_default();
+    let merge = (p.is_open() && merge.covers(repo)).then(|| MergeRow {
+        queued: lane.trying || !lane.waiting.is_empty() || checks.as_deref() == Some("passing"),
+        waiting: if lane.trying {
+            "being merged".to_owned()
+        } else if !lane.waiting.is_empty() {
+            lane.waiting.clone()
+        } else {
+            match checks.as_deref() {
+                None | Some("none") => "waiting for its checks to report".to_owned(),
+                Some("passing") => "waiting for its turn".to_owned(),
+                Some(state) => format!("waiting for its checks ({state})"),
+            }
+        },
+    });
+    PrRow {
+        number: p.number,
+        state: p.state.as_str().to_owned(),
+        url: web.map(|w| w.pull(repo, p.number)),
+        followups: p.followups,
+        ci_followups: p.ci_followups,
+        checks,
+        failing_checks: p
+            .checks
+            .iter()
+            .flat_map(|c| c.failing.iter().map(|f| f.context.clone()))
+            .collect(),
+        approvals: lane.approvals,
+        merge,
+    }
+}
+
+/// What the row says of its open pull request, for people.
+fn pr_words(pr: &PrRow) -> Option<String> {
+    if pr.state != "open" {
+        return None;
+    }
+    let mut parts = Vec::new();
+    if let Some(checks) = &pr.checks {
+        if pr.failing_checks.is_empty() {
+            parts.push(format!("checks {checks}"));
+        } else {
+            let shown: Vec<&str> = pr
+                .failing_checks
+                .iter()
+                .take(5)
+                .map(String::as_str)
+                .collect();
+            parts.push(format!("checks {checks}: {}", shown.join(", ")));
+        }
+    }
+    if !pr.approvals.is_empty() {
+        parts.push(format!("approved by {}", pr.approvals.join(", ")));
+    }
+    if let Some(merge) = &pr.merge {
+        parts.push(format!("merge lane: {}", merge.waiting));
+    }
+    (!parts.is_empty()).then(|| format!("pull request #{}: {}", pr.number, parts.join("; ")))
+}
+
 fn why_it_waits(r: &Row) -> String {
     let mut parts = Vec::new();
+    if let Some(words) = r.pr.as_ref().and_then(pr_words) {
+        parts.push(words);
+    }
     if let Some(p) = r.queue_position {
         parts.push(format!("queue position {p}"));
     }

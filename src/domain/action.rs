@@ -26,13 +26,15 @@ pub enum ActionKind {
     ReportRun,
     CommentOnPull,
     ReadFeedback,
+    ReadChecks,
+    TryMerge,
     /// A kind this version does not know (stored by a newer one).
     #[serde(other)]
     Unknown,
 }
 
 impl ActionKind {
-    pub const ALL: [ActionKind; 16] = [
+    pub const ALL: [ActionKind; 18] = [
         Self::ResolveTrigger,
         Self::AuthorizeCommand,
         Self::PostNotice,
@@ -49,6 +51,8 @@ impl ActionKind {
         Self::ReportRun,
         Self::CommentOnPull,
         Self::ReadFeedback,
+        Self::ReadChecks,
+        Self::TryMerge,
     ];
 
     /// The `kind` column and the metric label.
@@ -70,6 +74,8 @@ impl ActionKind {
             Self::ReportRun => "report_run",
             Self::CommentOnPull => "comment_on_pull",
             Self::ReadFeedback => "read_feedback",
+            Self::ReadChecks => "read_checks",
+            Self::TryMerge => "try_merge",
             Self::Unknown => "unknown",
         }
     }

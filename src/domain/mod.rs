@@ -13,7 +13,9 @@ pub mod verdict;
 pub use action::ActionKind;
 pub use command::Command;
 pub use issue::{IssueRecord, Judgement, LeftOut, PreflightState, Vouched};
-pub use pull::{Feedback, FollowUp, PullRecord, PullState};
+pub use pull::{
+    Check, CheckState, Feedback, FollowUp, MergeLane, MergeStyle, PullChecks, PullRecord, PullState,
+};
 pub use run::{RunId, RunRecord, RunSettings, RunState};
 
 use std::fmt;

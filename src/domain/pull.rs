@@ -3,6 +3,91 @@
 
 use serde::{Deserialize, Serialize};
 
+/// One check of a commit: a commit status's latest state for its context (or, on GitHub, a
+/// check run's conclusion).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Check {
+    pub context: String,
+    pub state: CheckState,
+    #[serde(default)]
+    pub description: String,
+    /// Where to read it (absolute; a forge's relative path is made absolute).
+    #[serde(default)]
+    pub target_url: String,
+}
+
+/// How a commit's checks stand, worst first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckState {
+    /// `failure` or `error`.
+    Failure,
+    /// Running or waiting.
+    Pending,
+    /// `warning`: not a failure to answer, not a pass to merge on.
+    Warning,
+    Success,
+    /// No check reported at all.
+    None,
+}
+
+impl CheckState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Failure => "failure",
+            Self::Pending => "pending",
+            Self::Warning => "warning",
+            Self::Success => "success",
+            Self::None => "none",
+        }
+    }
+
+    /// A forge's state word; anything unknown counts as a failure (as Forgejo maps it).
+    pub fn from_forge(state: &str) -> Self {
+        match state.trim().to_ascii_lowercase().as_str() {
+            "success" | "neutral" | "skipped" => Self::Success,
+            "pending" | "queued" | "in_progress" | "waiting" | "requested" | "expected" => {
+                Self::Pending
+            }
+            "warning" => Self::Warning,
+            _ => Self::Failure,
+        }
+    }
+
+    /// The state of a set of checks: the worst of them; none at all is [`CheckState::None`].
+    pub fn combined(checks: &[Check]) -> Self {
+        checks.iter().map(|c| c.state).min().unwrap_or(Self::None)
+    }
+}
+
+/// How a pull request is merged (Forgejo's `Do`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MergeStyle {
+    #[default]
+    #[serde(rename = "merge")]
+    Merge,
+    #[serde(rename = "rebase")]
+    Rebase,
+    #[serde(rename = "rebase-merge")]
+    RebaseMerge,
+    #[serde(rename = "squash")]
+    Squash,
+    #[serde(rename = "fast-forward-only")]
+    FastForwardOnly,
+}
+
+impl MergeStyle {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Merge => "merge",
+            Self::Rebase => "rebase",
+            Self::RebaseMerge => "rebase-merge",
+            Self::Squash => "squash",
+            Self::FastForwardOnly => "fast-forward-only",
+        }
+    }
+}
+
 /// What became of the pull request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -48,6 +133,96 @@ pub struct PullRecord {
     /// Keys of feedback already taken (a review or comment is answered once).
     #[serde(default)]
     pub handled: Vec<String>,
+    /// What was last read of its head's checks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checks: Option<PullChecks>,
+    /// Follow-up runs started for failing checks (`runner.max_ci_followups`).
+    #[serde(default)]
+    pub ci_followups: u32,
+    /// Reads of its checks planned so far: names each read's action apart.
+    #[serde(default)]
+    pub check_reads: u32,
+    /// The merge lane's view of it, when the lane is on for its repository.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merge: Option<MergeLane>,
+}
+
+/// The checks of a pull request's head, as last read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PullChecks {
+    /// The head commit they are of.
+    pub head: String,
+    pub state: CheckState,
+    /// The failing ones (at most [`FAILING_KEPT`], their text cut), for the follow-up's task
+    /// and the status page.
+    #[serde(default)]
+    pub failing: Vec<Check>,
+    /// How many contexts there were.
+    #[serde(default)]
+    pub contexts: usize,
+    /// When this head was first seen: a head with no check yet is read again for a while,
+    /// CI may not have started.
+    pub since_ms: i64,
+}
+
+/// Failing checks kept per pull request.
+pub const FAILING_KEPT: usize = 20;
+/// A check's context, description or URL, cut to this many characters.
+pub const CHECK_TEXT_CHARS: usize = 300;
+
+impl PullChecks {
+    /// The checks of `head` as read: the failing ones kept, cut.
+    pub fn read(head: &str, checks: &[Check], state: CheckState, since_ms: i64) -> Self {
+        // No control character (a terminal's escapes) survives; the rest is cut.
+        let cut = |s: &str| {
+            s.chars()
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .take(CHECK_TEXT_CHARS)
+                .collect::<String>()
+        };
+        Self {
+            head: head.to_owned(),
+            state,
+            failing: checks
+                .iter()
+                .filter(|c| c.state == CheckState::Failure)
+                .take(FAILING_KEPT)
+                .map(|c| Check {
+                    context: cut(&c.context),
+                    state: c.state,
+                    description: cut(&c.description),
+                    target_url: cut(&c.target_url),
+                })
+                .collect(),
+            contexts: checks.len(),
+            since_ms,
+        }
+    }
+}
+
+/// Where a pull request stands in the merge lane.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MergeLane {
+    /// Why it is not merged yet (empty: not looked at yet).
+    #[serde(default)]
+    pub waiting: String,
+    /// Writers whose approval of the current head counts.
+    #[serde(default)]
+    pub approvals: Vec<String>,
+    /// The head the forge refused to merge or update, and why: said once, not tried again
+    /// until the head moves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<(String, String)>,
+    /// Attempts planned so far: names each attempt's action apart.
+    #[serde(default)]
+    pub tries: u32,
+    /// An attempt is planned or under way.
+    #[serde(default)]
+    pub trying: bool,
+    /// It waits for something no webhook announces (the forge's mergeability, the base): the
+    /// checks poll tries again.
+    #[serde(default)]
+    pub poll: bool,
 }
 
 impl PullRecord {
@@ -61,11 +236,23 @@ impl PullRecord {
             pending: None,
             capped: None,
             handled: Vec::new(),
+            checks: None,
+            ci_followups: 0,
+            check_reads: 0,
+            merge: None,
         }
     }
 
     pub fn is_open(&self) -> bool {
         self.state == PullState::Open
+    }
+
+    /// `feedback` waits for the next follow-up, with whatever waited already.
+    pub fn wait_on(&mut self, feedback: Feedback) {
+        self.pending = Some(match self.pending.take() {
+            Some(waiting) => waiting.merged_with(feedback),
+            None => feedback,
+        });
     }
 
     /// Remembers `key`; false when it was taken before.

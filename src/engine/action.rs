@@ -68,6 +68,12 @@ pub enum Action {
         sender: String,
         source: FeedbackSource,
     },
+    /// Read the checks of the pull request's head.
+    ReadChecks { pr: u64 },
+    /// Merge the pull request if everything the merge lane asks holds (approvals of its head,
+    /// no request for changes, green checks, mergeable, the issue still labelled); update its
+    /// branch first when the base moved.
+    TryMerge { pr: u64 },
 }
 
 /// Where feedback on a pull request came from.
@@ -100,6 +106,8 @@ impl Action {
             Self::ReportRun { .. } => ActionKind::ReportRun,
             Self::CommentOnPull { .. } => ActionKind::CommentOnPull,
             Self::ReadFeedback { .. } => ActionKind::ReadFeedback,
+            Self::ReadChecks { .. } => ActionKind::ReadChecks,
+            Self::TryMerge { .. } => ActionKind::TryMerge,
         }
     }
 
@@ -219,6 +227,29 @@ pub enum Effect {
         pr: u64,
         grants: u32,
     },
+    /// The `read`-th read of the pull request's checks.
+    Checks {
+        pr: u64,
+        read: u32,
+    },
+    /// Telling the issue its checks' follow-ups ran out.
+    CiCap {
+        pr: u64,
+    },
+    /// The `attempt`-th attempt of the merge lane.
+    Merge {
+        pr: u64,
+        attempt: u32,
+    },
+    /// Telling the pull request the forge refused to merge (or update) head `head`.
+    MergeRefused {
+        pr: u64,
+        head: String,
+    },
+    /// Telling the issue the merge lane merged its pull request.
+    Merged {
+        pr: u64,
+    },
 }
 
 impl fmt::Display for Effect {
@@ -247,6 +278,11 @@ impl fmt::Display for Effect {
             Self::CommentFeedback { pr, comment } => write!(f, "feedback:pr{pr}:comment:{comment}"),
             Self::PrClosed { pr, version } => write!(f, "pr-closed:pr{pr}:v{version}"),
             Self::FollowupCap { pr, grants } => write!(f, "followup-cap:pr{pr}:g{grants}"),
+            Self::Checks { pr, read } => write!(f, "checks:pr{pr}:r{read}"),
+            Self::CiCap { pr } => write!(f, "ci-cap:pr{pr}"),
+            Self::Merge { pr, attempt } => write!(f, "merge:pr{pr}:a{attempt}"),
+            Self::MergeRefused { pr, head } => write!(f, "merge-refused:pr{pr}:{head}"),
+            Self::Merged { pr } => write!(f, "merged:pr{pr}"),
         }
     }
 }

@@ -360,6 +360,105 @@ pub fn followup_cap(pr: u64, grants: u32, max: u32) -> String {
     )
 }
 
+/// A check's text (its context, description or URL), on one line and inert: no HTML, no
+/// mention, no command, no backtick to break out of code; cut at 300 characters.
+pub fn check_text(text: &str) -> String {
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    crate::domain::run::agent_text(&flat.replace('`', "'"), 300)
+        .map(|t| t.replace('\n', " "))
+        .unwrap_or_else(|| "(none)".to_owned())
+}
+
+/// What a follow-up run answering failing checks is asked: each failing check's context,
+/// description and link, inert. The checks are CI's text, not a person's instructions.
+pub fn ci_feedback(head: &str, failing: &[crate::domain::Check], contexts: usize) -> String {
+    let mut text = format!(
+        "The pull request's checks fail on its head `{}`. Find why, fix the code (not the CI \
+         definitions), and push. The lines below are what CI reported, quoted as data:\n",
+        short_sha(head)
+    );
+    for check in failing {
+        text.push_str(&format!(
+            "\n- check `{}`: {}",
+            check_text(&check.context),
+            check_text(&check.description)
+        ));
+        if !check.target_url.trim().is_empty() {
+            text.push_str(&format!(" (details: `{}`)", check_text(&check.target_url)));
+        }
+    }
+    if contexts > failing.len() {
+        text.push_str(&format!(
+            "\n\n({} check(s) in all; those not listed passed or are still running.)",
+            contexts
+        ));
+    }
+    text
+}
+
+fn short_sha(sha: &str) -> String {
+    sha.chars().take(12).collect()
+}
+
+/// Marks the notice that the checks' follow-ups ran out.
+pub fn ci_cap_marker(pr: u64) -> String {
+    format!("<!-- director:ci-cap {pr} -->")
+}
+
+pub fn ci_cap(pr: u64, max: u32, failing: &[crate::domain::Check]) -> String {
+    let names: Vec<String> = failing
+        .iter()
+        .take(5)
+        .map(|c| format!("`{}`", check_text(&c.context)))
+        .collect();
+    format!(
+        "{}\n⏸️ **director:** the checks of pull request #{pr} still fail ({}) after {max} follow-up run(s) (`runner.max_ci_followups`), so no more start for them. A maintainer can push a fix, or ask with `/director fix` on the pull request.",
+        ci_cap_marker(pr),
+        if names.is_empty() {
+            "none named".to_owned()
+        } else {
+            names.join(", ")
+        }
+    )
+}
+
+/// Marks the notice that the forge refused the merge lane's merge of one head.
+pub fn merge_refused_marker(pr: u64, head: &str) -> String {
+    format!("<!-- director:merge-refused {pr} {} -->", short_sha(head))
+}
+
+pub fn merge_refused(pr: u64, head: &str, reason: &str) -> String {
+    format!(
+        "{}\n⚠️ **director:** the merge lane did not merge this pull request at `{}`: {}. It tries again once the branch moves.",
+        merge_refused_marker(pr, head),
+        short_sha(head),
+        check_text(reason)
+    )
+}
+
+/// Marks the notice that the merge lane merged the issue's pull request.
+pub fn merged_marker(pr: u64) -> String {
+    format!("<!-- director:merged {pr} -->")
+}
+
+pub fn merged_by_lane(pr: u64, style: &str, approvals: &[String]) -> String {
+    if approvals.is_empty() {
+        // Found merged when the lane came to it (after a restart, or merged meanwhile).
+        return format!(
+            "{}\n✅ **director:** pull request #{pr} is merged.",
+            merged_marker(pr)
+        );
+    }
+    let who = {
+        let names: Vec<String> = approvals.iter().map(|a| format!("@{a}")).collect();
+        format!(", approved by {}", names.join(", "))
+    };
+    format!(
+        "{}\n✅ **director:** the merge lane merged pull request #{pr} (`{style}`){who}, its checks passing.",
+        merged_marker(pr)
+    )
+}
+
 #[cfg(test)]
 mod text_tests {
     use super::*;

@@ -6,6 +6,7 @@
 
 pub mod act;
 pub mod action;
+pub mod checks_poll;
 pub mod comments;
 pub mod consumer;
 pub mod decide;

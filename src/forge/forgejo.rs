@@ -15,9 +15,9 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::{
-    Branch, Comment, FileAt, Forge, ForgeError, Hook, HookSpec, Issue, IssueChanges, Label,
-    MintedToken, Permission, PullRequest, RUN_TOKEN_SCOPE, Repository, Review, ReviewComment,
-    RunEndpoints, RunnerAccount, TimelineEntry,
+    Branch, Check, CheckState, Checks, Comment, FileAt, Forge, ForgeError, Hook, HookSpec, Issue,
+    IssueChanges, Label, MergeAnswer, MergeStyle, MintedToken, Permission, PullRequest,
+    RUN_TOKEN_SCOPE, Repository, Review, ReviewComment, RunEndpoints, RunnerAccount, TimelineEntry,
 };
 use crate::domain::{IssueRef, RepoName};
 use crate::metrics::Metrics;
@@ -302,6 +302,16 @@ impl ForgejoClient {
     }
 }
 
+/// A target URL as a person can follow it: Forgejo Actions gives a path on the forge.
+fn absolute(web: &str, url: &str) -> String {
+    let url = url.trim();
+    if url.starts_with('/') && !url.starts_with("//") {
+        format!("{web}{url}")
+    } else {
+        url.to_owned()
+    }
+}
+
 async fn decode<T: DeserializeOwned>(
     method: &Method,
     path: &str,
@@ -393,6 +403,36 @@ struct WirePull {
     merged: bool,
     #[serde(default)]
     updated_at: Option<String>,
+    head: Option<WireBranchRef>,
+    base: Option<WireBranchRef>,
+    merge_base: Option<String>,
+    mergeable: Option<bool>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WireBranchRef {
+    #[serde(rename = "ref")]
+    name: String,
+    sha: String,
+}
+
+/// `CombinedStatus`: the latest status of each context (one page of them).
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WireCombined {
+    statuses: Option<Vec<WireStatus>>,
+    total_count: usize,
+}
+
+/// `CommitStatus`: its state is named `status` (the create body's `state`).
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WireStatus {
+    context: String,
+    status: String,
+    description: Option<String>,
+    target_url: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -412,6 +452,10 @@ struct WireReview {
     body: String,
     #[serde(default)]
     submitted_at: Option<String>,
+    #[serde(default)]
+    commit_id: String,
+    #[serde(default)]
+    dismissed: bool,
 }
 
 #[derive(Deserialize)]
@@ -972,12 +1016,95 @@ impl Forge for ForgejoClient {
                 None,
             )
             .await?;
+        let (head, base) = (w.head.unwrap_or_default(), w.base.unwrap_or_default());
         Ok(PullRequest {
             number: w.number,
             state: w.state,
             merged: w.merged,
             updated_at: w.updated_at,
+            head_sha: head.sha,
+            head_ref: head.name,
+            base_ref: base.name,
+            merge_base: w.merge_base.unwrap_or_default(),
+            mergeable: w.mergeable,
+            behind: None,
         })
+    }
+
+    /// The combined status, page by page (each page combines only its own contexts, so the
+    /// state is worked out here), up to [`super::MAX_CHECKS`] contexts.
+    async fn checks(&self, repo: &RepoName, sha: &str) -> Result<Checks, ForgeError> {
+        const LIMIT: usize = 50;
+        let path = format!("{}/commits/{sha}/status", repo_path(repo));
+        let web = self.api.trim_end_matches("/api/v1").to_owned();
+        let mut checks = Checks::default();
+        for page in 1..=super::MAX_CHECKS.div_ceil(LIMIT) {
+            let query = [("page", page.to_string()), ("limit", LIMIT.to_string())];
+            let w: WireCombined = self
+                .json(
+                    Method::GET,
+                    "/repos/{owner}/{repo}/commits/{ref}/status",
+                    &path,
+                    &query,
+                    None,
+                )
+                .await?;
+            let statuses = w.statuses.unwrap_or_default();
+            let count = statuses.len();
+            checks.checks.extend(statuses.into_iter().map(|s| Check {
+                state: CheckState::from_forge(&s.status),
+                context: s.context,
+                description: s.description.unwrap_or_default(),
+                target_url: absolute(&web, s.target_url.as_deref().unwrap_or_default()),
+            }));
+            let read = checks.checks.len();
+            if count < LIMIT || read >= w.total_count {
+                return Ok(checks);
+            }
+        }
+        checks.truncated = true;
+        Ok(checks)
+    }
+
+    async fn merge_pull(
+        &self,
+        repo: &RepoName,
+        number: u64,
+        style: MergeStyle,
+        head_sha: &str,
+        delete_branch: bool,
+    ) -> Result<MergeAnswer, ForgeError> {
+        let path = format!("{}/pulls/{number}/merge", repo_path(repo));
+        let body = serde_json::json!({
+            "Do": style.as_str(),
+            "head_commit_id": head_sha,
+            "delete_branch_after_merge": delete_branch,
+        });
+        let sent = self
+            .send(
+                Method::POST,
+                "/repos/{owner}/{repo}/pulls/{index}/merge",
+                &path,
+                &[],
+                Some(&body),
+            )
+            .await;
+        super::refused_or_done(sent, &[405, 409, 413, 423])
+    }
+
+    async fn update_pull(&self, repo: &RepoName, number: u64) -> Result<MergeAnswer, ForgeError> {
+        let path = format!("{}/pulls/{number}/update", repo_path(repo));
+        let sent = self
+            .send(
+                Method::POST,
+                "/repos/{owner}/{repo}/pulls/{index}/update",
+                &path,
+                &[("style", "merge".to_owned())],
+                None,
+            )
+            .await;
+        // 500 "HeadBranch of PR N is up to date" is a refusal too: said once, not retried.
+        super::refused_or_done(sent, &[409, 413, 422, 500])
     }
 
     async fn reviews(&self, repo: &RepoName, number: u64) -> Result<Vec<Review>, ForgeError> {
@@ -998,6 +1125,8 @@ impl Forge for ForgejoClient {
                 state: r.state,
                 body: r.body,
                 submitted_at: r.submitted_at,
+                commit_id: r.commit_id,
+                dismissed: r.dismissed,
             })
             .collect())
     }

@@ -257,18 +257,94 @@ impl WireContents {
     }
 }
 
+pub use crate::domain::{Check, CheckState, MergeStyle};
+
+/// The most checks read of one commit: a flood of contexts is cut here (and counts as not
+/// passed).
+pub const MAX_CHECKS: usize = 200;
+
 /// A pull request as `GET /repos/{o}/{r}/pulls/{index}` shows it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PullRequest {
     pub number: u64,
     /// `open` or `closed`.
     pub state: String,
     pub merged: bool,
     pub updated_at: Option<String>,
+    /// The head commit.
+    #[serde(default)]
+    pub head_sha: String,
+    /// The head branch's name.
+    #[serde(default)]
+    pub head_ref: String,
+    /// The base branch's name.
+    #[serde(default)]
+    pub base_ref: String,
+    /// Where the head branched from the base (Forgejo's `merge_base`); empty when unknown.
+    #[serde(default)]
+    pub merge_base: String,
+    /// The forge's own word: it can be merged without conflicts (`None`: not said, or still
+    /// being checked).
+    #[serde(default)]
+    pub mergeable: Option<bool>,
+    /// The base branch moved past the head's merge base (GitHub's `behind`); `None`: the
+    /// forge does not say, and the director compares the merge base with the base's head.
+    #[serde(default)]
+    pub behind: Option<bool>,
+}
+
+/// A commit's checks, as far as they were read.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checks {
+    pub checks: Vec<Check>,
+    /// More contexts than were read (a flood): the state is `failure` unless every one read
+    /// passed, then `pending`.
+    #[serde(default)]
+    pub truncated: bool,
+}
+
+impl Checks {
+    pub fn state(&self) -> CheckState {
+        let read = CheckState::combined(&self.checks);
+        if self.truncated && read >= CheckState::Warning {
+            CheckState::Pending
+        } else {
+            read
+        }
+    }
+}
+
+/// A merge's or an update's answer: done, or refused with one of `refusals` (or 403), what a
+/// person must see and is never repeated as is; anything else is an error (retried).
+pub(crate) fn refused_or_done<T>(
+    sent: Result<T, ForgeError>,
+    refusals: &[u16],
+) -> Result<MergeAnswer, ForgeError> {
+    match sent {
+        Ok(_) => Ok(MergeAnswer::Done),
+        Err(ForgeError::Status {
+            status, message, ..
+        }) if refusals.contains(&status) => Ok(MergeAnswer::Refused { status, message }),
+        Err(ForgeError::Forbidden { .. }) => Ok(MergeAnswer::Refused {
+            status: 403,
+            message: "the director's forge account may not do this".to_owned(),
+        }),
+        Err(e) => Err(e),
+    }
+}
+
+/// What the forge said to a merge or an update of a pull request's branch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum MergeAnswer {
+    /// Done.
+    Done,
+    /// Refused for a reason a person must see (405, 409, 422...): never repeated as is.
+    Refused { status: u16, message: String },
 }
 
 /// A submitted (or pending) review.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Review {
     pub id: u64,
     pub user: String,
@@ -276,6 +352,12 @@ pub struct Review {
     pub state: String,
     pub body: String,
     pub submitted_at: Option<String>,
+    /// The commit the review was made on.
+    #[serde(default)]
+    pub commit_id: String,
+    /// Dismissed by a person or by the forge (a newer review by the same user, a push).
+    #[serde(default)]
+    pub dismissed: bool,
 }
 
 /// An inline comment of a review: on a file, at a line of the new (or the old) version.
@@ -530,6 +612,21 @@ pub trait Forge: Send + Sync {
     async fn pull(&self, repo: &RepoName, number: u64) -> Result<PullRequest, ForgeError>;
     /// Every review of a pull request, oldest first.
     async fn reviews(&self, repo: &RepoName, number: u64) -> Result<Vec<Review>, ForgeError>;
+    /// The checks of commit `sha`: its commit statuses, latest per context (and on GitHub its
+    /// check runs), at most [`MAX_CHECKS`] of them.
+    async fn checks(&self, repo: &RepoName, sha: &str) -> Result<Checks, ForgeError>;
+    /// Merges pull request `number` in `style`, only if its head is still `head_sha`.
+    async fn merge_pull(
+        &self,
+        repo: &RepoName,
+        number: u64,
+        style: MergeStyle,
+        head_sha: &str,
+        delete_branch: bool,
+    ) -> Result<MergeAnswer, ForgeError>;
+    /// Brings pull request `number`'s branch up to its base (the forge's update, merging the
+    /// base in).
+    async fn update_pull(&self, repo: &RepoName, number: u64) -> Result<MergeAnswer, ForgeError>;
     /// The inline comments of one review.
     async fn review_comments(
         &self,

@@ -97,6 +97,9 @@ pub enum PayloadError {
     Missing(&'static str),
     #[error("payload field `{0}` is invalid: {1}")]
     Invalid(&'static str, String),
+    /// A valid delivery the director has no use for (answered 200, not stored).
+    #[error("{0}")]
+    NotUsed(&'static str),
 }
 
 /// Parses a verified body whose `X-Forgejo-Event-Type` is `event_type` (already known to map
@@ -106,6 +109,9 @@ pub fn parse_typed(
     kind: EventKind,
     body: &[u8],
 ) -> Result<ForgeEvent, PayloadError> {
+    if kind == EventKind::ActionRun {
+        return parse_action_run(body);
+    }
     let mut event = parse_event(kind, body)?;
     if kind == EventKind::PullReview {
         let review_kind = crate::event::ReviewKind::from_header(event_type).ok_or(
@@ -190,6 +196,51 @@ pub fn parse_event(kind: EventKind, body: &[u8]) -> Result<ForgeEvent, PayloadEr
             kind: crate::event::ReviewKind::Comment,
             body: r.content,
         }),
+    })
+}
+
+/// An `ActionPayload`: no top-level repository or sender; the run names its repository, and
+/// its `prettyref` is `#<index>` for a pull request's run. Only those are used.
+fn parse_action_run(body: &[u8]) -> Result<ForgeEvent, PayloadError> {
+    #[derive(Deserialize)]
+    struct RawActionPayload {
+        #[serde(default)]
+        action: String,
+        run: Option<RawActionRun>,
+    }
+    #[derive(Deserialize)]
+    struct RawActionRun {
+        #[serde(default)]
+        prettyref: String,
+        repository: Option<RawRepo>,
+    }
+    let raw: RawActionPayload =
+        serde_json::from_slice(body).map_err(|e| PayloadError::Json(e.to_string()))?;
+    let run = raw.run.ok_or(PayloadError::Missing("run"))?;
+    let repository = run
+        .repository
+        .ok_or(PayloadError::Missing("run.repository"))?;
+    let repo = repo_name(&repository)?;
+    let Some(number) = run
+        .prettyref
+        .strip_prefix('#')
+        .and_then(|n| n.parse::<u64>().ok())
+        .filter(|n| *n > 0)
+    else {
+        return Err(PayloadError::NotUsed(
+            "a workflow run not of a pull request; its checks are polled",
+        ));
+    };
+    Ok(ForgeEvent {
+        kind: EventKind::ActionRun,
+        action: raw.action.chars().take(20).collect(),
+        issue: IssueRef::new(repo, number),
+        // Forgejo Actions, not a person: never the bot's own event.
+        sender: String::new(),
+        is_pull: true,
+        snapshot: IssueSnapshot::default(),
+        comment: None,
+        review: None,
     })
 }
 

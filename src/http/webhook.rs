@@ -378,11 +378,12 @@ fn take_event(
             ),
         ));
     }
-    let event = (flavour.parse)(event_header, body).map_err(|e| {
-        turned(
+    let event = (flavour.parse)(event_header, body).map_err(|e| match e {
+        PayloadError::NotUsed(why) => turned("ignored", answer(StatusCode::OK, "ignored", why)),
+        e => turned(
             "bad_request",
             answer(StatusCode::BAD_REQUEST, "rejected", e.to_string()),
-        )
+        ),
     })?;
     if state.is_bot(&event.sender) {
         return Err(turned(

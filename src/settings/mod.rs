@@ -178,6 +178,7 @@ pub struct Settings {
     pub budget: BudgetSettings,
     pub repo_settings: RepoSettingsCeiling,
     pub telemetry: TelemetrySettings,
+    pub merge: MergeSettings,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -369,6 +370,7 @@ impl Settings {
         self.validate_model_passthrough()?;
         self.repo_settings.validate()?;
         self.telemetry.validate()?;
+        self.merge.validate()?;
         Ok(())
     }
 

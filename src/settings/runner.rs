@@ -139,6 +139,9 @@ pub struct RunnerSettings {
     /// Follow-up runs per pull request (review feedback, `/director fix`) before a writer's
     /// `/director retry` on it is needed.
     pub max_followups: u32,
+    /// Follow-up runs per pull request answering its failing checks; past it the issue is
+    /// told, and nothing more starts for them.
+    pub max_ci_followups: u32,
     /// Confine runs on a Docker engine that leaks DNS from internal networks
     /// (CVE-2024-29018: before 23.0.11, 24, and 25 before 25.0.5), with a warning, instead of
     /// refusing them: a run could then carry any name out through the host's resolver.
@@ -205,6 +208,7 @@ impl Default for RunnerSettings {
             stop_grace_secs: 30,
             idle_timeout_secs: 1800,
             max_followups: 3,
+            max_ci_followups: 2,
             start_attempts: 10,
             allow_dns_leaking_engine: false,
             max_open_prs_per_repo: 6,

@@ -15,6 +15,11 @@ pub struct ScanSettings {
     /// When the full pass over every watched repository runs (it also runs at start-up).
     #[serde(deserialize_with = "lenient::string")]
     pub full_schedule: String,
+    /// When the checks of the director's open pull requests are read again, those still
+    /// pending or not reported yet, and those waiting in the merge lane: Forgejo sends no
+    /// webhook for a commit status.
+    #[serde(deserialize_with = "lenient::string")]
+    pub checks_schedule: String,
     /// Scan on the schedules while serving.
     pub enabled: bool,
 }
@@ -26,6 +31,7 @@ impl Default for ScanSettings {
             orgs: Vec::new(),
             schedule: "0 */5 * * * *".into(),
             full_schedule: "0 0 * * * *".into(),
+            checks_schedule: "0 * * * * *".into(),
             enabled: true,
         }
     }
@@ -136,6 +142,9 @@ impl ScanSettings {
     pub(super) fn validate(&self) -> Result<(), SettingsError> {
         if let Err(e) = croner_check(&self.schedule) {
             return Err(invalid("scan.schedule", e));
+        }
+        if let Err(e) = croner_check(&self.checks_schedule) {
+            return Err(invalid("scan.checks_schedule", e));
         }
         if let Err(e) = croner_check(&self.full_schedule) {
             return Err(invalid("scan.full_schedule", e));

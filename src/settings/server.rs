@@ -1,4 +1,5 @@
-//! The service's own sections: `[server]`, `[store]`, `[webhook]`, `[status]`, `[telemetry]`.
+//! The service's own sections: `[server]`, `[store]`, `[webhook]`, `[status]`, `[telemetry]`,
+//! and `[merge]`, the merge lane.
 
 use super::*;
 
@@ -377,6 +378,69 @@ impl TelemetrySettings {
                 "telemetry.max_queued_spans",
                 "must be greater than 0",
             ));
+        }
+        Ok(())
+    }
+}
+
+/// `[merge]`: the opt-in merge lane.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MergeSettings {
+    /// Merge the director's pull requests once approved and green.
+    pub enabled: bool,
+    /// Globs of `owner/name` the lane is on for (`*` any run of characters); empty: every
+    /// watched repository.
+    #[serde(deserialize_with = "lenient::list")]
+    pub repos: Vec<String>,
+    /// Forgejo's merge style.
+    pub style: crate::domain::MergeStyle,
+    /// Approvals of the current head, by writers other than the bot and the runner.
+    pub required_approvals: u32,
+    /// Delete the pull request's branch once merged.
+    pub delete_branch: bool,
+}
+
+impl Default for MergeSettings {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            repos: Vec::new(),
+            style: crate::domain::MergeStyle::Merge,
+            required_approvals: 1,
+            delete_branch: true,
+        }
+    }
+}
+
+impl MergeSettings {
+    /// Whether the lane is on for `repo`.
+    pub fn covers(&self, repo: &RepoName) -> bool {
+        if !self.enabled {
+            return false;
+        }
+        let name = repo.to_string().to_ascii_lowercase();
+        self.repos.is_empty()
+            || self
+                .repos
+                .iter()
+                .any(|g| super::repo::glob(&g.to_ascii_lowercase(), &name))
+    }
+
+    pub(super) fn validate(&self) -> Result<(), SettingsError> {
+        if self.required_approvals == 0 {
+            return Err(invalid(
+                "merge.required_approvals",
+                "must be at least 1: the lane merges only what a writer approved",
+            ));
+        }
+        for g in &self.repos {
+            if g.trim().is_empty() || !g.contains('/') {
+                return Err(invalid(
+                    "merge.repos",
+                    format!("{g:?} is not an `owner/name` glob"),
+                ));
+            }
         }
         Ok(())
     }

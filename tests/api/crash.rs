@@ -599,3 +599,63 @@ mod kubernetes {
         survives("after_container_started").await;
     }
 }
+
+#[tokio::test]
+async fn killed_right_after_the_merge_call_merges_once() {
+    let mut w = World::new("Fine.\n\nGO").with_runs();
+    w.env
+        .push(("DIRECTOR_MERGE__ENABLED".into(), "true".into()));
+    let repo: director::domain::RepoName = "acme/widgets".parse().expect("repo");
+    w.forge.grant(&repo, "ci-bot", Permission::Write);
+    let store = w.store().await;
+    let child = w.start(Some("after_merge_call")).await;
+    let issue = w.labelled("Add --verbose", "Print each step.").await;
+    w.wait("the pull request is open and the run over", || async {
+        store
+            .issue(&issue)
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|r| r.lifecycle == Lifecycle::Succeeded && r.pr.is_some())
+    })
+    .await;
+    let pr = w.forge.pulls_of(&repo)[0].0;
+    let head = w.forge.pull_head(&repo, pr);
+    w.forge.post_status(
+        "ci-bot",
+        &repo,
+        &head,
+        &director_testkit::forge::CommitStatus {
+            state: "success",
+            context: "ci / test",
+            ..Default::default()
+        },
+    );
+    w.forge
+        .review(
+            WRITER,
+            &repo,
+            pr,
+            director_testkit::forge::ReviewEvent::Approve,
+            "LGTM",
+            &[],
+        )
+        .await;
+    // Forgejo Actions says the run passed: the checks are read, and the lane merges.
+    w.forge.send_action_run(&repo, pr, true).await;
+    w.kill_at(child, "after_merge_call").await;
+    assert_eq!(w.forge.merges(&repo).len(), 1, "merged before the kill");
+
+    let child = w.start(None).await;
+    w.settle(&store, &issue, Lifecycle::Merged).await;
+    assert_eq!(w.forge.merges(&repo).len(), 1, "merged once, ever");
+    let told = w
+        .forge
+        .comments_on(&issue)
+        .into_iter()
+        .filter(|c| c.body.contains("<!-- director:merged "))
+        .count();
+    assert_eq!(told, 1);
+    stop(child);
+    w.assert_contract();
+}

@@ -21,7 +21,15 @@ pub struct TestApp {
     pub client: reqwest::Client,
     /// Where the app's consumer and executor say whether they have anything in hand.
     pub settled: Settled,
+    /// The checks poll (`scan.checks_schedule`), run by tests at will.
+    checks: Option<std::sync::Arc<director::engine::checks_poll::ChecksPoll>>,
     _dir: TempDir,
+}
+
+impl TestApp {
+    pub fn checks_poll(&self) -> Option<std::sync::Arc<director::engine::checks_poll::ChecksPoll>> {
+        self.checks.clone()
+    }
 }
 
 pub fn test_settings(dir: &TempDir) -> Settings {
@@ -79,12 +87,14 @@ impl TestApp {
         let store = app.store().clone();
         let scanner = app.scanner();
         let settled = app.settled();
+        let checks = app.checks_poll();
         tokio::spawn(app.run_until_stopped());
         let this = Self {
             address,
             store,
             client,
             settled,
+            checks,
             _dir: dir,
         };
         (this, scanner)

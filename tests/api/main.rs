@@ -23,6 +23,7 @@ mod image;
 mod incremental;
 #[cfg(feature = "kubernetes")]
 mod kube;
+mod lane;
 mod layout;
 mod models;
 mod outbox;

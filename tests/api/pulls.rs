@@ -12,7 +12,7 @@ use crate::helpers::wait_until;
 use crate::runs::RUNNER;
 
 /// A labelled issue whose run opened its pull request; returns (issue, PR number).
-async fn with_pr(t: &ForgeApp, body: &str) -> (IssueRef, u64) {
+pub async fn with_pr(t: &ForgeApp, body: &str) -> (IssueRef, u64) {
     let issue = labelled(t, "Add --verbose", body).await;
     t.wait_state(&issue, Lifecycle::Succeeded).await;
     t.app.wait_processed().await;
@@ -26,7 +26,7 @@ async fn with_pr(t: &ForgeApp, body: &str) -> (IssueRef, u64) {
 }
 
 /// Comments on the pull request by the director, in order.
-fn pr_comments(t: &ForgeApp, pr: u64) -> Vec<String> {
+pub fn pr_comments(t: &ForgeApp, pr: u64) -> Vec<String> {
     t.forge
         .comments_on(&IssueRef::new(t.repo.clone(), pr))
         .into_iter()
@@ -35,7 +35,7 @@ fn pr_comments(t: &ForgeApp, pr: u64) -> Vec<String> {
 }
 
 /// The issue's row in `director status --json` (null when absent).
-fn status_row(status: &serde_json::Value, issue: &IssueRef) -> serde_json::Value {
+pub fn status_row(status: &serde_json::Value, issue: &IssueRef) -> serde_json::Value {
     status
         .as_array()
         .and_then(|a| a.iter().find(|i| i["number"] == issue.number))
@@ -43,11 +43,11 @@ fn status_row(status: &serde_json::Value, issue: &IssueRef) -> serde_json::Value
         .unwrap_or_default()
 }
 
-async fn runs(t: &ForgeApp, issue: &IssueRef) -> Vec<director::domain::RunRecord> {
+pub async fn runs(t: &ForgeApp, issue: &IssueRef) -> Vec<director::domain::RunRecord> {
     t.app.store.runs_of(issue).await.expect("runs")
 }
 
-async fn wait_runs(t: &ForgeApp, issue: &IssueRef, n: usize, state: RunState) {
+pub async fn wait_runs(t: &ForgeApp, issue: &IssueRef, n: usize, state: RunState) {
     t.app
         .wait_for(&format!("{n} runs, the last {state}"), || async {
             let all = runs(t, issue).await;

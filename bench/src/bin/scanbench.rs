@@ -161,6 +161,7 @@ fn main() -> anyhow::Result<()> {
             clock: director::clock::system(),
             preflight: None,
             runs: None,
+            lane: Default::default(),
             permissions: Default::default(),
         });
         let executor = Arc::new(Executor::new(acts, director::clock::system(), executor_wake, wake.clone(), 4, 60));

@@ -4,6 +4,7 @@
 
 mod forge;
 pub mod gateway;
+pub mod lane;
 pub mod models;
 pub mod preflight;
 mod pull;
@@ -37,6 +38,8 @@ pub struct Acts {
     pub preflight: Option<PreflightAct>,
     /// Coder runs, when a runtime is configured.
     pub runs: Option<RunAct>,
+    /// The merge lane (`[merge]`).
+    pub lane: lane::Lane,
     /// Permissions asked in the last few seconds: one writer labelling many issues at once
     /// costs one call, and a change of role counts within [`PERMISSION_TTL_MS`].
     pub permissions: PermissionCache,
@@ -150,6 +153,8 @@ impl Acts {
             Action::ReadFeedback { pr, sender, source } => {
                 pull::read_feedback(self, issue, *pr, sender, source).await
             }
+            Action::ReadChecks { pr } => lane::read_checks(self, issue, *pr).await,
+            Action::TryMerge { pr } => lane::try_merge(self, issue, *pr).await,
         }
     }
 

@@ -197,6 +197,7 @@ mod tests {
             state: state.into(),
             body: body.into(),
             submitted_at: None,
+            ..Default::default()
         }
     }
 

@@ -55,6 +55,14 @@ impl Step<'_> {
                 self.record.preflight.reason = Some(error);
                 self.set_lifecycle(Lifecycle::PreflightFailed);
             }
+            (ActionKind::TryMerge, _) => {
+                // The lane tries again on the next poll.
+                if let Some(lane) = self.record.pr.as_mut().and_then(|p| p.merge.as_mut()) {
+                    lane.trying = false;
+                    lane.poll = true;
+                    lane.waiting = format!("the last attempt failed: {error}");
+                }
+            }
             _ => {}
         }
         self.blocked = Some(format!("{kind} failed on every attempt: {error}"));

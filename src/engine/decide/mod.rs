@@ -25,6 +25,7 @@ use crate::settings::{LabelSettings, OnError, Settings};
 
 mod gave_up;
 mod issue;
+pub mod lane;
 mod preflight;
 mod pull;
 mod runs;
@@ -49,6 +50,10 @@ pub struct Policy {
     pub keep_failed_secs: u64,
     /// `runner.max_followups`.
     pub max_followups: u32,
+    /// `runner.max_ci_followups`.
+    pub max_ci_followups: u32,
+    /// `[merge]`.
+    pub merge: crate::settings::MergeSettings,
     /// `runner.start_attempts`.
     pub start_attempts: u32,
     /// Links to the forge's pages (branches), as the forge spells them.
@@ -72,6 +77,8 @@ impl Policy {
             idle_timeout_secs: settings.runner.idle_timeout_secs,
             keep_failed_secs: settings.runner.keep_failed_secs,
             max_followups: settings.runner.max_followups,
+            max_ci_followups: settings.runner.max_ci_followups,
+            merge: settings.merge.clone(),
             start_attempts: settings.runner.start_attempts.max(1),
             links: crate::settings::WebLinks {
                 base: settings.forge.web_url(),
@@ -135,6 +142,15 @@ pub fn decide(view: &IssueView<'_>, event: &Event, policy: &Policy, now: i64) ->
         Event::PullAsked {
             pr, allowed, ask, ..
         } => *allowed && step.pull_asked(*pr, ask),
+        Event::ChecksRead {
+            pr,
+            head,
+            state,
+            failing,
+            contexts,
+        } => step.checks_read(*pr, head, *state, failing, *contexts),
+        Event::ChecksDue => step.checks_due(),
+        Event::MergeTried { pr, outcome } => step.merge_tried(*pr, outcome),
     };
     changed.then(|| step.finish())
 }

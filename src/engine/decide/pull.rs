@@ -29,9 +29,19 @@ impl Step<'_> {
                 } else if snap.state == "open" && pr.state == PullState::Closed {
                     self.pull_reopened();
                     true
+                } else if open && matches!(fact.action.as_str(), "synchronized" | "synchronize") {
+                    // New commits on the branch (Forgejo's word, GitHub's).
+                    self.pull_synchronized()
                 } else {
                     false
                 }
+            }
+            EventKind::ActionRun => {
+                if !open {
+                    return false;
+                }
+                self.read_checks();
+                true
             }
             EventKind::PullReview => {
                 let Some(review) = fact
@@ -39,8 +49,13 @@ impl Step<'_> {
                     .as_ref()
                     .filter(|r| r.kind == ReviewKind::ChangesRequested)
                 else {
-                    // An approval or a plain comment review starts nothing.
-                    return false;
+                    // An approval may be the one the merge lane waits for; a plain comment
+                    // review starts nothing.
+                    let approved = fact
+                        .review
+                        .as_ref()
+                        .is_some_and(|r| r.kind == ReviewKind::Approved);
+                    return open && approved && self.plan_merge();
                 };
                 if !open || fact.sender.is_empty() {
                     return false;
@@ -136,14 +151,17 @@ impl Step<'_> {
         }
     }
 
-    /// A writer's review, fix, cancel or retry on the open pull request.
-    pub(super) fn pull_asked(&mut self, number: u64, ask: &PullAsk) -> bool {
-        let Some(pr) = self
-            .record
+    /// The pull request `number`, if it is open.
+    pub(super) fn open_pull(&mut self, number: u64) -> Option<&mut PullRecord> {
+        self.record
             .pr
             .as_mut()
             .filter(|p| p.number == number && p.is_open())
-        else {
+    }
+
+    /// A writer's review, fix, cancel or retry on the open pull request.
+    pub(super) fn pull_asked(&mut self, number: u64, ask: &PullAsk) -> bool {
+        let Some(pr) = self.open_pull(number) else {
             return false;
         };
         match ask {
@@ -151,10 +169,7 @@ impl Step<'_> {
                 if !pr.take(&feedback.key) {
                     return false;
                 }
-                pr.pending = Some(match pr.pending.take() {
-                    Some(waiting) => waiting.merged_with(feedback.clone()),
-                    None => feedback.clone(),
-                });
+                pr.wait_on(feedback.clone());
                 self.queue_followup();
                 true
             }
@@ -172,10 +187,7 @@ impl Step<'_> {
                 pr.followups = 0;
                 pr.grants += 1;
                 if let Some(capped) = pr.capped.take() {
-                    pr.pending = Some(match pr.pending.take() {
-                        Some(waiting) => waiting.merged_with(capped),
-                        None => capped,
-                    });
+                    pr.wait_on(capped);
                 }
                 self.queue_followup();
                 true
@@ -196,6 +208,12 @@ impl Step<'_> {
         let Some(feedback) = pr.pending.take() else {
             return;
         };
+        if feedback.key.starts_with(lane::CI_KEY) {
+            // Counted against `runner.max_ci_followups` when the failure was read.
+            pr.pending = Some(feedback);
+            self.set_lifecycle(Lifecycle::Queued);
+            return;
+        }
         if pr.followups >= max {
             pr.capped = Some(match pr.capped.take() {
                 Some(earlier) => earlier.merged_with(feedback),

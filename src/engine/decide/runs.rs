@@ -21,7 +21,11 @@ impl Step<'_> {
                 self.set_lifecycle(Lifecycle::Succeeded);
                 return true;
             };
-            pr.followups += 1;
+            if feedback.key.starts_with(lane::CI_KEY) {
+                pr.ci_followups += 1;
+            } else {
+                pr.followups += 1;
+            }
             run.branch = pr.branch.clone();
             run.followup = Some(FollowUp {
                 pr: pr.number,
@@ -103,6 +107,8 @@ impl Step<'_> {
                     self.record.pr = Some(PullRecord::opened(*number, &run.branch));
                 }
                 self.end_run(RunState::Succeeded, format!("pull request #{number}"), body);
+                // Its checks: CI may report at once, or later (then the poll finds them).
+                self.read_checks();
             }
             _ => return false,
         }
@@ -362,6 +368,9 @@ impl Step<'_> {
             // The pull request is still open: back to it, or on to the feedback that waited.
             self.set_lifecycle(Lifecycle::Succeeded);
             self.queue_followup();
+            if self.record.lifecycle == Lifecycle::Succeeded {
+                self.followup_ended();
+            }
             return;
         }
         self.set_lifecycle(match state {

@@ -9,6 +9,25 @@ use director::forge::{
 
 use super::*;
 
+/// A merge's or an update's answer in process: refusals a person must see, as the client
+/// returns them.
+fn in_process_answer(
+    done: Result<(), Refusal>,
+    method: &str,
+    path: String,
+) -> Result<director::forge::MergeAnswer, ForgeError> {
+    use director::forge::MergeAnswer;
+    match done {
+        Ok(()) => Ok(MergeAnswer::Done),
+        Err(r) => match refused(method, path, r) {
+            ForgeError::Status {
+                status, message, ..
+            } if status != 404 => Ok(MergeAnswer::Refused { status, message }),
+            other => Err(other),
+        },
+    }
+}
+
 fn refused(method: &str, path: String, r: Refusal) -> ForgeError {
     let method = method.to_owned();
     match r {
@@ -25,6 +44,24 @@ fn refused(method: &str, path: String, r: Refusal) -> ForgeError {
             method,
             path,
             status: 422,
+            message,
+        },
+        Refusal::BadRequest(message) => ForgeError::Status {
+            method,
+            path,
+            status: 400,
+            message,
+        },
+        Refusal::NotAllowed(message) => ForgeError::Status {
+            method,
+            path,
+            status: 405,
+            message,
+        },
+        Refusal::Internal(message) => ForgeError::Status {
+            method,
+            path,
+            status: 500,
             message,
         },
     }
@@ -389,6 +426,45 @@ impl Forge for FakeForge {
     ) -> Result<director::forge::PullRequest, ForgeError> {
         pulls::pull(&self.state(), repo, number)
             .map_err(|e| refused("GET", format!("{repo}/pulls/{number}"), e))
+    }
+
+    async fn checks(
+        &self,
+        repo: &RepoName,
+        sha: &str,
+    ) -> Result<director::forge::Checks, ForgeError> {
+        checks::checks(&self.state(), repo, sha)
+            .map_err(|e| refused("GET", format!("{repo}/commits/{sha}/status"), e))
+    }
+
+    async fn merge_pull(
+        &self,
+        repo: &RepoName,
+        number: u64,
+        style: director::forge::MergeStyle,
+        head_sha: &str,
+        delete_branch: bool,
+    ) -> Result<director::forge::MergeAnswer, ForgeError> {
+        let body = serde_json::json!({
+            "Do": style.as_str(),
+            "head_commit_id": head_sha,
+            "delete_branch_after_merge": delete_branch,
+        });
+        let bot = self.bot();
+        let merged = self.state().merge_by_api(&bot, repo, number, &body);
+        self.deliver_webhooks().await;
+        in_process_answer(merged, "POST", format!("{repo}/pulls/{number}/merge"))
+    }
+
+    async fn update_pull(
+        &self,
+        repo: &RepoName,
+        number: u64,
+    ) -> Result<director::forge::MergeAnswer, ForgeError> {
+        let bot = self.bot();
+        let updated = self.state().update_pull(&bot, repo, number);
+        self.deliver_webhooks().await;
+        in_process_answer(updated, "POST", format!("{repo}/pulls/{number}/update"))
     }
 
     async fn reviews(

@@ -15,8 +15,10 @@
 
 pub mod contract;
 pub(crate) mod git;
+pub use checks::{CommitStatus, MergeCall};
 pub use pulls::ReviewEvent;
 mod api;
+mod checks;
 mod pulls;
 mod seed;
 mod server;
@@ -110,6 +112,10 @@ pub(crate) struct FReview {
     pub body: String,
     pub submitted: i64,
     pub comments: Vec<FReviewComment>,
+    /// The head commit it was made on.
+    pub commit: String,
+    /// A newer approval or rejection by the same user dismissed it.
+    pub dismissed: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -129,6 +135,8 @@ pub(crate) struct FPull {
     pub state: String,
     pub merged: bool,
     pub reviews: Vec<FReview>,
+    /// What the forge says of it (tests may make it unmergeable).
+    pub mergeable: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -153,6 +161,10 @@ pub(crate) struct FRepo {
     pub trees: HashMap<u64, BTreeMap<String, Vec<u8>>>,
     pub private: bool,
     pub hooks: Vec<FHook>,
+    /// Commit statuses, by commit, in the order posted.
+    pub statuses: HashMap<u64, Vec<checks::FStatus>>,
+    /// Merges made through the API.
+    pub merges: Vec<checks::MergeCall>,
 }
 
 /// A repository webhook; the secret is kept but never shown, as Forgejo does.
@@ -234,6 +246,11 @@ pub(crate) enum Refusal {
     Unauthorized,
     Conflict(String),
     Unprocessable(String),
+    BadRequest(String),
+    /// 405, as Forgejo answers a merge it will not make.
+    NotAllowed(String),
+    /// 500.
+    Internal(String),
 }
 
 pub(crate) fn to_hook(h: &FHook) -> Hook {

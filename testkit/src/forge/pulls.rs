@@ -37,7 +37,7 @@ impl ReviewEvent {
 }
 
 impl State {
-    fn pull_index(&self, repo: &RepoName, number: u64) -> Result<usize, Refusal> {
+    pub(crate) fn pull_index(&self, repo: &RepoName, number: u64) -> Result<usize, Refusal> {
         self.repo(repo)?
             .pulls
             .iter()
@@ -46,7 +46,7 @@ impl State {
     }
 
     /// Queues a `PullRequestPayload` webhook.
-    fn emit_pull(
+    pub(crate) fn emit_pull(
         &mut self,
         event_type: &str,
         action: &str,
@@ -183,6 +183,10 @@ impl State {
         }
         let now = self.tick();
         let id = self.id();
+        let commit = server::pull_json(self, repo, number)?["head"]["sha"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         let mut inline = Vec::new();
         for (path, line, text) in comments {
             inline.push(FReviewComment {
@@ -193,6 +197,16 @@ impl State {
             });
         }
         let r = self.repo_mut(repo)?;
+        if event != ReviewEvent::Comment {
+            // As Forgejo's CreateReview: a newer verdict dismisses the user's earlier ones.
+            for earlier in r.pulls[at]
+                .reviews
+                .iter_mut()
+                .filter(|v| v.user == login && v.state != "COMMENT")
+            {
+                earlier.dismissed = true;
+            }
+        }
         r.pulls[at].reviews.push(FReview {
             id,
             user: login.to_owned(),
@@ -200,6 +214,8 @@ impl State {
             body: body.to_owned(),
             submitted: now,
             comments: inline,
+            commit,
+            dismissed: false,
         });
         if let Some(i) = r.issues.get_mut(&number) {
             i.updated = now;
@@ -242,6 +258,12 @@ pub(super) fn pull(s: &State, repo: &RepoName, number: u64) -> Result<PullReques
         state: v["state"].as_str().unwrap_or_default().to_owned(),
         merged: v["merged"].as_bool().unwrap_or(false),
         updated_at: v["updated_at"].as_str().map(str::to_owned),
+        head_sha: v["head"]["sha"].as_str().unwrap_or_default().to_owned(),
+        head_ref: v["head"]["ref"].as_str().unwrap_or_default().to_owned(),
+        base_ref: v["base"]["ref"].as_str().unwrap_or_default().to_owned(),
+        merge_base: v["merge_base"].as_str().unwrap_or_default().to_owned(),
+        mergeable: v["mergeable"].as_bool(),
+        behind: None,
     })
 }
 
@@ -254,6 +276,8 @@ pub(super) fn reviews(s: &State, repo: &RepoName, number: u64) -> Result<Vec<Rev
             state: v.state.clone(),
             body: v.body.clone(),
             submitted_at: Some(rfc3339(v.submitted)),
+            commit_id: v.commit.clone(),
+            dismissed: v.dismissed,
         })
         .collect())
 }

@@ -56,6 +56,8 @@ impl FakeForge {
             trees: HashMap::new(),
             private: false,
             hooks: Vec::new(),
+            statuses: HashMap::new(),
+            merges: Vec::new(),
         });
         name
     }

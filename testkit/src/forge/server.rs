@@ -327,7 +327,7 @@ async fn handle(req: HttpRequest, body: web::Bytes, forge: web::Data<FakeForge>)
     response
 }
 
-type Answer = (StatusCode, Value, Vec<(String, String)>);
+pub(super) type Answer = (StatusCode, Value, Vec<(String, String)>);
 
 fn ok(value: Value) -> Answer {
     (StatusCode::OK, value, Vec::new())
@@ -353,6 +353,17 @@ fn refusal(r: Refusal) -> Answer {
         Refusal::Conflict(m) => (StatusCode::CONFLICT, json!({ "message": m }), Vec::new()),
         Refusal::Unprocessable(m) => (
             StatusCode::UNPROCESSABLE_ENTITY,
+            json!({ "message": m }),
+            Vec::new(),
+        ),
+        Refusal::BadRequest(m) => (StatusCode::BAD_REQUEST, json!({ "message": m }), Vec::new()),
+        Refusal::NotAllowed(m) => (
+            StatusCode::METHOD_NOT_ALLOWED,
+            json!({ "message": m }),
+            Vec::new(),
+        ),
+        Refusal::Internal(m) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
             json!({ "message": m }),
             Vec::new(),
         ),
@@ -411,6 +422,9 @@ fn route(
     login: &str,
 ) -> Answer {
     let parts: Vec<&str> = seg.iter().map(String::as_str).collect();
+    if let Some(answer) = checks_route(s, method, &parts, query, body, login) {
+        return answer.unwrap_or_else(refusal);
+    }
     // By resource, as Forgejo's API groups them.
     let by = match parts.as_slice() {
         ["repos", "issues", "search"] | ["repos", _, _, "issues", ..] => issues,
@@ -419,6 +433,46 @@ fn route(
         _ => accounts,
     };
     by(s, method, &parts, query, body, login).unwrap_or_else(refusal)
+}
+
+/// Commit statuses, the combined status, merging and updating a pull request (their state
+/// in `checks.rs`).
+fn checks_route(
+    s: &mut State,
+    method: &str,
+    parts: &[&str],
+    query: &[(String, String)],
+    body: Option<&Value>,
+    login: &str,
+) -> Option<Result<Answer, Refusal>> {
+    let repo = |o: &str, r: &str| RepoName::new(o, r).map_err(|_| Refusal::NotFound);
+    let empty = Value::Null;
+    let body = body.unwrap_or(&empty);
+    Some(match (method, parts) {
+        ("POST", ["repos", o, r, "statuses", sha]) => repo(o, r)
+            .and_then(|repo| s.post_status(login, &repo, sha, body))
+            .map(|v| (StatusCode::CREATED, v, Vec::new())),
+        ("GET", ["repos", o, r, "commits", reference, "status"]) => repo(o, r)
+            .and_then(|repo| s.combined_status(&repo, reference, query))
+            .map(|v| (StatusCode::OK, v, Vec::new())),
+        ("POST", ["repos", o, r, "pulls", n, "merge"]) => {
+            let Ok(n) = n.parse::<u64>() else {
+                return Some(Err(Refusal::NotFound));
+            };
+            repo(o, r)
+                .and_then(|repo| s.merge_by_api(login, &repo, n, body))
+                .map(|()| (StatusCode::OK, Value::Null, Vec::new()))
+        }
+        ("POST", ["repos", o, r, "pulls", n, "update"]) => {
+            let Ok(n) = n.parse::<u64>() else {
+                return Some(Err(Refusal::NotFound));
+            };
+            repo(o, r)
+                .and_then(|repo| s.update_pull(login, &repo, n))
+                .map(|()| (StatusCode::OK, Value::Null, Vec::new()))
+        }
+        _ => return None,
+    })
 }
 
 /// `owner/name` from two path segments; a name Forgejo could not have is not found.
@@ -788,6 +842,7 @@ fn repos(
                 .map_err(|e| Refusal::Unprocessable(format!("content: {e}")))?;
             let file = parts.get(4..).map(|p| p.join("/")).unwrap_or_default();
             let commit = s.commit_file(login, &repo, &from, &target, (&file, &content))?;
+            s.pull_pushed(login, &repo, &target);
             Ok((
                 StatusCode::CREATED,
                 json!({ "content": null, "commit": { "sha": format!("{commit:040x}") } }),
@@ -1047,10 +1102,21 @@ pub(super) fn pull_json(s: &State, repo: &RepoName, number: u64) -> Result<Value
         .find(|p| p.number == number)
         .ok_or(Refusal::NotFound)?;
     let i = r.issues.get(&number).ok_or(Refusal::NotFound)?;
-    let head_sha = r
-        .branches
-        .get(&p.head)
-        .and_then(|c| c.last())
+    let head_commits = r.branches.get(&p.head).cloned().unwrap_or_default();
+    let base_commits = r.branches.get(&p.base).cloned().unwrap_or_default();
+    let head_sha = head_commits
+        .last()
+        .map(|c| format!("{c:040x}"))
+        .unwrap_or_default();
+    let base_sha = base_commits
+        .last()
+        .map(|c| format!("{c:040x}"))
+        .unwrap_or_default();
+    // The newest base commit the head has.
+    let merge_base = head_commits
+        .iter()
+        .rev()
+        .find(|c| base_commits.contains(c))
         .map(|c| format!("{c:040x}"))
         .unwrap_or_default();
     Ok(json!({
@@ -1064,10 +1130,11 @@ pub(super) fn pull_json(s: &State, repo: &RepoName, number: u64) -> Result<Value
         "state": p.state,
         "merged": p.merged,
         "merged_at": if p.merged { json!(rfc3339(i.updated)) } else { Value::Null },
-        "mergeable": !p.merged,
+        "mergeable": !p.merged && p.mergeable,
+        "merge_base": merge_base,
         "labels": [],
         "head": { "label": p.head, "ref": p.head, "sha": head_sha, "repo_id": r.id },
-        "base": { "label": p.base, "ref": p.base, "sha": "", "repo_id": r.id },
+        "base": { "label": p.base, "ref": p.base, "sha": base_sha, "repo_id": r.id },
         "created_at": rfc3339(i.created),
         "updated_at": rfc3339(i.updated),
         "closed_at": if p.state == "closed" { json!(rfc3339(i.updated)) } else { Value::Null },
@@ -1081,10 +1148,10 @@ fn review_value(s: &State, repo: &RepoName, number: u64, v: &FReview) -> Value {
         "team": null,
         "state": v.state,
         "body": v.body,
-        "commit_id": "",
-        "stale": false,
+        "commit_id": v.commit,
+        "stale": pull_json(s, repo, number).ok().and_then(|p| p["head"]["sha"].as_str().map(|h| h != v.commit)).unwrap_or(true),
         "official": s.permission_of(repo, &v.user) >= Permission::Write,
-        "dismissed": false,
+        "dismissed": v.dismissed,
         "comments_count": v.comments.len(),
         "submitted_at": rfc3339(v.submitted),
         "updated_at": rfc3339(v.submitted),

@@ -394,6 +394,7 @@ impl State {
             state: "open".into(),
             merged: false,
             reviews: Vec::new(),
+            mergeable: true,
         });
         Ok(number)
     }

@@ -18,6 +18,17 @@ pub(super) fn route(at: InRepo<'_>, method: &str, rest: &[&str]) -> HttpResponse
         ..
     } = at;
     match (method, rest) {
+        // A commit's checks: this fake has no CI, so none has reported.
+        ("GET", ["commits", reference, "status"]) => reply(
+            200,
+            json!({ "state": "pending", "sha": reference, "total_count": 0, "statuses": [],
+                    "repository": { "full_name": full },
+                    "commit_url": format!("https://api.github.com/repos/{full}/commits/{reference}"),
+                    "url": format!("https://api.github.com/repos/{full}/commits/{reference}/status") }),
+        ),
+        ("GET", ["commits", _, "check-runs"]) => {
+            reply(200, json!({ "total_count": 0, "check_runs": [] }))
+        }
         ("GET", []) => {
             let r = &s.repos[&full];
             reply(

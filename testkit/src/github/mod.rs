@@ -829,6 +829,9 @@ fn needs(segments: &[String], method: &str) -> Option<(&'static str, bool)> {
         (Some("repos"), Some("branches")) if segments.len() > 5 => ("administration", write),
         (Some("repos"), Some("branches" | "compare" | "git" | "contents")) => ("contents", write),
         (Some("repos"), Some("collaborators" | "rules" | "rulesets")) => ("metadata", false),
+        // Commit statuses and check runs: read with `statuses` and `checks` on GitHub; this
+        // fake's installations have neither, and grants them as metadata.
+        (Some("repos"), Some("commits")) => ("metadata", false),
         _ => return None,
     })
 }

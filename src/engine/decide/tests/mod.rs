@@ -24,6 +24,8 @@ fn policy() -> Policy {
         idle_timeout_secs: 1_800,
         keep_failed_secs: 0,
         max_followups: 3,
+        max_ci_followups: 2,
+        merge: crate::settings::MergeSettings::default(),
         start_attempts: 10,
         links: crate::settings::WebLinks {
             base: "http://forge.example".into(),

@@ -45,6 +45,7 @@ fn a_run_that_pushed_ends_in_a_pull_request_a_report_and_a_revoked_token() {
             "revoke_token",
             "report_run",
             "remove_container",
+            "read_checks",
             "sync_labels"
         ]
     );

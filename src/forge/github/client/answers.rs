@@ -157,6 +157,67 @@ pub(super) struct RawPull {
     pub(super) merged_at: Option<String>,
     #[serde(default)]
     pub(super) updated_at: Option<String>,
+    #[serde(default)]
+    pub(super) head: Option<RawPullRef>,
+    #[serde(default)]
+    pub(super) base: Option<RawPullRef>,
+    #[serde(default)]
+    pub(super) mergeable: Option<bool>,
+    /// `clean`, `behind`, `blocked`, `dirty`, `unstable`, `unknown`...
+    #[serde(default)]
+    pub(super) mergeable_state: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(super) struct RawPullRef {
+    #[serde(rename = "ref")]
+    pub(super) name: String,
+    pub(super) sha: String,
+}
+
+/// The combined status of a ref (`statuses`: the latest per context).
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(super) struct RawCombined {
+    pub(super) statuses: Vec<RawStatus>,
+    pub(super) total_count: usize,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(super) struct RawStatus {
+    pub(super) context: String,
+    pub(super) state: String,
+    pub(super) description: Option<String>,
+    pub(super) target_url: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(super) struct RawCheckRuns {
+    pub(super) total_count: usize,
+    pub(super) check_runs: Vec<RawCheckRun>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(super) struct RawCheckRun {
+    pub(super) name: String,
+    /// `queued`, `in_progress`, `completed`...
+    pub(super) status: String,
+    /// Once completed: `success`, `failure`, `neutral`, `cancelled`, `skipped`, `timed_out`,
+    /// `action_required`.
+    pub(super) conclusion: Option<String>,
+    pub(super) details_url: Option<String>,
+    pub(super) html_url: Option<String>,
+    pub(super) output: Option<RawCheckOutput>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(super) struct RawCheckOutput {
+    pub(super) title: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -170,6 +231,8 @@ pub(super) struct RawReview {
     pub(super) body: Option<String>,
     #[serde(default)]
     pub(super) submitted_at: Option<String>,
+    #[serde(default)]
+    pub(super) commit_id: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -417,12 +417,132 @@ impl Forge for GithubClient {
                 None,
             )
             .await?;
+        let (head, base) = (p.head.unwrap_or_default(), p.base.unwrap_or_default());
         Ok(PullRequest {
             number: p.number,
             state: p.state,
             merged: p.merged || p.merged_at.is_some(),
             updated_at: p.updated_at,
+            head_sha: head.sha,
+            head_ref: head.name,
+            base_ref: base.name,
+            merge_base: String::new(),
+            mergeable: p.mergeable,
+            behind: p.mergeable_state.map(|s| s == "behind"),
         })
+    }
+
+    /// Commit statuses (latest per context) and check runs, a page of each.
+    async fn checks(&self, repo: &RepoName, sha: &str) -> Result<Checks, ForgeError> {
+        let who = self.on(repo).await?;
+        let combined: RawCombined = self
+            .json(
+                who,
+                Method::GET,
+                "/repos/{o}/{r}/commits/{ref}/status",
+                &format!("{}/commits/{sha}/status?per_page=100", repo_path(repo)),
+                None,
+            )
+            .await?;
+        let runs: RawCheckRuns = self
+            .json(
+                who,
+                Method::GET,
+                "/repos/{o}/{r}/commits/{ref}/check-runs",
+                &format!("{}/commits/{sha}/check-runs?per_page=100", repo_path(repo)),
+                None,
+            )
+            .await?;
+        let truncated = combined.total_count > combined.statuses.len()
+            || runs.total_count > runs.check_runs.len();
+        let mut checks: Vec<Check> = combined
+            .statuses
+            .into_iter()
+            .map(|s| Check {
+                state: CheckState::from_forge(&s.state),
+                context: s.context,
+                description: s.description.unwrap_or_default(),
+                target_url: s.target_url.unwrap_or_default(),
+            })
+            .collect();
+        checks.extend(runs.check_runs.into_iter().map(|r| {
+            let state = match r.conclusion.as_deref() {
+                Some(conclusion) if r.status == "completed" => CheckState::from_forge(conclusion),
+                _ => CheckState::Pending,
+            };
+            Check {
+                context: r.name,
+                state,
+                description: r.output.and_then(|o| o.title).unwrap_or_default(),
+                target_url: r.details_url.or(r.html_url).unwrap_or_default(),
+            }
+        }));
+        let truncated = truncated || checks.len() > MAX_CHECKS;
+        checks.truncate(MAX_CHECKS);
+        Ok(Checks { checks, truncated })
+    }
+
+    async fn merge_pull(
+        &self,
+        repo: &RepoName,
+        number: u64,
+        style: MergeStyle,
+        head_sha: &str,
+        delete_branch: bool,
+    ) -> Result<MergeAnswer, ForgeError> {
+        let method = match style {
+            MergeStyle::Merge => "merge",
+            MergeStyle::Squash => "squash",
+            MergeStyle::Rebase => "rebase",
+            MergeStyle::RebaseMerge | MergeStyle::FastForwardOnly => {
+                return Ok(MergeAnswer::Refused {
+                    status: 422,
+                    message: format!("GitHub has no `{}` merge", style.as_str()),
+                });
+            }
+        };
+        let who = self.on(repo).await?;
+        let merged = self
+            .send(
+                who,
+                Method::PUT,
+                "/repos/{o}/{r}/pulls/{n}/merge",
+                &format!("{}/pulls/{number}/merge", repo_path(repo)),
+                Some(&json!({ "merge_method": method, "sha": head_sha })),
+            )
+            .await;
+        let answer = crate::forge::refused_or_done(merged, &[405, 409, 422])?;
+        if answer == MergeAnswer::Done && delete_branch {
+            let head = self.pull(repo, number).await?.head_ref;
+            let deleted = self
+                .send(
+                    who,
+                    Method::DELETE,
+                    "/repos/{o}/{r}/git/refs/{ref}",
+                    &format!("{}/git/refs/heads/{head}", repo_path(repo)),
+                    None,
+                )
+                .await;
+            if let Err(e) = deleted {
+                // Merged all the same: the branch stays, and the log says why.
+                tracing::warn!(error = %e, "the merged pull request's branch was not deleted");
+            }
+        }
+        Ok(answer)
+    }
+
+    async fn update_pull(&self, repo: &RepoName, number: u64) -> Result<MergeAnswer, ForgeError> {
+        let who = self.on(repo).await?;
+        let sent = self
+            .send(
+                who,
+                Method::PUT,
+                "/repos/{o}/{r}/pulls/{n}/update-branch",
+                &format!("{}/pulls/{number}/update-branch", repo_path(repo)),
+                Some(&json!({})),
+            )
+            .await;
+        crate::forge::refused_or_done(sent, &[403, 422])
     }
 
     async fn reviews(&self, repo: &RepoName, number: u64) -> Result<Vec<Review>, ForgeError> {
@@ -439,9 +559,11 @@ impl Forge for GithubClient {
             .map(|r| Review {
                 id: r.id,
                 user: r.user.unwrap_or_default().login,
+                dismissed: r.state == "DISMISSED",
                 state: review_state(&r.state),
                 body: r.body.unwrap_or_default(),
                 submitted_at: r.submitted_at,
+                commit_id: r.commit_id.unwrap_or_default(),
             })
             .collect())
     }

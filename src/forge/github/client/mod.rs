@@ -24,9 +24,9 @@ use serde_json::{Value, json};
 
 use crate::domain::{IssueRef, RepoName};
 use crate::forge::{
-    Branch, Comment, Forge, ForgeError, Hook, HookSpec, Issue, IssueChanges, Label, MintedToken,
-    Permission, PullRequest, Repository, Review, ReviewComment, RunEndpoints, RunnerAccount,
-    TimelineEntry,
+    Branch, Check, CheckState, Checks, Comment, Forge, ForgeError, Hook, HookSpec, Issue,
+    IssueChanges, Label, MAX_CHECKS, MergeAnswer, MergeStyle, MintedToken, Permission, PullRequest,
+    Repository, Review, ReviewComment, RunEndpoints, RunnerAccount, TimelineEntry,
 };
 use crate::metrics::Metrics;
 use crate::settings::{GithubSettings, Secret, Settings};
