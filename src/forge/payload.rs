@@ -273,6 +273,59 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    fn action_run(prettyref: &str) -> String {
+        format!(
+            r#"{{"action": "failure", "prior_status": "running",
+              "run": {{"id": 9, "index_in_repo": 3, "prettyref": "{prettyref}",
+                       "commit_sha": "abc", "status": "failure",
+                       "repository": {{"full_name": "acme/widgets", "name": "widgets",
+                                       "owner": {{"login": "acme"}}}},
+                       "trigger_user": {{"login": "alice"}}}}}}"#
+        )
+    }
+
+    #[test]
+    fn an_actions_run_of_a_pull_request_names_it_and_other_runs_are_not_used() {
+        let e = parse_typed(
+            "action_run_failure",
+            EventKind::ActionRun,
+            action_run("#12").as_bytes(),
+        )
+        .expect("parses");
+        assert_eq!(e.kind, EventKind::ActionRun);
+        assert_eq!(e.issue.to_string(), "acme/widgets#12");
+        assert!(e.is_pull);
+        assert_eq!(e.sender, "", "Forgejo Actions, never taken for the bot");
+        assert!(matches!(
+            parse_typed(
+                "action_run_success",
+                EventKind::ActionRun,
+                action_run("main").as_bytes()
+            ),
+            Err(PayloadError::NotUsed(_))
+        ));
+        assert!(matches!(
+            parse_typed(
+                "action_run_success",
+                EventKind::ActionRun,
+                action_run("#0").as_bytes()
+            ),
+            Err(PayloadError::NotUsed(_))
+        ));
+        assert!(matches!(
+            parse_typed(
+                "action_run_success",
+                EventKind::ActionRun,
+                br#"{"action": "success"}"#
+            ),
+            Err(PayloadError::Missing("run"))
+        ));
+        assert_eq!(
+            EventKind::from_header("pull_request_sync"),
+            Some(EventKind::PullRequest)
+        );
+    }
+
     const LABEL_EVENT: &str = r#"{
   "action": "label_updated",
   "number": 3,

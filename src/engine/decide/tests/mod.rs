@@ -367,6 +367,7 @@ fn command(command: Command, allowed: bool) -> Event {
 
 mod gave_up;
 mod issue;
+mod lane;
 mod preflight;
 mod properties;
 mod pull;
