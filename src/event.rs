@@ -185,7 +185,7 @@ pub enum Event {
         pr: u64,
         head: String,
         state: crate::domain::CheckState,
-        /// The failing ones, cut (see `PullChecks::read`).
+        /// The failing ones, cut (see `domain::pull::failing`).
         #[serde(default)]
         failing: Vec<crate::domain::Check>,
         #[serde(default)]

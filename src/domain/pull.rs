@@ -170,34 +170,27 @@ pub const FAILING_KEPT: usize = 20;
 /// A check's context, description or URL, cut to this many characters.
 pub const CHECK_TEXT_CHARS: usize = 300;
 
-impl PullChecks {
-    /// The checks of `head` as read: the failing ones kept, cut.
-    pub fn read(head: &str, checks: &[Check], state: CheckState, since_ms: i64) -> Self {
-        // No control character (a terminal's escapes) survives; the rest is cut.
-        let cut = |s: &str| {
-            s.chars()
-                .map(|c| if c.is_control() { ' ' } else { c })
-                .take(CHECK_TEXT_CHARS)
-                .collect::<String>()
-        };
-        Self {
-            head: head.to_owned(),
-            state,
-            failing: checks
-                .iter()
-                .filter(|c| c.state == CheckState::Failure)
-                .take(FAILING_KEPT)
-                .map(|c| Check {
-                    context: cut(&c.context),
-                    state: c.state,
-                    description: cut(&c.description),
-                    target_url: cut(&c.target_url),
-                })
-                .collect(),
-            contexts: checks.len(),
-            since_ms,
-        }
-    }
+/// The failing ones of `checks`, at most [`FAILING_KEPT`], each text cut at
+/// [`CHECK_TEXT_CHARS`] with no control character (a terminal's escapes) left: what a
+/// pull request keeps of its checks, and what a read reports.
+pub fn failing(checks: &[Check]) -> Vec<Check> {
+    let cut = |s: &str| {
+        s.chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .take(CHECK_TEXT_CHARS)
+            .collect::<String>()
+    };
+    checks
+        .iter()
+        .filter(|c| c.state == CheckState::Failure)
+        .take(FAILING_KEPT)
+        .map(|c| Check {
+            context: cut(&c.context),
+            state: c.state,
+            description: cut(&c.description),
+            target_url: cut(&c.target_url),
+        })
+        .collect()
 }
 
 /// Where a pull request stands in the merge lane.

@@ -480,32 +480,23 @@ mod tests {
         assert_ne!(a.1, SpanId::INVALID);
     }
 
-    #[test]
-    fn traces_that_are_off_cost_nothing_and_send_nothing() {
-        let traces = Traces::default();
-        assert!(!traces.is_on());
-        traces.issue(&issue("team/app", 1), 0);
-        traces.decision(
-            &issue("team/app", 1),
-            "issue_labeled",
-            "pending",
-            &[],
-            None,
-            0,
-        );
-        traces.shutdown();
-    }
-
-    #[test]
-    fn held_spans_are_sent_on_release_and_forgotten_on_discard() {
+    /// Traces to a collector that takes the connection and never answers (the first export
+    /// hangs), at most `queue` spans waiting; the listener lives as long as the traces.
+    fn silent(queue: usize) -> (Traces, Metrics, std::net::TcpListener) {
         let metrics = Metrics::new();
         let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let settings = TelemetrySettings {
             otlp_endpoint: format!("http://{}", silent.local_addr().expect("addr")),
             export_interval_ms: 60_000,
-            max_queued_spans: 100,
+            max_queued_spans: queue,
         };
         let traces = Traces::start(&settings, "f", "test", &metrics).expect("traces");
+        (traces, metrics, silent)
+    }
+
+    #[test]
+    fn held_spans_are_sent_on_release_and_forgotten_on_discard() {
+        let (traces, _metrics, _collector) = silent(100);
         let held = traces.holding();
         let queued = || {
             traces
@@ -543,15 +534,7 @@ mod tests {
 
     #[test]
     fn a_full_queue_drops_and_counts_instead_of_waiting() {
-        let metrics = Metrics::new();
-        // A collector that takes the connection and never answers: the first export hangs.
-        let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        let settings = TelemetrySettings {
-            otlp_endpoint: format!("http://{}", silent.local_addr().expect("addr")),
-            export_interval_ms: 60_000,
-            max_queued_spans: 3,
-        };
-        let traces = Traces::start(&settings, "f", "test", &metrics).expect("traces");
+        let (traces, metrics, _collector) = silent(3);
         for n in 0..10 {
             traces.decision(
                 &issue("team/app", n),

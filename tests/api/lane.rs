@@ -78,9 +78,11 @@ async fn a_failing_check_starts_one_follow_up_naming_it_and_they_stop_at_the_cap
     assert!(task.contains("## Failing checks to fix"), "{task}");
     assert!(task.contains("ci / test (pull_request)"), "{task}");
     assert!(
-        task.contains("https://forgejo.example.org/acme/widgets/actions/runs/7/jobs/24")
-            || task.contains("/acme/widgets/actions/runs/7/jobs/24"),
-        "the failing check's link: {task}"
+        task.contains(&format!(
+            "{}/acme/widgets/actions/runs/7/jobs/24",
+            t.forge_url()
+        )),
+        "the failing check's relative link, made absolute: {task}"
     );
     assert!(
         !task.contains("check `lint`"),

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context;
 
 use super::Acts;
-use crate::domain::{CheckState, IssueRef, PullChecks, RepoName, same_login};
+use crate::domain::{CheckState, IssueRef, RepoName, same_login};
 use crate::event::{Event, MergeOutcome};
 use crate::forge::{MergeAnswer, PullRequest, Review};
 use crate::settings::MergeSettings;
@@ -67,13 +67,11 @@ pub(super) async fn read_checks(
         .checks(&issue.repo, &pull.head_sha)
         .await
         .context("reading the checks of the pull request's head")?;
-    let state = checks.state();
-    let read = PullChecks::read(&pull.head_sha, &checks.checks, state, 0);
     Ok(Some(Event::ChecksRead {
         pr,
         head: pull.head_sha,
-        state,
-        failing: read.failing,
+        state: checks.state(),
+        failing: crate::domain::pull::failing(&checks.checks),
         contexts: checks.checks.len(),
     }))
 }

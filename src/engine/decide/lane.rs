@@ -98,8 +98,14 @@ impl Step<'_> {
             .as_ref()
             .filter(|c| c.head == head)
             .map_or(now, |c| c.since_ms);
-        let mut read = PullChecks::read(head, failing, state, since);
-        read.contexts = contexts;
+        let read = PullChecks {
+            head: head.to_owned(),
+            state,
+            // Cut when read; cut here too, a stored event being input like any other.
+            failing: crate::domain::pull::failing(failing),
+            contexts,
+            since_ms: since,
+        };
         let unchanged = pr.checks.as_ref() == Some(&read);
         pr.checks = Some(read);
         match state {
