@@ -314,8 +314,9 @@ fn git_gateway(
     shutdown: &CancellationToken,
 ) -> Result<Arc<crate::gateway::Gateway>, String> {
     let config = crate::gateway::Config {
-        protected_paths: settings.runner.protected_paths.clone(),
+        protected_paths: settings.runner.protected(),
         max_push_mb: settings.runner.max_push_mb,
+        git_timeout: std::time::Duration::from_secs(settings.runner.git_timeout_secs),
         cache_dir: std::env::temp_dir().join(format!("director-git-{}", std::process::id())),
     };
     let gateway =

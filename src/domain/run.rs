@@ -178,6 +178,10 @@ pub struct RunRecord {
     /// its container exists, so every gateway sees it); `None`: the operator's settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub settings: Option<RunSettings>,
+    /// The base branch's head when a first run started, written as it starts (before its
+    /// container exists): its pushes must descend from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_commit: Option<String>,
 }
 
 /// The settings a run got from its repository's `.director.toml`, within the operator's
@@ -258,6 +262,7 @@ impl RunRecord {
             stopped: None,
             egress_refused: Vec::new(),
             settings: None,
+            base_commit: None,
         }
     }
 }
@@ -335,6 +340,15 @@ pub fn slug(title: &str) -> String {
 pub fn check_branch_template(template: &str) -> Result<(), String> {
     if !template.contains("{run}") {
         return Err("must contain {run}, which makes each run's branch its own".into());
+    }
+    // Deploy workflows and branch rules filter on a branch's prefix (`release-*`): a
+    // placeholder at the start would let an issue's title, or its number, pick it.
+    let prefix = template.split('{').next().unwrap_or_default();
+    if prefix.is_empty() || !prefix.ends_with(['-', '_', '.']) {
+        return Err(format!(
+            "must start with a fixed prefix ending in `-`, `_` or `.` (e.g. `director-{}`), so no title picks the prefix that workflows or branch rules filter on",
+            template.trim_start_matches(|c: char| c.is_ascii_alphanumeric())
+        ));
     }
     let sample = branch_name(template, 1, "0a1b2c3d", "Title");
     if sample.contains('{') || sample.contains('}') {

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use base64::Engine as _;
 use tokio::io::AsyncWriteExt;
@@ -18,10 +19,23 @@ use crate::domain::protected::Protected;
 /// The most commits one push may add: more is not an agent's work on one issue.
 pub const MAX_NEW_COMMITS: usize = 2000;
 
+/// Where a run's branch must come from, for the checks of its push.
+pub struct Expect<'a> {
+    /// The default branch.
+    pub base: &'a str,
+    /// A follow-up: the branch only fast-forwards.
+    pub follow_up: bool,
+    /// The base's head when a first run started.
+    pub base_commit: Option<&'a str>,
+}
+
 /// Mirrors of the forge's repositories (their branches only), one per repository, each
 /// used by one push at a time.
 pub struct Mirrors {
     root: PathBuf,
+    /// The longest one git command may take (a pack bomb, a huge walk): past it the child is
+    /// killed and the mirror's lock released.
+    timeout: Duration,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
@@ -38,11 +52,17 @@ pub struct Upstream<'a> {
 }
 
 impl Mirrors {
-    pub fn new(root: PathBuf) -> Self {
+    pub fn new(root: PathBuf, timeout: Duration) -> Self {
         Self {
             root,
+            timeout,
             locks: Mutex::default(),
         }
+    }
+
+    /// The longest one git command may take.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// Removes every mirror (at shutdown: they are a cache of this process).
@@ -82,7 +102,14 @@ impl Mirrors {
             .join(format!("{}+{}.git", repo.owner(), repo.name()));
         if !dir.join("HEAD").exists() {
             std::fs::create_dir_all(&dir).map_err(|e| format!("the mirror's directory: {e}"))?;
-            git(&dir, &["init", "--quiet", "--bare"], &[], None).await?;
+            git(
+                &dir,
+                &["init", "--quiet", "--bare"],
+                &[],
+                None,
+                self.timeout,
+            )
+            .await?;
         }
         Ok((guard, dir))
     }
@@ -95,13 +122,13 @@ impl Mirrors {
         upstream: &Upstream<'_>,
     ) -> Result<(tokio::sync::OwnedMutexGuard<()>, PathBuf), String> {
         let (guard, dir) = self.held(repo).await?;
-        sync(&dir, upstream).await?;
+        sync(&dir, upstream, self.timeout).await?;
         Ok((guard, dir))
     }
 }
 
 /// Fetches the base branch and the run's branch from the forge into the mirror at `dir`.
-async fn sync(dir: &Path, upstream: &Upstream<'_>) -> Result<(), String> {
+async fn sync(dir: &Path, upstream: &Upstream<'_>, timeout: Duration) -> Result<(), String> {
     // The token goes in a header git sends to the forge's origin only, given in git's
     // environment (never an argument); no credential helper, so no shell is needed (the
     // image has none).
@@ -128,7 +155,7 @@ async fn sync(dir: &Path, upstream: &Upstream<'_>) -> Result<(), String> {
         async move {
             let mut args = vec!["fetch", "--quiet", "--no-tags", upstream.url];
             args.extend(refspecs.iter().map(String::as_str));
-            git(dir, &args, &env, None).await
+            git(dir, &args, &env, None, timeout).await
         }
     };
     let base = format!("+refs/heads/{0}:refs/heads/{0}", upstream.base);
@@ -148,11 +175,12 @@ async fn sync(dir: &Path, upstream: &Upstream<'_>) -> Result<(), String> {
 pub struct Quarantine {
     mirror: PathBuf,
     objects: tempfile::TempDir,
+    timeout: Duration,
 }
 
 impl Quarantine {
     /// Indexes `pack` (thin packs completed from the mirror) into a fresh object directory.
-    pub async fn receive(mirror: &Path, pack: &[u8]) -> Result<Self, String> {
+    pub async fn receive(mirror: &Path, pack: &[u8], timeout: Duration) -> Result<Self, String> {
         let objects = tempfile::Builder::new()
             .prefix("quarantine-")
             .tempdir_in(mirror)
@@ -160,6 +188,7 @@ impl Quarantine {
         let q = Self {
             mirror: mirror.to_owned(),
             objects,
+            timeout,
         };
         if !pack.is_empty() {
             std::fs::create_dir_all(q.objects.path().join("pack"))
@@ -208,7 +237,7 @@ impl Quarantine {
     }
 
     async fn git(&self, args: &[&str], stdin: Option<&[u8]>) -> Result<Vec<u8>, String> {
-        git(&self.mirror, args, &self.env(), stdin).await
+        git(&self.mirror, args, &self.env(), stdin, self.timeout).await
     }
 
     async fn text(&self, args: &[&str]) -> Result<String, String> {
@@ -217,17 +246,23 @@ impl Quarantine {
     }
 
     /// Why the update `c` of the run's branch is refused, or `None`; `Err` when the mirror
-    /// lacks what the check needs (then it is synced and the check made again). `base` is
-    /// the default branch; `fast_forward_only` for a follow-up.
+    /// lacks what the check needs (then it is synced and the check made again).
     ///
     /// The branch's current tip is taken from the command's old value: the forge applies an
     /// update only when its ref still holds that value, so a push that lies about it is
     /// refused there, and what it would exclude from the check is never applied.
+    ///
+    /// Two properties of the result are checked besides the commits: the new tip descends
+    /// from where the run started (the base's head at a first run's start, the branch's tip
+    /// for a follow-up), and its tree equals the base's tip in every protected path. Walking
+    /// the new commits alone misses a branch started from an old base commit (not new, so
+    /// not walked, yet its tree holds the CI definitions as they were) and a merge that takes
+    /// an ancestor's version of a protected path (`-c` lists only what differs from every
+    /// parent).
     pub async fn check(
         &self,
         c: &Command,
-        base: &str,
-        fast_forward_only: bool,
+        expect: &Expect<'_>,
         protected: &Protected,
     ) -> Result<Option<String>, String> {
         let kind = self.text(&["cat-file", "-t", &c.new]).await;
@@ -236,27 +271,81 @@ impl Quarantine {
                 "the new value is not a commit the push carries".into(),
             ));
         }
+        let base_ref = format!("refs/heads/{}", expect.base);
         let current = (!c.creates()).then_some(c.old.as_str());
-        if fast_forward_only && let Some(old) = current {
-            let out = self
-                .status(&["merge-base", "--is-ancestor", old, &c.new])
-                .await?;
-            match out {
-                0 => {}
-                1 => {
-                    return Ok(Some(
-                        "a follow-up only adds commits (no force-push): the pull request keeps its history"
-                            .into(),
-                    ));
-                }
-                _ => return Err("the branch's tip is not in the mirror".into()),
-            }
+        if let Some(why) = self.descent(c, expect, current, &base_ref).await? {
+            return Ok(Some(why));
         }
-        // Every commit the branch would gain over the base and its tip is checked, wherever
-        // it came from (the run's git was shown only those two refs). One `git log`: plumbing
-        // options, renames off (a rename would hide its old path), and for a merge only what
-        // differs from every parent (what the merge itself brings).
-        let base_ref = format!("refs/heads/{base}");
+        if let Some(why) = self.walk(c, current, &base_ref, protected).await? {
+            return Ok(Some(why));
+        }
+        self.protected_tree(c, expect.base, &base_ref, protected)
+            .await
+    }
+
+    /// Why the new tip does not descend from where the run started, or `None`. A follow-up
+    /// only fast-forwards its branch; a first run's branch holds the base commit it was
+    /// given (and the mirror's base must hold it too, or the tree check would compare with
+    /// an older base: `Err`, so the mirror is synced first).
+    async fn descent(
+        &self,
+        c: &Command,
+        expect: &Expect<'_>,
+        current: Option<&str>,
+        base_ref: &str,
+    ) -> Result<Option<String>, String> {
+        if expect.follow_up {
+            let Some(old) = current else {
+                return Ok(None);
+            };
+            return match self
+                .status(&["merge-base", "--is-ancestor", old, &c.new])
+                .await?
+            {
+                0 => Ok(None),
+                1 => Ok(Some(
+                    "a follow-up only adds commits (no force-push): the pull request keeps its history"
+                        .into(),
+                )),
+                _ => Err("the branch's tip is not in the mirror".into()),
+            };
+        }
+        let Some(start) = expect.base_commit else {
+            return Ok(None);
+        };
+        match self
+            .status(&["merge-base", "--is-ancestor", start, base_ref])
+            .await
+        {
+            Ok(0) => {}
+            _ => return Err("the mirror's base is older than the run's start".into()),
+        }
+        match self
+            .status(&["merge-base", "--is-ancestor", start, &c.new])
+            .await?
+        {
+            0 => Ok(None),
+            1 => {
+                let short = start.get(..10).unwrap_or(start);
+                Ok(Some(format!(
+                    "the branch does not start from {short}, the head of {} the run was given: start it from there",
+                    expect.base
+                )))
+            }
+            _ => Err("the run's start commit is not in the mirror".into()),
+        }
+    }
+
+    /// Why a commit the branch would gain is refused (it changes a protected path, or there
+    /// are too many), or `None`. One `git log`: plumbing options, renames off (a rename would
+    /// hide its old path), and for a merge only what differs from every parent.
+    async fn walk(
+        &self,
+        c: &Command,
+        current: Option<&str>,
+        base_ref: &str,
+        protected: &Protected,
+    ) -> Result<Option<String>, String> {
         let limit = (MAX_NEW_COMMITS + 1).to_string();
         let mut args = vec![
             "log",
@@ -271,7 +360,7 @@ impl Quarantine {
             &limit,
             c.new.as_str(),
             "--not",
-            &base_ref,
+            base_ref,
         ];
         if let Some(old) = current {
             args.push(old);
@@ -304,6 +393,41 @@ impl Quarantine {
         Ok(None)
     }
 
+    /// Why the new tip's tree differs from the base's tip in a protected path, or `None`:
+    /// what the forge would run on the push is the base's CI definitions, whatever history
+    /// led there.
+    async fn protected_tree(
+        &self,
+        c: &Command,
+        base: &str,
+        base_ref: &str,
+        protected: &Protected,
+    ) -> Result<Option<String>, String> {
+        let out = self
+            .git(
+                &[
+                    "diff",
+                    "--name-only",
+                    "-z",
+                    "--no-renames",
+                    "--no-color",
+                    base_ref,
+                    &c.new,
+                ],
+                None,
+            )
+            .await?;
+        for token in out.split(|b| *b == 0).filter(|t| !t.is_empty()) {
+            let path = String::from_utf8_lossy(token);
+            if let Some(glob) = protected.covering(&path) {
+                return Ok(Some(format!(
+                    "{path} differs from {base}'s, and a run's branch keeps the base's ({glob}) as they are"
+                )));
+            }
+        }
+        Ok(None)
+    }
+
     /// git's exit code (0 and 1 are answers; anything else an error).
     async fn status(&self, args: &[&str]) -> Result<i32, String> {
         match self.git(args, None).await {
@@ -314,12 +438,14 @@ impl Quarantine {
     }
 }
 
-/// Runs git in `dir` with only the environment given (and `PATH`), its stdin from `stdin`.
+/// Runs git in `dir` with only the environment given (and `PATH`), its stdin from `stdin`,
+/// killed when it takes longer than `timeout`.
 async fn git(
     dir: &Path,
     args: &[&str],
     env: &[(String, String)],
     stdin: Option<&[u8]>,
+    timeout: Duration,
 ) -> Result<Vec<u8>, String> {
     let mut cmd = tokio::process::Command::new("git");
     cmd.arg("-C")
@@ -343,16 +469,32 @@ async fn git(
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("git could not start: {e}"))?;
-    if let (Some(data), Some(mut pipe)) = (stdin, child.stdin.take()) {
-        let data = data.to_vec();
-        tokio::spawn(async move {
-            let _ = pipe.write_all(&data).await;
-        });
-    }
-    let out = child
-        .wait_with_output()
-        .await
-        .map_err(|e| format!("git failed: {e}"))?;
+    let name = args.first().copied().unwrap_or_default();
+    // Written from the caller's buffer while git's output is read (no second copy); the pipe
+    // closes when it is all written.
+    let pipe = child.stdin.take();
+    let feed = async move {
+        if let (Some(data), Some(mut pipe)) = (stdin, pipe) {
+            // git may stop reading (a refused pack) and close its end: its own answer says why.
+            if let Err(e) = pipe.write_all(data).await {
+                tracing::debug!(error = %e, "git {name} took only part of its input");
+            }
+        }
+    };
+    let run = async move {
+        let ((), out) = tokio::join!(feed, child.wait_with_output());
+        out
+    };
+    let out = match tokio::time::timeout(timeout, run).await {
+        Ok(out) => out.map_err(|e| format!("git failed: {e}"))?,
+        // Dropping the child kills it (`kill_on_drop`).
+        Err(_) => {
+            return Err(format!(
+                "git {name} took longer than {} s, and was stopped",
+                timeout.as_secs_f64()
+            ));
+        }
+    };
     if out.status.success() {
         Ok(out.stdout)
     } else {
@@ -362,9 +504,85 @@ async fn git(
             .find(|l| !l.trim().is_empty())
             .unwrap_or("no message");
         let code = out.status.code().unwrap_or(-1);
-        Err(format!(
-            "git {} failed (exit {code}): {first}",
-            args.first().unwrap_or(&"")
-        ))
+        Err(format!("git {name} failed (exit {code}): {first}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    use std::time::Instant;
+
+    use super::*;
+
+    /// A pack of a few hundred KB whose one blob inflates to 200 MB of zeros.
+    fn pack_bomb(dir: &Path) -> Vec<u8> {
+        let repo = dir.join("bomb.git");
+        let git = |args: &[&str]| {
+            let mut c = Command::new("git");
+            c.arg("-C").arg(&repo).args(args);
+            c
+        };
+        assert!(
+            Command::new("git")
+                .args(["init", "-q", "--bare"])
+                .arg(&repo)
+                .status()
+                .expect("git")
+                .success()
+        );
+        let mut hash = git(&["hash-object", "-w", "--stdin"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("git");
+        let mut input = hash.stdin.take().expect("stdin");
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..200 {
+            input.write_all(&zeros).expect("written");
+        }
+        drop(input);
+        let blob = hash.wait_with_output().expect("hashed").stdout;
+        let mut pack = git(&["pack-objects", "--stdout", "-q"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("git");
+        pack.stdin
+            .take()
+            .expect("stdin")
+            .write_all(&blob)
+            .expect("written");
+        pack.wait_with_output().expect("packed").stdout
+    }
+
+    #[tokio::test]
+    async fn a_pack_bomb_is_stopped_at_the_deadline_and_frees_the_repositorys_mirror() {
+        let root = tempfile::tempdir().expect("dir");
+        let pack = pack_bomb(root.path());
+        assert!(pack.len() < 2 << 20, "a small pack: {} bytes", pack.len());
+        // Indexing it takes most of a second here; the deadline is a tenth of that.
+        let mirrors = Mirrors::new(root.path().join("mirrors"), Duration::from_millis(100));
+        let repo: RepoName = "acme/widgets".parse().expect("a name");
+        let (held, dir) = mirrors.held(&repo).await.expect("a mirror");
+        let started = Instant::now();
+        let Err(why) = Quarantine::receive(&dir, &pack, mirrors.timeout()).await else {
+            panic!("the bomb was indexed whole");
+        };
+        assert!(
+            why.contains("git index-pack took longer than 0.1 s"),
+            "{why}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "stopped at once"
+        );
+        drop(held);
+        // The next push of the repository gets its mirror at once.
+        tokio::time::timeout(Duration::from_secs(1), mirrors.held(&repo))
+            .await
+            .expect("the mirror is free")
+            .expect("a mirror");
     }
 }

@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 use crate::domain::RepoName;
 use crate::domain::protected::Protected;
 use crate::settings::Secret;
-use inspect::{Mirrors, Quarantine, Upstream};
+use inspect::{Expect, Mirrors, Quarantine, Upstream};
 use pkt::Push;
 
 /// How a refused push is kept among the run's egress refusals (its report lists them apart):
@@ -53,6 +53,8 @@ pub struct RunAccess {
     pub base_branch: String,
     /// A follow-up run: its branch exists and only fast-forwards.
     pub follow_up: bool,
+    /// The base's head when a first run started: its branch must descend from it.
+    pub base_commit: Option<String>,
     /// The repository's git URL on the forge.
     pub upstream: String,
     /// `scheme://host:port` of `upstream`.
@@ -86,6 +88,8 @@ pub struct Gateway {
 pub struct Config {
     pub protected_paths: Vec<String>,
     pub max_push_mb: u64,
+    /// The longest one git command may take.
+    pub git_timeout: std::time::Duration,
     /// Where the mirrors of the forge's repositories are kept.
     pub cache_dir: std::path::PathBuf,
 }
@@ -112,7 +116,7 @@ impl Gateway {
             protected,
             max_push: usize::try_from(config.max_push_mb.saturating_mul(1024 * 1024))
                 .unwrap_or(usize::MAX),
-            mirrors: Mirrors::new(config.cache_dir),
+            mirrors: Mirrors::new(config.cache_dir, config.git_timeout),
             client,
             refused,
         }))
@@ -549,14 +553,16 @@ async fn inspect_pack(
     run: &RunAccess,
     mirror: &std::path::Path,
 ) -> Result<Vec<Option<String>>, String> {
-    let quarantine = Quarantine::receive(mirror, &data[push.pack_at..]).await?;
+    let quarantine =
+        Quarantine::receive(mirror, &data[push.pack_at..], gw.mirrors.timeout()).await?;
+    let expect = Expect {
+        base: &run.base_branch,
+        follow_up: run.follow_up,
+        base_commit: run.base_commit.as_deref(),
+    };
     let mut reasons = Vec::with_capacity(push.commands.len());
     for c in &push.commands {
-        reasons.push(
-            quarantine
-                .check(c, &run.base_branch, run.follow_up, &gw.protected)
-                .await?,
-        );
+        reasons.push(quarantine.check(c, &expect, &gw.protected).await?);
     }
     if reasons.iter().all(Option::is_none) {
         quarantine.keep()?;

@@ -170,6 +170,18 @@ impl super::Settings {
                 ));
             }
         }
+        if m.allow_unmetered && self.budget.any() {
+            out.push("models.allow_unmetered = true with a [budget]: calls on the routes the gateway cannot meter are forwarded and escape the budget".to_owned());
+        }
+        if self.runner.unprotect_ci {
+            let left = self.runner.unprotected_defaults();
+            if !left.is_empty() {
+                out.push(format!(
+                    "runner.unprotect_ci = true and runner.protected_paths leaves out {}: a run's commits may change what the forge runs with the repository's secrets",
+                    left.join(", ")
+                ));
+            }
+        }
         if any_provider && !self.egress_confined() {
             out.push("[models] names providers but runner.egress = \"open\": runs get no model variables (the model gateway serves allow-listed runs only)".to_owned());
         }

@@ -111,6 +111,17 @@ pub struct RunnerSettings {
     /// Woodpecker and Drone, and `.director.toml`.
     #[serde(deserialize_with = "lenient::list")]
     pub protected_paths: Vec<String>,
+    /// Paths protected besides `protected_paths` (the way to add to the defaults).
+    #[serde(deserialize_with = "lenient::list")]
+    pub protected_paths_extra: Vec<String>,
+    /// Accept a `protected_paths` without every default (CI definitions, `.director.toml`):
+    /// the agent's commits may then change what the forge runs with the repository's
+    /// secrets. Said at start-up.
+    pub unprotect_ci: bool,
+    /// How long one git command of the gateway (indexing a push's pack, walking its
+    /// commits, syncing a mirror) may take, in seconds: past it the push is refused and the
+    /// repository's mirror freed for the next.
+    pub git_timeout_secs: u64,
     /// The largest push (its pack) the git gateway takes, in MB.
     pub max_push_mb: u64,
     /// Docker: the internal network (no route out) allow-listed runs are attached to; the
@@ -195,6 +206,9 @@ impl Default for RunnerSettings {
             model_gateway_port: 3130,
             branch_template: crate::domain::run::DEFAULT_BRANCH_TEMPLATE.to_owned(),
             protected_paths: crate::domain::protected::default_protected_paths(),
+            protected_paths_extra: Vec::new(),
+            unprotect_ci: false,
+            git_timeout_secs: 120,
             max_push_mb: 100,
             egress_network: "director-egress".into(),
             user: "1000:1000".into(),
@@ -223,6 +237,32 @@ impl Default for RunnerSettings {
             git_author_name: String::new(),
             git_author_email: String::new(),
         }
+    }
+}
+
+impl RunnerSettings {
+    /// Every path runs may not change: `protected_paths` and `protected_paths_extra`.
+    pub fn protected(&self) -> Vec<String> {
+        let mut all = self.protected_paths.clone();
+        for p in &self.protected_paths_extra {
+            if !all.contains(p) {
+                all.push(p.clone());
+            }
+        }
+        all
+    }
+
+    /// The default protected paths that `protected_paths` leaves out.
+    pub fn unprotected_defaults(&self) -> Vec<String> {
+        let given: Vec<&str> = self
+            .protected_paths
+            .iter()
+            .map(|p| p.trim().trim_start_matches('/'))
+            .collect();
+        crate::domain::protected::default_protected_paths()
+            .into_iter()
+            .filter(|d| !given.contains(&d.as_str()))
+            .collect()
     }
 }
 
@@ -312,6 +352,21 @@ impl Settings {
             .map_err(|e| invalid("runner.branch_template", e))?;
         crate::domain::protected::Protected::new(&r.protected_paths)
             .map_err(|e| invalid("runner.protected_paths", e))?;
+        crate::domain::protected::Protected::new(&r.protected_paths_extra)
+            .map_err(|e| invalid("runner.protected_paths_extra", e))?;
+        let missing = r.unprotected_defaults();
+        if !missing.is_empty() && !r.unprotect_ci {
+            return Err(invalid(
+                "runner.protected_paths",
+                format!(
+                    "leaves out {}, which the forge runs or the director reads with the repository's trust: add paths with runner.protected_paths_extra, or set runner.unprotect_ci = true to accept it",
+                    missing.join(", ")
+                ),
+            ));
+        }
+        if r.git_timeout_secs == 0 {
+            return Err(invalid("runner.git_timeout_secs", "must be at least 1"));
+        }
         if r.max_push_mb == 0 {
             return Err(invalid("runner.max_push_mb", "must be at least 1"));
         }

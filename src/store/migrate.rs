@@ -58,6 +58,10 @@ const SQLITE: &[(i64, &str)] = &[
         15,
         include_str!("../../migrations/sqlite/0015_transcripts.sql"),
     ),
+    (
+        16,
+        include_str!("../../migrations/sqlite/0016_run_base_commit.sql"),
+    ),
 ];
 
 const POSTGRES: &[(i64, &str)] = &[
@@ -85,6 +89,10 @@ const POSTGRES: &[(i64, &str)] = &[
     (
         7,
         include_str!("../../migrations/postgres/0007_transcripts.sql"),
+    ),
+    (
+        8,
+        include_str!("../../migrations/postgres/0008_run_base_commit.sql"),
     ),
 ];
 

@@ -531,6 +531,22 @@ impl Store {
         tx.commit().await
     }
 
+    /// Records the base branch's head a starting run was given (before its container is
+    /// made, so the git gateway of every replica sees it). Only a launching run changes.
+    pub async fn put_run_base(&self, run_id: &str, commit: &str) -> anyhow::Result<()> {
+        let mut tx = self.begin(true).await?;
+        on_tx!(&mut tx, t => {
+            sqlx::query(
+                "UPDATE runs SET base_commit = $2 WHERE id = $1 AND state = 'launching'",
+            )
+            .bind(run_id)
+            .bind(commit)
+            .execute(&mut **t)
+            .await?;
+        });
+        tx.commit().await
+    }
+
     /// Replaces a run's token with a fresher one, unless someone (another replica) already
     /// replaced the one minted at `was_minted_at_ms`: whether this one is now kept.
     pub async fn renew_run_token(

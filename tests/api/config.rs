@@ -617,3 +617,70 @@ fn a_repository_settings_ceiling_knows_its_keys_and_warns_when_it_opens_nothing(
         "{err}"
     );
 }
+
+#[test]
+fn a_branch_template_whose_prefix_a_title_or_number_picks_is_refused() {
+    for template in ["{slug}-{run}", "{issue}-{run}", "release{slug}-{run}"] {
+        let err = refused_naming(
+            &[("DIRECTOR_RUNNER__BRANCH_TEMPLATE", template)],
+            "runner.branch_template",
+        );
+        assert!(err.contains("fixed prefix"), "{template}: {err}");
+    }
+}
+
+#[test]
+fn protected_paths_without_the_ci_definitions_are_refused_unless_said_so() {
+    // An operator who meant to add a path replaces the defaults.
+    let err = refused_naming(
+        &[("DIRECTOR_RUNNER__PROTECTED_PATHS", "Makefile")],
+        "runner.protected_paths",
+    );
+    assert!(
+        err.contains(".forgejo/**") && err.contains(".director.toml"),
+        "{err}"
+    );
+    assert!(err.contains("runner.protected_paths_extra"), "{err}");
+    let out = director()
+        .args(["check-config", "--config", &example()])
+        .env("DIRECTOR_RUNNER__PROTECTED_PATHS", "Makefile")
+        .env("DIRECTOR_RUNNER__UNPROTECT_CI", "true")
+        .output()
+        .expect("runs");
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "warning: runner.unprotect_ci = true and runner.protected_paths leaves out .forgejo/**"
+        ),
+        "{err}"
+    );
+    // Adding keeps the defaults.
+    let out = director()
+        .args(["check-config", "--config", &example()])
+        .env("DIRECTOR_RUNNER__PROTECTED_PATHS_EXTRA", "Makefile")
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn unmetered_routes_beside_a_budget_are_warned_of() {
+    let out = director()
+        .args(["check-config", "--config", &example()])
+        .env("DIRECTOR_MODELS__ALLOW_UNMETERED", "true")
+        .env("DIRECTOR_BUDGET__DAILY_USD", "5")
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("escape the budget"), "{err}");
+}

@@ -642,3 +642,124 @@ async fn a_run_cannot_push_a_change_to_its_repositorys_settings_file() {
         "nothing reached the forge"
     );
 }
+
+/// The base's history holds a retired, permissive workflow: its old commit is an ancestor of
+/// the base, so walking only the commits a push adds never sees it.
+async fn with_a_retired_workflow(s: &Setup) {
+    let path = ".forgejo/workflows/ci.yml";
+    s.t.forge.put_file(
+        &s.t.repo,
+        "main",
+        path,
+        b"on: push\njobs: {deploy: {runs-on: x, steps: [{run: 'curl $SECRET'}]}}\n",
+    );
+    s.t.forge.put_file(
+        &s.t.repo,
+        "main",
+        path,
+        b"on: pull_request\njobs: {test: {runs-on: x, steps: [{run: make test}]}}\n",
+    );
+}
+
+#[tokio::test]
+async fn a_branch_started_from_an_old_base_commit_cannot_bring_back_old_workflows() {
+    let s = setup(|_| {}).await;
+    with_a_retired_workflow(&s).await;
+    let run = started(&s, "Tidy the README").await;
+    let branch = run.var("DIRECTOR_BRANCH").to_owned();
+    let work = clone(&run).await;
+    let w = work.path().join("w");
+    // The attacker's branch: from the base's parent (where the permissive workflow lives), one
+    // harmless commit on top. No commit it adds touches a protected path.
+    run.ok(&w, &["checkout", "-q", "-b", "old", "HEAD~1"]).await;
+    commit(&run, &w, "notes.txt", "harmless\n").await;
+    refused(
+        &run,
+        &w,
+        &["push", "origin", &format!("HEAD:{branch}")],
+        &branch,
+        "the branch does not start from",
+    )
+    .await;
+    assert!(
+        !s.t.forge.branches_of(&s.t.repo).contains(&branch),
+        "nothing reached the forge"
+    );
+    // The same work on the base's tip goes through.
+    run.ok(&w, &["checkout", "-q", "-B", "new", "origin/main"])
+        .await;
+    commit(&run, &w, "notes.txt", "harmless\n").await;
+    run.ok(&w, &["push", "-q", "origin", &format!("HEAD:{branch}")])
+        .await;
+    assert!(s.t.forge.branches_of(&s.t.repo).contains(&branch));
+}
+
+#[tokio::test]
+async fn a_merge_taking_an_ancestors_protected_file_is_refused_by_its_tree() {
+    let s = setup(|_| {}).await;
+    with_a_retired_workflow(&s).await;
+    let run = started(&s, "Tidy the README").await;
+    let branch = run.var("DIRECTOR_BRANCH").to_owned();
+    let work = clone(&run).await;
+    let w = work.path().join("w");
+    commit(&run, &w, "notes.txt", "harmless\n").await;
+    // A merge of the tip's work with the base's parent, whose tree takes the parent's
+    // workflow: it differs from the first parent but not from the second, so `log -c` lists
+    // nothing for it.
+    run.ok(
+        &w,
+        &["checkout", "HEAD~2", "--", ".forgejo/workflows/ci.yml"],
+    )
+    .await;
+    let tree = run.git(&w, &["write-tree"]).await;
+    let tree = String::from_utf8_lossy(&tree.stdout).trim().to_owned();
+    let old = run.git(&w, &["rev-parse", "HEAD~2"]).await;
+    let old = String::from_utf8_lossy(&old.stdout).trim().to_owned();
+    let merge = run
+        .git(
+            &w,
+            &[
+                "commit-tree",
+                &tree,
+                "-p",
+                "HEAD",
+                "-p",
+                &old,
+                "-m",
+                "merge",
+            ],
+        )
+        .await;
+    assert!(merge.status.success(), "{}", stderr(&merge));
+    let merge = String::from_utf8_lossy(&merge.stdout).trim().to_owned();
+    let listed = run
+        .git(
+            &w,
+            &[
+                "log",
+                "-c",
+                "--name-only",
+                "--format=",
+                &merge,
+                "--not",
+                "origin/main",
+            ],
+        )
+        .await;
+    assert!(
+        !String::from_utf8_lossy(&listed.stdout).contains("ci.yml"),
+        "the merge hides the path from a walk of the new commits"
+    );
+    refused(
+        &run,
+        &w,
+        &["push", "origin", &format!("{merge}:refs/heads/{branch}")],
+        &branch,
+        ".forgejo/workflows/ci.yml differs from main's",
+    )
+    .await;
+    assert!(
+        !s.t.forge.branches_of(&s.t.repo).contains(&branch),
+        "nothing reached the forge"
+    );
+}

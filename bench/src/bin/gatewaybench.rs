@@ -67,6 +67,7 @@ impl Runs for OneRun {
             branch: BRANCH.into(),
             base_branch: "main".into(),
             follow_up: false,
+            base_commit: None,
             upstream: self.upstream.clone(),
             origin,
             user: BOT.into(),
@@ -88,6 +89,7 @@ fn serve_gateway(upstream: String, token: String) -> anyhow::Result<()> {
             Config {
                 protected_paths: director::domain::protected::default_protected_paths(),
                 max_push_mb: 100,
+                git_timeout: std::time::Duration::from_secs(120),
                 cache_dir: cache.clone(),
             },
             None,

@@ -112,6 +112,7 @@ impl Runs for GatewayRuns {
             branch: run.branch.clone(),
             base_branch: run.base_branch.clone(),
             follow_up: run.followup.is_some(),
+            base_commit: run.base_commit.clone(),
             upstream: endpoints.clone_url,
             origin: endpoints.git_origin,
             user: endpoints.git_user,

@@ -445,6 +445,13 @@ impl RunAct {
         if let Some(why) = self.pr_only_refusal(&run, branch.as_ref(), &endpoints) {
             return Ok(RunReport::Refused { why });
         }
+        // The commit a first run starts from: the git gateway takes only a branch that
+        // descends from it (an older base would bring back older CI definitions).
+        if run.followup.is_none()
+            && let Some(commit) = branch.as_ref().map(|b| &b.commit).filter(|c| !c.is_empty())
+        {
+            acts.store.put_run_base(run_id, commit).await?;
+        }
         if let Some(f) = run.followup.as_mut() {
             f.start_head = acts
                 .forge

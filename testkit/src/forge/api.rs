@@ -332,12 +332,9 @@ impl Forge for FakeForge {
         let r = s
             .repo(repo)
             .map_err(|e| refused("GET", repo.to_string(), e))?;
-        Ok(r.branches.get(name).map(|commits| director::forge::Branch {
+        Ok(r.branches.get(name).map(|_| director::forge::Branch {
             name: name.to_owned(),
-            commit: commits
-                .last()
-                .map(|c| format!("{c:040x}"))
-                .unwrap_or_default(),
+            commit: r.head_name(name),
             user_can_push: s.can_push(repo, &bot, name),
             user_can_merge: s.can_merge(repo, &bot, name),
         }))
@@ -364,12 +361,9 @@ impl Forge for FakeForge {
         let r = s
             .repo(repo)
             .map_err(|e| refused("GET", repo.to_string(), e))?;
-        Ok(r.branches.get(name).map(|commits| director::forge::Branch {
+        Ok(r.branches.get(name).map(|_| director::forge::Branch {
             name: name.to_owned(),
-            commit: commits
-                .last()
-                .map(|c| format!("{c:040x}"))
-                .unwrap_or_default(),
+            commit: r.head_name(name),
             user_can_push: s.can_push(repo, &t.login, name),
             user_can_merge: s.can_merge(repo, &t.login, name),
         }))

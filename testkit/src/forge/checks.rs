@@ -66,13 +66,8 @@ fn combine<'a>(states: impl Iterator<Item = &'a str>) -> &'static str {
 impl State {
     /// The commit a ref names: a branch's head, or a full commit id of one of its branches.
     fn commit_of(&self, repo: &RepoName, reference: &str) -> Result<u64, Refusal> {
-        let r = self.repo(repo)?;
-        if let Some(head) = r.branches.get(reference).and_then(|c| c.last()) {
-            return Ok(*head);
-        }
-        u64::from_str_radix(reference, 16)
-            .ok()
-            .filter(|c| reference.len() == 40 && r.branches.values().any(|b| b.contains(c)))
+        self.repo(repo)?
+            .commit_named(reference)
             .ok_or(Refusal::NotFound)
     }
 
@@ -157,7 +152,7 @@ impl State {
         let shown: Vec<&FStatus> = latest.iter().skip((page - 1) * limit).take(limit).collect();
         Ok(json!({
             "state": combine(shown.iter().map(|s| s.state.as_str())),
-            "sha": format!("{commit:040x}"),
+            "sha": self.repo(repo)?.commit_name(commit),
             "total_count": latest.len(),
             "statuses": shown.iter().map(|s| status_json(self, s)).collect::<Vec<_>>(),
             "repository": super::server::repo_json(self, repo),
@@ -203,12 +198,7 @@ impl State {
                 "Please try again later: the pull request is not mergeable".into(),
             ));
         }
-        let head = r
-            .branches
-            .get(&p.head)
-            .and_then(|c| c.last())
-            .map(|c| format!("{c:040x}"))
-            .unwrap_or_default();
+        let head = r.head_name(&p.head);
         if let Some(expected) = body["head_commit_id"].as_str().filter(|h| !h.is_empty())
             && expected != head
         {

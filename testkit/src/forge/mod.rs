@@ -167,6 +167,50 @@ pub(crate) struct FRepo {
     pub merges: Vec<checks::MergeCall>,
 }
 
+impl FRepo {
+    /// A commit as the API names it: git's own id where the repository is served over git
+    /// (as Forgejo's answers hold), else the fake's number in hex.
+    pub fn commit_name(&self, id: u64) -> String {
+        self.git
+            .as_ref()
+            .and_then(|g| {
+                g.ids
+                    .iter()
+                    .find(|(_, i)| **i == id)
+                    .map(|(sha, _)| sha.clone())
+            })
+            .unwrap_or_else(|| format!("{id:040x}"))
+    }
+
+    /// The commit a reference names: a branch's head, or a full commit id as
+    /// [`FRepo::commit_name`] shows it, of a commit one of its branches holds.
+    pub fn commit_named(&self, reference: &str) -> Option<u64> {
+        if let Some(head) = self.branches.get(reference).and_then(|c| c.last()) {
+            return Some(*head);
+        }
+        if reference.len() != 40 {
+            return None;
+        }
+        let id = match self.git.as_ref().and_then(|g| g.ids.get(reference)) {
+            Some(id) => *id,
+            None => u64::from_str_radix(reference, 16).ok()?,
+        };
+        self.branches
+            .values()
+            .any(|b| b.contains(&id))
+            .then_some(id)
+    }
+
+    /// The head of `branch`, as the API names it (empty when there is none).
+    pub fn head_name(&self, branch: &str) -> String {
+        self.branches
+            .get(branch)
+            .and_then(|c| c.last())
+            .map(|c| self.commit_name(*c))
+            .unwrap_or_default()
+    }
+}
+
 /// A repository webhook; the secret is kept but never shown, as Forgejo does.
 #[derive(Clone, Debug)]
 pub(crate) struct FHook {

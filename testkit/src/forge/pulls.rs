@@ -370,12 +370,9 @@ impl FakeForge {
     /// The head commit of a branch, as the API names it.
     pub fn branch_head(&self, repo: &RepoName, branch: &str) -> Option<String> {
         let s = self.state();
-        s.repo(repo)
-            .ok()?
-            .branches
-            .get(branch)?
-            .last()
-            .map(|c| format!("{c:040x}"))
+        let r = s.repo(repo).ok()?;
+        r.branches.get(branch)?;
+        Some(r.head_name(branch))
     }
 }
 

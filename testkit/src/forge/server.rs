@@ -761,7 +761,7 @@ fn repos(
             let protected = *branch == rr.default_branch && rr.protect_default;
             Ok(ok(json!({
                 "name": branch,
-                "commit": { "id": format!("{:040x}", commits.last().copied().unwrap_or(0)), "message": "commit" },
+                "commit": { "id": rr.commit_name(commits.last().copied().unwrap_or(0)), "message": "commit" },
                 "protected": protected,
                 "required_approvals": 0,
                 "enable_status_check": false,
@@ -792,7 +792,7 @@ fn repos(
                 "name": name,
                 "path": path,
                 "sha": format!("{:040x}", bytes.len() as u64 ^ commit),
-                "last_commit_sha": format!("{commit:040x}"),
+                "last_commit_sha": s.repo(&repo)?.commit_name(commit),
                 "type": "file",
                 "size": bytes.len(),
                 "encoding": "base64",
@@ -845,7 +845,7 @@ fn repos(
             s.pull_pushed(login, &repo, &target);
             Ok((
                 StatusCode::CREATED,
-                json!({ "content": null, "commit": { "sha": format!("{commit:040x}") } }),
+                json!({ "content": null, "commit": { "sha": s.repo(&repo)?.commit_name(commit) } }),
                 Vec::new(),
             ))
         }
@@ -1104,20 +1104,14 @@ pub(super) fn pull_json(s: &State, repo: &RepoName, number: u64) -> Result<Value
     let i = r.issues.get(&number).ok_or(Refusal::NotFound)?;
     let head_commits = r.branches.get(&p.head).cloned().unwrap_or_default();
     let base_commits = r.branches.get(&p.base).cloned().unwrap_or_default();
-    let head_sha = head_commits
-        .last()
-        .map(|c| format!("{c:040x}"))
-        .unwrap_or_default();
-    let base_sha = base_commits
-        .last()
-        .map(|c| format!("{c:040x}"))
-        .unwrap_or_default();
+    let head_sha = r.head_name(&p.head);
+    let base_sha = r.head_name(&p.base);
     // The newest base commit the head has.
     let merge_base = head_commits
         .iter()
         .rev()
         .find(|c| base_commits.contains(c))
-        .map(|c| format!("{c:040x}"))
+        .map(|c| r.commit_name(*c))
         .unwrap_or_default();
     Ok(json!({
         "id": number,

@@ -333,13 +333,7 @@ impl State {
         path: &str,
     ) -> Result<Option<(Vec<u8>, u64)>, Refusal> {
         let r = self.repo(repo)?;
-        let commit = match r.branches.get(reference) {
-            Some(commits) => commits.last().copied().ok_or(Refusal::NotFound)?,
-            None => u64::from_str_radix(reference, 16)
-                .ok()
-                .filter(|c| reference.len() == 40 && r.branches.values().any(|b| b.contains(c)))
-                .ok_or(Refusal::NotFound)?,
-        };
+        let commit = r.commit_named(reference).ok_or(Refusal::NotFound)?;
         if let Some(g) = &r.git {
             let Some(sha) = g
                 .ids
@@ -528,7 +522,7 @@ impl State {
         let base: Vec<u64> = match r.branches.get(base) {
             Some(b) => b.clone(),
             None => {
-                let id = u64::from_str_radix(base, 16).map_err(|_| Refusal::NotFound)?;
+                let id = r.commit_named(base).ok_or(Refusal::NotFound)?;
                 let history = r
                     .branches
                     .values()
