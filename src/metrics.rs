@@ -5,6 +5,10 @@ use prometheus::{
     IntGauge, Opts, Registry, TextEncoder,
 };
 
+/// The label that names a repository: series with it are shown to a scrape without the status
+/// token only for repositories an anonymous visitor of the forge can see.
+pub const REPO_LABEL: &str = "repo";
+
 #[derive(Clone)]
 pub struct Metrics {
     registry: Registry,
@@ -167,7 +171,7 @@ impl Metrics {
                         "director_model_cost_usd_total",
                         "Dollars spent on model calls, by repository",
                     ),
-                    &["repo"],
+                    &[REPO_LABEL],
                 )
                 .expect("static metric definition"),
             ),
@@ -183,9 +187,35 @@ impl Metrics {
 
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
+        self.render_where(|_| true)
+    }
+
+    /// The repositories named by a `repo` label of any series.
+    pub fn repos(&self) -> std::collections::BTreeSet<String> {
+        self.registry
+            .gather()
+            .iter()
+            .flat_map(|f| f.get_metric().iter())
+            .flat_map(|m| m.get_label().iter())
+            .filter(|l| l.name() == REPO_LABEL)
+            .map(|l| l.value().to_owned())
+            .collect()
+    }
+
+    /// The exposition without the series whose `repo` label `keep` refuses (a private
+    /// repository's, for a scrape without the status token).
+    pub fn render_where(&self, keep: impl Fn(&str) -> bool) -> String {
+        let mut families = self.registry.gather();
+        for f in &mut families {
+            f.mut_metric().retain(|m| {
+                m.get_label()
+                    .iter()
+                    .all(|l| l.name() != REPO_LABEL || keep(l.value()))
+            });
+        }
+        families.retain(|f| !f.get_metric().is_empty());
         let mut buf = Vec::new();
-        let encoder = TextEncoder::new();
-        if let Err(e) = encoder.encode(&self.registry.gather(), &mut buf) {
+        if let Err(e) = TextEncoder::new().encode(&families, &mut buf) {
             return format!("# encoding failed: {e}\n");
         }
         String::from_utf8(buf).unwrap_or_default()

@@ -172,6 +172,10 @@ pub struct LeftOut {
     /// For the issue text: no writer vouched for any version of it, so none of it was read.
     #[serde(default)]
     pub never_vouched: bool,
+    /// For a comment: an answer edited after the writer's reply that vouched for it (the
+    /// writer vouched for it as it was).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub edited_after_vouched: bool,
 }
 
 /// Pre-flight calls made within a window, overall and for one repository.

@@ -119,7 +119,7 @@ impl ForgejoClient {
         body: Option<&Value>,
     ) -> Result<reqwest::Response, ForgeError> {
         // A POST that reached the server may have taken effect: repeat it only when the
-        // answer says it did not (429, 502-504) or it never left (connection refused).
+        // answer says it did not ([`super::repeatable`]) or it never left (connection refused).
         let idempotent = method != Method::POST;
         let mut attempt = 1;
         loop {
@@ -144,9 +144,7 @@ impl ForgejoClient {
                         let mut last = self.last_date.lock().unwrap_or_else(|e| e.into_inner());
                         *last = Some(last.map_or(date, |l| l.max(date)));
                     }
-                    let retryable = status == StatusCode::TOO_MANY_REQUESTS
-                        || matches!(status.as_u16(), 502..=504)
-                        || (idempotent && status.is_server_error());
+                    let retryable = super::repeatable(idempotent, status.as_u16());
                     retryable.then(|| {
                         retry_after(resp.headers()).unwrap_or_else(|| self.backoff(attempt))
                     })

@@ -125,6 +125,22 @@ pub fn percent_encode(value: &str) -> String {
 }
 
 /// A response's `Date` header (RFC 7231: `Tue, 01 Dec 2026 12:00:00 GMT`).
+/// Whether an answer of `status` may be met by sending the same request again at once. Any
+/// server error may, for a request that is safe to repeat. A POST may only on an answer that
+/// says it was not applied: 429 (refused for its rate) and 503 (not served: Forgejo's own
+/// answer while it cannot serve, or a proxy with no backend). A 502 or 504 from the reverse
+/// proxy in front of a forge can come after the forge applied the write: repeating it would
+/// post a second comment or file a second issue, so the attempt fails, and the action's next
+/// attempt reads back first (the sticky comment by its marker, a filed issue by its own, a
+/// pull request by its head, a run token by its name).
+pub fn repeatable(idempotent: bool, status: u16) -> bool {
+    match status {
+        429 | 503 => true,
+        500..=599 => idempotent,
+        _ => false,
+    }
+}
+
 pub fn http_date(headers: &reqwest::header::HeaderMap) -> Option<chrono::DateTime<chrono::Utc>> {
     let value = headers.get(reqwest::header::DATE)?.to_str().ok()?;
     chrono::DateTime::parse_from_rfc2822(value)

@@ -474,19 +474,16 @@ async fn git(
     // closes when it is all written.
     let pipe = child.stdin.take();
     let feed = async move {
-        if let (Some(data), Some(mut pipe)) = (stdin, pipe) {
-            // git may stop reading (a refused pack) and close its end: its own answer says why.
-            if let Err(e) = pipe.write_all(data).await {
-                tracing::debug!(error = %e, "git {name} took only part of its input");
-            }
+        match (stdin, pipe) {
+            // git may stop reading (a pack it refuses) and close its end: kept beside its own
+            // answer.
+            (Some(data), Some(mut pipe)) => pipe.write_all(data).await.err(),
+            _ => None,
         }
     };
-    let run = async move {
-        let ((), out) = tokio::join!(feed, child.wait_with_output());
-        out
-    };
-    let out = match tokio::time::timeout(timeout, run).await {
-        Ok(out) => out.map_err(|e| format!("git failed: {e}"))?,
+    let run = async move { tokio::join!(feed, child.wait_with_output()) };
+    let (fed, out) = match tokio::time::timeout(timeout, run).await {
+        Ok((fed, out)) => (fed, out.map_err(|e| format!("git failed: {e}"))?),
         // Dropping the child kills it (`kill_on_drop`).
         Err(_) => {
             return Err(format!(
@@ -504,7 +501,11 @@ async fn git(
             .find(|l| !l.trim().is_empty())
             .unwrap_or("no message");
         let code = out.status.code().unwrap_or(-1);
-        Err(format!("git {name} failed (exit {code}): {first}"))
+        let fed = fed.map(|e| format!(" (it took only part of its input: {e})"));
+        Err(format!(
+            "git {name} failed (exit {code}): {first}{}",
+            fed.unwrap_or_default()
+        ))
     }
 }
 

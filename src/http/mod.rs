@@ -10,7 +10,7 @@ use std::time::Instant;
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
-use actix_web::{HttpResponse, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 use serde_json::json;
 
 use crate::intake::Intake;
@@ -153,14 +153,37 @@ async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     }
 }
 
-async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+/// Prometheus' scrape. Series that name a repository are shown only for repositories an
+/// anonymous visitor of the forge can see, unless the scrape bears the status token (as the
+/// status page): `/metrics` is unauthenticated, and a name alone can be a secret.
+async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
+    let full = match status::authorised(&req, &state) {
+        Ok(full) => full,
+        Err(refused) => return refused.response(),
+    };
     if let Ok(pending) = state.store.pending_deliveries().await {
         state.metrics.deliveries_pending.set(pending);
     }
     if let Ok(due) = state.store.due_actions().await {
         state.metrics.actions_due.set(due);
     }
+    let body = if full {
+        state.metrics.render()
+    } else {
+        let repos = state
+            .metrics
+            .repos()
+            .iter()
+            .filter_map(|r| r.parse().ok())
+            .collect();
+        let public = state.visibility.public(state.forge.as_ref(), repos).await;
+        state.metrics.render_where(|repo| {
+            public
+                .iter()
+                .any(|p| p.to_string().eq_ignore_ascii_case(repo))
+        })
+    };
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
-        .body(state.metrics.render())
+        .body(body)
 }

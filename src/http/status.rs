@@ -30,7 +30,7 @@ pub struct Visibility {
 impl Visibility {
     /// The repositories among `repos` known to be public; asks the forge about those not
     /// known (or known too long ago).
-    async fn public(
+    pub(super) async fn public(
         &self,
         forge: Option<&Arc<dyn Forge>>,
         repos: BTreeSet<RepoName>,
@@ -81,14 +81,14 @@ impl Visibility {
 }
 
 /// Why a request sees no rows.
-enum Refused {
+pub(super) enum Refused {
     Disabled,
     BadToken,
     Unavailable,
 }
 
 impl Refused {
-    fn response(&self) -> HttpResponse {
+    pub(super) fn response(&self) -> HttpResponse {
         match self {
             Self::Disabled => HttpResponse::NotFound().finish(),
             Self::BadToken => HttpResponse::Unauthorized()
@@ -102,7 +102,7 @@ impl Refused {
 
 /// Who is asking: `Ok(true)` with the status token, `Ok(false)` anonymous, `Err` for a
 /// token that is wrong (or given when none is configured).
-fn authorised(req: &HttpRequest, state: &AppState) -> Result<bool, Refused> {
+pub(super) fn authorised(req: &HttpRequest, state: &AppState) -> Result<bool, Refused> {
     let Some(value) = req.headers().get("authorization") else {
         return Ok(false);
     };

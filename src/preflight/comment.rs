@@ -186,7 +186,13 @@ pub fn render(input: &CommentInput<'_>) -> String {
         let list: Vec<String> = input
             .left_out
             .iter()
-            .filter(|l| !l.issue_text)
+            .filter(|l| !l.issue_text && !l.edited_after_vouched)
+            .map(|l| format!("[comment by @{}](#issuecomment-{})", l.author, l.comment_id))
+            .collect();
+        let edited_answers: Vec<String> = input
+            .left_out
+            .iter()
+            .filter(|l| l.edited_after_vouched)
             .map(|l| format!("[comment by @{}](#issuecomment-{})", l.author, l.comment_id))
             .collect();
         let edited = input.left_out.iter().find(|l| l.issue_text);
@@ -208,9 +214,15 @@ pub fn render(input: &CommentInput<'_>) -> String {
                 list.join(", ")
             ));
         }
+        if !edited_answers.is_empty() {
+            lines.push(format!(
+                "Answers edited after a writer replied to them are not read (the writer vouched for them as they were): {}. A writer vouches for the new text by replying again.",
+                edited_answers.join(", ")
+            ));
+        }
         out.push_str(&format!(
             "<details>\n<summary>Left out as untrusted ({})</summary>\n\n{}\n\n</details>\n\n",
-            list.len() + usize::from(edited.is_some()),
+            list.len() + edited_answers.len() + usize::from(edited.is_some()),
             lines.join("\n\n")
         ));
     }
@@ -305,6 +317,7 @@ mod tests {
             comment_id: 0,
             issue_text: true,
             never_vouched: true,
+            edited_after_vouched: false,
         }];
         insta::assert_snapshot!(render_with(
             Shown::NoGo {
@@ -323,12 +336,14 @@ mod tests {
                 comment_id: 41,
                 issue_text: false,
                 never_vouched: false,
+                edited_after_vouched: false,
             },
             LeftOut {
                 author: "eve".into(),
                 comment_id: 42,
                 issue_text: false,
                 never_vouched: false,
+                edited_after_vouched: false,
             },
         ];
         insta::assert_snapshot!(render_with(
@@ -350,12 +365,14 @@ mod tests {
                 comment_id: 0,
                 issue_text: true,
                 never_vouched: false,
+                edited_after_vouched: false,
             },
             LeftOut {
                 author: "rita".into(),
                 comment_id: 12,
                 issue_text: false,
                 never_vouched: false,
+                edited_after_vouched: false,
             },
         ];
         insta::assert_snapshot!(render_with(Shown::Go, Some(READ), &left));
@@ -435,6 +452,7 @@ mod tests {
                     comment_id: 42,
                     issue_text: false,
                     never_vouched: false,
+                    edited_after_vouched: false,
                 }],
             },
             Some("NEEDS-INFO\n1. Which flag name?"),

@@ -683,3 +683,49 @@ async fn runs_are_named_by_the_operators_branch_template() {
     assert!(t.forge.branches_of(&t.repo).contains(branch));
     t.assert_contract();
 }
+
+#[tokio::test]
+async fn writes_a_proxy_answers_504_after_the_forge_applied_them_are_made_once() {
+    let (t, _llm, fake) = spawn(|_| {}).await;
+    // A reverse proxy in front of the forge gives up after the forge wrote, once for each kind
+    // of write the flow makes: the pre-flight comment, a label, the run token, the pull
+    // request, and the report.
+    for part in ["/comments", "/labels", "/tokens", "/pulls", "/comments"] {
+        t.forge.answer_after_applying("POST", part, 504);
+    }
+    let issue = labelled(&t, "Add --verbose", "Print each step.").await;
+    t.wait_state(&issue, Lifecycle::Succeeded).await;
+    t.app.wait_processed().await;
+    assert_eq!(
+        t.forge.answers_after_applying_left(),
+        0,
+        "every write met the proxy"
+    );
+    assert_eq!(
+        t.preflight_comments(&issue).len(),
+        1,
+        "one pre-flight comment"
+    );
+    let mut kinds: Vec<String> = t
+        .forge
+        .comments_on(&issue)
+        .into_iter()
+        .filter(|c| c.author == crate::forge_helpers::BOT)
+        .map(|c| c.body.lines().next().unwrap_or_default().to_owned())
+        .collect();
+    let all = kinds.len();
+    kinds.sort();
+    kinds.dedup();
+    assert_eq!(
+        kinds.len(),
+        all,
+        "no comment of the director's twice: {kinds:?}"
+    );
+    assert_eq!(t.forge.pulls_of(&t.repo).len(), 1, "one pull request");
+    assert!(
+        t.forge.tokens_of(RUNNER).is_empty(),
+        "no token outlives the run"
+    );
+    let id = run_ids(&t, &issue).await.pop().expect("a run");
+    assert_eq!(fake.starts(&id), 1);
+}

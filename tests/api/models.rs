@@ -523,3 +523,46 @@ async fn a_repository_whose_day_is_spent_starts_no_run_and_reads_no_issue_until_
     let next_day = director::models::next_day_ms(director::clock::now_ms());
     assert_eq!(deferred.preflight.not_before_ms, Some(next_day));
 }
+
+#[tokio::test]
+async fn an_anonymous_scrape_of_metrics_names_no_private_repository() {
+    const TOKEN: &str = "status-token-77c1";
+    let s = setup(|s| s.status.token = Secret::new(TOKEN)).await;
+    s.t.forge.make_private(&s.t.repo);
+    let run = started(&s, "Add --verbose").await;
+    let answer = run
+        .anthropic(message(false))
+        .send()
+        .await
+        .expect("answered");
+    assert!(answer.status().is_success());
+    metered_calls(&s, &run, 1).await;
+    let scrape = |token: Option<&'static str>| {
+        let url = format!("{}/metrics", s.t.app.address);
+        async move {
+            let mut req = crate::helpers::http_client().get(url);
+            if let Some(token) = token {
+                req = req.bearer_auth(token);
+            }
+            req.send().await.expect("answered")
+        }
+    };
+    let series = format!("director_model_cost_usd_total{{repo=\"{}\"}}", s.t.repo);
+    // Prometheus with the status token sees the repository's spend.
+    crate::helpers::wait_until("the spend is counted", || async {
+        scrape(Some(TOKEN))
+            .await
+            .text()
+            .await
+            .is_ok_and(|t| t.contains(&series))
+    })
+    .await;
+    // Anyone else who can reach /metrics learns nothing of the private repository.
+    let anonymous = scrape(None).await.text().await.expect("text");
+    assert!(
+        anonymous.contains("director_deliveries_pending"),
+        "{anonymous}"
+    );
+    assert!(!anonymous.contains(&s.t.repo.to_string()), "{anonymous}");
+    assert_eq!(scrape(Some("a-guess")).await.status(), 401);
+}

@@ -659,3 +659,31 @@ async fn a_link_reference_definition_in_the_body_never_reaches_the_model_and_is_
         "{comment}"
     );
 }
+
+#[tokio::test]
+async fn a_routed_issue_whose_filing_a_proxy_answers_504_after_applying_is_filed_once() {
+    let (t, llm) =
+        ForgeApp::spawn_with_llm(|s| s.preflight.trusted_owners = vec!["acme".into()]).await;
+    let api = t.forge.add_repo("acme/api");
+    t.forge.grant(&api, BOT, Permission::Admin);
+    llm.always("The endpoint lives elsewhere.\n\nWRONG-REPO: acme/api - add the /status endpoint");
+    t.forge
+        .answer_after_applying("POST", "/repos/acme/api/issues", 504);
+    let issue = t
+        .forge
+        .open_issue(&t.repo, "reporter", "Status endpoint", "We need /status.")
+        .await;
+    t.forge.label(WRITER, &issue, TRIGGER).await;
+    t.wait_state(&issue, Lifecycle::Routed).await;
+    // The filing's attempt failed on the 504; the next one finds the issue by its marker.
+    wait_until("the filing is recorded", || async {
+        t.record(&issue)
+            .await
+            .is_some_and(|r| r.preflight.routed_to.is_some())
+    })
+    .await;
+    let record = t.record(&issue).await.expect("record");
+    assert_eq!(t.forge.answers_after_applying_left(), 0);
+    assert_eq!(record.preflight.routed_to.as_deref(), Some("acme/api#1"));
+    assert_eq!(t.forge.issues_in(&api).len(), 1, "filed once");
+}

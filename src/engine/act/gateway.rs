@@ -68,7 +68,9 @@ impl GatewayRuns {
         if minted.repositories.as_deref() != Some(std::slice::from_ref(&run.repo)) {
             // As at the run's start: a token for more than its repository is never used.
             self.forge.hold_run_token(&name, &fresh);
-            let _ = self.forge.delete_run_token(&self.runner, &name).await;
+            if let Err(e) = self.forge.delete_run_token(&self.runner, &name).await {
+                tracing::error!(run_id = %run.id, token = %name, error = %e, "a renewed run token that is not restricted to the run's repository could not be revoked: revoke it on the forge");
+            }
             return Err("the renewed token is not restricted to the run's repository".into());
         }
         let kept = self

@@ -451,7 +451,8 @@ pub async fn gather_with(
     let asked_after = state
         .filter(|s| !s.questions.is_empty())
         .map(|s| s.asked_after);
-    let mut vouched_until: Option<(u64, String)> = None;
+    // The newest writer's comment after the questions: its id, author and time.
+    let mut vouched_until: Option<(u64, String, String)> = None;
     let mut first_reader_answer: Option<u64> = None;
     if let Some(after) = asked_after {
         for c in comments.iter().filter(|c| c.id > after) {
@@ -460,7 +461,7 @@ pub async fn gather_with(
                 continue;
             }
             if roles.of(&c.author).await?.can_write() {
-                vouched_until = Some((c.id, c.author.clone()));
+                vouched_until = Some((c.id, c.author.clone(), c.created_at.clone()));
             } else if !is_only_commands(&c.body) && !roles.trusted(&c.author).await? {
                 first_reader_answer = first_reader_answer.or(Some(c.id));
             }
@@ -486,10 +487,15 @@ pub async fn gather_with(
             continue;
         }
         let is_answer = asked_after.is_some_and(|after| c.id > after);
-        let vouched_by = vouched_until
+        let vouching = vouched_until
             .as_ref()
-            .filter(|(until, _)| is_answer && c.id < *until)
-            .map(|(_, by)| by.clone());
+            .filter(|(until, _, _)| is_answer && c.id < *until);
+        // A writer vouches for an answer as it was when they replied: one edited since is
+        // not the text they read.
+        let edited_since = vouching.is_some_and(|(_, _, at)| edited_since(c, at));
+        let vouched_by = vouching
+            .filter(|_| !edited_since)
+            .map(|(_, by, _)| by.clone());
         if roles.trusted(&c.author).await? {
             trusted.push(prompt_comment(c));
             if is_answer {
@@ -506,6 +512,7 @@ pub async fn gather_with(
                 comment_id: c.id,
                 issue_text: false,
                 never_vouched: false,
+                edited_after_vouched: edited_since,
             });
         }
     }
@@ -594,6 +601,18 @@ fn issue_text_left_out(author: &str, never_vouched: bool) -> LeftOut {
         comment_id: 0,
         issue_text: true,
         never_vouched,
+        edited_after_vouched: false,
+    }
+}
+
+/// Whether comment `c` was edited at or after `reply` (a writer's comment's `created_at`).
+/// The forges give seconds: an edit in the reply's own second counts as after it, and a time
+/// that does not read counts as an edit (the answer is left out, never taken unseen).
+fn edited_since(c: &Comment, reply: &str) -> bool {
+    let at = |t: &str| chrono::DateTime::parse_from_rfc3339(t).ok();
+    match (at(&c.created_at), at(&c.updated_at), at(reply)) {
+        (Some(created), Some(updated), Some(reply)) => updated > created && updated >= reply,
+        _ => c.updated_at != c.created_at,
     }
 }
 

@@ -255,6 +255,9 @@ pub(crate) struct State {
     pub fail_next: VecDeque<u16>,
     /// Requests whose path holds the text to fail with the status, each once, in order.
     pub fail_paths: VecDeque<(String, u16)>,
+    /// Requests (method, a part of the path, status) that are applied and then answered with
+    /// the status instead, each once: a reverse proxy that timed out after the forge wrote.
+    pub answer_after_applying: Vec<(String, String, u16)>,
     /// git pushes (`POST …/git-receive-pack`) to fail with a status, before git sees them.
     pub fail_pushes: VecDeque<u16>,
     pub violations: Vec<String>,

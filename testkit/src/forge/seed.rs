@@ -413,6 +413,14 @@ impl FakeForge {
         self.deliver_webhooks().await;
     }
 
+    /// `actor` edits their own comment `id` on `issue` (its `updated_at` moves on).
+    pub async fn edit_comment(&self, actor: &str, issue: &IssueRef, id: u64, body: &str) {
+        self.state()
+            .edit_comment(actor, &issue.repo, id, body)
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        self.deliver_webhooks().await;
+    }
+
     /// `actor` edits the issue's body (Forgejo lets its author and writers do so).
     pub async fn edit_body(&self, actor: &str, issue: &IssueRef, body: &str) {
         {
@@ -475,6 +483,19 @@ impl FakeForge {
         self.state()
             .fail_paths
             .extend(statuses.iter().map(|s| (part.to_owned(), *s)));
+    }
+
+    /// The next `method` request whose path holds `part` is applied, and then answered with
+    /// `status` (a 502 or 504 from a proxy that gave up after the forge wrote), once.
+    pub fn answer_after_applying(&self, method: &str, part: &str, status: u16) {
+        self.state()
+            .answer_after_applying
+            .push((method.to_owned(), part.to_owned(), status));
+    }
+
+    /// How many of the answers planned by `answer_after_applying` are still to be given.
+    pub fn answers_after_applying_left(&self) -> usize {
+        self.state().answer_after_applying.len()
     }
 
     pub fn fail_next(&self, statuses: &[u16]) {

@@ -283,6 +283,20 @@ async fn handle(req: HttpRequest, body: web::Bytes, forge: web::Data<FakeForge>)
                 Vec::new(),
             )
         };
+        let (status, value) = match state
+            .answer_after_applying
+            .iter()
+            .position(|(m, part, _)| *m == method && path.contains(part.as_str()))
+        {
+            Some(at) if status.is_success() => {
+                let (_, _, code) = state.answer_after_applying.remove(at);
+                (
+                    StatusCode::from_u16(code).unwrap_or(StatusCode::GATEWAY_TIMEOUT),
+                    json!({ "message": "the proxy gave up waiting (the forge applied the request)" }),
+                )
+            }
+            _ => (status, value),
+        };
         state.calls.push(Call {
             method: method.clone(),
             path: path.clone(),

@@ -293,6 +293,7 @@ fn ctx() -> ReadContext {
             comment_id: 3,
             issue_text: false,
             never_vouched: false,
+            edited_after_vouched: false,
         }],
         newest_comment_id: 9,
         title: "Add --verbose".into(),

@@ -281,6 +281,7 @@ fn needs_info_asks_in_the_comment_and_counts_a_round_only_for_new_text() {
             comment_id: 12,
             issue_text: false,
             never_vouched: false,
+            edited_after_vouched: false,
         });
     }
     s.read(again);

@@ -354,9 +354,8 @@ impl GithubClient {
                     }
                     let limited = self.read_limits(&key, status, &headers);
                     let retry = limited.or_else(|| {
-                        (matches!(status.as_u16(), 502..=504)
-                            || (idempotent && status.is_server_error()))
-                        .then(|| self.backoff(attempt))
+                        crate::forge::repeatable(idempotent, status.as_u16())
+                            .then(|| self.backoff(attempt))
                     });
                     match retry {
                         Some(wait) if attempt < self.max_attempts && wait <= MAX_RATE_WAIT => {
