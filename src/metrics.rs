@@ -52,6 +52,7 @@ pub struct Metrics {
     /// Model calls the gateway refused, by reason: credential, ended, unmetered, too_large,
     /// unpriced, budget.
     pub model_refused: IntCounterVec,
+    pub model_estimated: IntCounterVec,
     /// Trace spans by outcome: exported, or dropped (the collector failed or the queue was
     /// full).
     pub trace_spans: IntCounterVec,
@@ -180,6 +181,12 @@ impl Metrics {
                 "director_model_requests_refused_total",
                 "Model calls of runs the model gateway refused, by reason",
                 &["reason"],
+            ),
+            model_estimated: counter_vec(
+                &r,
+                "director_model_usage_estimated_total",
+                "Model calls charged an estimate of what passed, their usage not reported whole (cut, unreadable)",
+                &["provider", "reason"],
             ),
             registry: r,
         }

@@ -223,9 +223,26 @@ async fn egress_proxy(
     .await?;
     tracing::info!(listen = %proxy.local_addr(), "egress proxy listening for allow-listed runs");
     proxy.clone().serve(listener, shutdown.clone());
-    let gateway = git_gateway(settings, gateway_at, key.clone(), runs, metrics, shutdown)?;
-    let models = model_gateway(settings, models_at, key, model_runs, metrics, shutdown)?
-        .map(|gw| (gw, settings.runner.model_gateway_port));
+    // One memory budget for the bodies of both gateways' requests.
+    let r = &settings.runner;
+    let budget = crate::gateway::request::Budget::new(
+        r.gateway_memory_mb,
+        r.gateway_requests_per_run,
+        std::time::Duration::from_secs(r.gateway_body_timeout_secs),
+    );
+    let gateway = git_gateway(
+        settings,
+        gateway_at,
+        key.clone(),
+        runs,
+        metrics,
+        budget.clone(),
+        shutdown,
+    )?;
+    let models = model_gateway(
+        settings, models_at, key, model_runs, metrics, budget, shutdown,
+    )?
+    .map(|gw| (gw, settings.runner.model_gateway_port));
     Ok(crate::engine::act::run::RunEgress {
         proxy,
         host: point.host,
@@ -243,6 +260,7 @@ fn model_gateway(
     key: Vec<u8>,
     runs: Arc<dyn crate::models::Runs>,
     metrics: &Metrics,
+    budget: crate::gateway::request::Budget,
     shutdown: &CancellationToken,
 ) -> Result<Option<Arc<crate::models::ModelGateway>>, String> {
     use crate::models::{Provider, Upstream};
@@ -273,6 +291,8 @@ fn model_gateway(
         budget: settings.budget.clone(),
         allow_unmetered: m.allow_unmetered,
         max_request_mb: m.max_request_mb,
+        requests: budget,
+        default_max_output_tokens: m.default_max_output_tokens,
     };
     let gateway = crate::models::ModelGateway::new(
         key,
@@ -298,6 +318,7 @@ pub fn model_counters(settings: &Settings, metrics: &Metrics) -> crate::models::
         tokens: metrics.model_tokens.clone(),
         cost: metrics.model_cost.clone(),
         refused: metrics.model_refused.clone(),
+        estimated: metrics.model_estimated.clone(),
         repos: Arc::new(move |r| {
             repos.contains(r) || orgs.iter().any(|o| o.eq_ignore_ascii_case(r.owner()))
         }),
@@ -311,12 +332,14 @@ fn git_gateway(
     key: Vec<u8>,
     runs: Arc<dyn crate::gateway::Runs>,
     metrics: &Metrics,
+    budget: crate::gateway::request::Budget,
     shutdown: &CancellationToken,
 ) -> Result<Arc<crate::gateway::Gateway>, String> {
     let config = crate::gateway::Config {
         protected_paths: settings.runner.protected(),
         max_push_mb: settings.runner.max_push_mb,
         git_timeout: std::time::Duration::from_secs(settings.runner.git_timeout_secs),
+        requests: budget,
         cache_dir: std::env::temp_dir().join(format!("director-git-{}", std::process::id())),
     };
     let gateway =

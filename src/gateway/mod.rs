@@ -17,6 +17,7 @@
 
 pub mod inspect;
 pub mod pkt;
+pub mod request;
 pub mod rules;
 
 use std::collections::BTreeMap;
@@ -26,7 +27,6 @@ use std::sync::Arc;
 use actix_web::http::StatusCode;
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use base64::Engine as _;
-use futures_util::StreamExt as _;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 use tokio_util::sync::CancellationToken;
@@ -82,6 +82,7 @@ pub struct Gateway {
     mirrors: Mirrors,
     client: reqwest::Client,
     refused: Option<prometheus::IntCounterVec>,
+    requests: request::Budget,
 }
 
 /// The gateway's settings.
@@ -90,6 +91,8 @@ pub struct Config {
     pub max_push_mb: u64,
     /// The longest one git command may take.
     pub git_timeout: std::time::Duration,
+    /// Request bodies' memory, time and per-run count, shared with the model gateway.
+    pub requests: request::Budget,
     /// Where the mirrors of the forge's repositories are kept.
     pub cache_dir: std::path::PathBuf,
 }
@@ -119,6 +122,7 @@ impl Gateway {
             mirrors: Mirrors::new(config.cache_dir, config.git_timeout),
             client,
             refused,
+            requests: config.requests,
         }))
     }
 
@@ -253,6 +257,14 @@ async fn handle(req: HttpRequest, payload: web::Payload, gw: web::Data<Gateway>)
     if !run.repo.to_string().eq_ignore_ascii_case(&repo.to_string()) {
         return text(StatusCode::NOT_FOUND, "repository not found");
     }
+    // Held until the answer is made: one run's parallel requests are capped.
+    let _slot = match gw.requests.slot(&run_id) {
+        Ok(slot) => slot,
+        Err(refused) => {
+            gw.count("busy");
+            return refusal(&gw, &refused);
+        }
+    };
     match end {
         Endpoint::InfoRefs => {
             if req.query_string() == "service=git-upload-pack" {
@@ -288,24 +300,17 @@ fn warm(gw: Arc<Gateway>, run: &RunAccess) {
     });
 }
 
-/// The request's body, at most `max` bytes of it, and whether there was more (the rest is
-/// read and dropped, so the client can read the answer).
-pub(crate) async fn body(mut payload: web::Payload, max: usize) -> Result<(Vec<u8>, bool), ()> {
-    let mut out = Vec::new();
-    let mut over = false;
-    while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|_| ())?;
-        if over || out.len() + chunk.len() > max {
-            if !over {
-                let room = max.saturating_sub(out.len());
-                out.extend_from_slice(&chunk[..room.min(chunk.len())]);
-            }
-            over = true;
-            continue;
-        }
-        out.extend_from_slice(&chunk);
+/// A request the gateway did not read, answered in plain words.
+fn refusal(gw: &Gateway, refused: &request::Refused) -> HttpResponse {
+    let (status, why) = refused.answer(gw.requests.max_per_run());
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+    let mut answer = text(status, &why);
+    if matches!(refused, request::Refused::NoRoom | request::Refused::Busy) {
+        answer
+            .headers_mut()
+            .insert(actix_web::http::header::RETRY_AFTER, 5.into());
     }
-    Ok((out, over))
+    answer
 }
 
 fn forward_headers(req: &HttpRequest, mut to: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
@@ -398,20 +403,19 @@ async fn upload_pack(
     payload: web::Payload,
     run: &RunAccess,
 ) -> HttpResponse {
-    let data = match body(payload, MAX_FETCH_REQUEST).await {
-        Ok((d, false)) => d,
-        Ok((_, true)) => {
+    let (data, _room) = match gw
+        .requests
+        .read(payload, request::declared(req), MAX_FETCH_REQUEST)
+        .await
+    {
+        Ok((d, false, room)) => (d, room),
+        Ok((_, true, _)) => {
             return text(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "the fetch request is too large",
             );
         }
-        Err(()) => {
-            return text(
-                StatusCode::BAD_REQUEST,
-                "the request body could not be read",
-            );
-        }
+        Err(refused) => return refusal(gw, &refused),
     };
     let url = format!("{}/git-upload-pack", run.upstream);
     match forward_headers(req, gw.client.post(url))
@@ -448,13 +452,16 @@ async fn receive_pack(
             "push bodies are not compressed",
         );
     }
-    let (data, over) = match body(payload, gw.max_push).await {
+    // The room stays held while the push is checked and forwarded.
+    let (data, over, _room) = match gw
+        .requests
+        .read(payload, request::declared(req), gw.max_push)
+        .await
+    {
         Ok(read) => read,
-        Err(()) => {
-            return text(
-                StatusCode::BAD_REQUEST,
-                "the request body could not be read",
-            );
+        Err(refused) => {
+            gw.count("unread");
+            return refusal(gw, &refused);
         }
     };
     // The command list comes first: even a push over the cap is answered ref by ref.

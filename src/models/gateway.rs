@@ -2,6 +2,7 @@
 //! is forwarded (the metered routes, with the real key), and the answer metered as it
 //! passes on its way back, recorded when it ends, is cut, or the client leaves.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use serde_json::{Value, json};
 use sha2::Sha256;
 use tokio_util::sync::CancellationToken;
 
-use super::usage::{self, Api, StreamMeter};
+use super::usage::{self, Api, StreamMeter, Usage};
 use super::{ActiveRun, Config, Counters, Metered, Provider, Runs, Spent, day_of, over_budget};
 use crate::domain::RepoName;
 use crate::settings::Price;
@@ -28,43 +29,122 @@ pub struct ModelGateway {
     config: Config,
     client: reqwest::Client,
     counters: Option<Counters>,
-    pending: Arc<Pending>,
+    ledger: Arc<Ledger>,
 }
 
-/// Costs metered by this process and not yet in the store: counted at once, so a run's next
-/// call, arriving before the write lands, already sees them.
+/// What this process's calls may have spent that the store does not hold yet: the worst
+/// case of each call in flight, reserved before it is forwarded, then its metered cost until
+/// the store has it. A run's next call, or a parallel one, sees both.
 #[derive(Default)]
-struct Pending(std::sync::Mutex<Vec<(String, RepoName, f64)>>);
+struct Ledger {
+    next: std::sync::atomic::AtomicU64,
+    entries: std::sync::Mutex<HashMap<u64, Entry>>,
+}
 
-impl Pending {
-    fn add(&self, run_id: &str, repo: &RepoName, cost: f64) {
-        if let Ok(mut p) = self.0.lock() {
-            p.push((run_id.to_owned(), repo.clone(), cost));
+struct Entry {
+    run_id: String,
+    repo: RepoName,
+    usd: f64,
+    /// Still a reservation: the call has not ended.
+    in_flight: bool,
+}
+
+/// What was spent, settled (stored or metered), and what calls in flight may still spend.
+struct Seen {
+    settled: Spent,
+    in_flight: Spent,
+}
+
+impl Ledger {
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Entry>> {
+        // A panic elsewhere never drops what was spent.
+        self.entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn reserve(self: &Arc<Self>, run_id: &str, repo: &RepoName, usd: f64) -> Reservation {
+        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.entries().insert(
+            id,
+            Entry {
+                run_id: run_id.to_owned(),
+                repo: repo.clone(),
+                usd,
+                in_flight: true,
+            },
+        );
+        Reservation {
+            ledger: self.clone(),
+            id,
+            settled: false,
         }
     }
 
-    fn remove(&self, run_id: &str, cost: f64) {
-        if let Ok(mut p) = self.0.lock()
-            && let Some(i) = p.iter().position(|(r, _, c)| r == run_id && *c == cost)
-        {
-            p.swap_remove(i);
-        }
-    }
-
-    /// `spent`, with what is pending added.
-    fn on_top(&self, mut spent: Spent, run_id: &str, repo: &RepoName) -> Spent {
-        if let Ok(p) = self.0.lock() {
-            for (r, rp, c) in p.iter() {
-                spent.day += c;
-                if rp == repo {
-                    spent.repo_day += c;
-                }
-                if r == run_id {
-                    spent.run += c;
-                }
+    /// `spent` (the store's), with this process's entries added.
+    fn on_top(&self, spent: Spent, run_id: &str, repo: &RepoName) -> Seen {
+        let mut seen = Seen {
+            settled: spent,
+            in_flight: Spent::default(),
+        };
+        for e in self.entries().values() {
+            let into = if e.in_flight {
+                &mut seen.in_flight
+            } else {
+                &mut seen.settled
+            };
+            into.day += e.usd;
+            if e.repo == *repo {
+                into.repo_day += e.usd;
+            }
+            if e.run_id == run_id {
+                into.run += e.usd;
             }
         }
-        spent
+        seen
+    }
+}
+
+/// A call's place in the ledger: its worst case while it runs; dropped unsettled (the call
+/// was never answered), it is released.
+struct Reservation {
+    ledger: Arc<Ledger>,
+    id: u64,
+    settled: bool,
+}
+
+impl Reservation {
+    /// The call ended having cost `usd`: kept until the store holds it (then [`Stored`]).
+    fn settle(mut self, usd: f64) -> Stored {
+        if let Some(e) = self.ledger.entries().get_mut(&self.id) {
+            e.usd = usd;
+            e.in_flight = false;
+        }
+        self.settled = true;
+        Stored {
+            ledger: self.ledger.clone(),
+            id: self.id,
+        }
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.ledger.entries().remove(&self.id);
+        }
+    }
+}
+
+/// A metered cost waiting for the store; removed from the ledger only once stored.
+struct Stored {
+    ledger: Arc<Ledger>,
+    id: u64,
+}
+
+impl Stored {
+    fn done(self) {
+        self.ledger.entries().remove(&self.id);
     }
 }
 
@@ -86,7 +166,7 @@ impl ModelGateway {
             config,
             client,
             counters,
-            pending: Arc::default(),
+            ledger: Arc::default(),
         }))
     }
 
@@ -255,10 +335,23 @@ async fn handle(
             ),
         );
     }
+    // One run's calls at once are capped, and so is the memory all requests' bodies hold.
+    let slot = match gw.config.requests.slot(&run_id) {
+        Ok(slot) => slot,
+        Err(refused) => {
+            gw.refuse("busy");
+            return request_refused(&gw, provider, &refused);
+        }
+    };
     let max =
         usize::try_from(gw.config.max_request_mb.saturating_mul(1024 * 1024)).unwrap_or(usize::MAX);
-    let body = match crate::gateway::body(payload, max).await {
-        Ok((_, true)) => {
+    let read = gw
+        .config
+        .requests
+        .read(payload, crate::gateway::request::declared(&req), max)
+        .await;
+    let (body, room) = match read {
+        Ok((_, true, _)) => {
             gw.refuse("too_large");
             return provider.error(
                 StatusCode::PAYLOAD_TOO_LARGE,
@@ -269,14 +362,8 @@ async fn handle(
                 ),
             );
         }
-        Ok((body, false)) => body,
-        Err(()) => {
-            return provider.error(
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                "the request body could not be read",
-            );
-        }
+        Ok((body, false, room)) => (body, room),
+        Err(refused) => return request_refused(&gw, provider, &refused),
     };
     let call = Call {
         provider,
@@ -285,11 +372,60 @@ async fn handle(
         route: route.to_owned(),
         budget: gw.config.budget.for_run(run_usd),
     };
-    match api {
+    let answer = match api {
         Some(api) => metered(&gw, &req, body, call, api).await,
         None => forward(&gw, &req, body, &call, None)
             .await
             .unwrap_or_else(|r| r),
+    };
+    // The body was sent: its room is free again. The slot is held until the answer ends.
+    drop(room);
+    answer
+        .map_body(move |_, body| Held { body, _slot: slot })
+        .map_into_boxed_body()
+}
+
+/// A request the gateway did not read, answered in the provider's own error shape.
+fn request_refused(
+    gw: &ModelGateway,
+    provider: Provider,
+    refused: &crate::gateway::request::Refused,
+) -> HttpResponse {
+    use crate::gateway::request::Refused;
+    let (status, why) = refused.answer(gw.config.requests.max_per_run());
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+    let kind = match refused {
+        Refused::Busy => "rate_limit_error",
+        Refused::NoRoom => "overloaded_error",
+        Refused::TooSlow | Refused::Unreadable => "invalid_request_error",
+    };
+    let mut answer = provider.error(status, kind, &why);
+    if matches!(refused, Refused::Busy | Refused::NoRoom) {
+        answer
+            .headers_mut()
+            .insert(actix_web::http::header::RETRY_AFTER, 2.into());
+    }
+    answer
+}
+
+/// An answer's body, holding the run's slot until it has passed (a stream may last minutes).
+struct Held<B> {
+    body: B,
+    _slot: crate::gateway::request::Slot,
+}
+
+impl<B: actix_web::body::MessageBody + Unpin> actix_web::body::MessageBody for Held<B> {
+    type Error = B::Error;
+
+    fn size(&self) -> actix_web::body::BodySize {
+        self.body.size()
+    }
+
+    fn poll_next(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Bytes, Self::Error>>> {
+        Pin::new(&mut self.body).poll_next(cx)
     }
 }
 
@@ -303,8 +439,41 @@ struct Call {
     budget: crate::settings::BudgetSettings,
 }
 
-/// A metered call: the model named, its price and the budgets checked, the request made to
-/// report its usage, and the answer read as it passes.
+/// What the gateway reads of a request: the fields that say what the call may cost, the
+/// rest skipped unread (a body of small numbers parsed whole takes ten times its size).
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct Shape {
+    model: String,
+    stream: bool,
+    /// Anthropic's and OpenAI chat's output limit.
+    max_tokens: Option<u64>,
+    /// OpenAI chat's newer name for it.
+    max_completion_tokens: Option<u64>,
+    /// OpenAI responses'.
+    max_output_tokens: Option<u64>,
+    /// OpenAI chat's completions per call: all are in its usage, and in its reservation.
+    n: Option<u64>,
+    /// OpenAI responses run later and are fetched apart: nothing the gateway sees reports
+    /// their usage.
+    background: bool,
+    stream_options: Option<serde::de::IgnoredAny>,
+}
+
+impl Shape {
+    fn max_output(&self, default: u64) -> u64 {
+        let per_choice = self
+            .max_tokens
+            .or(self.max_completion_tokens)
+            .or(self.max_output_tokens)
+            .unwrap_or(default);
+        per_choice.saturating_mul(self.n.unwrap_or(1).max(1))
+    }
+}
+
+/// A metered call: the model named, its price and the budgets checked with what calls in
+/// flight may spend, its worst case reserved, the request made to report its usage, and the
+/// answer read as it passes.
 async fn metered(
     gw: &ModelGateway,
     req: &HttpRequest,
@@ -313,14 +482,22 @@ async fn metered(
     api: Api,
 ) -> HttpResponse {
     let p = call.provider;
-    let Ok(mut request) = serde_json::from_slice::<Value>(&body) else {
+    let Ok(shape) = serde_json::from_slice::<Shape>(&body) else {
         return p.error(
             StatusCode::BAD_REQUEST,
             "invalid_request_error",
-            "the request body is not JSON",
+            "the request body is not JSON of this API",
         );
     };
-    let model = request["model"].as_str().unwrap_or_default().to_owned();
+    if shape.background && !gw.config.allow_unmetered {
+        gw.refuse("unmeterable");
+        return p.error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "`background: true` answers later, where the director cannot meter it, so it does not forward it (models.allow_unmetered)",
+        );
+    }
+    let model = shape.model.clone();
     let price = gw.config.prices.get(&model).cloned();
     if price.is_none() && call.budget.any() {
         gw.refuse("unpriced");
@@ -333,8 +510,8 @@ async fn metered(
         );
     }
     let now = gw.runs.now_ms();
-    let spent = match gw.runs.spent(&call.run_id, &call.repo, &day_of(now)).await {
-        Ok(s) => gw.pending.on_top(s, &call.run_id, &call.repo),
+    let seen = match gw.runs.spent(&call.run_id, &call.repo, &day_of(now)).await {
+        Ok(s) => gw.ledger.on_top(s, &call.run_id, &call.repo),
         Err(e) => {
             tracing::warn!(run_id = %call.run_id, error = %e, "the model gateway cannot read what was spent");
             return p.error(
@@ -344,35 +521,60 @@ async fn metered(
             );
         }
     };
-    if let Some((key, why)) = over_budget(&call.budget, &spent) {
+    if let Some((key, why)) = over_budget(&call.budget, &seen.settled) {
         gw.refuse("budget");
         tracing::info!(run_id = %call.run_id, budget = key, "a run's model call was refused: budget spent");
         gw.runs.over_budget(&call.run_id, &why).await;
         return p.error(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", &why);
     }
-    let streamed = request["stream"].as_bool() == Some(true);
+    // What calls in flight may still spend counts too: the budget is crossed by one call
+    // at most, never by as many as run at once. Such a wait is not the budget's end.
+    let with_in_flight = Spent {
+        run: seen.settled.run + seen.in_flight.run,
+        repo_day: seen.settled.repo_day + seen.in_flight.repo_day,
+        day: seen.settled.day + seen.in_flight.day,
+    };
+    if let Some((key, _)) = over_budget(&call.budget, &with_in_flight) {
+        gw.refuse("budget_in_flight");
+        let mut answer = p.error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            &format!("calls in flight may spend the rest of {key}: retry when they have ended"),
+        );
+        answer
+            .headers_mut()
+            .insert(actix_web::http::header::RETRY_AFTER, 2.into());
+        return answer;
+    }
+    let worst = Usage {
+        output: shape.max_output(gw.config.default_max_output_tokens),
+        ..Usage::estimate(body.len(), 0)
+    };
+    let reservation = gw.ledger.reserve(
+        &call.run_id,
+        &call.repo,
+        price.as_ref().map_or(0.0, |p| worst.cost(p)),
+    );
+    let request_bytes = body.len();
     // OpenAI's chat stream reports usage only when asked.
-    let body = if api == Api::OpenaiChat
-        && streamed
-        && request["stream_options"]["include_usage"].as_bool() != Some(true)
-    {
-        if !request["stream_options"].is_object() {
-            request["stream_options"] = json!({});
-        }
-        request["stream_options"]["include_usage"] = json!(true);
-        request.to_string().into_bytes()
+    let body = if api == Api::OpenaiChat && shape.stream {
+        ask_for_usage(body, shape.stream_options.is_some())
     } else {
         body
     };
     let meter = Meter {
         api,
-        streamed,
+        streamed: shape.stream,
         sse: StreamMeter::new(api),
         whole: Vec::new(),
+        tail: false,
+        bytes: 0,
+        request_bytes,
+        answered: None,
         record: Some(Record {
             runs: gw.runs.clone(),
             counters: gw.counters.clone(),
-            pending: gw.pending.clone(),
+            reservation,
             run_id: call.run_id.clone(),
             repo: call.repo.clone(),
             provider: p,
@@ -383,6 +585,38 @@ async fn metered(
     forward(gw, req, body, &call, Some(meter))
         .await
         .unwrap_or_else(|r| r)
+}
+
+/// An OpenAI chat request that streams, made to end with its usage (`stream_options:
+/// {include_usage: true}`). Without `stream_options` of its own the field is put in front,
+/// the rest left unread; one that has its own is read whole (rare, and within the cap).
+fn ask_for_usage(body: Vec<u8>, has_options: bool) -> Vec<u8> {
+    if !has_options {
+        let Some(open) = body.iter().position(|b| !b.is_ascii_whitespace()) else {
+            return body;
+        };
+        if body[open] != b'{' {
+            return body;
+        }
+        let rest = body[open + 1..].trim_ascii_start();
+        let sep: &[u8] = if rest.starts_with(b"}") { b"" } else { b"," };
+        let mut out = Vec::with_capacity(body.len() + 48);
+        out.extend_from_slice(b"{\"stream_options\":{\"include_usage\":true}");
+        out.extend_from_slice(sep);
+        out.extend_from_slice(rest);
+        return out;
+    }
+    let Ok(mut request) = serde_json::from_slice::<Value>(&body) else {
+        return body;
+    };
+    if request["stream_options"]["include_usage"].as_bool() == Some(true) {
+        return body;
+    }
+    if !request["stream_options"].is_object() {
+        request["stream_options"] = json!({});
+    }
+    request["stream_options"]["include_usage"] = json!(true);
+    request.to_string().into_bytes()
 }
 
 /// Sends the request on with the real key; the answer is streamed back, through `meter`
@@ -436,10 +670,13 @@ async fn forward(
     }
     let stream = answer.bytes_stream();
     Ok(match meter {
-        Some(meter) => reply.streaming(Metering {
-            inner: Box::pin(stream),
-            meter,
-        }),
+        Some(mut meter) => {
+            meter.answered = Some(status);
+            reply.streaming(Metering {
+                inner: Box::pin(stream),
+                meter,
+            })
+        }
         None => reply.streaming(stream),
     })
 }
@@ -448,7 +685,7 @@ async fn forward(
 struct Record {
     runs: Arc<dyn Runs>,
     counters: Option<Counters>,
-    pending: Arc<Pending>,
+    reservation: Reservation,
     run_id: String,
     repo: RepoName,
     provider: Provider,
@@ -456,42 +693,101 @@ struct Record {
     price: Option<Price>,
 }
 
-/// Reads an answer as it passes: a stream event by event, a whole answer kept (bounded)
-/// and read at its end.
+/// Reads an answer as it passes: a stream event by event, a whole answer kept (bounded; past
+/// the bound only its end, where the usage is) and read at its end.
 struct Meter {
     api: Api,
     streamed: bool,
     sse: StreamMeter,
     whole: Vec<u8>,
+    /// `whole` holds only the answer's last bytes.
+    tail: bool,
+    /// Bytes of the answer that passed.
+    bytes: u64,
+    request_bytes: usize,
+    /// The provider's status, once it answered.
+    answered: Option<StatusCode>,
     record: Option<Record>,
 }
 
-/// A whole answer is read for its usage up to this size.
+/// A whole answer is read for its usage up to this size...
 const MAX_WHOLE: usize = 16 * 1024 * 1024;
+/// ...and past it, from its last bytes.
+const MAX_TAIL: usize = 1024 * 1024;
+
+/// Attempts at storing a metered call before it is left counted in this process alone.
+const STORE_ATTEMPTS: u32 = 5;
 
 impl Meter {
     fn feed(&mut self, chunk: &[u8]) {
+        self.bytes += chunk.len() as u64;
         if self.streamed {
             self.sse.feed(chunk);
-        } else if self.whole.len() + chunk.len() <= MAX_WHOLE {
-            self.whole.extend_from_slice(chunk);
+            return;
+        }
+        self.whole.extend_from_slice(chunk);
+        if self.whole.len() > MAX_WHOLE || (self.tail && self.whole.len() > 2 * MAX_TAIL) {
+            let cut = self.whole.len() - MAX_TAIL;
+            self.whole.drain(..cut);
+            self.tail = true;
         }
     }
 
-    /// Records what was read: at the answer's end, or when it was cut (the provider failed,
-    /// the client went away); a stream's usage so far counts.
+    /// What the call used, and why it is an estimate when it is one: at the answer's end,
+    /// or when it was cut (the provider failed, the client went away).
+    fn usage(&mut self) -> (Usage, Option<&'static str>) {
+        if self.streamed {
+            let reported = self.sse.finish();
+            let passed = Usage::estimate(self.request_bytes, self.sse.text_bytes());
+            return match reported {
+                Some(u) if self.sse.ended() => (u, None),
+                // Cut before its end: the output so far is at least what passed (Anthropic
+                // reports it whole only at the end, OpenAI only in the last chunk).
+                Some(u) => (
+                    Usage {
+                        output: u.output.max(passed.output),
+                        ..u
+                    },
+                    Some("cut"),
+                ),
+                None => (passed, Some("cut")),
+            };
+        }
+        let read = if self.tail {
+            usage::from_tail(self.api, &self.whole)
+        } else {
+            usage::from_body(self.api, &self.whole)
+        };
+        match read {
+            Some(u) => (u, None),
+            None => (
+                Usage::estimate(self.request_bytes, self.bytes),
+                Some("unreadable"),
+            ),
+        }
+    }
+
+    /// Records what the call used. An answer the provider refused (not 2xx) cost nothing; one
+    /// whose usage cannot be read is charged what passed, logged and counted.
     fn done(&mut self) {
         let Some(r) = self.record.take() else {
             return;
         };
-        let usage = if self.streamed {
-            self.sse.finish()
-        } else {
-            usage::from_body(self.api, &self.whole)
-        };
-        let Some(usage) = usage else {
+        if !self.answered.is_some_and(|s| s.is_success()) {
             return;
-        };
+        }
+        let (usage, estimated) = self.usage();
+        if self.sse.skipped() > 0 {
+            tracing::warn!(run_id = %r.run_id, lines = self.sse.skipped(), "a model stream had lines too long to meter; they were skipped");
+        }
+        if let Some(reason) = estimated {
+            tracing::warn!(run_id = %r.run_id, provider = r.provider.as_str(), reason, input = usage.input, output = usage.output, "a model call's usage was not reported whole; it is charged an estimate of what passed");
+            if let Some(c) = &r.counters {
+                c.estimated
+                    .with_label_values(&[r.provider.as_str(), reason])
+                    .inc();
+            }
+        }
         let metered = Metered {
             run_id: Some(r.run_id),
             repo: r.repo,
@@ -504,13 +800,24 @@ impl Meter {
         if let Some(c) = &r.counters {
             c.count(&metered);
         }
-        let (runs, pending) = (r.runs, r.pending);
-        let cost = metered.cost_usd.unwrap_or(0.0);
-        let run_id = metered.run_id.clone().unwrap_or_default();
-        pending.add(&run_id, &metered.repo, cost);
+        let stored = r.reservation.settle(metered.cost_usd.unwrap_or(0.0));
+        let runs = r.runs;
         tokio::spawn(async move {
-            runs.record(metered).await;
-            pending.remove(&run_id, cost);
+            let mut wait = std::time::Duration::from_millis(200);
+            for attempt in 1..=STORE_ATTEMPTS {
+                match runs.record(&metered).await {
+                    Ok(()) => return stored.done(),
+                    Err(e) if attempt == STORE_ATTEMPTS => {
+                        // Still counted against the budgets by this process, never dropped.
+                        tracing::error!(run_id = ?metered.run_id, error = %e, "a model call's usage could not be stored; this process keeps counting it");
+                    }
+                    Err(e) => {
+                        tracing::warn!(run_id = ?metered.run_id, attempt, error = %e, "a model call's usage could not be stored yet");
+                        tokio::time::sleep(wait).await;
+                        wait *= 2;
+                    }
+                }
+            }
         });
     }
 }
@@ -590,7 +897,9 @@ mod tests {
             async fn spent(&self, _: &str, _: &RepoName, _: &str) -> Result<Spent, String> {
                 Ok(Spent::default())
             }
-            async fn record(&self, _: Metered) {}
+            async fn record(&self, _: &Metered) -> Result<(), String> {
+                Ok(())
+            }
             async fn over_budget(&self, _: &str, _: &str) {}
             fn now_ms(&self) -> i64 {
                 0
@@ -602,6 +911,12 @@ mod tests {
             budget: BudgetSettings::default(),
             allow_unmetered: false,
             max_request_mb: 1,
+            requests: crate::gateway::request::Budget::new(
+                64,
+                4,
+                std::time::Duration::from_secs(5),
+            ),
+            default_max_output_tokens: 1000,
         };
         let gw = ModelGateway::new(b"k".to_vec(), Arc::new(None_), config(), None).expect("gw");
         let key = gw.key_of("abc123");
@@ -614,5 +929,161 @@ mod tests {
             ModelGateway::new(b"k2".to_vec(), Arc::new(None_), config(), None).expect("gw");
         assert_eq!(elsewhere.run_of(&key), None, "another director's key");
         assert_eq!(day_of(0), "1970-01-01");
+    }
+}
+
+#[cfg(test)]
+mod ledger_tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// A store that fails its first `failures` writes.
+    struct Flaky {
+        failures: u32,
+        calls: AtomicU32,
+        last: std::sync::Mutex<Option<Metered>>,
+    }
+
+    fn flaky(failures: u32) -> Arc<Flaky> {
+        Arc::new(Flaky {
+            failures,
+            calls: AtomicU32::new(0),
+            last: std::sync::Mutex::default(),
+        })
+    }
+
+    #[async_trait::async_trait]
+    impl Runs for Flaky {
+        async fn active(&self, _: &str) -> Result<Option<ActiveRun>, String> {
+            Ok(None)
+        }
+        async fn spent(&self, _: &str, _: &RepoName, _: &str) -> Result<Spent, String> {
+            Ok(Spent::default())
+        }
+        async fn record(&self, m: &Metered) -> Result<(), String> {
+            *self.last.lock().expect("not poisoned") = Some(m.clone());
+            if self.calls.fetch_add(1, Ordering::SeqCst) < self.failures {
+                Err("the database is away".into())
+            } else {
+                Ok(())
+            }
+        }
+        async fn over_budget(&self, _: &str, _: &str) {}
+        fn now_ms(&self) -> i64 {
+            0
+        }
+    }
+
+    fn meter(ledger: &Arc<Ledger>, runs: Arc<dyn Runs>) -> Meter {
+        let repo: RepoName = "acme/widgets".parse().expect("a name");
+        Meter {
+            api: Api::AnthropicMessages,
+            streamed: false,
+            sse: StreamMeter::new(Api::AnthropicMessages),
+            whole: br#"{"usage":{"input_tokens":1000000,"output_tokens":0}}"#.to_vec(),
+            tail: false,
+            bytes: 0,
+            request_bytes: 10,
+            answered: Some(StatusCode::OK),
+            record: Some(Record {
+                runs,
+                counters: None,
+                reservation: ledger.reserve("r1", &repo, 5.0),
+                run_id: "r1".into(),
+                repo,
+                provider: Provider::Anthropic,
+                model: "m".into(),
+                price: Some(Price {
+                    input_per_mtok: 3.0,
+                    output_per_mtok: 15.0,
+                    ..Price::default()
+                }),
+            }),
+        }
+    }
+
+    fn seen(ledger: &Ledger) -> Seen {
+        let repo: RepoName = "acme/widgets".parse().expect("a name");
+        ledger.on_top(Spent::default(), "r1", &repo)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_metered_cost_leaves_the_ledger_only_once_the_store_holds_it() {
+        let ledger = Arc::new(Ledger::default());
+        let runs = flaky(2);
+        let mut m = meter(&ledger, runs.clone());
+        assert_eq!(
+            seen(&ledger).in_flight.run,
+            5.0,
+            "the worst case, while it runs"
+        );
+        m.done();
+        // Metered ($3) and not stored yet: still counted, no longer as a reservation.
+        let now = seen(&ledger);
+        assert_eq!((now.settled.run, now.in_flight.run), (3.0, 0.0));
+        while runs.calls.load(Ordering::SeqCst) < 3 {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        tokio::task::yield_now().await;
+        assert_eq!(
+            seen(&ledger).settled.run,
+            0.0,
+            "stored at the third try, then removed"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cost_the_store_never_takes_stays_counted() {
+        let ledger = Arc::new(Ledger::default());
+        let runs = flaky(u32::MAX);
+        meter(&ledger, runs.clone()).done();
+        while runs.calls.load(Ordering::SeqCst) < STORE_ATTEMPTS {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+        assert_eq!(seen(&ledger).settled.run, 3.0, "never dropped");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_left_before_its_end_is_charged_the_text_that_passed() {
+        let ledger = Arc::new(Ledger::default());
+        let runs = flaky(0);
+        let mut m = meter(&ledger, runs.clone());
+        m.streamed = true;
+        m.feed(concat!(
+            "event: message_start\n",
+            "data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":1000,\"output_tokens\":1}}}\n\n",
+            "event: content_block_delta\n",
+            "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"fn main() { println!(); }\"}}\n\n",
+        ).as_bytes());
+        // The agent hangs up here: Anthropic's output count comes only at the end.
+        m.done();
+        while runs.calls.load(Ordering::SeqCst) < 1 {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let charged = runs
+            .last
+            .lock()
+            .expect("not poisoned")
+            .clone()
+            .expect("recorded");
+        assert_eq!(charged.usage.input, 1000);
+        assert_eq!(charged.usage.output, 9, "25 bytes of text, three a token");
+    }
+
+    #[test]
+    fn a_poisoned_ledger_still_counts_and_an_unanswered_call_releases_its_reservation() {
+        let ledger = Arc::new(Ledger::default());
+        let repo: RepoName = "acme/widgets".parse().expect("a name");
+        let held = ledger.reserve("r1", &repo, 2.0);
+        let poisoner = ledger.clone();
+        let _ = std::thread::spawn(move || {
+            let _guard = poisoner.entries();
+            panic!("a bug while holding the ledger");
+        })
+        .join();
+        assert_eq!(seen(&ledger).in_flight.run, 2.0);
+        drop(held);
+        assert_eq!(seen(&ledger).in_flight.run, 0.0);
     }
 }

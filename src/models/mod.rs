@@ -174,7 +174,8 @@ pub trait Runs: Send + Sync {
     async fn active(&self, run_id: &str) -> Result<Option<ActiveRun>, String>;
     /// What the run, its repository today and everything today have spent.
     async fn spent(&self, run_id: &str, repo: &RepoName, day: &str) -> Result<Spent, String>;
-    async fn record(&self, metered: Metered);
+    /// Stores what a call used; `Err` when it could not be stored now (it is tried again).
+    async fn record(&self, metered: &Metered) -> Result<(), String>;
     /// The run was refused for its budget: it is to be stopped with its grace.
     async fn over_budget(&self, run_id: &str, why: &str);
     fn now_ms(&self) -> i64;
@@ -197,6 +198,8 @@ pub struct Counters {
     pub cost: prometheus::CounterVec,
     /// `director_model_requests_refused_total{reason}`.
     pub refused: prometheus::IntCounterVec,
+    /// `director_model_usage_estimated_total{provider,reason}`: calls charged an estimate.
+    pub estimated: prometheus::IntCounterVec,
     /// The repositories a `repo` label may name (the watched set), so it stays bounded.
     pub repos: Arc<dyn Fn(&RepoName) -> bool + Send + Sync>,
 }
@@ -231,6 +234,10 @@ pub struct Config {
     pub budget: BudgetSettings,
     pub allow_unmetered: bool,
     pub max_request_mb: u64,
+    /// Request bodies' memory, time and per-run count, shared with the git gateway.
+    pub requests: crate::gateway::request::Budget,
+    /// What a call that names no output limit is reserved for, in output tokens.
+    pub default_max_output_tokens: u64,
 }
 
 #[cfg(test)]

@@ -53,6 +53,19 @@ impl Usage {
     }
 }
 
+impl Usage {
+    /// What a call whose answer did not say (or said only in part) is charged: its input
+    /// from the request's size (four bytes a token), its output from the text that passed
+    /// (three bytes a token: code and non-English text run denser than prose).
+    pub fn estimate(request_bytes: usize, output_bytes: u64) -> Self {
+        Self {
+            input: (request_bytes as u64).div_ceil(4),
+            output: output_bytes.div_ceil(3),
+            ..Self::default()
+        }
+    }
+}
+
 fn n(v: &Value) -> Option<u64> {
     v.as_u64()
 }
@@ -113,6 +126,21 @@ pub fn from_body(api: Api, body: &[u8]) -> Option<Usage> {
     from_value(api, &v)
 }
 
+/// The usage of a whole answer of which only its end was kept (it was too large to keep
+/// whole): the last `"usage"` object in it, which both providers put at the end.
+pub fn from_tail(api: Api, tail: &[u8]) -> Option<Usage> {
+    let key = b"\"usage\"";
+    let at = tail.windows(key.len()).rposition(|w| w == key)?;
+    let rest = tail[at + key.len()..]
+        .trim_ascii_start()
+        .strip_prefix(b":")?;
+    let usage: Value = serde_json::Deserializer::from_slice(rest)
+        .into_iter::<Value>()
+        .next()?
+        .ok()?;
+    from_value(api, &serde_json::json!({ "usage": usage }))
+}
+
 /// The usage of a whole answer already read as JSON.
 pub fn from_value(api: Api, v: &Value) -> Option<Usage> {
     let usage = &v["usage"];
@@ -138,6 +166,12 @@ pub struct StreamMeter {
     /// The line being read is over [`MAX_LINE`]: skipped up to its end.
     skipping: bool,
     usage: Option<Usage>,
+    /// Bytes of generated text (and tool arguments) that passed, for an estimate.
+    text_bytes: u64,
+    /// The stream reached its end event: the usage it reported is whole.
+    ended: bool,
+    /// Lines skipped for their length.
+    skipped: u64,
 }
 
 /// A line longer than this is not an event the meter needs; it is skipped, not kept.
@@ -150,7 +184,25 @@ impl StreamMeter {
             pending: Vec::new(),
             skipping: false,
             usage: None,
+            text_bytes: 0,
+            ended: false,
+            skipped: 0,
         }
+    }
+
+    /// Bytes of generated text that passed.
+    pub fn text_bytes(&self) -> u64 {
+        self.text_bytes
+    }
+
+    /// Whether the stream reached its end event.
+    pub fn ended(&self) -> bool {
+        self.ended
+    }
+
+    /// Lines skipped for being over the length the meter reads.
+    pub fn skipped(&self) -> u64 {
+        self.skipped
     }
 
     pub fn feed(&mut self, chunk: &[u8]) {
@@ -166,6 +218,9 @@ impl StreamMeter {
             rest = &rest[i + 1..];
         }
         if self.skipping || self.pending.len() + rest.len() > MAX_LINE {
+            if !self.skipping {
+                self.skipped += 1;
+            }
             self.pending.clear();
             self.skipping = true;
         } else {
@@ -186,9 +241,15 @@ impl StreamMeter {
         let Some(data) = line.strip_prefix(b"data:") else {
             return;
         };
-        let Ok(v) = serde_json::from_slice::<Value>(data.trim_ascii()) else {
+        let data = data.trim_ascii();
+        if data == b"[DONE]" {
+            self.ended = true;
+            return;
+        }
+        let Ok(v) = serde_json::from_slice::<Value>(data) else {
             return;
         };
+        self.text_bytes += generated(self.api, &v);
         match self.api {
             Api::AnthropicMessages => match v["type"].as_str() {
                 Some("message_start") => {
@@ -201,11 +262,14 @@ impl StreamMeter {
                     anthropic(&v["usage"], &mut u);
                     self.usage = Some(u);
                 }
+                Some("message_stop") => self.ended = true,
                 _ => {}
             },
             Api::OpenaiChat => {
+                // Its last chunk, asked for with `include_usage`.
                 if let Some(u) = openai(&v["usage"]) {
                     self.usage = Some(u);
+                    self.ended = true;
                 }
             }
             Api::OpenaiResponses => {
@@ -215,8 +279,37 @@ impl StreamMeter {
                 );
                 if terminal && let Some(u) = openai(&v["response"]["usage"]) {
                     self.usage = Some(u);
+                    self.ended = true;
                 }
             }
+        }
+    }
+}
+
+/// Bytes of text an event carries that the model generated: text, thinking and tool
+/// arguments, in either provider's deltas.
+fn generated(api: Api, v: &Value) -> u64 {
+    let len = |x: &Value| x.as_str().map_or(0, |s| s.len() as u64);
+    match api {
+        Api::AnthropicMessages => {
+            let d = &v["delta"];
+            len(&d["text"]) + len(&d["partial_json"]) + len(&d["thinking"])
+        }
+        Api::OpenaiChat => v["choices"].as_array().map_or(0, |choices| {
+            choices
+                .iter()
+                .map(|c| {
+                    let d = &c["delta"];
+                    let tools = d["tool_calls"].as_array().map_or(0, |calls| {
+                        calls.iter().map(|t| len(&t["function"]["arguments"])).sum()
+                    });
+                    len(&d["content"]) + len(&d["reasoning_content"]) + tools
+                })
+                .sum()
+        }),
+        Api::OpenaiResponses => {
+            let delta = v["type"].as_str().is_some_and(|t| t.ends_with(".delta"));
+            if delta { len(&v["delta"]) } else { 0 }
         }
     }
 }
@@ -395,5 +488,25 @@ mod tests {
         assert!(m.pending.is_empty());
         m.feed(b"\ndata: {\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}\n");
         assert_eq!(m.finish().map(|u| (u.input, u.output)), Some((3, 4)));
+    }
+
+    #[test]
+    fn an_answer_too_large_to_keep_is_read_from_its_end() {
+        // The kept end of a huge chat answer (logprobs, many choices): its start is gone,
+        // its usage is last.
+        let tail = br#"9, "token": "\"usage\"" }]}}], "usage": {"prompt_tokens": 1200, "completion_tokens": 300, "prompt_tokens_details": {"cached_tokens": 200}}, "system_fingerprint": null}"#;
+        let u = from_tail(Api::OpenaiChat, tail).expect("read");
+        assert_eq!((u.input, u.cache_read, u.output), (1000, 200, 300));
+        assert_eq!(from_tail(Api::OpenaiChat, b"no usage here"), None);
+        assert_eq!(from_tail(Api::OpenaiChat, br#"..."usage": {"prompt"#), None);
+    }
+
+    #[test]
+    fn a_stream_knows_whether_it_reached_its_end_and_what_text_passed() {
+        let mut m = StreamMeter::new(Api::OpenaiChat);
+        m.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"Hello\",\"tool_calls\":[{\"function\":{\"arguments\":\"{}\"}}]}}]}\n\n");
+        assert_eq!((m.text_bytes(), m.ended()), (7, false));
+        m.feed(b"data: [DONE]\n\n");
+        assert!(m.ended());
     }
 }

@@ -45,6 +45,10 @@ pub struct ModelsSettings {
     pub prices: BTreeMap<String, Price>,
     /// The largest request body the gateway forwards, in MB.
     pub max_request_mb: u64,
+    /// Output tokens a call that names no limit of its own (`max_tokens`,
+    /// `max_completion_tokens`, `max_output_tokens`) is reserved against the budgets for,
+    /// while it runs.
+    pub default_max_output_tokens: u64,
 }
 
 impl Default for ModelsSettings {
@@ -55,6 +59,7 @@ impl Default for ModelsSettings {
             allow_unmetered: false,
             prices: BTreeMap::new(),
             max_request_mb: 32,
+            default_max_output_tokens: 32_000,
         }
     }
 }

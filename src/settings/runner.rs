@@ -118,6 +118,14 @@ pub struct RunnerSettings {
     /// the agent's commits may then change what the forge runs with the repository's
     /// secrets. Said at start-up.
     pub unprotect_ci: bool,
+    /// The memory the bodies of gateway requests (pushes, fetches, model calls) may take at
+    /// once, in MB: a request waits for room before a byte is read, and is answered 503 when
+    /// none comes within `gateway_body_timeout_secs`.
+    pub gateway_memory_mb: u64,
+    /// Requests one run may have open at once through the gateways (git and model).
+    pub gateway_requests_per_run: usize,
+    /// How long a gateway request's whole body may take to arrive.
+    pub gateway_body_timeout_secs: u64,
     /// How long one git command of the gateway (indexing a push's pack, walking its
     /// commits, syncing a mirror) may take, in seconds: past it the push is refused and the
     /// repository's mirror freed for the next.
@@ -209,6 +217,9 @@ impl Default for RunnerSettings {
             protected_paths_extra: Vec::new(),
             unprotect_ci: false,
             git_timeout_secs: 120,
+            gateway_memory_mb: 512,
+            gateway_requests_per_run: 8,
+            gateway_body_timeout_secs: 120,
             max_push_mb: 100,
             egress_network: "director-egress".into(),
             user: "1000:1000".into(),
@@ -366,6 +377,27 @@ impl Settings {
         }
         if r.git_timeout_secs == 0 {
             return Err(invalid("runner.git_timeout_secs", "must be at least 1"));
+        }
+        if r.gateway_body_timeout_secs == 0 {
+            return Err(invalid(
+                "runner.gateway_body_timeout_secs",
+                "must be at least 1",
+            ));
+        }
+        if r.gateway_requests_per_run == 0 {
+            return Err(invalid(
+                "runner.gateway_requests_per_run",
+                "must be at least 1",
+            ));
+        }
+        if r.gateway_memory_mb < r.max_push_mb {
+            return Err(invalid(
+                "runner.gateway_memory_mb",
+                format!(
+                    "{} MB cannot hold one push of runner.max_push_mb ({} MB)",
+                    r.gateway_memory_mb, r.max_push_mb
+                ),
+            ));
         }
         if r.max_push_mb == 0 {
             return Err(invalid("runner.max_push_mb", "must be at least 1"));

@@ -287,7 +287,7 @@ fn sse(events: Vec<String>, cut: bool, hold: Option<Arc<Notify>>) -> HttpRespons
             {
                 h.notified().await;
             }
-            if cut && i == 3 {
+            if cut && i == 5 {
                 let _ = tx
                     .send(Err(std::io::Error::other("the provider went away")))
                     .await;

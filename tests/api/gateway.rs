@@ -763,3 +763,76 @@ async fn a_merge_taking_an_ancestors_protected_file_is_refused_by_its_tree() {
         "nothing reached the forge"
     );
 }
+
+/// Starts a push as raw HTTP that sends a first chunk of its body and then nothing, and
+/// returns the connection (the answer is read from it).
+async fn endless_push(s: &Setup, run: &Run) -> tokio::net::TcpStream {
+    use base64::Engine as _;
+    use tokio::io::AsyncWriteExt as _;
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!(
+        "run-{}:{}",
+        run.id,
+        run.var("DIRECTOR_GIT_PASSWORD")
+    ));
+    let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", s.gateway))
+        .await
+        .expect("the gateway listens");
+    let head = format!(
+        "POST /{}.git/git-receive-pack HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Basic {auth}\r\nContent-Type: application/x-git-receive-pack-request\r\nTransfer-Encoding: chunked\r\n\r\n4\r\n0000\r\n",
+        s.t.repo
+    );
+    conn.write_all(head.as_bytes()).await.expect("sent");
+    conn
+}
+
+/// The status line of the answer on `conn`, within `secs`.
+async fn status_of(conn: &mut tokio::net::TcpStream, secs: u64) -> String {
+    use tokio::io::AsyncReadExt as _;
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(std::time::Duration::from_secs(secs), conn.read(&mut buf))
+        .await
+        .expect("answered in time")
+        .expect("read");
+    String::from_utf8_lossy(&buf[..n])
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_run_cannot_hold_the_gateways_memory_with_parallel_or_endless_pushes() {
+    let s = setup(|s| {
+        s.runner.max_push_mb = 1;
+        s.runner.gateway_memory_mb = 1;
+        s.runner.gateway_requests_per_run = 1;
+        s.runner.gateway_body_timeout_secs = 7;
+    })
+    .await;
+    let first = started(&s, "Flood").await;
+    let second = started(&s, "Flood too").await;
+    // The first run's push declares no length: room for a whole push (all there is) is
+    // reserved, and its body never ends.
+    let mut held = endless_push(&s, &first).await;
+    // The first run's next push, meanwhile (its body ends, as git's does): over its cap of
+    // one, refused unread.
+    let mut again = endless_push(&s, &first).await;
+    {
+        use tokio::io::AsyncWriteExt as _;
+        again.write_all(b"0\r\n\r\n").await.expect("sent");
+    }
+    assert!(status_of(&mut again, 3).await.contains("429"));
+    // Another run's push finds no room, and is told so within its wait (5 s), unread.
+    let mut other = endless_push(&s, &second).await;
+    assert!(status_of(&mut other, 10).await.contains("503"));
+    // The endless body is cut at its deadline, and its room is free again.
+    assert!(status_of(&mut held, 10).await.contains("408"));
+    let work = clone(&second).await;
+    let w = work.path().join("w");
+    commit(&second, &w, "notes.txt", "after the flood\n").await;
+    let branch = second.var("DIRECTOR_BRANCH").to_owned();
+    second
+        .ok(&w, &["push", "-q", "origin", &format!("HEAD:{branch}")])
+        .await;
+    assert!(s.t.forge.branches_of(&s.t.repo).contains(&branch));
+}

@@ -425,7 +425,19 @@ async fn a_stream_cut_by_the_provider_or_left_by_the_client_still_counts_what_pa
     assert!(failed, "the run sees the stream break");
     assert!(!String::from_utf8_lossy(&got).contains("message_stop"));
     let usage = metered_calls(&s, &run, 1).await;
-    assert_eq!((usage.input_tokens, usage.output_tokens), (1000, 1));
+    // The input as reported; the output at least the text that passed (three bytes a
+    // token; here the provider's cut takes the events before it with it), though the
+    // stream never reported it.
+    let seen = String::from_utf8_lossy(&got);
+    let text: u64 = [("\"Hello\"", 5), ("\" world\"", 6)]
+        .iter()
+        .filter(|(t, _)| seen.contains(t))
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(
+        (usage.input_tokens, usage.output_tokens),
+        (1000, text.div_ceil(3).max(1))
+    );
 
     // The client leaves mid-stream: what passed still counts.
     let release = s.provider.hold_streams();
@@ -565,4 +577,100 @@ async fn an_anonymous_scrape_of_metrics_names_no_private_repository() {
     );
     assert!(!anonymous.contains(&s.t.repo.to_string()), "{anonymous}");
     assert_eq!(scrape(Some("a-guess")).await.status(), 401);
+}
+
+/// A streamed OpenAI chat call with an output limit, as an SDK sends it.
+fn chat(max_tokens: u64) -> Value {
+    json!({ "model": GPT, "max_tokens": max_tokens, "stream": true,
+        "messages": [{ "role": "user", "content": "Hello" }] })
+}
+
+#[tokio::test]
+async fn a_client_that_hangs_up_before_the_usage_chunk_is_charged_what_passed() {
+    let s = setup(|_| {}).await;
+    let run = started(&s, "Leave early").await;
+    // OpenAI reports a stream's usage in its last chunk only: the agent reads the first and
+    // hangs up.
+    let release = s.provider.hold_streams();
+    let answer = run
+        .openai("chat/completions", chat(64))
+        .send()
+        .await
+        .expect("answered");
+    assert!(answer.status().is_success());
+    let mut chunks = answer.bytes_stream();
+    let first = chunks.next().await.expect("a chunk").expect("bytes");
+    assert!(String::from_utf8_lossy(&first).contains("chat.completion.chunk"));
+    drop(chunks);
+    release.notify_one();
+    let usage = metered_calls(&s, &run, 1).await;
+    assert!(usage.input_tokens > 0, "the request is charged: {usage:?}");
+    assert!(usage.cost_usd.is_some_and(|c| c > 0.0), "{usage:?}");
+    s.t.wait_for_metric(
+        r#"director_model_usage_estimated_total{provider="openai",reason="cut"} 1"#,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn parallel_calls_cannot_overshoot_a_budget_by_more_than_one_call() {
+    // Each call costs $0.0045 (1,000 in, 100 out) and may cost up to $0.015 (1,000 out).
+    let s = setup(|s| s.budget.run_usd = 0.01).await;
+    let run = started(&s, "Race the budget").await;
+    let release = s.provider.hold_streams();
+    let first = run
+        .openai("chat/completions", chat(1000))
+        .send()
+        .await
+        .expect("answered");
+    assert!(first.status().is_success());
+    let mut first = first.bytes_stream();
+    first.next().await.expect("a chunk").expect("bytes");
+    // While it runs, the run fires four more at once: all would pass a check of what was
+    // spent (nothing yet), and together spend four times the rest of the budget.
+    let others = futures_util::future::join_all(
+        (0..4).map(|_| run.openai("chat/completions", chat(1000)).send()),
+    )
+    .await;
+    for answer in others {
+        let answer = answer.expect("answered");
+        assert_eq!(answer.status(), 429);
+        assert!(answer.headers().contains_key("retry-after"));
+        let text = answer.text().await.expect("text");
+        assert!(text.contains("calls in flight"), "{text}");
+    }
+    release.notify_one();
+    while first.next().await.is_some() {}
+    let usage = metered_calls(&s, &run, 1).await;
+    assert_eq!(usage.requests, 1, "only the first call was forwarded");
+    // It ended: the budget has room again, and the run is not stopped for it.
+    let next = run
+        .openai("chat/completions", chat(100))
+        .send()
+        .await
+        .expect("answered");
+    assert!(next.status().is_success());
+    assert_eq!(
+        s.provider.requests().len(),
+        2,
+        "two calls reached the provider"
+    );
+}
+
+#[tokio::test]
+async fn a_background_response_is_refused_as_unmeterable() {
+    let s = setup(|_| {}).await;
+    let run = started(&s, "Later").await;
+    let answer = run
+        .openai(
+            "responses",
+            json!({ "model": GPT, "input": "Hello", "background": true }),
+        )
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(answer.status(), 400);
+    let text = answer.text().await.expect("text");
+    assert!(text.contains("models.allow_unmetered"), "{text}");
+    assert!(s.provider.requests().is_empty(), "nothing forwarded");
 }

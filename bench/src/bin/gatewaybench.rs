@@ -90,6 +90,11 @@ fn serve_gateway(upstream: String, token: String) -> anyhow::Result<()> {
                 protected_paths: director::domain::protected::default_protected_paths(),
                 max_push_mb: 100,
                 git_timeout: std::time::Duration::from_secs(120),
+                requests: director::gateway::request::Budget::new(
+                    1024,
+                    64,
+                    std::time::Duration::from_secs(120),
+                ),
                 cache_dir: cache.clone(),
             },
             None,

@@ -53,8 +53,9 @@ impl Runs for Always {
     async fn spent(&self, _: &str, _: &RepoName, _: &str) -> Result<Spent, String> {
         Ok(Spent::default())
     }
-    async fn record(&self, _metered: Metered) {
+    async fn record(&self, _metered: &Metered) -> Result<(), String> {
         self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
     async fn over_budget(&self, _: &str, _: &str) {}
     fn now_ms(&self) -> i64 {
@@ -183,6 +184,13 @@ async fn main() -> anyhow::Result<()> {
         },
         allow_unmetered: false,
         max_request_mb: 32,
+        // One run's parallel streams are the load here: its cap is set above them.
+        requests: director::gateway::request::Budget::new(
+            1024,
+            args.streams + 8,
+            std::time::Duration::from_secs(60),
+        ),
+        default_max_output_tokens: 1000,
     };
     let gateway = ModelGateway::new(b"bench-key".to_vec(), metered.clone(), config, None)
         .map_err(anyhow::Error::msg)?;

@@ -36,10 +36,11 @@ impl Runs for ModelRuns {
             .map_err(|e| format!("the store: {e:#}"))
     }
 
-    async fn record(&self, metered: Metered) {
-        if let Err(e) = self.store.record_model_usage(&metered).await {
-            tracing::error!(error = %format!("{e:#}"), run_id = ?metered.run_id, "a model call's usage could not be recorded");
-        }
+    async fn record(&self, metered: &Metered) -> Result<(), String> {
+        self.store
+            .record_model_usage(metered)
+            .await
+            .map_err(|e| format!("the store: {e:#}"))
     }
 
     async fn over_budget(&self, run_id: &str, why: &str) {
