@@ -696,3 +696,23 @@ pub trait Forge: Send + Sync {
     /// ignores this.
     fn hold_run_token(&self, _name: &str, _token: &crate::settings::Secret) {}
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_post_is_repeated_only_on_an_answer_that_says_it_was_not_applied() {
+        for status in [429, 503] {
+            assert!(repeatable(false, status), "{status}");
+        }
+        // A proxy's 502 or 504 may follow the applied write.
+        for status in [500, 502, 504, 400, 404, 409] {
+            assert!(!repeatable(false, status), "{status}");
+        }
+        for status in [500, 502, 503, 504, 429] {
+            assert!(repeatable(true, status), "{status}");
+        }
+        assert!(!repeatable(true, 404));
+    }
+}

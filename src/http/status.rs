@@ -84,6 +84,8 @@ impl Visibility {
 pub(super) enum Refused {
     Disabled,
     BadToken,
+    /// Transcripts are served with the status token only (`server.transcripts_public`).
+    TokenNeeded,
     Unavailable,
 }
 
@@ -94,6 +96,9 @@ impl Refused {
             Self::BadToken => HttpResponse::Unauthorized()
                 .insert_header(("WWW-Authenticate", "Bearer realm=\"director status\""))
                 .json(json!({ "error": "the status token is not valid" })),
+            Self::TokenNeeded => HttpResponse::Unauthorized()
+                .insert_header(("WWW-Authenticate", "Bearer realm=\"director status\""))
+                .json(json!({ "error": "run pages and transcripts need the status token (server.transcripts_public is off)" })),
             Self::Unavailable => HttpResponse::ServiceUnavailable()
                 .json(json!({ "error": "the database is unreachable" })),
         }
@@ -204,7 +209,7 @@ pub async fn json(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse 
 
 /// The run named by the path, with its transcript, if this request may see it: unknown runs,
 /// and runs of repositories an anonymous visitor cannot see (without the status token), are
-/// all the same 404.
+/// all the same 404. Without `server.transcripts_public` every run needs the token (401).
 async fn visible_run(
     req: &HttpRequest,
     state: &AppState,
@@ -214,6 +219,9 @@ async fn visible_run(
         return Err(Refused::Disabled);
     }
     let full = authorised(req, state)?;
+    if !full && !state.settings.server.transcripts_public {
+        return Err(Refused::TokenNeeded);
+    }
     let well_formed = !run_id.is_empty()
         && run_id.len() <= 64
         && run_id

@@ -38,6 +38,12 @@ pub struct ServerSettings {
     /// requests link to the run's page under it. Empty: no links.
     #[serde(deserialize_with = "super::lenient::string")]
     pub public_url: String,
+    /// Serve a public repository's run pages and transcripts (`/runs/{id}`) to anyone.
+    /// Off: they need the status token, as a private repository's do; the report
+    /// shows the log tail as ever. Redaction is of the secrets' literal values and their
+    /// common encodings: an agent that prints a passed-through secret reversed, split or
+    /// otherwise transformed is not caught, and a transcript shows whatever it printed.
+    pub transcripts_public: bool,
 }
 
 impl Default for ServerSettings {
@@ -50,6 +56,7 @@ impl Default for ServerSettings {
             log_format: LogFormat::Json,
             workers: 0,
             public_url: String::new(),
+            transcripts_public: false,
         }
     }
 }

@@ -39,7 +39,7 @@ async fn running(t: &ForgeApp) -> (IssueRef, String) {
 
 #[tokio::test]
 async fn a_runs_output_is_served_redacted_while_it_runs_and_after() {
-    let (t, _llm, fake) = spawn(|_| {}).await;
+    let (t, _llm, fake) = spawn(|s| s.server.transcripts_public = true).await;
     let (issue, id) = running(&t).await;
     let token = env(&fake.spec_of(&id).expect("spec"), "DIRECTOR_TOKEN").to_owned();
     assert!(token.len() > 8, "the run was given a token");
@@ -106,7 +106,11 @@ async fn a_runs_output_is_served_redacted_while_it_runs_and_after() {
 
 #[tokio::test]
 async fn a_private_repositorys_run_is_shown_only_with_the_status_token() {
-    let (t, _llm, fake) = spawn(|s| s.status.token = Secret::new(TOKEN)).await;
+    let (t, _llm, fake) = spawn(|s| {
+        s.status.token = Secret::new(TOKEN);
+        s.server.transcripts_public = true;
+    })
+    .await;
     t.forge.make_private(&t.repo);
     let (_, id) = running(&t).await;
     fake.print(&id, "private work\n");
@@ -135,7 +139,11 @@ async fn a_private_repositorys_run_is_shown_only_with_the_status_token() {
 
 #[tokio::test]
 async fn a_transcript_past_its_cap_keeps_the_end_and_says_what_was_cut() {
-    let (t, _llm, fake) = spawn(|s| s.runner.transcript_max_mb = 1).await;
+    let (t, _llm, fake) = spawn(|s| {
+        s.runner.transcript_max_mb = 1;
+        s.server.transcripts_public = true;
+    })
+    .await;
     let (issue, id) = running(&t).await;
     let line = format!("{}\n", "x".repeat(99));
     let first = format!("FIRST LINE\n{}", line.repeat(12_000));
@@ -187,7 +195,7 @@ async fn with_a_public_url_the_report_and_the_pull_request_link_the_runs_page() 
 
 #[tokio::test]
 async fn in_a_browser_the_runs_page_shows_a_hostile_transcript_as_text() {
-    let (t, _llm, fake) = spawn(|_| {}).await;
+    let (t, _llm, fake) = spawn(|s| s.server.transcripts_public = true).await;
     let (issue, id) = running(&t).await;
     fake.exit(
         &id,
@@ -204,4 +212,32 @@ async fn in_a_browser_the_runs_page_shows_a_hostile_transcript_as_text() {
     assert!(!dom.contains("<img") && !dom.contains("<b>"), "{dom}");
     assert!(!dom.contains("pwned</title>"), "no script ran: {dom}");
     assert!(!dom.contains("<script"), "{dom}");
+}
+
+#[tokio::test]
+async fn by_default_a_public_repositorys_transcript_needs_the_status_token() {
+    // Redaction is of literal values: an agent that prints a secret reversed publishes it.
+    // So no transcript is served to anyone without the token unless the operator says so.
+    let (t, _llm, fake) = spawn(|s| s.status.token = Secret::new(TOKEN)).await;
+    let (_, id) = running(&t).await;
+    fake.print(&id, "terces-a-si-siht\n");
+    wait_until("the output is kept", || async {
+        t.app
+            .store
+            .transcript(&id)
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|tr| tr.text.contains("terces"))
+    })
+    .await;
+    for path in [format!("/runs/{id}"), format!("/runs/{id}/log")] {
+        let (status, _, body) = get(&t, &path, None).await;
+        assert_eq!(status, 401, "{path} without the token");
+        assert!(body.contains("server.transcripts_public"), "{body}");
+        assert!(!body.contains("terces"), "{body}");
+        let (status, _, body) = get(&t, &path, Some(TOKEN)).await;
+        assert_eq!(status, 200, "{path} with the token");
+        assert!(body.contains("terces-a-si-siht"));
+    }
 }

@@ -68,9 +68,12 @@ impl GatewayRuns {
         if minted.repositories.as_deref() != Some(std::slice::from_ref(&run.repo)) {
             // As at the run's start: a token for more than its repository is never used.
             self.forge.hold_run_token(&name, &fresh);
-            if let Err(e) = self.forge.delete_run_token(&self.runner, &name).await {
-                tracing::error!(run_id = %run.id, token = %name, error = %e, "a renewed run token that is not restricted to the run's repository could not be revoked: revoke it on the forge");
-            }
+            revoke_in_background(
+                self.forge.clone(),
+                self.runner.clone(),
+                name,
+                run.id.to_string(),
+            );
             return Err("the renewed token is not restricted to the run's repository".into());
         }
         let kept = self
@@ -92,6 +95,32 @@ impl GatewayRuns {
         tracing::info!(run_id = %run.id, "the run's token was renewed before it expired");
         Ok(fresh)
     }
+}
+
+/// Deletes a token that must not live (over-broad), trying again with back-off while the
+/// forge fails; one that outlasts every try is logged as an error, for a person to revoke.
+fn revoke_in_background(
+    forge: Arc<dyn Forge>,
+    runner: RunnerAccount,
+    name: String,
+    run_id: String,
+) {
+    tokio::spawn(async move {
+        let mut wait = std::time::Duration::from_secs(1);
+        for attempt in 1..=5 {
+            match forge.delete_run_token(&runner, &name).await {
+                Ok(()) => return,
+                Err(e) if attempt == 5 => {
+                    tracing::error!(run_id, token = %name, error = %e, "a renewed run token that is not restricted to the run's repository could not be revoked: revoke it on the forge");
+                }
+                Err(e) => {
+                    tracing::warn!(run_id, token = %name, attempt, error = %e, "an over-broad run token could not be revoked yet");
+                    tokio::time::sleep(wait).await;
+                    wait *= 4;
+                }
+            }
+        }
+    });
 }
 
 #[async_trait::async_trait]
