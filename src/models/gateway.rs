@@ -2,7 +2,6 @@
 //! is forwarded (the metered routes, with the real key), and the answer metered as it
 //! passes on its way back, recorded when it ends, is cut, or the client leaves.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -12,16 +11,16 @@ use actix_web::http::StatusCode;
 use actix_web::web::Bytes;
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use base64::Engine as _;
-use futures_util::{Stream, StreamExt as _};
 use hmac::{Hmac, Mac};
 use serde_json::{Value, json};
 use sha2::Sha256;
 use tokio_util::sync::CancellationToken;
 
-use super::usage::{self, Api, StreamMeter, Usage};
-use super::{ActiveRun, Config, Counters, Metered, Provider, Runs, Spent, day_of, over_budget};
+use super::ledger::Ledger;
+use super::meter::{Meter, Metering, Record};
+use super::usage::{Api, StreamMeter, Usage};
+use super::{ActiveRun, Config, Counters, Provider, Runs, Spent, day_of, over_budget};
 use crate::domain::RepoName;
-use crate::settings::Price;
 
 pub struct ModelGateway {
     key: Vec<u8>,
@@ -30,122 +29,6 @@ pub struct ModelGateway {
     client: reqwest::Client,
     counters: Option<Counters>,
     ledger: Arc<Ledger>,
-}
-
-/// What this process's calls may have spent that the store does not hold yet: the worst
-/// case of each call in flight, reserved before it is forwarded, then its metered cost until
-/// the store has it. A run's next call, or a parallel one, sees both.
-#[derive(Default)]
-struct Ledger {
-    next: std::sync::atomic::AtomicU64,
-    entries: std::sync::Mutex<HashMap<u64, Entry>>,
-}
-
-struct Entry {
-    run_id: String,
-    repo: RepoName,
-    usd: f64,
-    /// Still a reservation: the call has not ended.
-    in_flight: bool,
-}
-
-/// What was spent, settled (stored or metered), and what calls in flight may still spend.
-struct Seen {
-    settled: Spent,
-    in_flight: Spent,
-}
-
-impl Ledger {
-    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Entry>> {
-        // A panic elsewhere never drops what was spent.
-        self.entries
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn reserve(self: &Arc<Self>, run_id: &str, repo: &RepoName, usd: f64) -> Reservation {
-        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.entries().insert(
-            id,
-            Entry {
-                run_id: run_id.to_owned(),
-                repo: repo.clone(),
-                usd,
-                in_flight: true,
-            },
-        );
-        Reservation {
-            ledger: self.clone(),
-            id,
-            settled: false,
-        }
-    }
-
-    /// `spent` (the store's), with this process's entries added.
-    fn on_top(&self, spent: Spent, run_id: &str, repo: &RepoName) -> Seen {
-        let mut seen = Seen {
-            settled: spent,
-            in_flight: Spent::default(),
-        };
-        for e in self.entries().values() {
-            let into = if e.in_flight {
-                &mut seen.in_flight
-            } else {
-                &mut seen.settled
-            };
-            into.day += e.usd;
-            if e.repo == *repo {
-                into.repo_day += e.usd;
-            }
-            if e.run_id == run_id {
-                into.run += e.usd;
-            }
-        }
-        seen
-    }
-}
-
-/// A call's place in the ledger: its worst case while it runs; dropped unsettled (the call
-/// was never answered), it is released.
-struct Reservation {
-    ledger: Arc<Ledger>,
-    id: u64,
-    settled: bool,
-}
-
-impl Reservation {
-    /// The call ended having cost `usd`: kept until the store holds it (then [`Stored`]).
-    fn settle(mut self, usd: f64) -> Stored {
-        if let Some(e) = self.ledger.entries().get_mut(&self.id) {
-            e.usd = usd;
-            e.in_flight = false;
-        }
-        self.settled = true;
-        Stored {
-            ledger: self.ledger.clone(),
-            id: self.id,
-        }
-    }
-}
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        if !self.settled {
-            self.ledger.entries().remove(&self.id);
-        }
-    }
-}
-
-/// A metered cost waiting for the store; removed from the ledger only once stored.
-struct Stored {
-    ledger: Arc<Ledger>,
-    id: u64,
-}
-
-impl Stored {
-    fn done(self) {
-        self.ledger.entries().remove(&self.id);
-    }
 }
 
 impl ModelGateway {
@@ -681,182 +564,6 @@ async fn forward(
     })
 }
 
-/// Who to tell what a call used, once its answer has passed.
-struct Record {
-    runs: Arc<dyn Runs>,
-    counters: Option<Counters>,
-    reservation: Reservation,
-    run_id: String,
-    repo: RepoName,
-    provider: Provider,
-    model: String,
-    price: Option<Price>,
-}
-
-/// Reads an answer as it passes: a stream event by event, a whole answer kept (bounded; past
-/// the bound only its end, where the usage is) and read at its end.
-struct Meter {
-    api: Api,
-    streamed: bool,
-    sse: StreamMeter,
-    whole: Vec<u8>,
-    /// `whole` holds only the answer's last bytes.
-    tail: bool,
-    /// Bytes of the answer that passed.
-    bytes: u64,
-    request_bytes: usize,
-    /// The provider's status, once it answered.
-    answered: Option<StatusCode>,
-    record: Option<Record>,
-}
-
-/// A whole answer is read for its usage up to this size...
-const MAX_WHOLE: usize = 16 * 1024 * 1024;
-/// ...and past it, from its last bytes.
-const MAX_TAIL: usize = 1024 * 1024;
-
-/// Attempts at storing a metered call before it is left counted in this process alone.
-const STORE_ATTEMPTS: u32 = 5;
-
-impl Meter {
-    fn feed(&mut self, chunk: &[u8]) {
-        self.bytes += chunk.len() as u64;
-        if self.streamed {
-            self.sse.feed(chunk);
-            return;
-        }
-        self.whole.extend_from_slice(chunk);
-        if self.whole.len() > MAX_WHOLE || (self.tail && self.whole.len() > 2 * MAX_TAIL) {
-            let cut = self.whole.len() - MAX_TAIL;
-            self.whole.drain(..cut);
-            self.tail = true;
-        }
-    }
-
-    /// What the call used, and why it is an estimate when it is one: at the answer's end,
-    /// or when it was cut (the provider failed, the client went away).
-    fn usage(&mut self) -> (Usage, Option<&'static str>) {
-        if self.streamed {
-            let reported = self.sse.finish();
-            let passed = Usage::estimate(self.request_bytes, self.sse.text_bytes());
-            return match reported {
-                Some(u) if self.sse.ended() => (u, None),
-                // Cut before its end: the output so far is at least what passed (Anthropic
-                // reports it whole only at the end, OpenAI only in the last chunk).
-                Some(u) => (
-                    Usage {
-                        output: u.output.max(passed.output),
-                        ..u
-                    },
-                    Some("cut"),
-                ),
-                None => (passed, Some("cut")),
-            };
-        }
-        let read = if self.tail {
-            usage::from_tail(self.api, &self.whole)
-        } else {
-            usage::from_body(self.api, &self.whole)
-        };
-        match read {
-            Some(u) => (u, None),
-            None => (
-                Usage::estimate(self.request_bytes, self.bytes),
-                Some("unreadable"),
-            ),
-        }
-    }
-
-    /// Records what the call used. An answer the provider refused (not 2xx) cost nothing; one
-    /// whose usage cannot be read is charged what passed, logged and counted.
-    fn done(&mut self) {
-        let Some(r) = self.record.take() else {
-            return;
-        };
-        if !self.answered.is_some_and(|s| s.is_success()) {
-            return;
-        }
-        let (usage, estimated) = self.usage();
-        if self.sse.skipped() > 0 {
-            tracing::warn!(run_id = %r.run_id, lines = self.sse.skipped(), "a model stream had lines too long to meter; they were skipped");
-        }
-        if let Some(reason) = estimated {
-            tracing::warn!(run_id = %r.run_id, provider = r.provider.as_str(), reason, input = usage.input, output = usage.output, "a model call's usage was not reported whole; it is charged an estimate of what passed");
-            if let Some(c) = &r.counters {
-                c.estimated
-                    .with_label_values(&[r.provider.as_str(), reason])
-                    .inc();
-            }
-        }
-        let metered = Metered {
-            run_id: Some(r.run_id),
-            repo: r.repo,
-            provider: r.provider,
-            cost_usd: r.price.as_ref().map(|p| usage.cost(p)),
-            model: r.model,
-            usage,
-            at_ms: r.runs.now_ms(),
-        };
-        if let Some(c) = &r.counters {
-            c.count(&metered);
-        }
-        let stored = r.reservation.settle(metered.cost_usd.unwrap_or(0.0));
-        let runs = r.runs;
-        tokio::spawn(async move {
-            let mut wait = std::time::Duration::from_millis(200);
-            for attempt in 1..=STORE_ATTEMPTS {
-                match runs.record(&metered).await {
-                    Ok(()) => return stored.done(),
-                    Err(e) if attempt == STORE_ATTEMPTS => {
-                        // Still counted against the budgets by this process, never dropped.
-                        tracing::error!(run_id = ?metered.run_id, error = %e, "a model call's usage could not be stored; this process keeps counting it");
-                    }
-                    Err(e) => {
-                        tracing::warn!(run_id = ?metered.run_id, attempt, error = %e, "a model call's usage could not be stored yet");
-                        tokio::time::sleep(wait).await;
-                        wait *= 2;
-                    }
-                }
-            }
-        });
-    }
-}
-
-/// The provider's answer, passed on chunk by chunk as it arrives and read by the meter.
-struct Metering {
-    inner: Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>,
-    meter: Meter,
-}
-
-impl Stream for Metering {
-    type Item = Result<Bytes, std::io::Error>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        match self.inner.poll_next_unpin(cx) {
-            Poll::Ready(Some(Ok(chunk))) => {
-                self.meter.feed(&chunk);
-                Poll::Ready(Some(Ok(chunk)))
-            }
-            Poll::Ready(Some(Err(e))) => {
-                self.meter.done();
-                Poll::Ready(Some(Err(std::io::Error::other(e.without_url()))))
-            }
-            Poll::Ready(None) => {
-                self.meter.done();
-                Poll::Ready(None)
-            }
-            Poll::Pending => Poll::Pending,
-        }
-    }
-}
-
-impl Drop for Metering {
-    fn drop(&mut self) {
-        // The client went away mid-answer: what passed so far still counts.
-        self.meter.done();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -897,7 +604,7 @@ mod tests {
             async fn spent(&self, _: &str, _: &RepoName, _: &str) -> Result<Spent, String> {
                 Ok(Spent::default())
             }
-            async fn record(&self, _: &Metered) -> Result<(), String> {
+            async fn record(&self, _: &crate::models::Metered) -> Result<(), String> {
                 Ok(())
             }
             async fn over_budget(&self, _: &str, _: &str) {}
@@ -929,161 +636,5 @@ mod tests {
             ModelGateway::new(b"k2".to_vec(), Arc::new(None_), config(), None).expect("gw");
         assert_eq!(elsewhere.run_of(&key), None, "another director's key");
         assert_eq!(day_of(0), "1970-01-01");
-    }
-}
-
-#[cfg(test)]
-mod ledger_tests {
-    use super::*;
-    use std::sync::atomic::{AtomicU32, Ordering};
-
-    /// A store that fails its first `failures` writes.
-    struct Flaky {
-        failures: u32,
-        calls: AtomicU32,
-        last: std::sync::Mutex<Option<Metered>>,
-    }
-
-    fn flaky(failures: u32) -> Arc<Flaky> {
-        Arc::new(Flaky {
-            failures,
-            calls: AtomicU32::new(0),
-            last: std::sync::Mutex::default(),
-        })
-    }
-
-    #[async_trait::async_trait]
-    impl Runs for Flaky {
-        async fn active(&self, _: &str) -> Result<Option<ActiveRun>, String> {
-            Ok(None)
-        }
-        async fn spent(&self, _: &str, _: &RepoName, _: &str) -> Result<Spent, String> {
-            Ok(Spent::default())
-        }
-        async fn record(&self, m: &Metered) -> Result<(), String> {
-            *self.last.lock().expect("not poisoned") = Some(m.clone());
-            if self.calls.fetch_add(1, Ordering::SeqCst) < self.failures {
-                Err("the database is away".into())
-            } else {
-                Ok(())
-            }
-        }
-        async fn over_budget(&self, _: &str, _: &str) {}
-        fn now_ms(&self) -> i64 {
-            0
-        }
-    }
-
-    fn meter(ledger: &Arc<Ledger>, runs: Arc<dyn Runs>) -> Meter {
-        let repo: RepoName = "acme/widgets".parse().expect("a name");
-        Meter {
-            api: Api::AnthropicMessages,
-            streamed: false,
-            sse: StreamMeter::new(Api::AnthropicMessages),
-            whole: br#"{"usage":{"input_tokens":1000000,"output_tokens":0}}"#.to_vec(),
-            tail: false,
-            bytes: 0,
-            request_bytes: 10,
-            answered: Some(StatusCode::OK),
-            record: Some(Record {
-                runs,
-                counters: None,
-                reservation: ledger.reserve("r1", &repo, 5.0),
-                run_id: "r1".into(),
-                repo,
-                provider: Provider::Anthropic,
-                model: "m".into(),
-                price: Some(Price {
-                    input_per_mtok: 3.0,
-                    output_per_mtok: 15.0,
-                    ..Price::default()
-                }),
-            }),
-        }
-    }
-
-    fn seen(ledger: &Ledger) -> Seen {
-        let repo: RepoName = "acme/widgets".parse().expect("a name");
-        ledger.on_top(Spent::default(), "r1", &repo)
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_metered_cost_leaves_the_ledger_only_once_the_store_holds_it() {
-        let ledger = Arc::new(Ledger::default());
-        let runs = flaky(2);
-        let mut m = meter(&ledger, runs.clone());
-        assert_eq!(
-            seen(&ledger).in_flight.run,
-            5.0,
-            "the worst case, while it runs"
-        );
-        m.done();
-        // Metered ($3) and not stored yet: still counted, no longer as a reservation.
-        let now = seen(&ledger);
-        assert_eq!((now.settled.run, now.in_flight.run), (3.0, 0.0));
-        while runs.calls.load(Ordering::SeqCst) < 3 {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-        tokio::task::yield_now().await;
-        assert_eq!(
-            seen(&ledger).settled.run,
-            0.0,
-            "stored at the third try, then removed"
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_cost_the_store_never_takes_stays_counted() {
-        let ledger = Arc::new(Ledger::default());
-        let runs = flaky(u32::MAX);
-        meter(&ledger, runs.clone()).done();
-        while runs.calls.load(Ordering::SeqCst) < STORE_ATTEMPTS {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-        tokio::time::sleep(std::time::Duration::from_secs(60)).await;
-        assert_eq!(seen(&ledger).settled.run, 3.0, "never dropped");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_stream_left_before_its_end_is_charged_the_text_that_passed() {
-        let ledger = Arc::new(Ledger::default());
-        let runs = flaky(0);
-        let mut m = meter(&ledger, runs.clone());
-        m.streamed = true;
-        m.feed(concat!(
-            "event: message_start\n",
-            "data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":1000,\"output_tokens\":1}}}\n\n",
-            "event: content_block_delta\n",
-            "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"fn main() { println!(); }\"}}\n\n",
-        ).as_bytes());
-        // The agent hangs up here: Anthropic's output count comes only at the end.
-        m.done();
-        while runs.calls.load(Ordering::SeqCst) < 1 {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-        let charged = runs
-            .last
-            .lock()
-            .expect("not poisoned")
-            .clone()
-            .expect("recorded");
-        assert_eq!(charged.usage.input, 1000);
-        assert_eq!(charged.usage.output, 9, "25 bytes of text, three a token");
-    }
-
-    #[test]
-    fn a_poisoned_ledger_still_counts_and_an_unanswered_call_releases_its_reservation() {
-        let ledger = Arc::new(Ledger::default());
-        let repo: RepoName = "acme/widgets".parse().expect("a name");
-        let held = ledger.reserve("r1", &repo, 2.0);
-        let poisoner = ledger.clone();
-        let _ = std::thread::spawn(move || {
-            let _guard = poisoner.entries();
-            panic!("a bug while holding the ledger");
-        })
-        .join();
-        assert_eq!(seen(&ledger).in_flight.run, 2.0);
-        drop(held);
-        assert_eq!(seen(&ledger).in_flight.run, 0.0);
     }
 }

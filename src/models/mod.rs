@@ -7,6 +7,8 @@
 //! shape, a request of a run whose budget is spent.
 
 mod gateway;
+mod ledger;
+mod meter;
 pub mod usage;
 
 pub use gateway::ModelGateway;
