@@ -37,6 +37,20 @@ async fn running(t: &ForgeApp) -> (IssueRef, String) {
     (issue, id)
 }
 
+/// Waits until the run's kept transcript holds `text`.
+async fn kept(t: &ForgeApp, id: &str, text: &str) {
+    wait_until("the output is kept", || async {
+        t.app
+            .store
+            .transcript(id)
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|tr| tr.text.contains(text))
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_runs_output_is_served_redacted_while_it_runs_and_after() {
     let (t, _llm, fake) = spawn(|s| s.server.transcripts_public = true).await;
@@ -114,16 +128,7 @@ async fn a_private_repositorys_run_is_shown_only_with_the_status_token() {
     t.forge.make_private(&t.repo);
     let (_, id) = running(&t).await;
     fake.print(&id, "private work\n");
-    wait_until("the output is kept", || async {
-        t.app
-            .store
-            .transcript(&id)
-            .await
-            .ok()
-            .flatten()
-            .is_some_and(|tr| tr.text.contains("private work"))
-    })
-    .await;
+    kept(&t, &id, "private work").await;
     for path in [format!("/runs/{id}"), format!("/runs/{id}/log")] {
         assert_eq!(
             get(&t, &path, None).await.0,
@@ -221,16 +226,7 @@ async fn by_default_a_public_repositorys_transcript_needs_the_status_token() {
     let (t, _llm, fake) = spawn(|s| s.status.token = Secret::new(TOKEN)).await;
     let (_, id) = running(&t).await;
     fake.print(&id, "terces-a-si-siht\n");
-    wait_until("the output is kept", || async {
-        t.app
-            .store
-            .transcript(&id)
-            .await
-            .ok()
-            .flatten()
-            .is_some_and(|tr| tr.text.contains("terces"))
-    })
-    .await;
+    kept(&t, &id, "terces").await;
     for path in [format!("/runs/{id}"), format!("/runs/{id}/log")] {
         let (status, _, body) = get(&t, &path, None).await;
         assert_eq!(status, 401, "{path} without the token");
