@@ -556,6 +556,9 @@ pub fn git_environment(
         ("credential.helper".to_owned(), String::new()),
         (format!("credential.{origin}.helper"), helper),
         ("credential.interactive".to_owned(), "false".to_owned()),
+        // Tools that read the identity from git's configuration (aider) find it there too.
+        ("user.name".to_owned(), name.to_owned()),
+        ("user.email".to_owned(), email.to_owned()),
     ];
     let mut env = vec![
         ("GIT_TERMINAL_PROMPT".to_owned(), "0".to_owned()),
@@ -698,7 +701,12 @@ mod git_tests {
             "runner@noreply.forge.example",
         );
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-        assert_eq!(get("GIT_CONFIG_COUNT"), Some("3"));
+        assert_eq!(get("GIT_CONFIG_COUNT"), Some("5"));
+        // The identity in git's configuration too, for tools that read it there.
+        assert_eq!(get("GIT_CONFIG_KEY_3"), Some("user.name"));
+        assert_eq!(get("GIT_CONFIG_VALUE_3"), Some("runner"));
+        assert_eq!(get("GIT_CONFIG_KEY_4"), Some("user.email"));
+        assert_eq!(get("GIT_CONFIG_VALUE_4"), Some("runner@noreply.forge.example"));
         assert_eq!(get("GIT_CONFIG_KEY_0"), Some("credential.helper"));
         assert_eq!(get("GIT_CONFIG_VALUE_0"), Some(""));
         assert_eq!(

@@ -22,7 +22,8 @@ use bollard::query_parameters::{
 use futures_util::StreamExt;
 
 use super::{
-    EgressPoint, Exit, RunContainer, RunSpec, Runtime, RuntimeError, WaitLimits, Watchdog,
+    EgressPoint, Exit, RunContainer, RunSpec, Runtime, RuntimeError, TMP_DIR, WaitLimits,
+    Watchdog,
 };
 use crate::settings::RunnerSettings;
 
@@ -165,6 +166,12 @@ impl DockerRuntime {
                 uid(&s.user),
                 gid(&s.user)
             ),
+        );
+        // `/tmp` for every run (Claude Code, compilers and test runners need one), in the
+        // run's memory; `exec`: agents run what they build there.
+        tmpfs.insert(
+            TMP_DIR.to_owned(),
+            format!("rw,nosuid,nodev,exec,size={}m,mode=1777", s.tmp_mb),
         );
         ContainerCreateBody {
             image: Some(spec.image.clone()),

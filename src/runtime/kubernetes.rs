@@ -373,6 +373,7 @@ impl KubeRuntime {
             },
             "volumeMounts": [
                 { "name": "workspace", "mountPath": r.workspace },
+                { "name": "tmp", "mountPath": super::TMP_DIR },
                 { "name": "task", "mountPath": task_dir, "readOnly": true },
             ],
             "terminationMessagePath": TERMINATION_LOG,
@@ -397,6 +398,8 @@ impl KubeRuntime {
             "containers": [container],
             "volumes": [
                 { "name": "workspace", "emptyDir": { "sizeLimit": format!("{}Mi", r.workspace_mb) } },
+                // In memory, counted in the container's limit, as Docker's tmpfs is.
+                { "name": "tmp", "emptyDir": { "medium": "Memory", "sizeLimit": format!("{}Mi", r.tmp_mb) } },
                 { "name": "task", "secret": {
                     "secretName": name,
                     "items": [{ "key": TASK_KEY, "path": task_file, "mode": 0o444 }],

@@ -19,6 +19,10 @@ pub const RUN_LABEL: &str = "director.run-id";
 /// task, in the container's own volume, so it outlives the container's end.
 pub const RESULT_PATH: &str = "/task/result/result.json";
 
+/// Every run's writable temporary directory (a tmpfs on Docker, a memory `emptyDir` on
+/// Kubernetes), also its `TMPDIR`.
+pub const TMP_DIR: &str = "/tmp";
+
 /// Everything needed to create one run's container.
 #[derive(Clone, Debug)]
 pub struct RunSpec {

@@ -148,6 +148,9 @@ pub struct RunnerSettings {
     #[serde(deserialize_with = "lenient::string")]
     pub workspace: String,
     pub workspace_mb: u64,
+    /// The writable tmpfs at `/tmp` (`TMPDIR`), in MB, counted in `memory_mb`; programs run
+    /// there (not `noexec`): agents build and run what they write.
+    pub tmp_mb: u64,
     /// Wall-clock limit per run, in seconds: the run gets a stop signal, then
     /// `stop_grace_secs` to push what it has, then it is killed.
     pub timeout_secs: u64,
@@ -229,6 +232,7 @@ impl Default for RunnerSettings {
             read_only_rootfs: true,
             workspace: "/workspace".into(),
             workspace_mb: 2048,
+            tmp_mb: 512,
             timeout_secs: 3600,
             stop_grace_secs: 30,
             idle_timeout_secs: 1800,
@@ -372,6 +376,15 @@ impl Settings {
                 format!(
                     "leaves out {}, which the forge runs or the director reads with the repository's trust: add paths with runner.protected_paths_extra, or set runner.unprotect_ci = true to accept it",
                     missing.join(", ")
+                ),
+            ));
+        }
+        if r.tmp_mb == 0 || r.tmp_mb >= r.memory_mb {
+            return Err(invalid(
+                "runner.tmp_mb",
+                format!(
+                    "must be at least 1 and under runner.memory_mb ({} MB): what the run writes to /tmp is held in its memory",
+                    r.memory_mb
                 ),
             ));
         }

@@ -150,6 +150,18 @@ async fn a_run_is_a_suspended_hardened_job_whose_secrets_are_only_in_its_owned_s
         .and_then(|v| v.iter().find(|v| v["name"] == "workspace"))
         .expect("a workspace volume");
     assert_eq!(workspace["emptyDir"]["sizeLimit"], "512Mi");
+    // /tmp in memory, in the container's limit, as Docker's tmpfs.
+    let tmp = pod["volumes"]
+        .as_array()
+        .and_then(|v| v.iter().find(|v| v["name"] == "tmp"))
+        .expect("a /tmp volume");
+    assert_eq!(tmp["emptyDir"], serde_json::json!({ "medium": "Memory", "sizeLimit": "512Mi" }));
+    assert!(
+        c["volumeMounts"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|m| m["name"] == "tmp" && m["mountPath"] == "/tmp")),
+        "{c}"
+    );
 
     // No literal secret in the Job: the token and the task are in the Secret it references.
     let text = job.to_string();

@@ -173,6 +173,7 @@ pub async fn spawn_runs(
         s.runner.network = "host".into();
         s.runner.timeout_secs = 60;
         s.runner.memory_mb = 256;
+        s.runner.tmp_mb = 64;
         s.runner.cpus = 1.0;
         s.runner.pids_limit = 64;
         configure(s);
@@ -261,6 +262,9 @@ async fn a_go_issue_runs_hardened_and_ends_in_one_pull_request_with_the_token_re
             .expect("tmpfs")
             .contains("size=2048m")
     );
+    // A writable /tmp, programs allowed (an agent runs what it builds there).
+    let tmp = c["HostConfig"]["Tmpfs"]["/tmp"].as_str().expect("a /tmp");
+    assert!(tmp.contains("size=64m") && tmp.contains("exec") && !tmp.contains("noexec"), "{tmp}");
     assert_eq!(c["Config"]["Labels"]["director.repo"], "acme/widgets");
     assert_eq!(
         c["Config"]["Labels"]["director.issue"],
@@ -276,6 +280,7 @@ async fn a_go_issue_runs_hardened_and_ends_in_one_pull_request_with_the_token_re
         "DIRECTOR_CLONE_URL",
         "DIRECTOR_TOKEN",
         "DIRECTOR_TASK_FILE",
+        "TMPDIR",
     ] {
         assert!(
             env.iter().any(|e| e.starts_with(&format!("{var}="))),

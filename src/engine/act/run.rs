@@ -953,6 +953,7 @@ impl RunAct {
                 self.runtime.result_path().to_owned(),
             ),
             ("HOME".to_owned(), self.settings.workspace.clone()),
+            ("TMPDIR".to_owned(), crate::runtime::TMP_DIR.to_owned()),
         ];
         let (name, email) = self.git_identity(endpoints);
         match &self.egress {
