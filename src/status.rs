@@ -268,7 +268,7 @@ fn when(ms: i64) -> String {
         .unwrap_or_default()
 }
 
-/// Why a waiting issue waits: a give-up, a pre-flight retry or an hourly cap.
+/// Why a waiting issue waits: a give-up, a pre-flight retry, a cap or a spent budget.
 fn waiting(r: &IssueRecord) -> Option<String> {
     if let Some(b) = &r.blocked {
         return Some(b.clone());
@@ -286,7 +286,10 @@ fn waiting(r: &IssueRecord) -> Option<String> {
                 r.preflight.attempts + 1,
                 when(at)
             ),
-            None => format!("pre-flight deferred by an hourly cap until {}", when(at)),
+            None => match &r.preflight.waits_for {
+                Some(what) => format!("pre-flight waits until {}: {what}", when(at)),
+                None => format!("pre-flight deferred by an hourly cap until {}", when(at)),
+            },
         }),
         _ => None,
     }

@@ -114,8 +114,12 @@ pub struct PreflightState {
     /// Failed reads since the last verdict.
     pub attempts: u32,
     pub last_error: Option<String>,
-    /// Not before this time (retry backoff, hourly caps).
+    /// Not before this time (retry backoff, hourly caps, a spent day's budget).
     pub not_before_ms: Option<i64>,
+    /// What the pre-flight waits for until `not_before_ms`, in words (a cap, a spent
+    /// budget), while it waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waits_for: Option<String>,
     /// Where a WRONG-REPO issue was filed (`owner/repo#N`).
     pub routed_to: Option<String>,
     /// The newest comment id whose `/director` command was already acted on.

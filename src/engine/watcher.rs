@@ -276,6 +276,12 @@ impl Watcher {
             }
             Err(e) => return Err(e),
         };
+        // An agent that stops at the gateway's 429, as the contract asks, may exit before
+        // the stop was seen: the gateway records the stop before it answers, so it is read
+        // once more now, and the run ends over budget however it exited.
+        if self.budgets && !over_budget {
+            over_budget = self.store.budget_stop(&run.id).await.ok().flatten().is_some();
+        }
         if let Some((mut task, _guard, stop)) = recording {
             // What the run printed last may still be on its way.
             let ended = match tokio::time::timeout(TRANSCRIPT_DRAIN, &mut task).await {

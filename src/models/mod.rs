@@ -110,6 +110,19 @@ pub struct Spent {
     pub day: f64,
 }
 
+/// Dollars as a budget is written: every decimal the amount has (up to six), and at least
+/// `min` (rounded down past six, so a spent budget never reads as under its limit).
+pub fn dollars(usd: f64, min: usize) -> String {
+    // The epsilon undoes binary fractions (0.0045 is 0.00449999…), never a real amount.
+    let micro = (usd * 1_000_000.0 + 1e-6).floor();
+    let mut text = format!("{:.6}", micro / 1_000_000.0);
+    let keep = text.find('.').map_or(text.len(), |dot| dot + 1 + min);
+    while text.len() > keep && text.ends_with('0') {
+        text.pop();
+    }
+    format!("${text}")
+}
+
 /// Which budget a request would cross, and the message the agent reads.
 pub fn over_budget(budget: &BudgetSettings, spent: &Spent) -> Option<(&'static str, String)> {
     let checks = [
@@ -129,7 +142,9 @@ pub fn over_budget(budget: &BudgetSettings, spent: &Spent) -> Option<(&'static s
             (
                 key,
                 format!(
-                    "the director's budget is spent: {whose} budget of ${limit:.2} ({key}) has ${used:.4} spent; no more model calls"
+                    "the director's budget is spent: {whose} budget of {} ({key}) has {} spent; no more model calls",
+                    dollars(limit, 2),
+                    dollars(used, 4)
                 ),
             )
         })
@@ -144,12 +159,12 @@ pub fn day_spent(budget: &BudgetSettings, spent: &Spent, repo: &RepoName) -> Opt
     };
     over_budget(&daily, spent).map(|(key, _)| match key {
         "budget.repo_daily_usd" => format!(
-            "the day's model budget for {repo} (${:.2}, budget.repo_daily_usd) is spent",
-            budget.repo_daily_usd
+            "the day's model budget for {repo} ({}, budget.repo_daily_usd) is spent",
+            dollars(budget.repo_daily_usd, 2)
         ),
         _ => format!(
-            "the day's model budget (${:.2}, budget.daily_usd) is spent",
-            budget.daily_usd
+            "the day's model budget ({}, budget.daily_usd) is spent",
+            dollars(budget.daily_usd, 2)
         ),
     })
 }
@@ -245,6 +260,17 @@ pub struct Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn amounts_are_written_to_the_budgets_precision_never_rounded_under_it() {
+        assert_eq!(dollars(0.005, 2), "$0.005");
+        assert_eq!(dollars(1.0, 2), "$1.00");
+        assert_eq!(dollars(2.5, 2), "$2.50");
+        assert_eq!(dollars(0.009, 4), "$0.0090");
+        assert_eq!(dollars(0.0045, 4), "$0.0045");
+        // Just under a $0.005 budget reads as under it, not as $0.01 or $0.005.
+        assert_eq!(dollars(0.004_999_9, 2), "$0.004999");
+    }
 
     #[test]
     fn a_budget_is_crossed_once_what_was_spent_reaches_it() {

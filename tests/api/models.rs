@@ -296,7 +296,7 @@ async fn a_run_whose_budget_is_spent_gets_429_on_its_next_call_and_ends_over_bud
         .unwrap_or_default()
         .to_owned();
     assert!(
-        why.contains("budget.run_usd") && why.contains("$0.01"),
+        why.contains("budget.run_usd") && why.contains("budget of $0.005 ") && why.contains("$0.0090 spent"),
         "{why}"
     );
     assert_eq!(
@@ -512,6 +512,31 @@ async fn a_repository_whose_day_is_spent_starts_no_run_and_reads_no_issue_until_
     let waiting = row["waiting"].as_str().unwrap_or_default();
     assert!(waiting.contains("budget.repo_daily_usd"), "{row}");
 
+    // A new issue's pre-flight waits for the next day, and says it is the spent budget that
+    // it waits on (not an hourly cap), naming it to its precision.
+    let c = labelled(&s.t, "Third", "Print each step.").await;
+    crate::helpers::wait_until("the pre-flight waits", || async {
+        s.t.record(&c)
+            .await
+            .is_some_and(|r| r.preflight.waits_for.is_some())
+    })
+    .await;
+    let status =
+        crate::fake_runs::status_json_with(&s.t, &[("DIRECTOR_BUDGET__REPO_DAILY_USD", "0.004")])
+            .await;
+    let row = status
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["number"] == c.number))
+        .cloned()
+        .expect("a row");
+    let waiting = row["waiting"].as_str().unwrap_or_default();
+    assert!(
+        waiting.starts_with("pre-flight waits until")
+            && waiting.contains("($0.004, budget.repo_daily_usd) is spent")
+            && !waiting.contains("hourly"),
+        "{row}"
+    );
+
     // The status page shows what the repository spent today.
     let page = s.t.app.get("/status").await.text().await.expect("page");
     assert!(
@@ -673,4 +698,20 @@ async fn a_background_response_is_refused_as_unmeterable() {
     let text = answer.text().await.expect("text");
     assert!(text.contains("models.allow_unmetered"), "{text}");
     assert!(s.provider.requests().is_empty(), "nothing forwarded");
+}
+
+#[tokio::test]
+async fn an_agent_that_exits_at_the_budgets_429_ends_over_budget_not_failed() {
+    let s = setup(|s| s.budget.run_usd = 0.004).await;
+    let run = started(&s, "Spend it and stop").await;
+    let first = run.anthropic(message(false)).send().await.expect("answered");
+    assert_eq!(first.status(), 200);
+    metered_calls(&s, &run, 1).await;
+    let refused = run.anthropic(message(false)).send().await.expect("answered");
+    assert_eq!(refused.status(), 429);
+    // As the contract asks, it stops cleanly at once, before the director stops it, with
+    // nothing pushed.
+    s.fake.exit(&run.id, 1, "budget spent, stopping\n");
+    let record = s.t.wait_state(&run.issue, Lifecycle::OverBudget).await;
+    assert_eq!(record.lifecycle, Lifecycle::OverBudget);
 }

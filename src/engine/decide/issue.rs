@@ -261,6 +261,7 @@ impl Step<'_> {
         p.attempts = 0;
         p.last_error = None;
         p.not_before_ms = None;
+        p.waits_for = None;
         self.set_lifecycle(Lifecycle::Pending);
         self.plan_read(self.now);
     }

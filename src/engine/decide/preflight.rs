@@ -18,6 +18,7 @@ impl Step<'_> {
                 p.hash = Some(read.hash.clone());
                 p.attempts = 0;
                 p.not_before_ms = None;
+        p.waits_for = None;
                 let shown = Shown::Skipped {
                     by: by.clone(),
                     how: how.clone(),
@@ -55,6 +56,7 @@ impl Step<'_> {
                 self.vouch(read);
                 tracing::debug!(limit, until = %format_time(*until_ms), "pre-flight waits for its cap");
                 self.record.preflight.not_before_ms = Some(*until_ms);
+                self.record.preflight.waits_for = Some(limit.clone());
                 self.record.preflight.rev += 1;
                 self.plan_read(*until_ms);
                 true
@@ -93,6 +95,7 @@ impl Step<'_> {
         p.attempts = 0;
         p.last_error = None;
         p.not_before_ms = None;
+        p.waits_for = None;
         if !matches!(verdict, Verdict::NeedsInfo { .. }) {
             p.question_rounds = 0;
         }
@@ -240,6 +243,7 @@ impl Step<'_> {
         p.verdict = Some(Judgement::Error);
         p.reason = Some(error.to_owned());
         p.not_before_ms = None;
+        p.waits_for = None;
         self.set_lifecycle(if proceeding {
             Lifecycle::Queued
         } else {
