@@ -706,7 +706,10 @@ mod git_tests {
         assert_eq!(get("GIT_CONFIG_KEY_3"), Some("user.name"));
         assert_eq!(get("GIT_CONFIG_VALUE_3"), Some("runner"));
         assert_eq!(get("GIT_CONFIG_KEY_4"), Some("user.email"));
-        assert_eq!(get("GIT_CONFIG_VALUE_4"), Some("runner@noreply.forge.example"));
+        assert_eq!(
+            get("GIT_CONFIG_VALUE_4"),
+            Some("runner@noreply.forge.example")
+        );
         assert_eq!(get("GIT_CONFIG_KEY_0"), Some("credential.helper"));
         assert_eq!(get("GIT_CONFIG_VALUE_0"), Some(""));
         assert_eq!(

@@ -280,7 +280,13 @@ impl Watcher {
         // the stop was seen: the gateway records the stop before it answers, so it is read
         // once more now, and the run ends over budget however it exited.
         if self.budgets && !over_budget {
-            over_budget = self.store.budget_stop(&run.id).await.ok().flatten().is_some();
+            over_budget = self
+                .store
+                .budget_stop(&run.id)
+                .await
+                .ok()
+                .flatten()
+                .is_some();
         }
         if let Some((mut task, _guard, stop)) = recording {
             // What the run printed last may still be on its way.

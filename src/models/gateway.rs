@@ -381,14 +381,14 @@ async fn metered(
         );
     }
     let model = shape.model.clone();
-    let price = gw.config.prices.get(&model).cloned();
+    let price = crate::settings::prices::price_of(&gw.config.prices, &model);
     if price.is_none() && call.budget.any() {
         gw.refuse("unpriced");
         return p.error(
             StatusCode::BAD_REQUEST,
             "invalid_request_error",
             &format!(
-                "the model `{model}` has no price (models.prices.\"{model}\"), and budgets are in dollars: the director does not forward it"
+                "the model `{model}` has no price in [models.prices] or the director's own table (set models.prices.\"{model}\"), and budgets are in dollars: the director does not forward it"
             ),
         );
     }

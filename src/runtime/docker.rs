@@ -22,8 +22,7 @@ use bollard::query_parameters::{
 use futures_util::StreamExt;
 
 use super::{
-    EgressPoint, Exit, RunContainer, RunSpec, Runtime, RuntimeError, TMP_DIR, WaitLimits,
-    Watchdog,
+    EgressPoint, Exit, RunContainer, RunSpec, Runtime, RuntimeError, TMP_DIR, WaitLimits, Watchdog,
 };
 use crate::settings::RunnerSettings;
 

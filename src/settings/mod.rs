@@ -15,6 +15,7 @@ use crate::domain::RepoName;
 mod forge;
 mod models;
 mod preflight;
+pub mod prices;
 pub mod repo;
 mod runner;
 mod scan;

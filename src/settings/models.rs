@@ -162,16 +162,13 @@ impl super::Settings {
             if !any_provider {
                 out.push("[budget] is set but [models] names no provider: runs' model calls do not go through the director, so only the pre-flight's are counted".to_owned());
             }
-            if m.prices.is_empty() {
-                out.push("[budget] is set but [models.prices] is empty: every model call of a run is refused (a model without a price cannot be counted in dollars)".to_owned());
-            }
             let preflight_model = &self.preflight.model;
             if self.preflight.enabled
                 && self.preflight.provider != super::Provider::Command
-                && !m.prices.contains_key(preflight_model)
+                && super::prices::price_of(&m.prices, preflight_model).is_none()
             {
                 out.push(format!(
-                    "the pre-flight's model `{preflight_model}` has no price in [models.prices]: its calls count in tokens only, not toward [budget]"
+                    "the pre-flight's model `{preflight_model}` has no price in [models.prices] or the director's own table: its calls count in tokens only, not toward [budget]"
                 ));
             }
         }

@@ -155,11 +155,14 @@ async fn a_run_is_a_suspended_hardened_job_whose_secrets_are_only_in_its_owned_s
         .as_array()
         .and_then(|v| v.iter().find(|v| v["name"] == "tmp"))
         .expect("a /tmp volume");
-    assert_eq!(tmp["emptyDir"], serde_json::json!({ "medium": "Memory", "sizeLimit": "512Mi" }));
+    assert_eq!(
+        tmp["emptyDir"],
+        serde_json::json!({ "medium": "Memory", "sizeLimit": "512Mi" })
+    );
     assert!(
-        c["volumeMounts"]
-            .as_array()
-            .is_some_and(|m| m.iter().any(|m| m["name"] == "tmp" && m["mountPath"] == "/tmp")),
+        c["volumeMounts"].as_array().is_some_and(|m| m
+            .iter()
+            .any(|m| m["name"] == "tmp" && m["mountPath"] == "/tmp")),
         "{c}"
     );
 

@@ -296,7 +296,9 @@ async fn a_run_whose_budget_is_spent_gets_429_on_its_next_call_and_ends_over_bud
         .unwrap_or_default()
         .to_owned();
     assert!(
-        why.contains("budget.run_usd") && why.contains("budget of $0.005 ") && why.contains("$0.0090 spent"),
+        why.contains("budget.run_usd")
+            && why.contains("budget of $0.005 ")
+            && why.contains("$0.0090 spent"),
         "{why}"
     );
     assert_eq!(
@@ -704,14 +706,41 @@ async fn a_background_response_is_refused_as_unmeterable() {
 async fn an_agent_that_exits_at_the_budgets_429_ends_over_budget_not_failed() {
     let s = setup(|s| s.budget.run_usd = 0.004).await;
     let run = started(&s, "Spend it and stop").await;
-    let first = run.anthropic(message(false)).send().await.expect("answered");
+    let first = run
+        .anthropic(message(false))
+        .send()
+        .await
+        .expect("answered");
     assert_eq!(first.status(), 200);
     metered_calls(&s, &run, 1).await;
-    let refused = run.anthropic(message(false)).send().await.expect("answered");
+    let refused = run
+        .anthropic(message(false))
+        .send()
+        .await
+        .expect("answered");
     assert_eq!(refused.status(), 429);
     // As the contract asks, it stops cleanly at once, before the director stops it, with
     // nothing pushed.
     s.fake.exit(&run.id, 1, "budget spent, stopping\n");
     let record = s.t.wait_state(&run.issue, Lifecycle::OverBudget).await;
     assert_eq!(record.lifecycle, Lifecycle::OverBudget);
+}
+
+#[tokio::test]
+async fn a_current_model_the_operator_did_not_price_is_counted_at_the_built_in_table() {
+    // A new user prices nothing and sets a budget; Claude Code asks for the newest model.
+    let s = setup(|s| {
+        s.models.prices.clear();
+        s.budget.run_usd = 5.0;
+    })
+    .await;
+    let run = started(&s, "Day one").await;
+    let body = json!({ "model": "claude-opus-4-7", "max_tokens": 64,
+        "messages": [{ "role": "user", "content": "Hello" }] });
+    let answer = run.anthropic(body).send().await.expect("answered");
+    assert_eq!(answer.status(), 200, "forwarded");
+    let usage = metered_calls(&s, &run, 1).await;
+    // 1,000 in at $5 and 100 out at $25 per million, as config/prices.toml has it.
+    let cost = usage.cost_usd.expect("priced");
+    assert!((cost - 0.0075).abs() < 1e-9, "{cost}");
 }

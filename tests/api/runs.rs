@@ -264,7 +264,10 @@ async fn a_go_issue_runs_hardened_and_ends_in_one_pull_request_with_the_token_re
     );
     // A writable /tmp, programs allowed (an agent runs what it builds there).
     let tmp = c["HostConfig"]["Tmpfs"]["/tmp"].as_str().expect("a /tmp");
-    assert!(tmp.contains("size=64m") && tmp.contains("exec") && !tmp.contains("noexec"), "{tmp}");
+    assert!(
+        tmp.contains("size=64m") && tmp.contains("exec") && !tmp.contains("noexec"),
+        "{tmp}"
+    );
     assert_eq!(c["Config"]["Labels"]["director.repo"], "acme/widgets");
     assert_eq!(
         c["Config"]["Labels"]["director.issue"],

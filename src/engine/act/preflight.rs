@@ -298,7 +298,8 @@ impl PreflightAct {
             provider,
             model: model.to_owned(),
             usage,
-            cost_usd: self.metering.prices.get(model).map(|p| usage.cost(p)),
+            cost_usd: crate::settings::prices::price_of(&self.metering.prices, model)
+                .map(|p| usage.cost(&p)),
             at_ms,
         };
         if let Some(c) = &self.metering.counters {

@@ -18,7 +18,7 @@ impl Step<'_> {
                 p.hash = Some(read.hash.clone());
                 p.attempts = 0;
                 p.not_before_ms = None;
-        p.waits_for = None;
+                p.waits_for = None;
                 let shown = Shown::Skipped {
                     by: by.clone(),
                     how: how.clone(),
