@@ -294,11 +294,22 @@ fn write_and_wait(mut child: std::process::Child, input: &str) -> Output {
 
 const ENTRYPOINT: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/examples/claude-code/entrypoint.sh"
+    "/examples/entrypoint/director-entrypoint.sh"
 );
 
 /// Runs the example entrypoint as the director would start it, with `agent` as the agent.
 fn entrypoint(g: &GitForge, token: &str, agent: &str, task: &str) -> (Output, tempfile::TempDir) {
+    let (mut cmd, ws) = entrypoint_command(g, token, agent, task);
+    (cmd.output().expect("sh runs"), ws)
+}
+
+/// The entrypoint's command as the director would start it, and its workspace.
+fn entrypoint_command(
+    g: &GitForge,
+    token: &str,
+    agent: &str,
+    task: &str,
+) -> (Command, tempfile::TempDir) {
     let ws = tempfile::tempdir().expect("dir");
     let task_file = ws.path().join("task.md");
     std::fs::write(&task_file, task).expect("task");
@@ -317,7 +328,7 @@ fn entrypoint(g: &GitForge, token: &str, agent: &str, task: &str) -> (Output, te
         .env("DIRECTOR_TASK_FILE", &task_file)
         .env("DIRECTOR_RESULT_FILE", ws.path().join("result.json"))
         .env("AGENT_COMMAND", format!("sh {}", agent_file.display()));
-    (cmd.output().expect("sh runs"), ws)
+    (cmd, ws)
 }
 
 fn result(ws: &tempfile::TempDir) -> Option<serde_json::Value> {
@@ -396,6 +407,90 @@ async fn the_example_entrypoint_clones_runs_the_agent_commits_pushes_and_writes_
     let (out, ws) = entrypoint(&g, &token, "echo broken; exit 3\n", "# Broken\n");
     assert_eq!(out.status.code(), Some(3));
     assert!(result(&ws).is_none());
+}
+
+#[tokio::test]
+async fn the_example_entrypoint_streams_keeps_scratch_files_out_and_pushes_the_work_on_a_stop() {
+    use std::io::{BufRead as _, BufReader};
+    let g = git_forge();
+    let token = mint(
+        g.server.url(),
+        "run",
+        &["write:repository"],
+        &["acme/widgets"],
+    )
+    .await;
+    // An agent that writes its change and a scratch file of its own, says so, and then works
+    // on until it is stopped.
+    let agent = "printf 'verbose: true\\n' > VERBOSE.md\nprintf 'chat\\n' > .aider.chat.history.md\necho 'halfway there'\nwhile :; do sleep 1; done\n";
+    let (mut cmd, ws) = entrypoint_command(&g, &token, agent, "# Add --verbose\n");
+    use std::os::unix::process::CommandExt as _;
+    // A group of its own, so a failing test can end all of it (the agent never ends alone).
+    let mut child = cmd
+        .env("AGENT_EXCLUDE", ".aider*")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("sh runs");
+    let group = format!("-{}", child.id());
+    struct EndGroup(String);
+    impl Drop for EndGroup {
+        fn drop(&mut self) {
+            let _ = Command::new("kill").args(["-KILL", "--", &self.0]).status();
+        }
+    }
+    let _end = EndGroup(group);
+    // Its output arrives while it runs, not when it ends.
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let seen = tokio::task::spawn_blocking(move || {
+        let found = lines.any(|l| l.is_ok_and(|l| l.contains("halfway there")));
+        (found, lines)
+    });
+    let (found, lines) = tokio::time::timeout(std::time::Duration::from_secs(30), seen)
+        .await
+        .expect("the output streams while the agent runs")
+        .expect("joined");
+    assert!(found, "the agent's line was streamed");
+    // The director's stop: SIGTERM to the entrypoint, which pushes the work so far.
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    let out = tokio::task::spawn_blocking(move || {
+        let rest: Vec<String> = lines.map_while(Result::ok).collect();
+        (child.wait_with_output().expect("wait"), rest)
+    });
+    let (out, rest) = tokio::time::timeout(std::time::Duration::from_secs(30), out)
+        .await
+        .expect("it ends within the grace")
+        .expect("joined");
+    assert_eq!(out.status.code(), Some(143), "{rest:?} {}", stderr(&out));
+    assert!(rest.iter().any(|l| l.contains("pushed")), "{rest:?}");
+    let branch = "director-issue-7-01234567";
+    assert_eq!(
+        g.forge
+            .git_show(&g.widgets, branch, "VERBOSE.md")
+            .as_deref(),
+        Some("verbose: true")
+    );
+    assert_eq!(
+        g.forge
+            .git_show(&g.widgets, branch, ".aider.chat.history.md"),
+        None,
+        "the agent's scratch file stays out"
+    );
+    assert_eq!(
+        g.forge.git_show(&g.widgets, branch, ".gitignore"),
+        g.forge.git_show(&g.widgets, "main", ".gitignore"),
+        "the repository's .gitignore is untouched"
+    );
+    let result = result(&ws).expect("a result");
+    assert_eq!(result["outcome"], "done");
 }
 
 #[tokio::test]
