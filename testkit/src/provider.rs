@@ -22,7 +22,18 @@ pub struct Tokens {
     pub output: u64,
 }
 
+/// One turn of a scripted model: text, and tool calls (name, input) for the agent to make.
+#[derive(Clone, Debug, Default)]
+pub struct Turn {
+    pub text: String,
+    pub tool_calls: Vec<(String, Value)>,
+}
+
+/// Plays the model's turn for a request (its path and body); `None`: the fixed answer.
+pub type Script = Arc<dyn Fn(&str, &Value) -> Option<Turn> + Send + Sync>;
+
 struct State {
+    script: Option<Script>,
     key: String,
     keys: Vec<String>,
     requests: Vec<(String, Value)>,
@@ -43,6 +54,7 @@ impl FakeProvider {
     pub fn start() -> Self {
         let key = format!("sk-fake-{:032x}", rand::random::<u128>());
         let state = Arc::new(Mutex::new(State {
+            script: None,
             key: key.clone(),
             keys: Vec::new(),
             requests: Vec::new(),
@@ -81,6 +93,13 @@ impl FakeProvider {
 
     fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
         f(&mut self.state.lock().expect("lock"))
+    }
+
+    /// Plays the model's turns: for each request, the turn `script` gives, in the protocol of
+    /// the route asked (Anthropic's messages with `tool_use`, OpenAI's chat with
+    /// `tool_calls`), streamed when asked, with the usage of [`FakeProvider::set_tokens`].
+    pub fn script(&self, script: impl Fn(&str, &Value) -> Option<Turn> + Send + Sync + 'static) {
+        self.with(|s| s.script = Some(Arc::new(script)));
     }
 
     /// What every later answer reports it used.
@@ -154,7 +173,7 @@ async fn handle(
         })
         .unwrap_or_default();
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let (tokens, fail, cut, hold) = {
+    let (tokens, fail, cut, hold, script) = {
         let mut s = state.lock().expect("lock");
         s.keys.push(presented.clone());
         if presented != s.key {
@@ -167,13 +186,28 @@ async fn handle(
         } else {
             None
         };
-        (s.tokens, s.fail_next.take(), cut, hold)
+        (s.tokens, s.fail_next.take(), cut, hold, s.script.clone())
     };
     if let Some(status) = fail {
         return error(anthropic, status, "overloaded_error", "Overloaded");
     }
     let streamed = request["stream"].as_bool() == Some(true);
     let model = request["model"].clone();
+    let turn = match (req.method().as_str(), path.as_str()) {
+        ("POST", "/v1/messages" | "/v1/chat/completions") => {
+            script.and_then(|play| play(&path, &request))
+        }
+        _ => None,
+    };
+    if let Some(turn) = turn {
+        let usage = request["stream_options"]["include_usage"].as_bool() == Some(true);
+        return match (anthropic, streamed) {
+            (true, true) => sse(anthropic_turn_events(&model, tokens, &turn), cut, hold),
+            (true, false) => HttpResponse::Ok().json(anthropic_turn(&model, tokens, &turn)),
+            (false, true) => sse(chat_turn_events(&model, tokens, &turn, usage), cut, hold),
+            (false, false) => HttpResponse::Ok().json(chat_turn(&model, tokens, &turn)),
+        };
+    }
     match (req.method().as_str(), path.as_str()) {
         ("POST", "/v1/messages/count_tokens") => {
             HttpResponse::Ok().json(json!({ "input_tokens": tokens.input }))
@@ -203,6 +237,133 @@ async fn handle(
         ("GET", "/v1/models") => HttpResponse::Ok().json(json!({ "data": [{ "id": "fake-model" }] })),
         _ => error(anthropic, 404, "not_found_error", "Not found"),
     }
+}
+
+fn anthropic_content(turn: &Turn) -> Vec<Value> {
+    let mut content = Vec::new();
+    if !turn.text.is_empty() {
+        content.push(json!({ "type": "text", "text": turn.text }));
+    }
+    for (i, (name, input)) in turn.tool_calls.iter().enumerate() {
+        content.push(json!({ "type": "tool_use", "id": format!("toolu_fake{i}{:08x}", rand::random::<u32>()), "name": name, "input": input }));
+    }
+    content
+}
+
+fn stop_reason(turn: &Turn, tools: &str, done: &str) -> String {
+    if turn.tool_calls.is_empty() {
+        done
+    } else {
+        tools
+    }
+    .to_owned()
+}
+
+fn anthropic_turn(model: &Value, t: Tokens, turn: &Turn) -> Value {
+    json!({ "id": "msg_fake", "type": "message", "role": "assistant", "model": model,
+        "content": anthropic_content(turn), "stop_reason": stop_reason(turn, "tool_use", "end_turn"),
+        "stop_sequence": null,
+        "usage": { "input_tokens": t.input, "cache_read_input_tokens": t.cached,
+            "cache_creation_input_tokens": 0, "output_tokens": t.output } })
+}
+
+/// A scripted turn as Anthropic streams it: each block started, its text or its input's JSON
+/// as deltas, stopped; then the stop reason with the output count.
+fn anthropic_turn_events(model: &Value, t: Tokens, turn: &Turn) -> Vec<String> {
+    let ev = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
+    let mut out = vec![ev(
+        "message_start",
+        json!({ "type": "message_start", "message": { "id": "msg_fake", "type": "message",
+        "role": "assistant", "content": [], "model": model, "stop_reason": null, "stop_sequence": null,
+        "usage": { "input_tokens": t.input, "cache_read_input_tokens": t.cached,
+            "cache_creation_input_tokens": 0, "output_tokens": 1 } } }),
+    )];
+    for (i, block) in anthropic_content(turn).into_iter().enumerate() {
+        let (start, delta) = if block["type"] == "text" {
+            (
+                json!({ "type": "text", "text": "" }),
+                json!({ "type": "text_delta", "text": block["text"] }),
+            )
+        } else {
+            (
+                json!({ "type": "tool_use", "id": block["id"], "name": block["name"], "input": {} }),
+                json!({ "type": "input_json_delta", "partial_json": block["input"].to_string() }),
+            )
+        };
+        out.push(ev(
+            "content_block_start",
+            json!({ "type": "content_block_start", "index": i, "content_block": start }),
+        ));
+        out.push(ev(
+            "content_block_delta",
+            json!({ "type": "content_block_delta", "index": i, "delta": delta }),
+        ));
+        out.push(ev(
+            "content_block_stop",
+            json!({ "type": "content_block_stop", "index": i }),
+        ));
+    }
+    out.push(ev(
+        "message_delta",
+        json!({ "type": "message_delta", "delta": { "stop_reason": stop_reason(turn, "tool_use", "end_turn"), "stop_sequence": null },
+        "usage": { "output_tokens": t.output } }),
+    ));
+    out.push(ev("message_stop", json!({ "type": "message_stop" })));
+    out
+}
+
+fn chat_tool_calls(turn: &Turn) -> Vec<Value> {
+    turn.tool_calls
+        .iter()
+        .enumerate()
+        .map(|(i, (name, input))| json!({ "index": i, "id": format!("call_fake{i}{:08x}", rand::random::<u32>()), "type": "function",
+            "function": { "name": name, "arguments": input.to_string() } }))
+        .collect()
+}
+
+fn chat_turn(model: &Value, t: Tokens, turn: &Turn) -> Value {
+    let mut message = json!({ "role": "assistant", "content": turn.text });
+    if !turn.tool_calls.is_empty() {
+        message["tool_calls"] = Value::Array(chat_tool_calls(turn));
+    }
+    json!({ "id": "chatcmpl-fake", "object": "chat.completion", "created": 1_700_000_000, "model": model,
+        "choices": [{ "index": 0, "message": message, "finish_reason": stop_reason(turn, "tool_calls", "stop") }],
+        "usage": chat_usage(t) })
+}
+
+/// A scripted turn as OpenAI streams it: the role, the text, each tool call whole in one
+/// chunk, the finish reason, the usage when asked, `[DONE]`.
+fn chat_turn_events(model: &Value, t: Tokens, turn: &Turn, usage: bool) -> Vec<String> {
+    let chunk = |delta: Value, finish: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({ "id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1_700_000_000, "model": model,
+            "choices": [{ "index": 0, "delta": delta, "finish_reason": finish }] })
+        )
+    };
+    let mut out = vec![chunk(
+        json!({ "role": "assistant", "content": "" }),
+        Value::Null,
+    )];
+    if !turn.text.is_empty() {
+        out.push(chunk(json!({ "content": turn.text }), Value::Null));
+    }
+    for call in chat_tool_calls(turn) {
+        out.push(chunk(json!({ "tool_calls": [call] }), Value::Null));
+    }
+    out.push(chunk(
+        json!({}),
+        json!(stop_reason(turn, "tool_calls", "stop")),
+    ));
+    if usage {
+        out.push(format!(
+            "data: {}\n\n",
+            json!({ "id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1_700_000_000, "model": model,
+            "choices": [], "usage": chat_usage(t) })
+        ));
+    }
+    out.push("data: [DONE]\n\n".to_owned());
+    out
 }
 
 fn streamed_request(request: &Value) -> bool {

@@ -3,6 +3,7 @@
 mod forge_helpers;
 mod helpers;
 
+mod agents;
 mod chart;
 mod config;
 mod contract;
