@@ -52,7 +52,7 @@ chroot "$root" python3 -m venv /opt/venv
 # The wheels are fetched by this machine's pip (its configuration reaches the package index,
 # certificates included) and kept: a rebuild after a change of the entrypoint fetches
 # nothing. The root filesystem's pip installs them offline; both are CPython 3.11 on glibc.
-wheels=${DIRECTOR_AGENT_WHEELS:-$cache/wheels}
+wheels=${DIRECTOR_AGENT_WHEELS:-$cache/wheels-$agent}
 mkdir -p "$wheels"
 platforms=()
 for minor in $(seq 36 -1 5); do platforms+=(--platform "manylinux_2_${minor}_x86_64"); done

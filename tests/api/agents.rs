@@ -328,3 +328,38 @@ async fn aider_unmodified_ends_in_a_pull_request_metered_exactly() {
         s.t.forge.git_show(&s.t.repo, "main", ".gitignore")
     );
 }
+
+#[test]
+fn each_example_dockerfile_sets_what_its_tested_image_sets_and_uses_the_shared_entrypoint() {
+    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/examples");
+    for agent in ["claude-code", "aider", "mini-swe-agent", "codex"] {
+        let read = |name: &str| {
+            std::fs::read_to_string(format!("{examples}/{agent}/{name}"))
+                .unwrap_or_else(|e| panic!("{agent}/{name}: {e}"))
+        };
+        let dockerfile = read("Dockerfile");
+        let mut set: Vec<&str> = dockerfile
+            .lines()
+            .filter_map(|l| l.strip_prefix("ENV "))
+            .filter(|l| !l.starts_with("PATH="))
+            .collect();
+        let env = read("image.env");
+        let mut tested: Vec<&str> = env
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .collect();
+        set.sort_unstable();
+        tested.sort_unstable();
+        assert_eq!(
+            set, tested,
+            "{agent}: the Dockerfile's variables are image.env's"
+        );
+        assert!(
+            dockerfile.contains(
+                "COPY entrypoint/director-entrypoint.sh /usr/local/bin/director-entrypoint"
+            ) && dockerfile.contains("USER 1000:1000"),
+            "{agent}"
+        );
+    }
+}
