@@ -32,6 +32,8 @@ pub struct Metrics {
     pub events_set_aside: IntCounter,
     /// Outbox actions not done yet (due, backing off, or being performed).
     pub actions_due: IntGauge,
+    /// Memory the bodies of gateway requests being read hold (`runner.gateway_memory_mb`).
+    pub gateway_body_memory: IntGauge,
     /// 1 while the database answers, 0 during an outage.
     pub store_up: IntGauge,
     /// Outages of the database seen, each counted once.
@@ -135,6 +137,11 @@ impl Metrics {
                 &r,
                 "director_actions_due",
                 "Outbox actions not done yet (due, backing off, or being performed)",
+            ),
+            gateway_body_memory: gauge(
+                &r,
+                "director_gateway_body_memory_bytes",
+                "Memory reserved by the bodies of git and model gateway requests being read",
             ),
             store_up,
             store_outages: counter(

@@ -229,7 +229,8 @@ async fn egress_proxy(
         r.gateway_memory_mb,
         r.gateway_requests_per_run,
         std::time::Duration::from_secs(r.gateway_body_timeout_secs),
-    );
+    )
+    .with_gauge(metrics.gateway_body_memory.clone());
     let gateway = git_gateway(
         settings,
         gateway_at,

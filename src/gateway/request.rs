@@ -22,10 +22,24 @@ pub struct Budget {
     /// How long its whole body may take to arrive.
     pub body_timeout: Duration,
     per_run: Arc<PerRun>,
+    /// `director_gateway_body_memory_bytes`: what the bodies being read hold.
+    in_use: Option<prometheus::IntGauge>,
 }
 
 /// Room for one body, held until it is dropped.
-pub struct Room(#[allow(dead_code)] OwnedSemaphorePermit);
+pub struct Room {
+    _permit: OwnedSemaphorePermit,
+    bytes: i64,
+    in_use: Option<prometheus::IntGauge>,
+}
+
+impl Drop for Room {
+    fn drop(&mut self) {
+        if let Some(g) = &self.in_use {
+            g.sub(self.bytes);
+        }
+    }
+}
 
 /// Why a body was not taken.
 #[derive(Debug, PartialEq, Eq)]
@@ -104,7 +118,14 @@ impl Budget {
                 max: per_run.max(1),
                 open: Mutex::default(),
             }),
+            in_use: None,
         }
+    }
+
+    /// Counts the memory the bodies hold in `gauge`, in bytes.
+    pub fn with_gauge(mut self, gauge: prometheus::IntGauge) -> Self {
+        self.in_use = Some(gauge);
+        self
     }
 
     /// KiB in use now.
@@ -155,15 +176,20 @@ impl Budget {
             .await
             .map_err(|_| Refused::NoRoom)?
             .map_err(|_| Refused::NoRoom)?;
+        // Counted from here, and given back however the read ends.
+        let room = Room {
+            _permit: permit,
+            bytes: i64::from(kib) * 1024,
+            in_use: self.in_use.clone(),
+        };
+        if let Some(g) = &room.in_use {
+            g.add(room.bytes);
+        }
         let (body, over) = tokio::time::timeout(self.body_timeout, capped(payload, reserve))
             .await
             .map_err(|_| Refused::TooSlow)?
             .map_err(|()| Refused::Unreadable)?;
-        Ok((
-            body,
-            over || declared.is_some_and(|d| d > max),
-            Room(permit),
-        ))
+        Ok((body, over || declared.is_some_and(|d| d > max), room))
     }
 }
 

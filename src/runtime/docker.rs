@@ -170,7 +170,7 @@ impl DockerRuntime {
         // run's memory; `exec`: agents run what they build there.
         tmpfs.insert(
             TMP_DIR.to_owned(),
-            format!("rw,nosuid,nodev,exec,size={}m,mode=1777", s.tmp_mb),
+            format!("rw,nosuid,nodev,exec,size={}m,mode=1777", s.tmp_mb()),
         );
         ContainerCreateBody {
             image: Some(spec.image.clone()),

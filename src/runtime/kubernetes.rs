@@ -399,7 +399,7 @@ impl KubeRuntime {
             "volumes": [
                 { "name": "workspace", "emptyDir": { "sizeLimit": format!("{}Mi", r.workspace_mb) } },
                 // In memory, counted in the container's limit, as Docker's tmpfs is.
-                { "name": "tmp", "emptyDir": { "medium": "Memory", "sizeLimit": format!("{}Mi", r.tmp_mb) } },
+                { "name": "tmp", "emptyDir": { "medium": "Memory", "sizeLimit": format!("{}Mi", r.tmp_mb()) } },
                 { "name": "task", "secret": {
                     "secretName": name,
                     "items": [{ "key": TASK_KEY, "path": task_file, "mode": 0o444 }],

@@ -149,8 +149,9 @@ pub struct RunnerSettings {
     pub workspace: String,
     pub workspace_mb: u64,
     /// The writable tmpfs at `/tmp` (`TMPDIR`), in MB, counted in `memory_mb`; programs run
-    /// there (not `noexec`): agents build and run what they write.
-    pub tmp_mb: u64,
+    /// there (not `noexec`): agents build and run what they write. Unset: a quarter of
+    /// `memory_mb`, at most 512.
+    pub tmp_mb: Option<u64>,
     /// Wall-clock limit per run, in seconds: the run gets a stop signal, then
     /// `stop_grace_secs` to push what it has, then it is killed.
     pub timeout_secs: u64,
@@ -232,7 +233,7 @@ impl Default for RunnerSettings {
             read_only_rootfs: true,
             workspace: "/workspace".into(),
             workspace_mb: 2048,
-            tmp_mb: 512,
+            tmp_mb: None,
             timeout_secs: 3600,
             stop_grace_secs: 30,
             idle_timeout_secs: 1800,
@@ -256,6 +257,12 @@ impl Default for RunnerSettings {
 }
 
 impl RunnerSettings {
+    /// The size of every run's `/tmp`, in MB.
+    pub fn tmp_mb(&self) -> u64 {
+        self.tmp_mb
+            .unwrap_or_else(|| (self.memory_mb / 4).clamp(1, 512))
+    }
+
     /// Every path runs may not change: `protected_paths` and `protected_paths_extra`.
     pub fn protected(&self) -> Vec<String> {
         let mut all = self.protected_paths.clone();
@@ -379,7 +386,7 @@ impl Settings {
                 ),
             ));
         }
-        if r.tmp_mb == 0 || r.tmp_mb >= r.memory_mb {
+        if r.tmp_mb.is_some_and(|t| t == 0 || t >= r.memory_mb) {
             return Err(invalid(
                 "runner.tmp_mb",
                 format!(

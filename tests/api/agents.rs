@@ -74,7 +74,7 @@ async fn setup(image: String, openai: bool) -> Setup {
         s.runner.model_gateway_port = crate::helpers::free_port();
         // What a real agent needs: room to start its runtime, and time.
         s.runner.memory_mb = 2048;
-        s.runner.tmp_mb = 256;
+        s.runner.tmp_mb = Some(256);
         s.runner.pids_limit = 512;
         s.runner.timeout_secs = 240;
         let provider = ProviderSettings {

@@ -814,6 +814,8 @@ async fn a_run_cannot_hold_the_gateways_memory_with_parallel_or_endless_pushes()
     // The first run's push declares no length: room for a whole push (all there is) is
     // reserved, and its body never ends.
     let mut held = endless_push(&s, &first).await;
+    s.t.wait_for_metric("director_gateway_body_memory_bytes 1048576")
+        .await;
     // The first run's next push, meanwhile (its body ends, as git's does): over its cap of
     // one, refused unread.
     let mut again = endless_push(&s, &first).await;
@@ -827,6 +829,8 @@ async fn a_run_cannot_hold_the_gateways_memory_with_parallel_or_endless_pushes()
     assert!(status_of(&mut other, 10).await.contains("503"));
     // The endless body is cut at its deadline, and its room is free again.
     assert!(status_of(&mut held, 10).await.contains("408"));
+    s.t.wait_for_metric("director_gateway_body_memory_bytes 0")
+        .await;
     let work = clone(&second).await;
     let w = work.path().join("w");
     commit(&second, &w, "notes.txt", "after the flood\n").await;

@@ -157,7 +157,7 @@ async fn a_run_is_a_suspended_hardened_job_whose_secrets_are_only_in_its_owned_s
         .expect("a /tmp volume");
     assert_eq!(
         tmp["emptyDir"],
-        serde_json::json!({ "medium": "Memory", "sizeLimit": "512Mi" })
+        serde_json::json!({ "medium": "Memory", "sizeLimit": "256Mi" })
     );
     assert!(
         c["volumeMounts"].as_array().is_some_and(|m| m

@@ -173,7 +173,7 @@ pub async fn spawn_runs(
         s.runner.network = "host".into();
         s.runner.timeout_secs = 60;
         s.runner.memory_mb = 256;
-        s.runner.tmp_mb = 64;
+        s.runner.tmp_mb = Some(64);
         s.runner.cpus = 1.0;
         s.runner.pids_limit = 64;
         configure(s);
