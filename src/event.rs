@@ -325,7 +325,13 @@ pub struct ReadContext {
     /// line per place (`the body: a link reference definition (not rendered)`).
     #[serde(default)]
     pub hidden: Vec<String>,
+    /// The agent a run would get, in words (`` `aider` (the label `agent:aider` by @alice) ``),
+    /// or why none can start as asked: shown under a GO.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentLine>,
 }
+
+pub use crate::domain::agent::AgentLine;
 
 /// What happened to one run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -129,7 +129,7 @@ async fn runtime(
     settings: &Settings,
     overrides: &Overrides,
 ) -> Option<Result<(Arc<dyn Runtime>, Vec<(String, String, bool)>), String>> {
-    if !settings.runner.enabled || settings.runner.image.is_empty() {
+    if !settings.runs_configured() {
         return None;
     }
     if let Some(runtime) = &overrides.runtime {
@@ -782,6 +782,7 @@ impl Engine<'_> {
                 &settings.runner,
                 &settings.budget,
             ),
+            agents: settings.agents.clone(),
         });
         Ok(started)
     }

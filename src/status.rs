@@ -163,6 +163,9 @@ pub struct RunRow {
     /// What its repository's `.director.toml` gave it, when repositories may set anything.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub settings: Option<SettingsRow>,
+    /// The agent of `[agents]` it was given, and why; absent: `runner.image`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<crate::domain::AgentChoice>,
 }
 
 /// The repository settings a run got, and the file version they came from.
@@ -326,6 +329,7 @@ fn run_row(run: &RunRecord, web: Option<&WebLinks>, now_ms: i64) -> RunRow {
             })
             .collect(),
         settings: run.settings.as_ref().map(SettingsRow::of),
+        agent: run.agent.clone(),
     }
 }
 
@@ -487,6 +491,9 @@ pub fn render(rows: &[Row], json: bool) -> anyhow::Result<String> {
                 out.push_str(&format!(", follow-up on pull request #{pr}"));
             } else if let Some(pr) = run.pr {
                 out.push_str(&format!(", pull request #{pr}"));
+            }
+            if let Some(a) = &run.agent {
+                out.push_str(&format!(", agent {}", a.describe()));
             }
             if let Some(u) = run.usage.as_ref().and_then(Usage::describe) {
                 out.push_str(&format!(", used {u}"));

@@ -3,6 +3,7 @@
 //! verdict. Nothing here does I/O, and nothing here imports another module of the crate.
 
 pub mod action;
+pub mod agent;
 pub mod command;
 pub mod issue;
 pub mod protected;
@@ -11,6 +12,7 @@ pub mod run;
 pub mod verdict;
 
 pub use action::ActionKind;
+pub use agent::{AgentChoice, AgentSource};
 pub use command::Command;
 pub use issue::{IssueRecord, Judgement, LeftOut, PreflightState, Vouched};
 pub use pull::{

@@ -182,6 +182,10 @@ pub struct RunRecord {
     /// container exists): its pushes must descend from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_commit: Option<String>,
+    /// The agent it was given, and why, written as it starts (before its container exists);
+    /// `None`: `runner.image` and `runner.command`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<super::AgentChoice>,
 }
 
 /// The settings a run got from its repository's `.director.toml`, within the operator's
@@ -194,6 +198,9 @@ pub struct RunSettings {
     pub file: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// The agent of `[agents]` the repository chose (`runner.agent`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
     /// `host:port` entries added to the run's egress allow-list.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub egress_allow: Vec<String>,
@@ -263,6 +270,7 @@ impl RunRecord {
             egress_refused: Vec::new(),
             settings: None,
             base_commit: None,
+            agent: None,
         }
     }
 }

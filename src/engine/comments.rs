@@ -274,6 +274,15 @@ pub fn usage_line(usage: Option<&crate::domain::run::Usage>) -> String {
     }
 }
 
+/// A line naming the agent the run was given, and why, or nothing (`runner.image`). Made
+/// inert: a label's name is not the director's words.
+pub fn agent_line(agent: Option<&crate::domain::AgentChoice>) -> String {
+    agent
+        .and_then(|a| crate::domain::run::agent_text(&a.describe(), 500))
+        .map(|a| format!("\n\nAgent: {}.", a.replace('\n', " ")))
+        .unwrap_or_default()
+}
+
 /// Where a branch that was not opened as a pull request can be looked at.
 pub fn branch_note(
     links: &crate::settings::WebLinks,

@@ -192,10 +192,7 @@ impl Settings {
             ));
         }
         let r = &self.runner;
-        if r.enabled
-            && !r.image.is_empty()
-            && !self.egress_confined()
-            && r.timeout_secs > GITHUB_MAX_RUN_SECS
+        if self.runs_configured() && !self.egress_confined() && r.timeout_secs > GITHUB_MAX_RUN_SECS
         {
             return Err(invalid(
                 "runner.timeout_secs",

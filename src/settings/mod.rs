@@ -12,6 +12,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::domain::RepoName;
 
+pub mod agents;
 mod forge;
 mod models;
 mod preflight;
@@ -180,6 +181,8 @@ pub struct Settings {
     pub repo_settings: RepoSettingsCeiling,
     pub telemetry: TelemetrySettings,
     pub merge: MergeSettings,
+    /// The agents runs may be given, by name (`[agents.<name>]`).
+    pub agents: std::collections::BTreeMap<String, agents::AgentSettings>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -370,6 +373,7 @@ impl Settings {
         self.models.validate(&self.budget)?;
         self.validate_model_passthrough()?;
         self.repo_settings.validate()?;
+        self.validate_agents()?;
         self.telemetry.validate()?;
         self.merge.validate()?;
         Ok(())

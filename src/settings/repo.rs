@@ -17,6 +17,7 @@ pub const MAX_BYTES: u64 = 64 * 1024;
 /// The keys a repository may be allowed to set.
 pub const KEYS: &[&str] = &[
     "runner.image",
+    "runner.agent",
     "runner.egress_allow",
     "runner.timeout_secs",
     "runner.branch_template",
@@ -38,6 +39,9 @@ pub struct RepoSettingsCeiling {
     /// Globs of the `host:port` entries a repository may add to its runs' egress allow-list.
     #[serde(deserialize_with = "lenient::list")]
     pub egress_allow_max: Vec<String>,
+    /// The agents of `[agents]` a repository may choose (`runner.agent`), by name.
+    #[serde(deserialize_with = "lenient::list")]
+    pub agents: Vec<String>,
 }
 
 impl RepoSettingsCeiling {
@@ -48,6 +52,11 @@ impl RepoSettingsCeiling {
 
     fn allows(&self, key: &str) -> bool {
         self.allow.iter().any(|k| k == key)
+    }
+
+    /// Whether a repository may set `key` (one of [`KEYS`]).
+    pub fn may_set(&self, key: &str) -> bool {
+        self.allows(key)
     }
 
     pub(super) fn validate(&self) -> Result<(), SettingsError> {
@@ -79,6 +88,9 @@ impl RepoSettingsCeiling {
         if self.allows("runner.image") && self.images.is_empty() {
             out.push("repo_settings.allow names runner.image but repo_settings.images is empty: every image a repository names is refused".to_owned());
         }
+        if self.allows("runner.agent") && self.agents.is_empty() {
+            out.push("repo_settings.allow names runner.agent but repo_settings.agents is empty: every agent a repository names is refused".to_owned());
+        }
         if self.allows("runner.egress_allow") && self.egress_allow_max.is_empty() {
             out.push("repo_settings.allow names runner.egress_allow but repo_settings.egress_allow_max is empty: every destination a repository adds is refused".to_owned());
         }
@@ -106,6 +118,7 @@ struct RepoFile {
 #[serde(deny_unknown_fields)]
 struct RunnerPart {
     image: Option<String>,
+    agent: Option<String>,
     egress_allow: Option<Vec<String>>,
     timeout_secs: Option<u64>,
     branch_template: Option<String>,
@@ -185,6 +198,7 @@ pub fn resolve(
     };
     let r = file.runner;
     let image = may("runner.image", r.image.is_some());
+    let agent = may("runner.agent", r.agent.is_some());
     let egress = may("runner.egress_allow", r.egress_allow.is_some());
     let timeout = may("runner.timeout_secs", r.timeout_secs.is_some());
     let branch = may("runner.branch_template", r.branch_template.is_some());
@@ -200,6 +214,22 @@ pub fn resolve(
             ));
         } else {
             out.image = Some(name);
+        }
+    }
+    if agent && let Some(name) = r.agent {
+        let name = name.trim().to_owned();
+        if ceiling.agents.iter().any(|a| a.trim() == name) {
+            out.agent = Some(name);
+        } else {
+            let allowed: Vec<String> = ceiling
+                .agents
+                .iter()
+                .map(|a| format!("`{}`", a.trim()))
+                .collect();
+            problems.push(format!(
+                "`runner.agent` `{name}` is not among the agents the operator allows repositories (repo_settings.agents: {})",
+                if allowed.is_empty() { "none".to_owned() } else { allowed.join(", ") }
+            ));
         }
     }
     if egress && let Some(entries) = r.egress_allow {
@@ -307,6 +337,7 @@ mod tests {
                     "*.mirror.example.org:443".into(),
                     "pypi.internal:443".into(),
                 ],
+                agents: vec!["aider".into(), "claude-code".into()],
             },
             image: "registry.example.org/agents/default:1".into(),
             timeout_secs: 3_600,
@@ -459,5 +490,26 @@ egress_allow = ["evil.example.com:443", "pypi.internal:443", "127.0.0.1:5432", "
         c.allow = vec!["runner.image".into()];
         assert!(c.validate().is_ok());
         assert_eq!(c.warnings(true).len(), 1);
+    }
+
+    #[test]
+    fn a_repository_chooses_among_the_agents_the_operator_allows() {
+        let text = b"[runner]\nagent = \"aider\"\n";
+        let s = resolve(&operator(&["runner.agent"]), "c0ffee", Some(text)).expect("usable");
+        assert_eq!(s.agent.as_deref(), Some("aider"));
+        let text = b"[runner]\nagent = \"gpt-engineer\"\n";
+        let problems =
+            resolve(&operator(&["runner.agent"]), "c0ffee", Some(text)).expect_err("refused");
+        assert!(
+            problems[0].contains("`runner.agent` `gpt-engineer` is not among the agents")
+                && problems[0].contains("`aider`, `claude-code`"),
+            "{problems:?}"
+        );
+        let text = b"[runner]\nagent = \"aider\"\n";
+        let problems = resolve(&operator(&[]), "c0ffee", Some(text)).expect_err("refused");
+        assert!(
+            problems[0].contains("`runner.agent` may not be set"),
+            "{problems:?}"
+        );
     }
 }

@@ -83,6 +83,10 @@ pub struct RunnerSettings {
     /// The command to run; empty: the image's own entry point.
     #[serde(deserialize_with = "lenient::list")]
     pub command: Vec<String>,
+    /// The agent of `[agents]` runs get unless a repository or a writer chooses another;
+    /// empty: `image` and `command` above.
+    #[serde(deserialize_with = "lenient::string")]
+    pub agent: String,
     /// A Docker network mode or network name: `bridge`, `host`, `none`, ... (with
     /// `egress = "open"` only).
     #[serde(deserialize_with = "lenient::string")]
@@ -210,6 +214,7 @@ impl Default for RunnerSettings {
             enabled: true,
             image: String::new(),
             command: Vec::new(),
+            agent: String::new(),
             network: "bridge".into(),
             egress: Egress::Allowlist,
             egress_allow: Vec::new(),
@@ -603,8 +608,7 @@ impl Settings {
         }
         if !self.forge.url.is_empty()
             && self.forge.kind == ForgeKind::Forgejo
-            && r.enabled
-            && !r.image.is_empty()
+            && self.runs_configured()
             && (self.forge.runner_login.is_empty() || self.forge.runner_password.is_empty())
         {
             return Err(invalid(

@@ -65,6 +65,10 @@ pub struct LabelSettings {
     /// On an issue whose pre-flight waits: for an hourly cap's queue, or to retry.
     #[serde(deserialize_with = "lenient::string")]
     pub waiting: String,
+    /// A writer's label `<prefix><name>` gives the issue's run the agent `<name>` of
+    /// `[agents]` (empty: no label chooses an agent).
+    #[serde(deserialize_with = "lenient::string")]
+    pub agent_prefix: String,
     /// Priority labels, highest first: queued issues start in this order, then queue order.
     #[serde(deserialize_with = "lenient::list")]
     pub priority: Vec<String>,
@@ -83,6 +87,7 @@ impl Default for LabelSettings {
             needs_info: "headless:needs-info".into(),
             merged: "headless:merged".into(),
             waiting: "headless:waiting".into(),
+            agent_prefix: "agent:".into(),
             priority: Vec::new(),
         }
     }

@@ -91,6 +91,13 @@ pub(super) fn run_cell(r: &Row) -> String {
         (None, Some(n)) => out.push_str(&format!(" · PR #{n}")),
         _ => {}
     }
+    if let Some(agent) = &run.agent {
+        out.push_str(&format!(
+            " · <span class=\"agent\" title=\"{}\">{}</span>",
+            esc(&agent.describe()),
+            esc(&agent.name)
+        ));
+    }
     if let Some(settings) = &run.settings {
         out.push_str(&format!(
             " · <span class=\"muted settings\">{}</span>",
@@ -279,6 +286,9 @@ pub fn run_html(
             .map(|r| format!("{} ({}x)", r.destination, r.count))
             .collect();
         facts.push(("Refused", esc(&shown.join(", "))));
+    }
+    if let Some(agent) = &row.agent {
+        facts.push(("Agent", esc(&agent.describe())));
     }
     if let Some(settings) = &row.settings {
         facts.push(("Repository settings", esc(&settings.describe())));

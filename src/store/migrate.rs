@@ -62,6 +62,10 @@ const SQLITE: &[(i64, &str)] = &[
         16,
         include_str!("../../migrations/sqlite/0016_run_base_commit.sql"),
     ),
+    (
+        17,
+        include_str!("../../migrations/sqlite/0017_run_agent.sql"),
+    ),
 ];
 
 const POSTGRES: &[(i64, &str)] = &[
@@ -93,6 +97,10 @@ const POSTGRES: &[(i64, &str)] = &[
     (
         8,
         include_str!("../../migrations/postgres/0008_run_base_commit.sql"),
+    ),
+    (
+        9,
+        include_str!("../../migrations/postgres/0009_run_agent.sql"),
     ),
 ];
 

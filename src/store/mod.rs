@@ -547,6 +547,25 @@ impl Store {
         tx.commit().await
     }
 
+    /// Records the agent a starting run was given, before its container is made. Only a
+    /// launching run changes.
+    pub async fn put_run_agent(
+        &self,
+        run_id: &str,
+        agent: &crate::domain::AgentChoice,
+    ) -> anyhow::Result<()> {
+        let json = serde_json::to_string(agent)?;
+        let mut tx = self.begin(true).await?;
+        on_tx!(&mut tx, t => {
+            sqlx::query("UPDATE runs SET agent = $2 WHERE id = $1 AND state = 'launching'")
+                .bind(run_id)
+                .bind(json)
+                .execute(&mut **t)
+                .await?;
+        });
+        tx.commit().await
+    }
+
     /// Replaces a run's token with a fresher one, unless someone (another replica) already
     /// replaced the one minted at `was_minted_at_ms`: whether this one is now kept.
     pub async fn renew_run_token(

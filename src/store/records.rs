@@ -11,7 +11,7 @@ use crate::domain::run::StopCause;
 use crate::domain::{IssueRecord, IssueRef, Lifecycle, RepoName, RunRecord, RunState};
 
 const COLS: &str = "repo, number, title, state, labels, forge_updated_at, last_change_ms, lifecycle, trigger_present, trigger_actor, trigger_trusted, untrusted_notice, preflight, version, blocked, pr";
-const RUN_COLS: &str = "id, repo, number, state, branch, base_branch, container_id, pr_number, detail, created_at_ms, started_at_ms, finished_at_ms, exit_code, log_tail, stop_requested, followup, result, stopped, egress_refused, settings, base_commit";
+const RUN_COLS: &str = "id, repo, number, state, branch, base_branch, container_id, pr_number, detail, created_at_ms, started_at_ms, finished_at_ms, exit_code, log_tail, stop_requested, followup, result, stopped, egress_refused, settings, base_commit, agent";
 const ACTIVE_RUN: &str = "state IN ('launching', 'running', 'exited')";
 
 /// Pre-flight calls within a window.
@@ -264,6 +264,7 @@ pub(super) fn run_from_row(row: &dyn Cols) -> anyhow::Result<RunRecord> {
         egress_refused: json_column(row, "egress_refused")?.unwrap_or_default(),
         settings: json_column(row, "settings")?,
         base_commit: row.opt_text("base_commit")?,
+        agent: json_column(row, "agent")?,
     })
 }
 

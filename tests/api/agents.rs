@@ -52,6 +52,14 @@ struct Setup {
 /// The director with `image` as its runs' image, confined, and the provider behind `[models]`
 /// (`anthropic` or `openai`).
 async fn setup(image: String, openai: bool) -> Setup {
+    setup_with(image, openai, |_| {}).await
+}
+
+async fn setup_with(
+    image: String,
+    openai: bool,
+    configure: impl FnOnce(&mut director::settings::Settings),
+) -> Setup {
     let provider = FakeProvider::start();
     let network = Network(format!(
         "director-agents-test-{:08x}",
@@ -87,6 +95,7 @@ async fn setup(image: String, openai: bool) -> Setup {
         } else {
             s.models.anthropic = Some(provider);
         }
+        configure(s);
     })
     .await;
     let root = tempfile::tempdir().expect("dir");
@@ -248,7 +257,22 @@ fn offers(request: &Value, name: &str) -> bool {
 
 #[tokio::test]
 async fn claude_code_unmodified_ends_in_a_pull_request_metered_exactly() {
-    let s = setup(image("claude-code"), false).await;
+    // Given by name, as its example profile (examples/claude-code/agent.toml) gives it: its
+    // provider alone, and its own turn limit.
+    let s = setup_with(image("claude-code"), false, |s| {
+        let image = std::mem::take(&mut s.runner.image);
+        s.agents.insert(
+            "claude-code".into(),
+            director::settings::agents::AgentSettings {
+                image,
+                providers: vec!["anthropic".into()],
+                max_turns: Some(5),
+                ..Default::default()
+            },
+        );
+        s.runner.agent = "claude-code".into();
+    })
+    .await;
     // Anthropic's tool use: write the file, then, given the tool's result, say what was done.
     s.provider.script(|_, request| {
         let last = last_message(request);
@@ -275,7 +299,16 @@ async fn claude_code_unmodified_ends_in_a_pull_request_metered_exactly() {
             }
         })
     });
-    delivers(&s, "claude-code").await;
+    let issue = delivers(&s, "claude-code").await;
+    s.t.app.wait_processed().await;
+    let runs = s.t.app.store.runs_of(&issue).await.expect("runs");
+    let run = runs.last().expect("a run");
+    assert_eq!(
+        run.agent.as_ref().map(|a| a.name.as_str()),
+        Some("claude-code")
+    );
+    let report = run_comments(&s.t, &issue).join("\n");
+    assert!(report.contains("Agent: `claude-code`"), "{report}");
 }
 
 /// How many tool results the agent has sent back (OpenAI's `tool` messages).

@@ -682,3 +682,121 @@ fn unmetered_routes_beside_a_budget_are_warned_of() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("escape the budget"), "{err}");
 }
+
+/// `check-config` of the example configuration with `profile` (an `[agents]` table) added
+/// and `vars` set.
+fn check_with_profile(profile: &str, vars: &[(&str, &str)]) -> std::process::Output {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("director.toml");
+    let text = std::fs::read_to_string(example()).expect("the example") + "\n" + profile;
+    std::fs::write(&path, text).expect("write");
+    let mut cmd = director();
+    cmd.args(["check-config", "--config"]).arg(&path);
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("runs")
+}
+
+const BOTH_PROVIDERS: &[(&str, &str)] = &[
+    (
+        "DIRECTOR_MODELS__ANTHROPIC__BASE_URL",
+        "https://api.anthropic.com",
+    ),
+    ("DIRECTOR_MODELS__ANTHROPIC__API_KEY", "sk-ant-7f3a"),
+    (
+        "DIRECTOR_MODELS__OPENAI__BASE_URL",
+        "https://api.openai.com/v1",
+    ),
+    ("DIRECTOR_MODELS__OPENAI__API_KEY", "sk-oai-7f3a"),
+];
+
+#[test]
+fn each_example_agents_profile_is_accepted_as_it_is() {
+    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/examples");
+    for agent in ["claude-code", "aider", "mini-swe-agent", "codex"] {
+        let profile =
+            std::fs::read_to_string(format!("{examples}/{agent}/agent.toml")).expect(agent);
+        assert!(profile.contains(&format!("[agents.{agent}]")), "{agent}");
+        let mut vars = BOTH_PROVIDERS.to_vec();
+        vars.push(("DIRECTOR_RUNNER__AGENT", agent));
+        let out = check_with_profile(&profile, &vars);
+        assert!(
+            out.status.success(),
+            "{agent}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let shown = String::from_utf8_lossy(&out.stdout);
+        assert!(shown.contains(&format!("agent = \"{agent}\"")), "{shown}");
+    }
+}
+
+#[test]
+fn agent_profiles_that_would_misdirect_a_run_are_refused_naming_the_key() {
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str, &'a str);
+    let cases: &[Case] = &[
+        // A default that names no profile.
+        (
+            "[agents.aider]\nimage = \"x/aider:1\"\n",
+            &[("DIRECTOR_RUNNER__AGENT", "claude-code")],
+            "runner.agent",
+            "configured: aider",
+        ),
+        // A profile may not point a run's provider elsewhere, nor take git's configuration.
+        (
+            "[agents.aider]\nimage = \"x/aider:1\"\nenv = { OPENAI_BASE_URL = \"https://evil.example\" }\n",
+            &[],
+            "agents",
+            "OPENAI_BASE_URL",
+        ),
+        (
+            "[agents.aider]\nimage = \"x/aider:1\"\nenv = { GIT_CONFIG_COUNT = \"1\" }\n",
+            &[],
+            "agents",
+            "GIT_CONFIG_COUNT",
+        ),
+        (
+            "[agents.aider]\nimage = \"x/aider:1\"\nproviders = [\"openai\"]\n",
+            &[],
+            "agents",
+            "not configured in `[models]`",
+        ),
+        (
+            "[agents.aider]\nimage = \"\"\n",
+            &[],
+            "agents",
+            "image` is empty",
+        ),
+        (
+            "[agents.Aider]\nimage = \"x/aider:1\"\n",
+            &[],
+            "agents",
+            "not an agent name",
+        ),
+        (
+            "[agents.aider]\nimage = \"x/aider:1\"\nmax_turns = 0\n",
+            &[],
+            "agents",
+            "at least 1",
+        ),
+        (
+            "[agents.aider]\nimage = \"x/aider:1\"\n",
+            &[("DIRECTOR_REPO_SETTINGS__AGENTS", "aider,codex")],
+            "repo_settings.agents",
+            "`codex`",
+        ),
+        // Profiles but nothing for an issue that names none.
+        (
+            "[agents.aider]\nimage = \"x/aider:1\"\n",
+            &[("DIRECTOR_RUNNER__IMAGE", "")],
+            "runner.agent",
+            "neither `runner.agent` nor `runner.image`",
+        ),
+    ];
+    for (profile, vars, key, words) in cases {
+        let out = check_with_profile(profile, vars);
+        assert_eq!(out.status.code(), Some(2), "{profile} was accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(key) && err.contains(words), "{profile}: {err}");
+    }
+}

@@ -3,6 +3,7 @@
 mod forge_helpers;
 mod helpers;
 
+mod agent_choice;
 mod agents;
 mod chart;
 mod config;

@@ -34,6 +34,56 @@ pub struct Metering {
     pub counters: Option<crate::models::Counters>,
 }
 
+/// The agent a run of `issue` would get now, for the GO comment (`None`: runs are not
+/// configured, or none is named anywhere). The run decides again as it starts.
+async fn agent_line(
+    acts: &Acts,
+    issue: &IssueRef,
+    labels: &[String],
+) -> Option<crate::event::AgentLine> {
+    use crate::event::AgentLine;
+    let runs = acts.runs.as_ref()?;
+    let repository = if runs.repo.ceiling.may_set("runner.agent") {
+        let branch = match acts.forge.repository(&issue.repo).await {
+            Ok(r) => r.default_branch,
+            Err(e) => {
+                tracing::warn!(error = %e, "the agent line: reading the repository");
+                return None;
+            }
+        };
+        match super::run::read_repo_settings(acts.forge.as_ref(), &runs.repo, &issue.repo, &branch)
+            .await
+        {
+            Ok(Ok(settings)) => settings.agent,
+            Ok(Err(unusable)) => {
+                let why =
+                    crate::domain::run::agent_text(&unusable.describe(), 2_000).unwrap_or_default();
+                return Some(AgentLine::Refused { why });
+            }
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "the agent line: reading the repository's settings");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    match runs
+        .choose_agent(acts, issue, labels, repository.as_deref())
+        .await
+    {
+        Ok(Ok(Some(chosen))) => Some(AgentLine::Chosen {
+            text: chosen.describe(),
+        }),
+        Ok(Ok(None)) => None,
+        Ok(Err(why)) => Some(AgentLine::Refused { why }),
+        Err(e) => {
+            tracing::warn!(error = %format!("{e:#}"), "the agent line: choosing the agent");
+            None
+        }
+    }
+}
+
 /// What the pre-flight gathered from the forge for one issue.
 pub struct Gathered {
     pub issue: Issue,
@@ -65,6 +115,7 @@ impl Gathered {
             body: self.body.clone(),
             vouched: self.vouched.clone(),
             hidden: self.hidden.clone(),
+            agent: None,
         }
     }
 }
@@ -151,7 +202,9 @@ impl PreflightAct {
         if g.issue.state != "open" || !g.issue.has_label(&acts.labels.trigger) {
             return Ok(PreflightOutcome::NotEligible);
         }
-        let read = g.context();
+        let mut read = g.context();
+        let labels: Vec<String> = g.issue.labels.iter().map(|l| l.name.clone()).collect();
+        read.agent = agent_line(acts, issue, &labels).await;
         if let Some((by, _)) = &g.go_command {
             return Ok(PreflightOutcome::Skipped {
                 by: by.clone(),

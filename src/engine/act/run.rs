@@ -14,6 +14,7 @@ use crate::forge::{Branch, FileAt, ForgeError, Permission, RunEndpoints, RunnerA
 use crate::runtime::{RUN_LABEL, RunSpec, Runtime, RuntimeError};
 use crate::settings::{RunnerSettings, Secret};
 
+mod agent;
 mod secrets;
 mod task;
 mod tokens;
@@ -58,6 +59,8 @@ pub struct RunAct {
     /// What a repository's `.director.toml` may set (`[repo_settings]`), and the operator's
     /// own values it may only lower.
     pub repo: crate::settings::repo::Operator,
+    /// The agents runs may be given (`[agents]`).
+    pub agents: std::collections::BTreeMap<String, crate::settings::agents::AgentSettings>,
 }
 
 /// The egress proxy as runs see it.
@@ -108,9 +111,9 @@ impl RunEgress {
         }
     }
 
-    /// The model variables of a run: for each provider, the gateway as its base URL and the
-    /// run's own key (never the provider's).
-    pub fn model_environment(&self, run_id: &str) -> Vec<(String, String)> {
+    /// The model variables of a run: for each provider (of `only`, when it names any), the
+    /// gateway as its base URL and the run's own key (never the provider's).
+    pub fn model_environment(&self, run_id: &str, only: &[String]) -> Vec<(String, String)> {
         let Some((models, port)) = &self.models else {
             return Vec::new();
         };
@@ -118,6 +121,9 @@ impl RunEgress {
         let key = models.key_of(run_id);
         let mut env = Vec::new();
         for provider in models.providers() {
+            if !only.is_empty() && !only.iter().any(|p| p == provider.as_str()) {
+                continue;
+            }
             let (base, key_var) = match provider {
                 crate::models::Provider::Anthropic => ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY"),
                 crate::models::Provider::Openai => ("OPENAI_BASE_URL", "OPENAI_API_KEY"),
@@ -287,6 +293,19 @@ impl RunAct {
                     .await?;
                 run.branch = branch;
                 run.settings = Some(settings);
+            }
+            Err(why) => return Ok(RunReport::Refused { why }),
+        }
+        let repository_agent = run.settings.as_ref().and_then(|s| s.agent.as_deref());
+        match self
+            .choose_agent(acts, issue_ref, &issue.labels, repository_agent)
+            .await?
+        {
+            Ok(None) => {}
+            Ok(Some(chosen)) => {
+                tracing::info!(agent = %chosen.name, "the run's agent was chosen");
+                acts.store.put_run_agent(run_id, &chosen).await?;
+                run.agent = Some(chosen);
             }
             Err(why) => return Ok(RunReport::Refused { why }),
         }
@@ -862,6 +881,13 @@ impl RunAct {
             ));
         }
         env.extend(self.secrets.passthrough.iter().cloned());
+        let profile = self.profile(run.agent.as_ref());
+        if let (Some(chosen), Some(profile)) = (&run.agent, profile) {
+            let own = agent::profile_environment(chosen, profile);
+            env.retain(|(k, _)| !own.iter().any(|(o, _)| o == k));
+            env.extend(own);
+        }
+        let providers: &[String] = profile.map_or(&[], |p| &p.providers);
         let confined = match &self.egress {
             Some(Ok(egress)) => {
                 self.secrets
@@ -869,7 +895,7 @@ impl RunAct {
                 env.extend(egress.environment(&run.id));
                 // The providers' variables name the model gateway and the run's own key;
                 // whatever else held those names (a pass-through) gives way.
-                let models = egress.model_environment(&run.id);
+                let models = egress.model_environment(&run.id, providers);
                 for (k, v) in &models {
                     if MODEL_KEY_VARS.contains(&k.as_str()) {
                         self.secrets.remember(&run.id, v);
@@ -892,8 +918,9 @@ impl RunAct {
                 .settings
                 .as_ref()
                 .and_then(|s| s.image.clone())
+                .or_else(|| profile.map(|p| p.image.clone()))
                 .unwrap_or_else(|| self.settings.image.clone()),
-            command: self.settings.command.clone(),
+            command: profile.map_or_else(|| self.settings.command.clone(), |p| p.command.clone()),
             env,
             labels,
             task_path: TASK_PATH.to_owned(),

@@ -291,6 +291,7 @@ impl Step<'_> {
             model,
             hash: &read.hash,
             max_question_rounds: self.policy.max_question_rounds,
+            agent: read.agent.as_ref(),
         });
         let v = self.version();
         self.act(Effect::Sticky { version: v }, Action::UpsertSticky { body });

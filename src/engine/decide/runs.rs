@@ -283,6 +283,7 @@ impl Step<'_> {
             let title = vouched.unwrap_or_else(|| format!("Issue #{}", self.record.number));
             let summary = run.result.as_ref().and_then(|r| r.summary.as_deref());
             let mut body = comments::pr_body(self.record.number, &id, verdict, summary);
+            body.push_str(&comments::agent_line(run.agent.as_ref()));
             body.push_str(&comments::transcript_link(self.policy.server.run_url(&id)));
             self.act(
                 Effect::Pr { run: id.clone() },
@@ -323,6 +324,7 @@ impl Step<'_> {
             ));
         }
         let report = report
+            + &comments::agent_line(run.agent.as_ref())
             + &comments::egress_refused(&run.egress_refused)
             + &comments::transcript_link(self.policy.server.run_url(&run.id));
         let followup_of = run.followup.as_ref().map(|f| f.pr);

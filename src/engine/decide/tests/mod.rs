@@ -300,6 +300,7 @@ fn ctx() -> ReadContext {
         body: "Print each step.".into(),
         vouched: None,
         hidden: Vec::new(),
+        agent: None,
     }
 }
 
