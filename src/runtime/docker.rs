@@ -60,6 +60,26 @@ fn engine(e: DockerError) -> RuntimeError {
     }
 }
 
+/// Whether the engine's refusal to start a container says its command cannot be run (the
+/// OCI runtime's `exec: "...": ... no such file or directory`, `executable file not found`).
+fn cannot_exec(message: &str) -> bool {
+    message.contains("unable to start container process")
+        && (message.contains("no such file or directory")
+            || message.contains("executable file not found")
+            || message.contains("permission denied"))
+}
+
+/// The part of the OCI runtime's refusal that names the command: `exec: "/bin/sh": stat
+/// /bin/sh: no such file or directory`.
+fn exec_error(message: &str) -> String {
+    let part = message
+        .find("exec:")
+        .map_or(message, |at| &message[at..])
+        .trim_end_matches(": unknown")
+        .trim();
+    part.chars().take(300).collect()
+}
+
 impl DockerRuntime {
     /// Docker's log stream with timestamps, from after the log timestamp `after`: for a run
     /// whose transcript an older version followed this way.
@@ -450,7 +470,15 @@ impl Runtime for DockerRuntime {
     }
 
     async fn start(&self, id: &str) -> Result<(), RuntimeError> {
-        self.docker.start_container(id, None).await.map_err(engine)
+        self.docker
+            .start_container(id, None)
+            .await
+            .map_err(|e| match e {
+                DockerError::DockerResponseServerError { message, .. } if cannot_exec(&message) => {
+                    RuntimeError::CannotExec(exec_error(&message))
+                }
+                e => engine(e),
+            })
     }
 
     async fn wait(&self, id: &str, limits: WaitLimits) -> Result<Exit, RuntimeError> {

@@ -147,7 +147,14 @@ pub enum RuntimeError {
     NotFound(String),
     #[error("container engine: {0}")]
     Engine(String),
+    /// The image cannot run the command at all (no such program, no shell for a script):
+    /// no retry changes that.
+    #[error("the image cannot start its command: {0}")]
+    CannotExec(String),
 }
+
+/// What the run contract needs of an image, said when one cannot start its command.
+pub const IMAGE_NEEDS: &str = "a run's image needs its command (or entry point) and, for the example entrypoint, a POSIX shell at /bin/sh and git (docs/run-contract.md)";
 
 #[async_trait]
 pub trait Runtime: Send + Sync {

@@ -383,6 +383,40 @@ async fn exit_zero_without_a_branch_is_a_failure() {
 }
 
 #[tokio::test]
+async fn an_image_without_a_shell_is_refused_saying_what_the_contract_needs() {
+    // An image with one file and no program at all: the engine cannot start its command.
+    let image = build_image(
+        "director-test-noshell",
+        "FROM scratch\nCOPY marker /marker\n",
+        vec![("marker".into(), b"no shell here\n".to_vec())],
+    );
+    let (t, _llm) = spawn_runs(|s| {
+        s.runner.image = image;
+        s.runner.command = vec!["/usr/local/bin/director-entrypoint".into()];
+    })
+    .await;
+    let issue = labelled(&t, "Add --verbose", "Print each step.").await;
+    let record = wait_ended(&t, &issue).await;
+    assert_eq!(record.lifecycle, Lifecycle::Failed);
+    let reports = run_comments(&t, &issue);
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert!(
+        reports[0].contains("its image cannot start its command")
+            && reports[0].contains("/usr/local/bin/director-entrypoint")
+            && reports[0].contains("a POSIX shell at /bin/sh and git"),
+        "{}",
+        reports[0]
+    );
+    // Refused at once (no retries for minutes), nothing left behind.
+    assert!(
+        containers_of(&t, &issue).await.is_empty(),
+        "the container is removed"
+    );
+    assert!(t.forge.tokens_of(RUNNER).is_empty(), "the token is revoked");
+    assert!(t.forge.pulls_of(&t.repo).is_empty());
+}
+
+#[tokio::test]
 async fn a_run_past_its_timeout_is_killed_and_its_token_revoked() {
     let (t, _llm) = spawn_runs(|s| {
         s.runner.timeout_secs = 2;

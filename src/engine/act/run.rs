@@ -230,7 +230,9 @@ impl RunAct {
     ) -> anyhow::Result<RunReport> {
         if never_started {
             tracing::info!(container = %id, "starting the run's container an earlier attempt created");
-            self.runtime.start(&id).await?;
+            if let Some(why) = self.start_container(&id, &run.id).await? {
+                return Ok(RunReport::Refused { why });
+            }
         } else {
             tracing::info!(container = %id, "adopting the run's container");
         }
@@ -360,7 +362,9 @@ impl RunAct {
             Err(e) => return Err(e.into()),
         };
         crate::failpoint::hit("after_container_created").await;
-        self.runtime.start(&id).await?;
+        if let Some(why) = self.start_container(&id, &run.id).await? {
+            return Ok(RunReport::Refused { why });
+        }
         crate::failpoint::hit(if run.followup.is_some() {
             "after_followup_started"
         } else {
@@ -373,6 +377,24 @@ impl RunAct {
             base_branch: run.base_branch,
             start_head: run.followup.and_then(|f| f.start_head),
         })
+    }
+
+    /// Starts the created container. An image that cannot run its command at all (no such
+    /// program, no shell for its script) is no failure to retry: the container is removed and
+    /// `Some(why)` says what the run contract needs.
+    async fn start_container(&self, id: &str, run_id: &RunId) -> anyhow::Result<Option<String>> {
+        match self.runtime.start(id).await {
+            Ok(()) => Ok(None),
+            Err(RuntimeError::CannotExec(what)) => {
+                tracing::warn!(container = %id, run = %run_id, error = %what, "the run's image cannot start its command");
+                self.runtime.remove(id).await?;
+                Ok(Some(format!(
+                    "its image cannot start its command ({what}); {}",
+                    crate::runtime::IMAGE_NEEDS
+                )))
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// What the repository's `.director.toml` gives the run, read at the default branch's
