@@ -1,0 +1,111 @@
+//! The one-shot commands: `scan --once`, `check-repo`, `preflight --dry-run`.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::sync::Notify;
+
+use crate::engine::consumer::Consumer;
+use crate::engine::decide::Policy;
+use crate::engine::scanner::ScanReport;
+use crate::preflight::providers;
+use crate::settings::Settings;
+use crate::store::Store;
+
+use super::parts::{forge_client, scanner};
+use super::schedules::replica_name;
+
+/// `director scan --once`: one scan, then everything it found is decided. The actions it
+/// calls for (judging triggers, pre-flights) are left in the outbox for `serve` to perform.
+pub async fn scan_once(settings: Settings) -> anyhow::Result<ScanReport> {
+    let store = Store::connect(&settings.store).await?;
+    let forge = forge_client(&settings, None)?.context("forge.url must be set to scan")?;
+    let wake = Arc::new(Notify::new());
+    let scanner = scanner(&settings, Some(&forge), &store, wake.clone())
+        .context("nothing to scan: set scan.repos or scan.orgs")?;
+    let report = scanner.scan_once().await?;
+    let shared = store.is_shared();
+    let mut consumer = Consumer::new(
+        store,
+        Policy::from_settings(&settings),
+        crate::clock::system(),
+        wake,
+    );
+    // Replicas serving the same database decide what was found; this one only if none
+    // holds the consumer lease (never a second consumer beside them).
+    if shared {
+        consumer = consumer.as_replica(&replica_name());
+    }
+    let drained = consumer.drain().await;
+    consumer.hand_over().await;
+    drained?;
+    Ok(report)
+}
+
+/// What `director preflight --dry-run` shows.
+pub struct DryRun {
+    pub prompt: String,
+    pub reading: String,
+    pub model: String,
+    pub verdict: Option<crate::domain::verdict::Verdict>,
+    pub left_out: Vec<String>,
+}
+
+/// `director check-repo owner/name`: the settings a run in `repo` would get now from its
+/// `.director.toml` within `[repo_settings]`, or why it would get none. Starts nothing.
+pub async fn check_repo(
+    settings: &Settings,
+    repo: &crate::domain::RepoName,
+) -> anyhow::Result<Result<crate::domain::RunSettings, crate::engine::act::run::Unusable>> {
+    let operator = crate::settings::repo::Operator::new(
+        &settings.repo_settings,
+        &settings.runner,
+        &settings.budget,
+    );
+    let forge = forge_client(settings, None)?.context("forge.url must be set")?;
+    let default_branch = forge
+        .repository(repo)
+        .await
+        .with_context(|| format!("reading {repo}"))?
+        .default_branch;
+    crate::engine::act::run::read_repo_settings(forge.as_ref(), &operator, repo, &default_branch)
+        .await
+}
+
+/// `director preflight owner/repo#N --dry-run`: reads the issue, builds the prompt, asks the
+/// provider; writes nothing to Forgejo and nothing to the database.
+pub async fn preflight_dry_run(
+    settings: Settings,
+    issue: crate::domain::IssueRef,
+) -> anyhow::Result<DryRun> {
+    let forge = forge_client(&settings, None)?.context("forge.url must be set")?;
+    let bot = match forge.current_user().await {
+        Ok(login) => Some(login),
+        Err(_) => settings.forge.bot_login.clone(),
+    };
+    let provider: Arc<dyn crate::preflight::Preflight> =
+        Arc::from(providers::from_settings(&settings.preflight)?);
+    let template = crate::engine::act::preflight::load_template(&settings.preflight)?;
+    let with = crate::engine::act::preflight::Gatherer {
+        forge: forge.as_ref(),
+        acts: None,
+        template: &template,
+        automation_accounts: &settings.preflight.automation_accounts,
+        bot: bot.as_deref(),
+        // The operator asked to see this issue read; nothing is acted on.
+        read_unvouched: true,
+    };
+    let gathered = crate::engine::act::preflight::gather_with(&with, &issue, 0, None).await?;
+    let reading = provider.read(&gathered.prompt.text).await?;
+    Ok(DryRun {
+        prompt: gathered.prompt.text,
+        verdict: crate::domain::verdict::parse(&reading.text),
+        reading: reading.text,
+        model: reading.model,
+        left_out: gathered
+            .left_out
+            .iter()
+            .map(|l| format!("@{} (comment {})", l.author, l.comment_id))
+            .collect(),
+    })
+}
