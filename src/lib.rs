@@ -9,7 +9,7 @@ pub mod engine;
 pub mod event;
 pub mod failpoint;
 pub mod forge;
-pub mod gateway;
+pub mod git_gateway;
 pub mod hooks;
 pub mod http;
 pub mod intake;

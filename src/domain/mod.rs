@@ -2,7 +2,7 @@
 //! issue reference), the records the director keeps of issues and runs, commands, and the
 //! verdict. Nothing here does I/O, and nothing here imports another module of the crate.
 
-pub mod action;
+pub mod action_kind;
 pub mod agent;
 pub mod command;
 pub mod issue;
@@ -11,7 +11,7 @@ pub mod pull;
 pub mod run;
 pub mod verdict;
 
-pub use action::ActionKind;
+pub use action_kind::ActionKind;
 pub use agent::{AgentChoice, AgentSource};
 pub use command::Command;
 pub use issue::{IssueRecord, Judgement, LeftOut, PreflightState, Vouched};

@@ -224,14 +224,14 @@ pub fn pr_body(issue_number: u64, run_id: &str, verdict: &str, summary: Option<&
 pub fn egress_refused(refused: &[(String, u64)]) -> String {
     let (pushes, network): (Vec<_>, Vec<_>) = refused
         .iter()
-        .partition(|(what, _)| what.starts_with(crate::gateway::REFUSAL_PREFIX));
+        .partition(|(what, _)| what.starts_with(crate::git_gateway::REFUSAL_PREFIX));
     let mut out = String::new();
     if !pushes.is_empty() {
         out.push_str(
             "\n\n**Pushes refused** by the git gateway (a run pushes only its own branch, and no commit may change `runner.protected_paths`):\n",
         );
         list(&mut out, &pushes, "refusals", |what| {
-            what.strip_prefix(crate::gateway::REFUSAL_PREFIX)
+            what.strip_prefix(crate::git_gateway::REFUSAL_PREFIX)
                 .unwrap_or(what)
         });
     }

@@ -1,7 +1,7 @@
 //! The HTTP surface: the webhook receiver, health and readiness probes, and metrics.
 
 pub use crate::forge::signature;
-pub mod status;
+pub mod status_page;
 pub mod webhook;
 
 use std::sync::{Arc, RwLock};
@@ -30,7 +30,7 @@ pub struct AppState {
     pub runtime_state: Arc<RwLock<String>>,
     /// For the status page: which repositories are public.
     pub forge: Option<Arc<dyn crate::forge::Forge>>,
-    pub visibility: status::Visibility,
+    pub visibility: status_page::Visibility,
     pub clock: crate::clock::SharedClock,
     /// The director's address on the runs' network (Docker, confined runs), where runs reach
     /// the egress proxy and nothing else of the director.
@@ -66,10 +66,10 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .route("/healthz", web::get().to(healthz))
         .route("/readyz", web::get().to(readyz))
         .route("/metrics", web::get().to(metrics))
-        .route("/status", web::get().to(status::page))
-        .route("/status.json", web::get().to(status::json))
-        .route("/runs/{run_id}", web::get().to(status::run_page))
-        .route("/runs/{run_id}/log", web::get().to(status::run_log));
+        .route("/status", web::get().to(status_page::page))
+        .route("/status.json", web::get().to(status_page::json))
+        .route("/runs/{run_id}", web::get().to(status_page::run_page))
+        .route("/runs/{run_id}/log", web::get().to(status_page::run_log));
 }
 
 /// Records each request's latency under its route template (never the raw path).
@@ -157,7 +157,7 @@ async fn readyz(state: web::Data<AppState>) -> HttpResponse {
 /// anonymous visitor of the forge can see, unless the scrape bears the status token (as the
 /// status page): `/metrics` is unauthenticated, and a name alone can be a secret.
 async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
-    let full = match status::authorised(&req, &state) {
+    let full = match status_page::authorised(&req, &state) {
         Ok(full) => full,
         Err(refused) => return refused.response(),
     };

@@ -6,12 +6,12 @@
 //! and day, in the store every replica shares) and refuses, in the provider's own error
 //! shape, a request of a run whose budget is spent.
 
-mod gateway;
 mod ledger;
 mod meter;
+mod model_gateway;
 pub mod usage;
 
-pub use gateway::ModelGateway;
+pub use model_gateway::ModelGateway;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -252,7 +252,7 @@ pub struct Config {
     pub allow_unmetered: bool,
     pub max_request_mb: u64,
     /// Request bodies' memory, time and per-run count, shared with the git gateway.
-    pub requests: crate::gateway::request::Budget,
+    pub requests: crate::git_gateway::request::Budget,
     /// What a call that names no output limit is reserved for, in output tokens.
     pub default_max_output_tokens: u64,
 }

@@ -94,7 +94,7 @@ impl Engine<'_> {
         };
         let seal = crate::engine::act::seal::Seal::new(seal_material(settings));
         let egress = if settings.egress_confined() {
-            let gateway_runs = crate::engine::act::gateway::GatewayRuns {
+            let gateway_runs = crate::engine::act::git_gateway::GatewayRuns {
                 store: self.store.clone(),
                 forge: forge.clone(),
                 runner: runner.clone(),

@@ -88,7 +88,7 @@ pub(super) async fn egress_proxy(
     store: &Store,
     metrics: &Metrics,
     shutdown: &CancellationToken,
-    runs: Arc<dyn crate::gateway::Runs>,
+    runs: Arc<dyn crate::git_gateway::Runs>,
     model_runs: Arc<dyn crate::models::Runs>,
 ) -> Result<crate::engine::act::run::RunEgress, String> {
     use crate::egress::{Entry, Policy, proxy::Proxy};
@@ -140,7 +140,7 @@ pub(super) async fn egress_proxy(
     proxy.clone().serve(listener, shutdown.clone());
     // One memory budget for the bodies of both gateways' requests.
     let r = &settings.runner;
-    let budget = crate::gateway::request::Budget::new(
+    let budget = crate::git_gateway::request::Budget::new(
         r.gateway_memory_mb,
         r.gateway_requests_per_run,
         std::time::Duration::from_secs(r.gateway_body_timeout_secs),
@@ -176,7 +176,7 @@ pub(super) fn model_gateway(
     key: Vec<u8>,
     runs: Arc<dyn crate::models::Runs>,
     metrics: &Metrics,
-    budget: crate::gateway::request::Budget,
+    budget: crate::git_gateway::request::Budget,
     shutdown: &CancellationToken,
 ) -> Result<Option<Arc<crate::models::ModelGateway>>, String> {
     use crate::models::{Provider, Upstream};
@@ -246,20 +246,24 @@ pub(super) fn git_gateway(
     settings: &Settings,
     at: std::net::SocketAddr,
     key: Vec<u8>,
-    runs: Arc<dyn crate::gateway::Runs>,
+    runs: Arc<dyn crate::git_gateway::Runs>,
     metrics: &Metrics,
-    budget: crate::gateway::request::Budget,
+    budget: crate::git_gateway::request::Budget,
     shutdown: &CancellationToken,
-) -> Result<Arc<crate::gateway::Gateway>, String> {
-    let config = crate::gateway::Config {
+) -> Result<Arc<crate::git_gateway::Gateway>, String> {
+    let config = crate::git_gateway::Config {
         protected_paths: settings.runner.protected(),
         max_push_mb: settings.runner.max_push_mb,
         git_timeout: std::time::Duration::from_secs(settings.runner.git_timeout_secs),
         requests: budget,
         cache_dir: std::env::temp_dir().join(format!("director-git-{}", std::process::id())),
     };
-    let gateway =
-        crate::gateway::Gateway::new(key, runs, config, Some(metrics.git_pushes_refused.clone()))?;
+    let gateway = crate::git_gateway::Gateway::new(
+        key,
+        runs,
+        config,
+        Some(metrics.git_pushes_refused.clone()),
+    )?;
     let listener = std::net::TcpListener::bind(at)
         .map_err(|e| format!("the git gateway cannot listen on {at}: {e}"))?;
     let addr = gateway

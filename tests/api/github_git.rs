@@ -5,7 +5,7 @@
 use director::domain::Lifecycle;
 
 use crate::fake_runs::env;
-use crate::gateway::{Run, clone, commit, refused, stderr};
+use crate::git_gateway::{Run, clone, commit, refused, stderr};
 use crate::github::{GithubApp, REPO};
 use director_testkit::github::FakeGitHub;
 

@@ -14,8 +14,8 @@ mod durability;
 mod egress;
 mod fake_runs;
 mod flood;
-mod gateway;
 mod git;
+mod git_gateway;
 #[cfg(feature = "github")]
 mod github;
 #[cfg(feature = "github")]

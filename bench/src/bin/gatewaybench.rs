@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use clap::Parser;
 use director::forge::Permission;
-use director::gateway::{Config, Gateway, RunAccess, Runs};
+use director::git_gateway::{Config, Gateway, RunAccess, Runs};
 use director::settings::Secret;
 use director_bench::git;
 use director_testkit::forge::FakeForge;
@@ -90,7 +90,7 @@ fn serve_gateway(upstream: String, token: String) -> anyhow::Result<()> {
                 protected_paths: director::domain::protected::default_protected_paths(),
                 max_push_mb: 100,
                 git_timeout: std::time::Duration::from_secs(120),
-                requests: director::gateway::request::Budget::new(
+                requests: director::git_gateway::request::Budget::new(
                     1024,
                     64,
                     std::time::Duration::from_secs(120),

@@ -185,7 +185,7 @@ async fn main() -> anyhow::Result<()> {
         allow_unmetered: false,
         max_request_mb: 32,
         // One run's parallel streams are the load here: its cap is set above them.
-        requests: director::gateway::request::Budget::new(
+        requests: director::git_gateway::request::Budget::new(
             1024,
             args.streams + 8,
             std::time::Duration::from_secs(60),

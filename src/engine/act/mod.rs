@@ -3,7 +3,7 @@
 //! looks for what an earlier attempt may already have created. Nothing here chooses a state.
 
 mod forge;
-pub mod gateway;
+pub mod git_gateway;
 pub mod lane;
 pub mod models;
 pub mod preflight;

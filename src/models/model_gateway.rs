@@ -231,7 +231,7 @@ async fn handle(
     let read = gw
         .config
         .requests
-        .read(payload, crate::gateway::request::declared(&req), max)
+        .read(payload, crate::git_gateway::request::declared(&req), max)
         .await;
     let (body, room) = match read {
         Ok((_, true, _)) => {
@@ -272,9 +272,9 @@ async fn handle(
 fn request_refused(
     gw: &ModelGateway,
     provider: Provider,
-    refused: &crate::gateway::request::Refused,
+    refused: &crate::git_gateway::request::Refused,
 ) -> HttpResponse {
-    use crate::gateway::request::Refused;
+    use crate::git_gateway::request::Refused;
     let (status, why) = refused.answer(gw.config.requests.max_per_run());
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
     let kind = match refused {
@@ -294,7 +294,7 @@ fn request_refused(
 /// An answer's body, holding the run's slot until it has passed (a stream may last minutes).
 struct Held<B> {
     body: B,
-    _slot: crate::gateway::request::Slot,
+    _slot: crate::git_gateway::request::Slot,
 }
 
 impl<B: actix_web::body::MessageBody + Unpin> actix_web::body::MessageBody for Held<B> {
@@ -618,7 +618,7 @@ mod tests {
             budget: BudgetSettings::default(),
             allow_unmetered: false,
             max_request_mb: 1,
-            requests: crate::gateway::request::Budget::new(
+            requests: crate::git_gateway::request::Budget::new(
                 64,
                 4,
                 std::time::Duration::from_secs(5),

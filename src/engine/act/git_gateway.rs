@@ -11,7 +11,7 @@ use std::sync::Arc;
 use super::seal::Seal;
 use crate::clock::SharedClock;
 use crate::forge::{Forge, RunnerAccount};
-use crate::gateway::{RunAccess, Runs};
+use crate::git_gateway::{RunAccess, Runs};
 use crate::settings::Secret;
 use crate::store::Store;
 

@@ -511,8 +511,8 @@ async fn a_pack_that_also_carries_another_refs_objects_lands_nothing_unchecked()
         "{} {clean} refs/heads/{branch}\0report-status agent=test\n",
         "0".repeat(40)
     );
-    let mut body = director::gateway::pkt::line(command.as_bytes());
-    body.extend_from_slice(director::gateway::pkt::FLUSH);
+    let mut body = director::git_gateway::pkt::line(command.as_bytes());
+    body.extend_from_slice(director::git_gateway::pkt::FLUSH);
     body.extend_from_slice(&pack);
     let answer = crate::helpers::http_client()
         .post(format!(
