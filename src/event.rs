@@ -329,6 +329,9 @@ pub struct ReadContext {
     /// or why none can start as asked: shown under a GO.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<AgentLine>,
+    /// The run's likely cost and time, from the finished runs (when runs are configured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forecast: Option<crate::domain::forecast::Forecast>,
 }
 
 pub use crate::domain::agent::AgentLine;

@@ -46,6 +46,10 @@ pub struct Row {
     /// While the issue needs information: the pre-flight's questions still open.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub open_questions: Option<usize>,
+    /// The forecast the GO comment showed (the run's actual cost and time are in `run`:
+    /// `usage.cost_usd`, `age_secs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forecast: Option<crate::domain::forecast::Forecast>,
     /// The pull request the issue's run opened.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pr: Option<PrRow>,
@@ -439,6 +443,7 @@ pub fn rows(
                 verdict_reason: r.preflight.reason.clone(),
                 open_questions: (r.lifecycle == Lifecycle::NeedsInfo)
                     .then_some(r.preflight.questions.len()),
+                forecast: r.preflight.forecast.clone(),
                 pr: r
                     .pr
                     .as_ref()

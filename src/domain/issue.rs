@@ -145,6 +145,12 @@ pub struct PreflightState {
     /// How many reads in a row said NEEDS-INFO (a read of the same text counts once).
     #[serde(default)]
     pub question_rounds: u32,
+    /// The plan the GO comment showed (the model's steps), for the run's task.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub plan: Vec<String>,
+    /// The forecast the GO comment showed, kept to set against the run's actual cost and time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forecast: Option<super::forecast::Forecast>,
 }
 
 impl PreflightState {

@@ -5,6 +5,7 @@
 pub mod action_kind;
 pub mod agent;
 pub mod command;
+pub mod forecast;
 pub mod issue;
 pub mod protected;
 pub mod pull;

@@ -168,6 +168,98 @@ pub fn parse(answer: &str) -> Option<Verdict> {
     None
 }
 
+/// The most steps of a plan kept; more are cut.
+pub const MAX_PLAN_STEPS: usize = 10;
+/// The longest step kept, in characters.
+const STEP_MAX_CHARS: usize = 300;
+
+/// A list item (`1. …`, `2) …`, `- …`, `* …`, decorated or not): its text.
+fn list_item(line: &str) -> Option<String> {
+    if let Some(text) = numbered(line) {
+        return Some(text);
+    }
+    let t = line.trim().trim_start_matches(['>', ' ', '\t']);
+    let after = t
+        .strip_prefix("- ")
+        .or_else(|| t.strip_prefix("* "))
+        .or_else(|| t.strip_prefix("+ "))
+        .or_else(|| t.strip_prefix("• "))?;
+    let text = after.trim().trim_matches(['*', '_']).trim();
+    (!text.is_empty()).then(|| text.chars().take(STEP_MAX_CHARS).collect())
+}
+
+/// The plan in `answer`: the list after its last `Plan:` line (decorated or not, a step on
+/// that line itself too), up to the first line that is neither a list item nor blank. `None`
+/// when the answer gives none: a verdict without a plan is still a verdict.
+pub fn plan(answer: &str) -> Option<Vec<String>> {
+    let lines: Vec<&str> = answer.lines().collect();
+    let (at, first) = lines.iter().enumerate().rev().find_map(|(i, line)| {
+        let cleaned = clean(line);
+        let after = strip_prefix_ci(&cleaned, "plan")?;
+        let after = after.trim_start_matches(['*', '_', ' ', '\t']);
+        let rest = after.strip_prefix(':')?;
+        Some((i, rest.trim().trim_matches(['*', '_']).trim().to_owned()))
+    })?;
+    let mut steps: Vec<String> = Vec::new();
+    if !first.is_empty() {
+        steps.push(first.chars().take(STEP_MAX_CHARS).collect());
+    }
+    for line in &lines[at + 1..] {
+        if line.trim().is_empty() {
+            continue;
+        }
+        // The verdict line ends the plan, however it is decorated.
+        if verdict_of(line).is_some() || needs_info(line) {
+            break;
+        }
+        match list_item(line) {
+            Some(step) => steps.push(step),
+            None => break,
+        }
+    }
+    steps.truncate(MAX_PLAN_STEPS);
+    (!steps.is_empty()).then_some(steps)
+}
+
+#[cfg(test)]
+mod plan_tests {
+    use super::*;
+
+    #[test]
+    fn the_plan_is_the_list_after_its_heading_and_stops_at_the_verdict() {
+        let answer = "Context to front-load: src/cli.rs.\n\nSmall.\n\n**Plan:**\n1. Add the flag in `src/cli.rs`.\n2) Print each step in `src/run.rs`.\n- Test it in `tests/cli.rs`.\n\nGO";
+        assert_eq!(
+            plan(answer),
+            Some(vec![
+                "Add the flag in `src/cli.rs`.".to_owned(),
+                "Print each step in `src/run.rs`.".to_owned(),
+                "Test it in `tests/cli.rs`.".to_owned(),
+            ])
+        );
+        assert_eq!(parse(answer), Some(Verdict::Go));
+    }
+
+    #[test]
+    fn no_plan_is_none_and_a_long_plan_is_cut() {
+        assert_eq!(plan("Fine.\n\nGO"), None);
+        assert_eq!(plan("Plan:\n\nGO"), None);
+        let long: String = (1..=30).map(|n| format!("{n}. step {n}\n")).collect();
+        let steps = plan(&format!("Plan:\n{long}GO")).expect("a plan");
+        assert_eq!(steps.len(), MAX_PLAN_STEPS);
+        let wide = format!("Plan: {}\nGO", "x".repeat(5_000));
+        assert_eq!(
+            plan(&wide).expect("a plan")[0].chars().count(),
+            STEP_MAX_CHARS
+        );
+    }
+
+    #[test]
+    fn a_word_that_only_starts_with_plan_is_no_heading() {
+        assert_eq!(plan("Planning: 1. x\nGO"), None);
+        assert_eq!(plan("PLAN - none\nGO"), None);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -283,6 +283,46 @@ pub fn agent_line(agent: Option<&crate::domain::AgentChoice>) -> String {
         .unwrap_or_default()
 }
 
+/// The forecast the GO comment showed, against what the run cost and took; nothing without
+/// a forecast (a follow-up, runs before forecasts, no runtime at pre-flight time).
+pub fn forecast_line(
+    forecast: Option<&crate::domain::forecast::Forecast>,
+    run: &crate::domain::RunRecord,
+) -> String {
+    use crate::domain::forecast::{dollars, duration};
+    let Some(f) = forecast.filter(|_| run.followup.is_none()) else {
+        return String::new();
+    };
+    if f.basis == crate::domain::forecast::Basis::NoHistory {
+        return String::new();
+    }
+    let range = |m: Option<String>, h: Option<String>| match (m, h) {
+        (Some(m), Some(h)) => format!("{m}–{h}"),
+        _ => "not known".to_owned(),
+    };
+    let cost = range(
+        f.cost_median_micros.map(dollars),
+        f.cost_high_micros.map(dollars),
+    );
+    let time = range(f.secs_median.map(duration), f.secs_high.map(duration));
+    let actual_cost = run
+        .result
+        .as_ref()
+        .and_then(|r| r.usage.as_ref())
+        .filter(|u| u.metered)
+        .and_then(|u| u.cost_usd)
+        .map_or("not metered".to_owned(), |c| {
+            dollars((c.max(0.0) * 1e6).round() as u64)
+        });
+    let actual_time = match (run.started_at_ms, run.finished_at_ms) {
+        (Some(s), Some(e)) if e >= s => duration((e - s) / 1000),
+        _ => "not known".to_owned(),
+    };
+    format!(
+        "\n\nForecast {cost}, {time} (median to 90th percentile); actual {actual_cost}, {actual_time}."
+    )
+}
+
 /// Where a branch that was not opened as a pull request can be looked at.
 pub fn branch_note(
     links: &crate::settings::WebLinks,

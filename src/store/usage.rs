@@ -110,6 +110,47 @@ impl Store {
         }))
     }
 
+    /// The newest finished runs that started a container, for a forecast: repository, kind,
+    /// agent, metered cost (when every call was priced) and wall time. Newest first, at most
+    /// [`crate::domain::forecast::MAX_SAMPLES`]; impossible rows are the forecast's to judge.
+    pub async fn forecast_samples(&self) -> anyhow::Result<Vec<crate::domain::forecast::Sample>> {
+        type Row = (
+            String,
+            i64,
+            i64,
+            Option<String>,
+            Option<String>,
+            Option<f64>,
+            i64,
+            i64,
+        );
+        let rows: Vec<Row> = on_pool!(&self.db, p => {
+            sqlx::query_as(
+                "SELECT r.repo, r.started_at_ms, r.finished_at_ms, r.followup, r.agent,                  u.cost, COALESCE(u.calls, 0), COALESCE(u.priced, 0)                  FROM runs r LEFT JOIN (SELECT run_id, SUM(cost_usd) AS cost, COUNT(*) AS calls,                  COUNT(cost_usd) AS priced FROM model_usage WHERE run_id IS NOT NULL GROUP BY run_id) u                  ON u.run_id = r.id                  WHERE r.state IN ('succeeded', 'failed', 'timed_out', 'over_budget', 'declined')                  AND r.started_at_ms IS NOT NULL AND r.finished_at_ms IS NOT NULL                  ORDER BY r.finished_at_ms DESC LIMIT $1",
+            )
+            .bind(crate::domain::forecast::MAX_SAMPLES as i64)
+            .fetch_all(p)
+            .await?
+        });
+        Ok(rows
+            .into_iter()
+            .map(
+                |(repo, started, finished, followup, agent, cost, calls, priced)| {
+                    let agent = agent
+                        .and_then(|a| serde_json::from_str::<crate::domain::AgentChoice>(&a).ok())
+                        .map(|a| a.name);
+                    crate::domain::forecast::Sample {
+                        repo,
+                        followup: followup.is_some_and(|f| f != "null"),
+                        agent,
+                        cost_usd: cost.filter(|_| calls > 0 && priced == calls),
+                        secs: (finished - started) / 1000,
+                    }
+                },
+            )
+            .collect())
+    }
+
     /// Dollars spent per repository on `day`, most first.
     pub async fn spent_by_repo(&self, day: &str) -> anyhow::Result<Vec<(String, f64)>> {
         let rows: Vec<(String, f64)> = on_pool!(&self.db, p => {

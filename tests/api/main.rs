@@ -14,6 +14,7 @@ mod durability;
 mod egress;
 mod fake_runs;
 mod flood;
+mod forecast;
 mod git;
 mod git_gateway;
 #[cfg(feature = "github")]

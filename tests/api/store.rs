@@ -1117,3 +1117,81 @@ async fn under_commits_with_no_pause_the_write_ahead_log_is_started_over() {
         "every delivery is there after the log was started over"
     );
 }
+
+#[tokio::test]
+async fn forecast_samples_read_finished_runs_with_their_metered_cost_on_both_backends() {
+    let b = backends().await;
+    for (backend, url) in &b.urls {
+        let store = open(url).await;
+        let issue: IssueRef = "acme/widgets#1".parse().expect("ref");
+        let mut done = RunRecord::admitted(&issue, "f0000000000a".into(), "b1", 1);
+        done.state = RunState::Succeeded;
+        done.started_at_ms = Some(1_000);
+        done.finished_at_ms = Some(121_000);
+        let mut follow = done.clone();
+        follow.id = "f0000000000b".into();
+        follow.followup = Some(director::domain::FollowUp {
+            pr: 3,
+            feedback: director::domain::Feedback {
+                key: "review:1".into(),
+                by: "alice".into(),
+                text: "Rename it.".into(),
+            },
+            start_head: None,
+        });
+        // Running, and refused before a container: not samples.
+        let mut running = RunRecord::admitted(&issue, "f0000000000c".into(), "b3", 1);
+        running.state = RunState::Running;
+        running.started_at_ms = Some(1_000);
+        let mut refused = RunRecord::admitted(&issue, "f0000000000d".into(), "b4", 1);
+        refused.state = RunState::Refused;
+        store
+            .commit(
+                &Commit {
+                    runs: vec![done, follow, running, refused],
+                    ..Default::default()
+                },
+                2,
+            )
+            .await
+            .expect("runs");
+        let chosen = director::domain::AgentChoice {
+            name: "aider".into(),
+            source: director::domain::AgentSource::Operator,
+        };
+        // Written while launching, as the start writes it; the run ended later.
+        store
+            .put_run_agent("f0000000000c", &chosen)
+            .await
+            .expect("agent");
+        for (cost, run) in [
+            (Some(0.25), "f0000000000a"),
+            (Some(0.5), "f0000000000a"),
+            (None, "f0000000000b"),
+        ] {
+            store
+                .record_model_usage(&director::models::Metered {
+                    run_id: Some(run.into()),
+                    repo: "acme/widgets".parse().expect("repo"),
+                    provider: director::models::Provider::Openai,
+                    model: "gpt-5".into(),
+                    usage: Default::default(),
+                    cost_usd: cost,
+                    at_ms: 5,
+                })
+                .await
+                .expect("usage");
+        }
+        let mut samples = store.forecast_samples().await.expect("samples");
+        samples.sort_by_key(|s| s.followup);
+        assert_eq!(samples.len(), 2, "{backend}: {samples:?}");
+        assert_eq!(samples[0].cost_usd, Some(0.75), "{backend}");
+        assert_eq!(
+            (samples[0].secs, samples[0].followup),
+            (120, false),
+            "{backend}"
+        );
+        assert_eq!(samples[1].cost_usd, None, "{backend}: an unpriced call");
+        assert!(samples[1].followup, "{backend}");
+    }
+}

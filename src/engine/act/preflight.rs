@@ -40,15 +40,17 @@ async fn agent_line(
     acts: &Acts,
     issue: &IssueRef,
     labels: &[String],
-) -> Option<crate::event::AgentLine> {
+) -> (Option<crate::event::AgentLine>, Option<String>) {
     use crate::event::AgentLine;
-    let runs = acts.runs.as_ref()?;
+    let Some(runs) = acts.runs.as_ref() else {
+        return (None, None);
+    };
     let repository = if runs.repo.ceiling.may_set("runner.agent") {
         let branch = match acts.forge.repository(&issue.repo).await {
             Ok(r) => r.default_branch,
             Err(e) => {
                 tracing::warn!(error = %e, "the agent line: reading the repository");
-                return None;
+                return (None, None);
             }
         };
         match super::run::read_repo_settings(acts.forge.as_ref(), &runs.repo, &issue.repo, &branch)
@@ -58,7 +60,7 @@ async fn agent_line(
             Ok(Err(unusable)) => {
                 let why =
                     crate::domain::run::agent_text(&unusable.describe(), 2_000).unwrap_or_default();
-                return Some(AgentLine::Refused { why });
+                return (Some(AgentLine::Refused { why }), None);
             }
             Err(e) => {
                 tracing::warn!(error = %format!("{e:#}"), "the agent line: reading the repository's settings");
@@ -72,13 +74,39 @@ async fn agent_line(
         .choose_agent(acts, issue, labels, repository.as_deref())
         .await
     {
-        Ok(Ok(Some(chosen))) => Some(AgentLine::Chosen {
-            text: chosen.describe(),
-        }),
-        Ok(Ok(None)) => None,
-        Ok(Err(why)) => Some(AgentLine::Refused { why }),
+        Ok(Ok(Some(chosen))) => (
+            Some(AgentLine::Chosen {
+                text: chosen.describe(),
+            }),
+            Some(chosen.name),
+        ),
+        Ok(Ok(None)) => (None, None),
+        Ok(Err(why)) => (Some(AgentLine::Refused { why }), None),
         Err(e) => {
             tracing::warn!(error = %format!("{e:#}"), "the agent line: choosing the agent");
+            (None, None)
+        }
+    }
+}
+
+/// The likely cost and time of a first run of `issue` by `agent`, from the finished runs
+/// (`None` when runs are not configured). A store that cannot be read gives no forecast and
+/// never holds up the read.
+async fn forecast(
+    acts: &Acts,
+    issue: &IssueRef,
+    agent: Option<&str>,
+) -> Option<crate::domain::forecast::Forecast> {
+    acts.runs.as_ref()?;
+    match acts.store.forecast_samples().await {
+        Ok(samples) => Some(crate::domain::forecast::forecast(
+            &samples,
+            &issue.repo.to_string(),
+            false,
+            agent,
+        )),
+        Err(e) => {
+            tracing::warn!(error = %format!("{e:#}"), "no forecast: the finished runs cannot be read");
             None
         }
     }
@@ -116,6 +144,7 @@ impl Gathered {
             vouched: self.vouched.clone(),
             hidden: self.hidden.clone(),
             agent: None,
+            forecast: None,
         }
     }
 }
@@ -204,7 +233,9 @@ impl PreflightAct {
         }
         let mut read = g.context();
         let labels: Vec<String> = g.issue.labels.iter().map(|l| l.name.clone()).collect();
-        read.agent = agent_line(acts, issue, &labels).await;
+        let (agent, agent_name) = agent_line(acts, issue, &labels).await;
+        read.agent = agent;
+        read.forecast = forecast(acts, issue, agent_name.as_deref()).await;
         if let Some((by, _)) = &g.go_command {
             return Ok(PreflightOutcome::Skipped {
                 by: by.clone(),

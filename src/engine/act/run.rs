@@ -22,7 +22,7 @@ mod tokens;
 pub use repo::{Unusable, read_repo_settings};
 pub use secrets::Secrets;
 pub use spec::RunEgress;
-pub use task::{followup_text, instructions_text, questions_text, task_text};
+pub use task::{followup_text, instructions_text, plan_text, questions_text, task_text};
 pub use tokens::{sweep_tokens, token_name};
 
 /// The text a run is given, and whether it still matches the verdict.
@@ -742,6 +742,7 @@ impl RunAct {
             .verdict
             .map_or("none", crate::domain::Judgement::as_str);
         let mut task = task_text(run, title, body, verdict, read.as_deref());
+        task.push_str(&plan_text(&issue.preflight.plan));
         if let Some(f) = &run.followup {
             task.push_str(&followup_text(f, &run.branch));
         }

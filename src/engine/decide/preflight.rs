@@ -19,6 +19,8 @@ impl Step<'_> {
                 p.attempts = 0;
                 p.not_before_ms = None;
                 p.waits_for = None;
+                p.plan = Vec::new();
+                p.forecast = read.forecast.clone();
                 let shown = Shown::Skipped {
                     by: by.clone(),
                     how: how.clone(),
@@ -99,6 +101,13 @@ impl Step<'_> {
         if !matches!(verdict, Verdict::NeedsInfo { .. }) {
             p.question_rounds = 0;
         }
+        p.plan = match verdict {
+            Verdict::Go => crate::domain::verdict::plan(reading).unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        p.forecast = matches!(verdict, Verdict::Go)
+            .then(|| read.forecast.clone())
+            .flatten();
         let (shown, lifecycle, judgement) = match verdict {
             Verdict::Go => (Shown::Go, Lifecycle::Queued, Judgement::Go),
             Verdict::NeedsInfo { questions } => {
@@ -292,6 +301,8 @@ impl Step<'_> {
             hash: &read.hash,
             max_question_rounds: self.policy.max_question_rounds,
             agent: read.agent.as_ref(),
+            plan: reading.and_then(crate::domain::verdict::plan).as_deref(),
+            forecast: read.forecast.as_ref(),
         });
         let v = self.version();
         self.act(Effect::Sticky { version: v }, Action::UpsertSticky { body });

@@ -325,6 +325,7 @@ impl Step<'_> {
         }
         let report = report
             + &comments::agent_line(run.agent.as_ref())
+            + &comments::forecast_line(self.record.preflight.forecast.as_ref(), run)
             + &comments::egress_refused(&run.egress_refused)
             + &comments::transcript_link(self.policy.server.run_url(&run.id));
         let followup_of = run.followup.as_ref().map(|f| f.pr);

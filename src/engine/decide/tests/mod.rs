@@ -301,6 +301,7 @@ fn ctx() -> ReadContext {
         vouched: None,
         hidden: Vec::new(),
         agent: None,
+        forecast: None,
     }
 }
 

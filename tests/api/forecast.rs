@@ -1,0 +1,151 @@
+//! A pre-flight a maintainer can sign: the plan in the GO comment and the task, the forecast
+//! from the finished runs the store keeps (seeded as earlier runs would leave them), and the
+//! report setting the forecast against the run's actual cost and time. On FakeRuntime.
+
+use director::domain::{IssueRef, Lifecycle, RunRecord, RunState};
+use director::models::{Metered, Provider};
+
+use crate::fake_runs::{labelled, reports, spawn, status_json};
+use crate::forge_helpers::ForgeApp;
+
+const PLANNED_GO: &str = "Context to front-load: src/cli.rs.\n\nSmall change.\n\nPlan:\n1. Add the `--verbose` flag in `src/cli.rs`.\n2. Print each step in `src/run.rs`.\n3. Test it in `tests/cli.rs`.\n\nGO";
+
+/// Finished first runs in `repo`, each with one metered call: run `n` cost `n` × $0.10 and
+/// took `n` minutes, as the consumer and the model gateway would have written them.
+async fn seed_history(t: &ForgeApp, repo: &str, runs: u64) {
+    let store = &t.app.store;
+    let mut records = Vec::new();
+    for n in 1..=runs {
+        let issue: IssueRef = format!("{repo}#{}", 900 + n).parse().expect("ref");
+        let id = format!("5eed{n:08x}");
+        let mut run = RunRecord::admitted(&issue, id.as_str().into(), "b", 1_000);
+        run.state = RunState::Succeeded;
+        run.started_at_ms = Some(10_000);
+        run.finished_at_ms = Some(10_000 + (n as i64) * 60_000);
+        records.push(run);
+        store
+            .record_model_usage(&Metered {
+                run_id: Some(id),
+                repo: repo.parse().expect("repo"),
+                provider: Provider::Anthropic,
+                model: "claude-sonnet-4-5".into(),
+                usage: Default::default(),
+                cost_usd: Some(n as f64 / 10.0),
+                at_ms: 20_000,
+            })
+            .await
+            .expect("usage");
+    }
+    // One corrupt row: never averaged in.
+    let issue: IssueRef = format!("{repo}#999").parse().expect("ref");
+    let mut bad = RunRecord::admitted(&issue, "badbad000000".into(), "b", 1_000);
+    bad.state = RunState::Failed;
+    bad.started_at_ms = Some(50_000);
+    bad.finished_at_ms = Some(10_000);
+    records.push(bad);
+    store
+        .commit(
+            &director::store::Commit {
+                runs: records,
+                ..Default::default()
+            },
+            30_000,
+        )
+        .await
+        .expect("seeded");
+}
+
+fn sticky(t: &ForgeApp, issue: &IssueRef) -> String {
+    t.forge
+        .comments_on(issue)
+        .into_iter()
+        .find(|c| c.body.starts_with("<!-- director:preflight"))
+        .map(|c| c.body)
+        .expect("the pre-flight comment")
+}
+
+#[tokio::test]
+async fn a_go_shows_the_plan_and_a_forecast_from_the_repositorys_runs_and_the_report_the_actual() {
+    let (t, llm, fake) = spawn(|_| {}).await;
+    llm.always(PLANNED_GO);
+    let repo = t.repo.to_string();
+    seed_history(&t, &repo, 9).await;
+    let issue = labelled(&t, "Add --verbose", "Print each step.").await;
+    t.wait_state(&issue, Lifecycle::Succeeded).await;
+    t.app.wait_processed().await;
+
+    let go = sticky(&t, &issue);
+    assert!(
+        go.contains("1. Add the `--verbose` flag in `src/cli.rs`.\n2. Print each step in `src/run.rs`.\n3. Test it in `tests/cli.rs`."),
+        "{go}"
+    );
+    // Nine runs of $0.10 .. $0.90 and 1 .. 9 minutes: the median $0.50, 5 min; the 90th
+    // percentile $0.90, 9 min; the corrupt row left out and said so.
+    assert!(
+        go.contains("**Forecast:** $0.50 (median) to $0.90 (90th percentile), 5 min to 9 min; from 9 finished first runs in this repository; 1 impossible row(s) left out."),
+        "{go}"
+    );
+
+    // The agent starts from the plan the maintainers saw.
+    let run = t.app.store.runs_of(&issue).await.expect("runs").remove(0);
+    let spec = fake.spec_of(&run.id).expect("the run's container");
+    let task = String::from_utf8_lossy(&spec.task).into_owned();
+    assert!(
+        task.contains("## The plan the maintainers saw")
+            && task.contains("2. Print each step in `src/run.rs`."),
+        "{task}"
+    );
+
+    // The report sets the forecast against the actual; the status carries both.
+    let report = reports(&t, &issue).join("\n");
+    assert!(
+        report.contains("Forecast $0.50–$0.90, 5 min–9 min (median to 90th percentile); actual"),
+        "{report}"
+    );
+    let status = status_json(&t).await;
+    let row = status
+        .as_array()
+        .expect("rows")
+        .iter()
+        .find(|r| r["number"] == issue.number)
+        .expect("the issue's row")
+        .clone();
+    assert_eq!(row["forecast"]["basis"], "repository", "{row}");
+    assert_eq!(row["forecast"]["runs"], 9, "{row}");
+    assert_eq!(row["forecast"]["cost_median_micros"], 500_000, "{row}");
+    assert!(row["run"]["age_secs"].is_number(), "{row}");
+}
+
+#[tokio::test]
+async fn too_few_runs_here_forecast_from_every_repository_and_none_say_no_history() {
+    let (t, llm, _fake) = spawn(|_| {}).await;
+    llm.always(PLANNED_GO);
+    let first = labelled(&t, "Add --verbose", "Print each step.").await;
+    t.wait_state(&first, Lifecycle::Succeeded).await;
+    let go = sticky(&t, &first);
+    assert!(
+        go.contains("**Forecast:** no history yet: no finished run to forecast from."),
+        "{go}"
+    );
+    // Another repository's history: used, and said to be.
+    seed_history(&t, "acme/elsewhere", 6).await;
+    let second = labelled(&t, "Add --quiet", "Print less.").await;
+    t.wait_state(&second, Lifecycle::Succeeded).await;
+    let go = sticky(&t, &second);
+    assert!(
+        go.contains("in all repositories (this one has 1, fewer than 5)"),
+        "{go}"
+    );
+}
+
+#[tokio::test]
+async fn a_go_without_a_plan_says_so_and_still_runs() {
+    let (t, _llm, fake) = spawn(|_| {}).await;
+    let issue = labelled(&t, "Add --verbose", "Print each step.").await;
+    t.wait_state(&issue, Lifecycle::Succeeded).await;
+    let go = sticky(&t, &issue);
+    assert!(go.contains("**The plan:** no plan given."), "{go}");
+    let run = t.app.store.runs_of(&issue).await.expect("runs").remove(0);
+    let task = String::from_utf8_lossy(&fake.spec_of(&run.id).expect("spec").task).into_owned();
+    assert!(!task.contains("## The plan the maintainers saw"), "{task}");
+}
