@@ -332,6 +332,13 @@ pub struct ReadContext {
     /// The run's likely cost and time, from the finished runs (when runs are configured).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forecast: Option<crate::domain::forecast::Forecast>,
+    /// A repository's `preflight.approval` (its `.director.toml`), when it sets one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo_approval: Option<crate::domain::approval::Approval>,
+    /// The writer whose `/director go` (or skip label) came while a GO waited for approval:
+    /// it approves the GO of this read only if the read is of the text that GO showed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_by: Option<String>,
 }
 
 pub use crate::domain::agent::AgentLine;

@@ -26,6 +26,8 @@ pub struct Metrics {
     pub preflight_errors: IntCounterVec,
     /// Provider answer time.
     pub preflight_latency: Histogram,
+    /// A first run's actual cost and wall time over its forecast's median, as it ends.
+    pub forecast_ratio: HistogramVec,
     /// Actions performed, by kind and outcome (done, retried, gave_up).
     pub actions: IntCounterVec,
     /// Stored events that no longer parse, set aside.
@@ -115,6 +117,13 @@ impl Metrics {
                 &[
                     0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 60.0, 120.0, 180.0, 300.0,
                 ],
+            ),
+            forecast_ratio: histogram_vec(
+                &r,
+                "director_forecast_ratio",
+                "A run's actual cost or duration over its forecast's median",
+                &[0.25, 0.5, 0.8, 1.0, 1.25, 2.0, 4.0, 8.0],
+                &["what"],
             ),
             trace_spans: counter_vec(
                 &r,

@@ -283,6 +283,16 @@ fn waiting(r: &IssueRecord) -> Option<String> {
     if let Some(b) = &r.blocked {
         return Some(b.clone());
     }
+    if r.lifecycle == Lifecycle::AwaitingApproval {
+        let why = r
+            .preflight
+            .awaiting
+            .as_ref()
+            .map_or("preflight.approval", |a| a.why.as_str());
+        return Some(format!(
+            "waits for a writer's `/director go` approving the GO comment's plan and text: {why}"
+        ));
+    }
     if r.lifecycle == Lifecycle::NeedsInfo {
         return Some(format!(
             "{} question(s) of the pre-flight open in the thread; a writer's answer reads it again",

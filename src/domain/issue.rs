@@ -151,6 +151,12 @@ pub struct PreflightState {
     /// The forecast the GO comment showed, kept to set against the run's actual cost and time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forecast: Option<super::forecast::Forecast>,
+    /// A GO waiting for a writer's `/director go` (`preflight.approval`): the text it binds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub awaiting: Option<super::approval::Awaiting>,
+    /// The writer whose `/director go` approved the waiting GO.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_by: Option<String>,
 }
 
 impl PreflightState {

@@ -4,6 +4,7 @@
 
 pub mod action_kind;
 pub mod agent;
+pub mod approval;
 pub mod command;
 pub mod forecast;
 pub mod issue;
@@ -173,6 +174,8 @@ pub enum Lifecycle {
     Pending,
     /// The pre-flight said GO (or the gate was skipped): waiting for a run.
     Queued,
+    /// The pre-flight said GO and `preflight.approval` asks a writer's `/director go`.
+    AwaitingApproval,
     /// The pre-flight said NO-GO; a trusted edit or comment reads it again.
     NoGo,
     /// The pre-flight asked questions in the thread; a writer's answer reads it again.
@@ -209,6 +212,7 @@ impl Lifecycle {
             Self::Untracked => "untracked",
             Self::Pending => "pending",
             Self::Queued => "queued",
+            Self::AwaitingApproval => "awaiting_approval",
             Self::NoGo => "no_go",
             Self::NeedsInfo => "needs_info",
             Self::Routed => "routed",
@@ -231,6 +235,7 @@ impl Lifecycle {
             "untracked" => Some(Self::Untracked),
             "pending" => Some(Self::Pending),
             "queued" => Some(Self::Queued),
+            "awaiting_approval" => Some(Self::AwaitingApproval),
             "no_go" => Some(Self::NoGo),
             "needs_info" => Some(Self::NeedsInfo),
             "routed" => Some(Self::Routed),
@@ -255,6 +260,7 @@ impl Lifecycle {
             self,
             Self::Pending
                 | Self::Queued
+                | Self::AwaitingApproval
                 | Self::NoGo
                 | Self::NeedsInfo
                 | Self::Routed

@@ -201,6 +201,9 @@ pub struct RunSettings {
     /// The agent of `[agents]` the repository chose (`runner.agent`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
+    /// The repository's `preflight.approval`, when stricter than the operator's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<super::approval::Approval>,
     /// `host:port` entries added to the run's egress allow-list.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub egress_allow: Vec<String>,

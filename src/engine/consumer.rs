@@ -560,6 +560,9 @@ impl Views {
         };
         let decision = decide(&view, event, &planner.policy, now)?;
         trace(&planner.traces, &view, event, &decision, now);
+        if let Some(m) = &planner.metrics {
+            observe_forecast(m, view.run, &decision);
+        }
         if let Some(run) = &decision.run
             && self.runs.get(issue) != Some(run)
         {
@@ -583,6 +586,42 @@ impl Views {
             .iter()
             .filter_map(|i| self.runs.get(i).cloned())
             .collect()
+    }
+}
+
+/// A first run that ends in this decision: its actual cost and wall time over the median its
+/// GO comment forecast (`director_forecast_ratio`), so the forecast's error can be watched.
+fn observe_forecast(metrics: &Metrics, before: Option<&RunRecord>, decision: &Decision) {
+    let Some(run) = &decision.run else { return };
+    let ended_now = run.finished_at_ms.is_some()
+        && before.is_none_or(|b| b.id != run.id || b.finished_at_ms.is_none());
+    let Some(forecast) = decision.record.preflight.forecast.as_ref() else {
+        return;
+    };
+    if !ended_now || run.followup.is_some() {
+        return;
+    }
+    let cost = run
+        .result
+        .as_ref()
+        .and_then(|r| r.usage.as_ref())
+        .filter(|u| u.metered)
+        .and_then(|u| u.cost_usd);
+    if let (Some(cost), Some(median)) = (cost, forecast.cost_median_micros.filter(|m| *m > 0)) {
+        metrics
+            .forecast_ratio
+            .with_label_values(&["cost"])
+            .observe(cost / (median as f64 / 1e6));
+    }
+    if let (Some(start), Some(end), Some(median)) = (
+        run.started_at_ms,
+        run.finished_at_ms,
+        forecast.secs_median.filter(|m| *m > 0),
+    ) {
+        metrics
+            .forecast_ratio
+            .with_label_values(&["duration"])
+            .observe(((end - start) as f64 / 1000.0) / median as f64);
     }
 }
 

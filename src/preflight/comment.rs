@@ -54,6 +54,15 @@ impl Shown {
 
 pub use crate::domain::LeftOut;
 
+/// Under a GO: what it waits for, or who approved it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ApprovalNote {
+    /// It waits for a writer's `/director go`, for this reason.
+    Waiting(String),
+    /// This writer's `/director go` approved it.
+    Approved(String),
+}
+
 pub struct CommentInput<'a> {
     pub shown: &'a Shown,
     pub trigger: &'a str,
@@ -74,6 +83,8 @@ pub struct CommentInput<'a> {
     pub plan: Option<&'a [String]>,
     /// The run's likely cost and time, shown under a GO (when runs are configured).
     pub forecast: Option<&'a crate::domain::forecast::Forecast>,
+    /// What a GO waits for, or who approved it.
+    pub approval: Option<&'a ApprovalNote>,
 }
 
 /// Model output shown inside `<details>`: no HTML comment (which could forge a marker), no
@@ -143,7 +154,19 @@ pub fn render(input: &CommentInput<'_>) -> String {
         input.hash
     );
     let (header, reason, next) = match shown {
-        Shown::Go => ("GO", None, "Queued for a run.".to_owned()),
+        Shown::Go => (
+            "GO",
+            None,
+            match input.approval {
+                None => "Queued for a run.".to_owned(),
+                Some(ApprovalNote::Waiting(_)) => {
+                    "Waiting for a maintainer's approval before the run.".to_owned()
+                }
+                Some(ApprovalNote::Approved(by)) => {
+                    format!("Approved by @{by} with `/director go`. Queued for a run.")
+                }
+            },
+        ),
         Shown::NoGo { reason } => (
             "NO-GO",
             Some(reason.clone()),
@@ -183,6 +206,12 @@ pub fn render(input: &CommentInput<'_>) -> String {
         out.push_str(&format!("> {}\n\n", one_line(&reason)));
     }
     out.push_str(&format!("**{next}**\n\n"));
+    if let (Shown::Go, Some(ApprovalNote::Waiting(why))) = (shown, input.approval) {
+        out.push_str(&format!(
+            "It waits because {}. **To approve this plan and this text, a maintainer with write access comments `/director go`**; the run starts then. An edit of the issue reads it again and asks again; a `/director go` by an account without write access is ignored.\n\n",
+            one_line(why)
+        ));
+    }
     if matches!(shown, Shown::Go) {
         out.push_str(&plan_section(input.plan));
     }
@@ -336,6 +365,7 @@ mod tests {
             agent: None,
             plan: None,
             forecast: None,
+            approval: None,
         })
     }
 
@@ -358,6 +388,7 @@ mod tests {
             agent: None,
             plan: None,
             forecast: None,
+            approval: None,
         }));
     }
 
@@ -388,6 +419,7 @@ mod tests {
             agent: None,
             plan: Some(&steps),
             forecast: Some(&forecast),
+            approval: None,
         });
         assert!(body.contains("1. Add the flag in `src/cli.rs`."), "{body}");
         // A step is one numbered line: no command line, no ping, no HTML, no second marker.
@@ -428,6 +460,7 @@ mod tests {
                 agent: Some(agent),
                 plan: None,
                 forecast: None,
+                approval: None,
             })
         };
         let body = render_agent(&AgentLine::Chosen {
@@ -463,6 +496,7 @@ mod tests {
             }),
             plan: None,
             forecast: None,
+            approval: None,
         });
         assert!(!no_go.contains("Agent:"), "{no_go}");
     }

@@ -58,6 +58,10 @@ pub struct PreflightSettings {
     pub command_env: Vec<String>,
     /// Per read, in seconds.
     pub timeout_secs: u64,
+    /// Whether a GO waits for a writer's `/director go`: `never`, `over_forecast` (when the
+    /// forecast's high end is over `budget.run_usd`) or `always`. A repository's
+    /// `.director.toml` may only make it stricter.
+    pub approval: crate::domain::approval::Approval,
     /// Cap on the model's answer, in tokens.
     pub max_tokens: u32,
     /// Reads tried (errors, timeouts, answers without a verdict) before giving up.
@@ -98,6 +102,7 @@ impl Default for PreflightSettings {
             command: Vec::new(),
             command_env: Vec::new(),
             timeout_secs: 180,
+            approval: crate::domain::approval::Approval::Never,
             max_tokens: 1024,
             max_attempts: 3,
             retry_backoff_ms: 30_000,

@@ -112,6 +112,15 @@ struct RepoFile {
     budget: BudgetPart,
     #[serde(default)]
     task: TaskPart,
+    #[serde(default)]
+    preflight: PreflightPart,
+}
+
+/// `[preflight]` of the file: only what makes the operator's stricter.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PreflightPart {
+    approval: Option<crate::domain::approval::Approval>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -140,6 +149,8 @@ struct TaskPart {
 #[derive(Clone, Debug)]
 pub struct Operator {
     pub ceiling: RepoSettingsCeiling,
+    /// `preflight.approval`: a repository may only make it stricter.
+    pub approval: crate::domain::approval::Approval,
     pub image: String,
     pub timeout_secs: u64,
     /// 0: no run budget.
@@ -151,9 +162,11 @@ impl Operator {
         ceiling: &RepoSettingsCeiling,
         runner: &RunnerSettings,
         budget: &BudgetSettings,
+        approval: crate::domain::approval::Approval,
     ) -> Self {
         Self {
             ceiling: ceiling.clone(),
+            approval,
             image: runner.image.clone(),
             timeout_secs: runner.timeout_secs,
             run_usd: budget.run_usd,
@@ -279,6 +292,18 @@ pub fn resolve(
             out.run_usd = Some(usd);
         }
     }
+    // Approval may only be made stricter, so a repository needs no permission to ask for it.
+    if let Some(approval) = file.preflight.approval {
+        if approval > operator.approval {
+            out.approval = Some(approval);
+        } else if approval < operator.approval {
+            out.capped.push(format!(
+                "preflight.approval \"{}\" is less strict than the operator's \"{}\", which holds",
+                approval.as_str(),
+                operator.approval.as_str()
+            ));
+        }
+    }
     if instructions && let Some(text) = file.task.instructions {
         let text = text.trim();
         if !text.is_empty() {
@@ -330,6 +355,7 @@ mod tests {
 
     fn operator(allow: &[&str]) -> Operator {
         Operator {
+            approval: crate::domain::approval::Approval::OverForecast,
             ceiling: RepoSettingsCeiling {
                 allow: allow.iter().map(|s| (*s).to_owned()).collect(),
                 images: vec!["registry.example.org/agents/*".into()],
@@ -511,5 +537,21 @@ egress_allow = ["evil.example.com:443", "pypi.internal:443", "127.0.0.1:5432", "
             problems[0].contains("`runner.agent` may not be set"),
             "{problems:?}"
         );
+    }
+
+    #[test]
+    fn a_repository_may_make_approval_stricter_without_permission_never_laxer() {
+        use crate::domain::approval::Approval;
+        let text = b"[preflight]\napproval = \"always\"\n";
+        let s = resolve(&operator(&["task.instructions"]), "c0ffee", Some(text)).expect("usable");
+        assert_eq!(s.approval, Some(Approval::Always));
+        let text = b"[preflight]\napproval = \"never\"\n";
+        let s = resolve(&operator(&["task.instructions"]), "c0ffee", Some(text)).expect("usable");
+        assert_eq!(s.approval, None);
+        assert!(s.capped[0].contains("less strict"), "{:?}", s.capped);
+        let text = b"[preflight]\napproval = \"sometimes\"\n";
+        let problems =
+            resolve(&operator(&["task.instructions"]), "c0ffee", Some(text)).expect_err("refused");
+        assert!(problems[0].contains("does not parse"), "{problems:?}");
     }
 }

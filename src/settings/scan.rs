@@ -65,6 +65,9 @@ pub struct LabelSettings {
     /// On an issue whose pre-flight waits: for an hourly cap's queue, or to retry.
     #[serde(deserialize_with = "lenient::string")]
     pub waiting: String,
+    /// On an issue whose GO waits for a writer's `/director go` (`preflight.approval`).
+    #[serde(deserialize_with = "lenient::string")]
+    pub awaiting_approval: String,
     /// A writer's label `<prefix><name>` gives the issue's run the agent `<name>` of
     /// `[agents]` (empty: no label chooses an agent).
     #[serde(deserialize_with = "lenient::string")]
@@ -87,6 +90,7 @@ impl Default for LabelSettings {
             needs_info: "headless:needs-info".into(),
             merged: "headless:merged".into(),
             waiting: "headless:waiting".into(),
+            awaiting_approval: "headless:awaiting-approval".into(),
             agent_prefix: "agent:".into(),
             priority: Vec::new(),
         }

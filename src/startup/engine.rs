@@ -181,6 +181,7 @@ impl Engine<'_> {
                 &settings.repo_settings,
                 &settings.runner,
                 &settings.budget,
+                settings.preflight.approval,
             ),
             agents: settings.agents.clone(),
         });

@@ -61,6 +61,7 @@ pub async fn check_repo(
         &settings.repo_settings,
         &settings.runner,
         &settings.budget,
+        settings.preflight.approval,
     );
     let forge = forge_client(settings, None)?.context("forge.url must be set")?;
     let default_branch = forge

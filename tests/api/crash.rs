@@ -266,6 +266,32 @@ async fn killed_right_after_the_container_started_adopts_it_and_starts_no_second
 }
 
 #[tokio::test]
+async fn a_restart_while_a_go_waits_for_approval_keeps_it_waiting_and_the_go_runs_it_once() {
+    let mut w = World::new("Fine.\n\nPlan:\n1. Add the flag.\n\nGO").with_runs();
+    w.env
+        .push(("DIRECTOR_PREFLIGHT__APPROVAL".into(), "always".into()));
+    let store = w.store().await;
+    let since = chrono::Utc::now().timestamp() - 1;
+    let child = w.start(None).await;
+    let issue = w.labelled("Wait for me", "Print each step.").await;
+    w.settle(&store, &issue, Lifecycle::AwaitingApproval).await;
+    stop(child);
+
+    // Started again: still waiting, nothing started by the restart itself.
+    let child = w.start(None).await;
+    w.settle(&store, &issue, Lifecycle::AwaitingApproval).await;
+    assert!(store.runs_of(&issue).await.expect("runs").is_empty());
+    w.forge.comment(WRITER, &issue, "/director go").await;
+    w.settle(&store, &issue, Lifecycle::Succeeded).await;
+    let runs = store.runs_of(&issue).await.expect("runs");
+    assert_eq!(runs.len(), 1, "one run");
+    assert_eq!(creations(&runs[0].id, since), 1, "one container, ever");
+    assert_eq!(w.preflight_comments(&issue), 1, "one pre-flight comment");
+    stop(child);
+    w.assert_contract();
+}
+
+#[tokio::test]
 async fn killed_during_a_follow_up_adopts_its_container_and_starts_no_second() {
     let w = World::new("Fine.\n\nGO").with_runs();
     let store = w.store().await;

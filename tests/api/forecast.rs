@@ -114,6 +114,21 @@ async fn a_go_shows_the_plan_and_a_forecast_from_the_repositorys_runs_and_the_re
     assert_eq!(row["forecast"]["runs"], 9, "{row}");
     assert_eq!(row["forecast"]["cost_median_micros"], 500_000, "{row}");
     assert!(row["run"]["age_secs"].is_number(), "{row}");
+    // The forecast's error, for Prometheus: one first run ended, its duration observed.
+    let metrics = t
+        .app
+        .client
+        .get(format!("{}/metrics", t.app.address))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains("director_forecast_ratio_count{what=\"duration\"} 1"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]

@@ -5,6 +5,7 @@ mod helpers;
 
 mod agent_choice;
 mod agents;
+mod approval;
 mod chart;
 mod config;
 mod contract;

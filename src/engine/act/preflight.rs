@@ -36,39 +36,54 @@ pub struct Metering {
 
 /// The agent a run of `issue` would get now, for the GO comment (`None`: runs are not
 /// configured, or none is named anywhere). The run decides again as it starts.
+/// The repository's `.director.toml` as a run would read it now (`None`: runs are not
+/// configured, repositories may set nothing, or it cannot be read now), or why it cannot be
+/// used (inert, for the comment).
+async fn repo_file(
+    acts: &Acts,
+    issue: &IssueRef,
+) -> Option<Result<crate::domain::RunSettings, String>> {
+    let runs = acts.runs.as_ref()?;
+    if !runs.repo.ceiling.enabled() {
+        return None;
+    }
+    let branch = match acts.forge.repository(&issue.repo).await {
+        Ok(r) => r.default_branch,
+        Err(e) => {
+            tracing::warn!(error = %e, "the pre-flight: reading the repository");
+            return None;
+        }
+    };
+    match super::run::read_repo_settings(acts.forge.as_ref(), &runs.repo, &issue.repo, &branch)
+        .await
+    {
+        Ok(Ok(settings)) => Some(Ok(settings)),
+        Ok(Err(unusable)) => Some(Err(crate::domain::run::agent_text(
+            &unusable.describe(),
+            2_000,
+        )
+        .unwrap_or_default())),
+        Err(e) => {
+            tracing::warn!(error = %format!("{e:#}"), "the pre-flight: reading the repository's settings");
+            None
+        }
+    }
+}
+
 async fn agent_line(
     acts: &Acts,
     issue: &IssueRef,
     labels: &[String],
+    file: Option<&Result<crate::domain::RunSettings, String>>,
 ) -> (Option<crate::event::AgentLine>, Option<String>) {
     use crate::event::AgentLine;
     let Some(runs) = acts.runs.as_ref() else {
         return (None, None);
     };
-    let repository = if runs.repo.ceiling.may_set("runner.agent") {
-        let branch = match acts.forge.repository(&issue.repo).await {
-            Ok(r) => r.default_branch,
-            Err(e) => {
-                tracing::warn!(error = %e, "the agent line: reading the repository");
-                return (None, None);
-            }
-        };
-        match super::run::read_repo_settings(acts.forge.as_ref(), &runs.repo, &issue.repo, &branch)
-            .await
-        {
-            Ok(Ok(settings)) => settings.agent,
-            Ok(Err(unusable)) => {
-                let why =
-                    crate::domain::run::agent_text(&unusable.describe(), 2_000).unwrap_or_default();
-                return (Some(AgentLine::Refused { why }), None);
-            }
-            Err(e) => {
-                tracing::warn!(error = %format!("{e:#}"), "the agent line: reading the repository's settings");
-                None
-            }
-        }
-    } else {
-        None
+    let repository = match file {
+        Some(Err(why)) => return (Some(AgentLine::Refused { why: why.clone() }), None),
+        Some(Ok(settings)) => settings.agent.clone(),
+        None => None,
     };
     match runs
         .choose_agent(acts, issue, labels, repository.as_deref())
@@ -145,6 +160,8 @@ impl Gathered {
             hidden: self.hidden.clone(),
             agent: None,
             forecast: None,
+            repo_approval: None,
+            approved_by: None,
         }
     }
 }
@@ -233,17 +250,35 @@ impl PreflightAct {
         }
         let mut read = g.context();
         let labels: Vec<String> = g.issue.labels.iter().map(|l| l.name.clone()).collect();
-        let (agent, agent_name) = agent_line(acts, issue, &labels).await;
+        let file = repo_file(acts, issue).await;
+        let (agent, agent_name) = agent_line(acts, issue, &labels, file.as_ref()).await;
         read.agent = agent;
         read.forecast = forecast(acts, issue, agent_name.as_deref()).await;
+        read.repo_approval = file
+            .as_ref()
+            .and_then(|f| f.as_ref().ok())
+            .and_then(|s| s.approval);
+        // While a GO waits for approval, a writer's go (or skip label) approves it: the read
+        // goes on, and `decide` holds it to the text that GO showed.
+        let awaiting = acts
+            .store
+            .issue(issue)
+            .await?
+            .is_some_and(|r| r.preflight.awaiting.is_some());
         if let Some((by, _)) = &g.go_command {
-            return Ok(PreflightOutcome::Skipped {
-                by: by.clone(),
-                how: "`/director go`".into(),
-                read,
-            });
+            if !awaiting {
+                return Ok(PreflightOutcome::Skipped {
+                    by: by.clone(),
+                    how: "`/director go`".into(),
+                    read,
+                });
+            }
+            read.approved_by = Some(by.clone());
         }
         match skip_label_by(acts, &g.issue, issue).await {
+            Ok(Some((by, _))) if awaiting => {
+                read.approved_by.get_or_insert(by);
+            }
             Ok(Some((by, how))) => return Ok(PreflightOutcome::Skipped { by, how, read }),
             Ok(None) => {}
             Err(e) => {

@@ -60,6 +60,10 @@ pub struct Policy {
     pub links: crate::settings::WebLinks,
     /// `server.public_url`, for links to runs' pages.
     pub server: crate::settings::ServerSettings,
+    /// `preflight.approval`.
+    pub approval: crate::domain::approval::Approval,
+    /// `budget.run_usd` (0: none), for `over_forecast` approval.
+    pub run_usd: f64,
 }
 
 impl Policy {
@@ -85,6 +89,8 @@ impl Policy {
                 kind: settings.forge.kind,
             },
             server: settings.server.clone(),
+            approval: settings.preflight.approval,
+            run_usd: settings.budget.run_usd,
         }
     }
 }
@@ -310,6 +316,7 @@ pub fn state_label<'a>(labels: &'a LabelSettings, record: &IssueRecord) -> Optio
     let name = match record.lifecycle {
         Lifecycle::Pending if record.preflight.not_before_ms.is_some() => &labels.waiting,
         Lifecycle::Queued => &labels.queued,
+        Lifecycle::AwaitingApproval => &labels.awaiting_approval,
         Lifecycle::Launching | Lifecycle::Running => &labels.running,
         Lifecycle::Succeeded => &labels.pr_open,
         Lifecycle::Merged => &labels.merged,
@@ -335,6 +342,7 @@ pub fn all_state_labels(labels: &LabelSettings) -> Vec<&str> {
         &labels.needs_info,
         &labels.merged,
         &labels.waiting,
+        &labels.awaiting_approval,
     ]
     .into_iter()
     .filter(|l| !l.is_empty())

@@ -2,6 +2,7 @@
 //! the pre-flight comment.
 
 use super::*;
+use crate::preflight::comment::ApprovalNote;
 
 impl Step<'_> {
     pub(super) fn preflight_read(&mut self, rev: i64, outcome: &PreflightOutcome) -> bool {
@@ -108,8 +109,39 @@ impl Step<'_> {
         p.forecast = matches!(verdict, Verdict::Go)
             .then(|| read.forecast.clone())
             .flatten();
+        let mut approval = None;
         let (shown, lifecycle, judgement) = match verdict {
-            Verdict::Go => (Shown::Go, Lifecycle::Queued, Judgement::Go),
+            Verdict::Go => {
+                // A writer's go approves the GO that showed exactly this text (and plan).
+                let approved = read.approved_by.is_some()
+                    && p.awaiting.as_ref().is_some_and(|a| a.hash == read.hash);
+                let waits = crate::domain::approval::needs(
+                    self.policy.approval,
+                    read.repo_approval,
+                    read.forecast.as_ref(),
+                    self.policy.run_usd,
+                );
+                if approved {
+                    p.awaiting = None;
+                    p.approved_by = read.approved_by.clone();
+                    approval = read.approved_by.clone().map(ApprovalNote::Approved);
+                    (Shown::Go, Lifecycle::Queued, Judgement::Go)
+                } else if let Some(why) = waits {
+                    if let Some(by) = &read.approved_by {
+                        tracing::info!(by, "a go for a GO whose text changed since: asking again");
+                    }
+                    p.awaiting = Some(crate::domain::approval::Awaiting {
+                        hash: read.hash.clone(),
+                        why: why.clone(),
+                    });
+                    p.approved_by = None;
+                    approval = Some(ApprovalNote::Waiting(why));
+                    (Shown::Go, Lifecycle::AwaitingApproval, Judgement::Go)
+                } else {
+                    p.awaiting = None;
+                    (Shown::Go, Lifecycle::Queued, Judgement::Go)
+                }
+            }
             Verdict::NeedsInfo { questions } => {
                 if !same_round {
                     p.question_rounds += 1;
@@ -211,7 +243,11 @@ impl Step<'_> {
             }
             _ => None,
         };
-        self.sticky(&shown, Some(reading), model, read);
+        if !matches!(verdict, Verdict::Go) {
+            self.record.preflight.awaiting = None;
+            self.record.preflight.approved_by = None;
+        }
+        self.sticky_with(&shown, Some(reading), model, read, approval.as_ref());
         self.set_lifecycle(lifecycle);
     }
 
@@ -290,6 +326,18 @@ impl Step<'_> {
         model: &str,
         read: &ReadContext,
     ) {
+        self.sticky_with(shown, reading, model, read, None);
+    }
+
+    /// The same, with what a GO waits for (or who approved it).
+    pub(super) fn sticky_with(
+        &mut self,
+        shown: &Shown,
+        reading: Option<&str>,
+        model: &str,
+        read: &ReadContext,
+        approval: Option<&ApprovalNote>,
+    ) {
         let body = comment::render(&CommentInput {
             shown,
             trigger: &self.policy.labels.trigger,
@@ -303,6 +351,7 @@ impl Step<'_> {
             agent: read.agent.as_ref(),
             plan: reading.and_then(crate::domain::verdict::plan).as_deref(),
             forecast: read.forecast.as_ref(),
+            approval,
         });
         let v = self.version();
         self.act(Effect::Sticky { version: v }, Action::UpsertSticky { body });

@@ -32,6 +32,8 @@ fn policy() -> Policy {
             kind: crate::settings::ForgeKind::Forgejo,
         },
         server: crate::settings::ServerSettings::default(),
+        approval: crate::domain::approval::Approval::Never,
+        run_usd: 0.0,
     }
 }
 
@@ -302,6 +304,8 @@ fn ctx() -> ReadContext {
         hidden: Vec::new(),
         agent: None,
         forecast: None,
+        repo_approval: None,
+        approved_by: None,
     }
 }
 

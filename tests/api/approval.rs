@@ -1,0 +1,185 @@
+//! Approval when asked (`preflight.approval`): a GO waits, with its label, for a writer's
+//! `/director go` on exactly the text and plan its comment showed; a reader's go is ignored;
+//! an edit reads again and asks again; `over_forecast` waits only over the run budget. On
+//! FakeRuntime with FakeForge.
+
+use director::domain::approval::Approval;
+use director::domain::{IssueRef, Lifecycle, RunRecord, RunState};
+
+use crate::fake_runs::{labelled, spawn};
+use crate::forge_helpers::{ForgeApp, WRITER};
+
+const PLANNED_GO: &str =
+    "Context to front-load: src/cli.rs.\n\nSmall.\n\nPlan:\n1. Add the flag in `src/cli.rs`.\n\nGO";
+const LABEL: &str = "headless:awaiting-approval";
+
+fn sticky(t: &ForgeApp, issue: &IssueRef) -> String {
+    t.forge
+        .comments_on(issue)
+        .into_iter()
+        .find(|c| c.body.starts_with("<!-- director:preflight"))
+        .map(|c| c.body)
+        .expect("the pre-flight comment")
+}
+
+async fn runs(t: &ForgeApp, issue: &IssueRef) -> usize {
+    t.app.store.runs_of(issue).await.expect("runs").len()
+}
+
+#[tokio::test]
+async fn always_waits_with_its_label_until_a_writers_go_and_a_readers_go_changes_nothing() {
+    let (t, llm, _fake) = spawn(|s| s.preflight.approval = Approval::Always).await;
+    llm.always(PLANNED_GO);
+    let issue = labelled(&t, "Add --verbose", "Print each step.").await;
+    t.wait_state(&issue, Lifecycle::AwaitingApproval).await;
+    t.app.wait_processed().await;
+    let go = sticky(&t, &issue);
+    assert!(
+        go.contains("**Waiting for a maintainer's approval before the run.**")
+            && go.contains("a maintainer with write access comments `/director go`")
+            && go.contains("1. Add the flag in `src/cli.rs`."),
+        "{go}"
+    );
+    assert!(t.forge.labels_on(&issue).iter().any(|l| l == LABEL));
+    let row = crate::fake_runs::status_json(&t).await;
+    let waiting = row[0]["waiting"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        waiting.contains("waits for a writer's `/director go`") && waiting.contains("\"always\""),
+        "{row}"
+    );
+
+    // A reader says go: read again (the same text, from the cache), still waiting, no run.
+    t.forge.comment("reporter", &issue, "/director go").await;
+    t.app.wait_processed().await;
+    assert_eq!(
+        t.record(&issue).await.map(|r| r.lifecycle),
+        Some(Lifecycle::AwaitingApproval)
+    );
+    assert_eq!(runs(&t, &issue).await, 0);
+    assert_eq!(
+        llm.prompts().len(),
+        1,
+        "one model read: the same text is cached"
+    );
+
+    // A writer says go: approved, run once.
+    t.forge.comment(WRITER, &issue, "/director go").await;
+    t.wait_state(&issue, Lifecycle::Succeeded).await;
+    t.app.wait_processed().await;
+    assert_eq!(runs(&t, &issue).await, 1);
+    let go = sticky(&t, &issue);
+    assert!(
+        go.contains(&format!(
+            "Approved by @{WRITER} with `/director go`. Queued for a run."
+        )),
+        "{go}"
+    );
+    assert!(!t.forge.labels_on(&issue).iter().any(|l| l == LABEL));
+    let record = t.record(&issue).await.expect("known");
+    assert_eq!(record.preflight.approved_by.as_deref(), Some(WRITER));
+}
+
+#[tokio::test]
+async fn an_edit_while_waiting_reads_again_and_asks_again() {
+    let (t, llm, _fake) = spawn(|s| s.preflight.approval = Approval::Always).await;
+    llm.always(PLANNED_GO);
+    let issue = labelled(&t, "Add --verbose", "Print each step.").await;
+    t.wait_state(&issue, Lifecycle::AwaitingApproval).await;
+    t.app.wait_processed().await;
+    let first = t.record(&issue).await.expect("known").preflight.awaiting;
+    t.forge
+        .edit_body(WRITER, &issue, "Print each step, with timings.")
+        .await;
+    t.app
+        .wait_for("a second read", || async { llm.prompts().len() == 2 })
+        .await;
+    t.wait_state(&issue, Lifecycle::AwaitingApproval).await;
+    t.app.wait_processed().await;
+    let second = t.record(&issue).await.expect("known").preflight.awaiting;
+    assert_ne!(
+        first.map(|a| a.hash),
+        second.clone().map(|a| a.hash),
+        "it waits on the new text"
+    );
+    assert_eq!(runs(&t, &issue).await, 0);
+    let go = sticky(&t, &issue);
+    assert!(
+        go.contains(&second.expect("waits").hash),
+        "the comment binds the new text: {go}"
+    );
+    t.forge.comment(WRITER, &issue, "/director go").await;
+    t.wait_state(&issue, Lifecycle::Succeeded).await;
+    assert_eq!(runs(&t, &issue).await, 1);
+}
+
+/// Ten finished runs in `repo` costing $2.00 each.
+async fn expensive_history(t: &ForgeApp) {
+    let repo = t.repo.to_string();
+    let mut records = Vec::new();
+    for n in 0..10u64 {
+        let issue: IssueRef = format!("{repo}#{}", 800 + n).parse().expect("ref");
+        let id = format!("c0s7{n:08x}");
+        let mut run = RunRecord::admitted(&issue, id.as_str().into(), "b", 1);
+        run.state = RunState::Succeeded;
+        run.started_at_ms = Some(1_000);
+        run.finished_at_ms = Some(61_000);
+        records.push(run);
+        t.app
+            .store
+            .record_model_usage(&director::models::Metered {
+                run_id: Some(id),
+                repo: t.repo.clone(),
+                provider: director::models::Provider::Openai,
+                model: "gpt-5".into(),
+                usage: Default::default(),
+                cost_usd: Some(2.0),
+                at_ms: 2_000,
+            })
+            .await
+            .expect("usage");
+    }
+    t.app
+        .store
+        .commit(
+            &director::store::Commit {
+                runs: records,
+                ..Default::default()
+            },
+            3_000,
+        )
+        .await
+        .expect("seeded");
+}
+
+#[tokio::test]
+async fn over_forecast_waits_only_when_the_high_end_is_over_the_run_budget() {
+    let (t, llm, _fake) = spawn(|s| {
+        s.preflight.approval = Approval::OverForecast;
+        s.budget.run_usd = 1.0;
+    })
+    .await;
+    llm.always(PLANNED_GO);
+    expensive_history(&t).await;
+    let issue = labelled(&t, "Add --verbose", "Print each step.").await;
+    t.wait_state(&issue, Lifecycle::AwaitingApproval).await;
+    t.app.wait_processed().await;
+    let go = sticky(&t, &issue);
+    assert!(
+        go.contains(
+            "the forecast's high end, $2.00, is over the run budget `budget.run_usd`, $1.00"
+        ),
+        "both figures: {go}"
+    );
+
+    // Under a larger budget the same history does not hold a GO.
+    let (t, llm, _fake) = spawn(|s| {
+        s.preflight.approval = Approval::OverForecast;
+        s.budget.run_usd = 5.0;
+    })
+    .await;
+    llm.always(PLANNED_GO);
+    expensive_history(&t).await;
+    let issue = labelled(&t, "Add --verbose", "Print each step.").await;
+    t.wait_state(&issue, Lifecycle::Succeeded).await;
+    assert!(!sticky(&t, &issue).contains("Waiting for a maintainer's approval"));
+}
