@@ -44,6 +44,8 @@ pub enum Basis {
     AllRepositories,
     /// No finished run yet.
     NoHistory,
+    /// The finished runs could not be read: no forecast, and the GO goes on.
+    Unavailable,
 }
 
 /// A forecast: a range of cost (micro-dollars, so records stay comparable) and of wall time.
@@ -173,6 +175,23 @@ pub fn duration(secs: i64) -> String {
 }
 
 impl Forecast {
+    /// No forecast this time: the history could not be read.
+    pub fn unavailable() -> Self {
+        Self {
+            basis: Basis::Unavailable,
+            runs: 0,
+            costed_runs: 0,
+            repo_runs: 0,
+            followup: false,
+            agent: None,
+            cost_median_micros: None,
+            cost_high_micros: None,
+            secs_median: None,
+            secs_high: None,
+            ignored: 0,
+        }
+    }
+
     /// The high end of the cost, in dollars, when known.
     pub fn cost_high_usd(&self) -> Option<f64> {
         self.cost_high_micros.map(|m| m as f64 / 1e6)
@@ -180,8 +199,14 @@ impl Forecast {
 
     /// The forecast in a sentence, for the GO comment and the report.
     pub fn describe(&self) -> String {
-        if self.basis == Basis::NoHistory {
-            return "no history yet: no finished run to forecast from".to_owned();
+        match self.basis {
+            Basis::NoHistory => {
+                return "no history yet: no finished run to forecast from".to_owned();
+            }
+            Basis::Unavailable => {
+                return "none this time: the finished runs could not be read (the director's log says why); the GO stands".to_owned();
+            }
+            Basis::Repository | Basis::AllRepositories => {}
         }
         let cost = match (self.cost_median_micros, self.cost_high_micros) {
             (Some(m), Some(h)) => format!(
@@ -275,6 +300,11 @@ mod tests {
                 .contains("in all repositories (this one has 1, fewer than 5)"),
             "{}",
             f.describe()
+        );
+        assert!(
+            Forecast::unavailable()
+                .describe()
+                .contains("could not be read")
         );
         let none = forecast(&[], "acme/widgets", false, None);
         assert_eq!(none.basis, Basis::NoHistory);

@@ -293,7 +293,10 @@ pub fn forecast_line(
     let Some(f) = forecast.filter(|_| run.followup.is_none()) else {
         return String::new();
     };
-    if f.basis == crate::domain::forecast::Basis::NoHistory {
+    if matches!(
+        f.basis,
+        crate::domain::forecast::Basis::NoHistory | crate::domain::forecast::Basis::Unavailable
+    ) {
         return String::new();
     }
     let range = |m: Option<String>, h: Option<String>| match (m, h) {

@@ -122,7 +122,7 @@ async fn forecast(
         )),
         Err(e) => {
             tracing::warn!(error = %format!("{e:#}"), "no forecast: the finished runs cannot be read");
-            None
+            Some(crate::domain::forecast::Forecast::unavailable())
         }
     }
 }
