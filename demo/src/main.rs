@@ -443,13 +443,30 @@ async fn run(opts: DemoOptions) -> anyhow::Result<()> {
         "done. The status page: {address}/status (JSON: {address}/status.json)"
     ));
     if !opts.once {
-        steps.say("press Ctrl-C to stop");
-        tokio::signal::ctrl_c().await.ok();
+        steps.say("press Ctrl-C to stop (or send SIGTERM)");
+        stop_signal().await;
+        steps.say("stopping");
     }
     served.abort();
     model_handle.stop(false).await;
     drop(server);
     Ok(())
+}
+
+/// Ctrl-C (SIGINT) or SIGTERM, as `timeout`, `docker stop` and process managers send it.
+async fn stop_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            tokio::signal::ctrl_c().await.ok();
+        }
+    }
 }
 
 /// Removes the demo's scratch directory (database, image context) at the end.

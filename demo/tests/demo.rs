@@ -81,3 +81,38 @@ async fn without_docker_the_demo_says_runs_are_skipped_and_the_go_issue_waits() 
     assert!(text.contains("pre-flight: NO-GO"), "{text}");
     assert!(!text.contains("container started"), "{text}");
 }
+
+#[tokio::test]
+async fn sigterm_stops_the_demo_as_ctrl_c_does() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_director-demo"))
+        .args(["--no-docker", "--listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the demo starts");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let waiting = tokio::time::timeout(Duration::from_secs(200), async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.contains("press Ctrl-C to stop") {
+                return true;
+            }
+        }
+        false
+    })
+    .await
+    .expect("the demo reaches its end");
+    assert!(waiting, "the demo says how to stop it");
+    let pid = child.id().expect("running").to_string();
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success());
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .expect("the demo stops on SIGTERM")
+        .expect("reaped");
+    assert!(status.success(), "{status:?}");
+}
