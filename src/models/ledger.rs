@@ -64,6 +64,45 @@ impl Ledger {
     }
 
     /// `spent` (the store's), with this process's entries added.
+    /// The settled entries now (their ids and amounts), taken before the store is read.
+    pub(super) fn settled_now(&self) -> HashMap<u64, (String, RepoName, f64)> {
+        self.entries()
+            .iter()
+            .filter(|(_, e)| !e.in_flight)
+            .map(|(id, e)| (*id, (e.run_id.clone(), e.repo.clone(), e.usd)))
+            .collect()
+    }
+
+    /// [`Ledger::on_top`], also counting what was settled `before` the store was read and
+    /// has left the ledger since (stored meanwhile: the read may or may not have seen it).
+    pub(super) fn on_top_since(
+        &self,
+        spent: Spent,
+        before: &HashMap<u64, (String, RepoName, f64)>,
+        run_id: &str,
+        repo: &RepoName,
+    ) -> Seen {
+        let gone: Vec<(String, RepoName, f64)> = {
+            let entries = self.entries();
+            before
+                .iter()
+                .filter(|(id, _)| !entries.contains_key(id))
+                .map(|(_, e)| e.clone())
+                .collect()
+        };
+        let mut seen = self.on_top(spent, run_id, repo);
+        for (run, r, usd) in gone {
+            seen.settled.day += usd;
+            if r == *repo {
+                seen.settled.repo_day += usd;
+            }
+            if run == run_id {
+                seen.settled.run += usd;
+            }
+        }
+        seen
+    }
+
     pub(super) fn on_top(&self, spent: Spent, run_id: &str, repo: &RepoName) -> Seen {
         let mut seen = Seen {
             settled: spent,
@@ -153,5 +192,21 @@ mod tests {
         assert_eq!(seen(&ledger).in_flight.run, 2.0);
         drop(held);
         assert_eq!(seen(&ledger).in_flight.run, 0.0);
+    }
+
+    #[test]
+    fn a_cost_stored_while_the_store_is_read_is_still_counted() {
+        let ledger = Arc::new(Ledger::default());
+        let repo: RepoName = "acme/widgets".parse().expect("repo");
+        let stored = ledger.reserve("r1", &repo, 1.0).settle(0.75);
+        let before = ledger.settled_now();
+        // The store's read began before the write landed: it saw nothing; meanwhile the
+        // cost was stored and left the ledger.
+        stored.done();
+        let seen = ledger.on_top_since(Spent::default(), &before, "r1", &repo);
+        assert_eq!(seen.settled.run, 0.75);
+        // Without the window, nothing is added.
+        let seen = ledger.on_top_since(Spent::default(), &ledger.settled_now(), "r1", &repo);
+        assert_eq!(seen.settled.run, 0.0);
     }
 }

@@ -393,8 +393,12 @@ async fn metered(
         );
     }
     let now = gw.runs.now_ms();
+    // What the ledger holds settled before the store is read: a cost stored (and so taken
+    // off the ledger) while the store is read may be in neither read, so it is counted
+    // from here (at worst twice, which errs on the budget's side).
+    let before = gw.ledger.settled_now();
     let seen = match gw.runs.spent(&call.run_id, &call.repo, &day_of(now)).await {
-        Ok(s) => gw.ledger.on_top(s, &call.run_id, &call.repo),
+        Ok(s) => gw.ledger.on_top_since(s, &before, &call.run_id, &call.repo),
         Err(e) => {
             tracing::warn!(run_id = %call.run_id, error = %e, "the model gateway cannot read what was spent");
             return p.error(
