@@ -406,6 +406,10 @@ pub struct MergeSettings {
     pub required_approvals: u32,
     /// Delete the pull request's branch once merged.
     pub delete_branch: bool,
+    /// Count an approval by the writer who asked for the run (applied the trigger, or said
+    /// `/director go`). Off: another writer must approve (two people for a merge); a
+    /// one-maintainer repository turns it on.
+    pub requester_may_approve: bool,
 }
 
 impl Default for MergeSettings {
@@ -416,6 +420,7 @@ impl Default for MergeSettings {
             style: crate::domain::MergeStyle::Merge,
             required_approvals: 1,
             delete_branch: true,
+            requester_may_approve: false,
         }
     }
 }

@@ -631,6 +631,10 @@ async fn killed_right_after_the_merge_call_merges_once() {
     let mut w = World::new("Fine.\n\nGO").with_runs();
     w.env
         .push(("DIRECTOR_MERGE__ENABLED".into(), "true".into()));
+    w.env.push((
+        "DIRECTOR_MERGE__REQUESTER_MAY_APPROVE".into(),
+        "true".into(),
+    ));
     let repo: director::domain::RepoName = "acme/widgets".parse().expect("repo");
     w.forge.grant(&repo, "ci-bot", Permission::Write);
     let store = w.store().await;

@@ -9,6 +9,13 @@ use director_testkit::forge::{CommitStatus, ReviewEvent};
 
 use crate::fake_runs::{spawn, status_json_with};
 use crate::forge_helpers::{ForgeApp, READER, WRITER};
+
+/// The lane on, counting the labeller's approval (these tests have one writer; the
+/// two-person rule has its own test).
+fn lane_on(s: &mut director::settings::Settings) {
+    s.merge.enabled = true;
+    s.merge.requester_may_approve = true;
+}
 use crate::pulls::{pr_comments, runs, status_row, wait_runs, with_pr};
 use crate::runs::RUNNER;
 
@@ -156,7 +163,7 @@ async fn a_forgejo_actions_webhook_reads_the_checks_at_once() {
 #[tokio::test]
 async fn a_green_pull_request_approved_by_a_writer_is_merged_in_the_configured_style() {
     let (t, _llm, _fake) = spawn(|s| {
-        s.merge.enabled = true;
+        lane_on(s);
         s.merge.style = MergeStyle::Squash;
     })
     .await;
@@ -214,7 +221,7 @@ async fn a_green_pull_request_approved_by_a_writer_is_merged_in_the_configured_s
 #[tokio::test]
 async fn the_lane_merges_only_in_the_repositories_it_names() {
     let (t, _llm, _fake) = spawn(|s| {
-        s.merge.enabled = true;
+        lane_on(s);
         s.merge.repos = vec!["acme/other-*".into()];
     })
     .await;
@@ -248,7 +255,7 @@ async fn waits_for(t: &ForgeApp, issue: &IssueRef, words: &str) {
 
 #[tokio::test]
 async fn the_runners_and_a_readers_approvals_do_not_count() {
-    let (t, _llm, _fake) = spawn(|s| s.merge.enabled = true).await;
+    let (t, _llm, _fake) = spawn(lane_on).await;
     allow_ci(&t);
     let (issue, pr) = with_pr(&t, "Print each step.").await;
     status(&t, pr, "success", "ci / test (pull_request)");
@@ -272,7 +279,7 @@ async fn the_runners_and_a_readers_approvals_do_not_count() {
 
 #[tokio::test]
 async fn an_approval_of_an_older_head_does_not_count() {
-    let (t, _llm, _fake) = spawn(|s| s.merge.enabled = true).await;
+    let (t, _llm, _fake) = spawn(lane_on).await;
     allow_ci(&t);
     let (issue, pr) = with_pr(&t, "Print each step.").await;
     t.forge
@@ -297,7 +304,7 @@ async fn an_approval_of_an_older_head_does_not_count() {
 async fn an_outstanding_request_for_changes_blocks_the_merge() {
     // No follow-up answers the request here: the cap is 0.
     let (t, _llm, _fake) = spawn(|s| {
-        s.merge.enabled = true;
+        lane_on(s);
         s.runner.max_followups = 0;
     })
     .await;
@@ -329,7 +336,7 @@ async fn an_outstanding_request_for_changes_blocks_the_merge() {
 #[tokio::test]
 async fn a_failing_or_missing_check_leaves_it_unmerged() {
     let (t, _llm, _fake) = spawn(|s| {
-        s.merge.enabled = true;
+        lane_on(s);
         s.runner.max_ci_followups = 0;
     })
     .await;
@@ -360,7 +367,7 @@ async fn a_failing_or_missing_check_leaves_it_unmerged() {
 
 #[tokio::test]
 async fn a_moved_base_is_merged_into_the_branch_first_and_the_checks_wait_again() {
-    let (t, _llm, _fake) = spawn(|s| s.merge.enabled = true).await;
+    let (t, _llm, _fake) = spawn(lane_on).await;
     allow_ci(&t);
     let (issue, pr) = with_pr(&t, "Print each step.").await;
     let before = t.forge.pull_head(&t.repo, pr);
@@ -389,7 +396,7 @@ async fn a_moved_base_is_merged_into_the_branch_first_and_the_checks_wait_again(
 
 #[tokio::test]
 async fn two_green_pull_requests_in_one_repository_merge_one_after_the_other() {
-    let (t, _llm, _fake) = spawn(|s| s.merge.enabled = true).await;
+    let (t, _llm, _fake) = spawn(lane_on).await;
     allow_ci(&t);
     let (a, pr_a) = with_pr(&t, "First.").await;
     let (b, pr_b) = with_pr(&t, "Second.").await;
@@ -420,7 +427,7 @@ async fn two_green_pull_requests_in_one_repository_merge_one_after_the_other() {
 
 #[tokio::test]
 async fn a_merge_the_forge_refuses_is_reported_once_and_never_repeated() {
-    let (t, _llm, _fake) = spawn(|s| s.merge.enabled = true).await;
+    let (t, _llm, _fake) = spawn(lane_on).await;
     allow_ci(&t);
     let (issue, pr) = with_pr(&t, "Print each step.").await;
     t.forge.fail_path(&format!("/pulls/{pr}/merge"), &[405]);
@@ -511,4 +518,47 @@ async fn hostile_check_text_is_inert_in_the_task_and_the_status_page_and_a_flood
             .is_some_and(|c| c.chars().count() <= 300 && !c.contains('\u{1b}')),
         "{row}"
     );
+}
+
+#[tokio::test]
+async fn a_green_pull_request_approved_only_by_its_requester_waits_for_a_second_writer() {
+    // The default: two people for a merge.
+    let (t, _llm, _fake) = spawn(|s| s.merge.enabled = true).await;
+    allow_ci(&t);
+    let (issue, pr) = with_pr(&t, "Print each step.").await;
+    status(&t, pr, "success", "ci / test (pull_request)");
+    // The writer who applied the trigger approves their own run's result.
+    t.forge
+        .review(
+            WRITER,
+            &t.repo,
+            pr,
+            ReviewEvent::Approve,
+            "Mine, ship it.",
+            &[],
+        )
+        .await;
+    poll(&t).await;
+    let row = pr_row(&t, &issue).await;
+    let waiting = row["merge"]["waiting"].as_str().unwrap_or_default();
+    assert!(
+        waiting.contains("0 of 1 approvals")
+            && waiting.contains(&format!("the approval by @{WRITER} does not count"))
+            && waiting.contains("merge.requester_may_approve"),
+        "{row}"
+    );
+    assert!(t.forge.merges(&t.repo).is_empty(), "not merged");
+    // Another writer approves: merged.
+    t.forge
+        .review(
+            MAINTAINER,
+            &t.repo,
+            pr,
+            ReviewEvent::Approve,
+            "Read it.",
+            &[],
+        )
+        .await;
+    t.wait_state(&issue, Lifecycle::Merged).await;
+    assert_eq!(t.forge.merges(&t.repo).len(), 1);
 }

@@ -195,11 +195,23 @@ async fn attempt(acts: &Acts, issue: &IssueRef, pr: u64) -> anyhow::Result<Merge
         .await
         .context("reading reviews")?;
     let verdicts = writers_verdicts(acts, repo, &reviews).await?;
-    let approvals: Vec<String> = verdicts
+    let approved: Vec<String> = verdicts
         .iter()
         .filter(|(_, r)| r.state == "APPROVED" && r.commit_id == pull.head_sha)
         .map(|(user, _)| user.clone())
         .collect();
+    // Two people for a merge: who asked for the run does not also approve its result.
+    let requesters = if settings.requester_may_approve {
+        Vec::new()
+    } else {
+        requesters(acts, issue).await?
+    };
+    let (approvals, by_requester): (Vec<String>, Vec<String>) =
+        approved.into_iter().partition(|user| {
+            !requesters
+                .iter()
+                .any(|r| crate::domain::same_login(r, user))
+        });
     let blocking: Vec<String> = verdicts
         .iter()
         .filter(|(_, r)| r.state == "REQUEST_CHANGES")
@@ -213,9 +225,18 @@ async fn attempt(acts: &Acts, issue: &IssueRef, pr: u64) -> anyhow::Result<Merge
     }
     let needed = usize::try_from(settings.required_approvals).unwrap_or(usize::MAX);
     if approvals.len() < needed {
+        let requester_note = if by_requester.is_empty() {
+            String::new()
+        } else {
+            let who: Vec<String> = by_requester.iter().map(|u| format!("@{u}")).collect();
+            format!(
+                "; the approval by {} does not count: they asked for the run, and another writer must approve its result (merge.requester_may_approve)",
+                who.join(", ")
+            )
+        };
         return Ok(waiting(
             &format!(
-                "{} of {} approvals of the current head by writers",
+                "{} of {} approvals of the current head by writers{requester_note}",
                 approvals.len(),
                 settings.required_approvals
             ),
@@ -265,6 +286,21 @@ async fn attempt(acts: &Acts, issue: &IssueRef, pr: u64) -> anyhow::Result<Merge
             reason: format!("the forge refused to merge (HTTP {status}): {message}"),
         },
     })
+}
+
+/// The writers who asked for the issue's run: who applied the trigger, and who approved its
+/// GO or skipped the gate with `/director go`.
+async fn requesters(acts: &Acts, issue: &IssueRef) -> anyhow::Result<Vec<String>> {
+    let record = acts
+        .store
+        .issue(issue)
+        .await?
+        .context("the issue is no longer known")?;
+    Ok([record.trigger_actor, record.preflight.approved_by]
+        .into_iter()
+        .flatten()
+        .filter(|u| !u.is_empty())
+        .collect())
 }
 
 /// Waiting for what a webhook announces (a review, a push, the label).

@@ -22,6 +22,9 @@ impl Step<'_> {
                 p.waits_for = None;
                 p.plan = Vec::new();
                 p.forecast = read.forecast.clone();
+                p.awaiting = None;
+                // The writer who skipped the gate asked for the run.
+                p.approved_by = Some(by.clone());
                 let shown = Shown::Skipped {
                     by: by.clone(),
                     how: how.clone(),
