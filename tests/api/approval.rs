@@ -22,6 +22,27 @@ fn sticky(t: &ForgeApp, issue: &IssueRef) -> String {
         .expect("the pre-flight comment")
 }
 
+/// Waits until the pre-flight has decided, then requires it to wait for approval: a wrong
+/// outcome fails at once, naming it, rather than after a timeout.
+async fn waits_for_approval(t: &ForgeApp, issue: &IssueRef) {
+    t.app
+        .wait_for(&format!("{issue}'s pre-flight decides"), || async {
+            t.record(issue)
+                .await
+                .is_some_and(|r| !matches!(r.lifecycle, Lifecycle::Untracked | Lifecycle::Pending))
+        })
+        .await;
+    t.app.wait_processed().await;
+    let record = t.record(issue).await.expect("known");
+    assert_eq!(
+        record.lifecycle,
+        Lifecycle::AwaitingApproval,
+        "{:?}\n{:?}",
+        record.preflight,
+        t.forge.comments_on(issue)
+    );
+}
+
 async fn runs(t: &ForgeApp, issue: &IssueRef) -> usize {
     t.app.store.runs_of(issue).await.expect("runs").len()
 }
@@ -31,8 +52,7 @@ async fn always_waits_with_its_label_until_a_writers_go_and_a_readers_go_changes
     let (t, llm, _fake) = spawn(|s| s.preflight.approval = Approval::Always).await;
     llm.always(PLANNED_GO);
     let issue = labelled(&t, "Add --verbose", "Print each step.").await;
-    t.wait_state(&issue, Lifecycle::AwaitingApproval).await;
-    t.app.wait_processed().await;
+    waits_for_approval(&t, &issue).await;
     let go = sticky(&t, &issue);
     assert!(
         go.contains("**Waiting for a maintainer's approval before the run.**")
@@ -84,8 +104,7 @@ async fn an_edit_while_waiting_reads_again_and_asks_again() {
     let (t, llm, _fake) = spawn(|s| s.preflight.approval = Approval::Always).await;
     llm.always(PLANNED_GO);
     let issue = labelled(&t, "Add --verbose", "Print each step.").await;
-    t.wait_state(&issue, Lifecycle::AwaitingApproval).await;
-    t.app.wait_processed().await;
+    waits_for_approval(&t, &issue).await;
     let first = t.record(&issue).await.expect("known").preflight.awaiting;
     t.forge
         .edit_body(WRITER, &issue, "Print each step, with timings.")
@@ -93,8 +112,7 @@ async fn an_edit_while_waiting_reads_again_and_asks_again() {
     t.app
         .wait_for("a second read", || async { llm.prompts().len() == 2 })
         .await;
-    t.wait_state(&issue, Lifecycle::AwaitingApproval).await;
-    t.app.wait_processed().await;
+    waits_for_approval(&t, &issue).await;
     let second = t.record(&issue).await.expect("known").preflight.awaiting;
     assert_ne!(
         first.map(|a| a.hash),
@@ -112,17 +130,19 @@ async fn an_edit_while_waiting_reads_again_and_asks_again() {
     assert_eq!(runs(&t, &issue).await, 1);
 }
 
-/// Ten finished runs in `repo` costing $2.00 each.
+/// Ten finished runs in `repo` costing $2.00 each, an hour ago (recent: old usage rows are
+/// pruned at start-up, `store.retention_days`).
 async fn expensive_history(t: &ForgeApp) {
     let repo = t.repo.to_string();
+    let now = director::clock::now_ms();
     let mut records = Vec::new();
     for n in 0..10u64 {
         let issue: IssueRef = format!("{repo}#{}", 800 + n).parse().expect("ref");
         let id = format!("c0s7{n:08x}");
         let mut run = RunRecord::admitted(&issue, id.as_str().into(), "b", 1);
         run.state = RunState::Succeeded;
-        run.started_at_ms = Some(1_000);
-        run.finished_at_ms = Some(61_000);
+        run.started_at_ms = Some(now - 3_600_000);
+        run.finished_at_ms = Some(now - 3_540_000);
         records.push(run);
         t.app
             .store
@@ -133,7 +153,7 @@ async fn expensive_history(t: &ForgeApp) {
                 model: "gpt-5".into(),
                 usage: Default::default(),
                 cost_usd: Some(2.0),
-                at_ms: 2_000,
+                at_ms: now - 3_550_000,
             })
             .await
             .expect("usage");
@@ -145,7 +165,7 @@ async fn expensive_history(t: &ForgeApp) {
                 runs: records,
                 ..Default::default()
             },
-            3_000,
+            now,
         )
         .await
         .expect("seeded");
@@ -161,8 +181,7 @@ async fn over_forecast_waits_only_when_the_high_end_is_over_the_run_budget() {
     llm.always(PLANNED_GO);
     expensive_history(&t).await;
     let issue = labelled(&t, "Add --verbose", "Print each step.").await;
-    t.wait_state(&issue, Lifecycle::AwaitingApproval).await;
-    t.app.wait_processed().await;
+    waits_for_approval(&t, &issue).await;
     let go = sticky(&t, &issue);
     assert!(
         go.contains(

@@ -11,17 +11,20 @@ use crate::forge_helpers::ForgeApp;
 const PLANNED_GO: &str = "Context to front-load: src/cli.rs.\n\nSmall change.\n\nPlan:\n1. Add the `--verbose` flag in `src/cli.rs`.\n2. Print each step in `src/run.rs`.\n3. Test it in `tests/cli.rs`.\n\nGO";
 
 /// Finished first runs in `repo`, each with one metered call: run `n` cost `n` × $0.10 and
-/// took `n` minutes, as the consumer and the model gateway would have written them.
+/// took `n` minutes, as the consumer and the model gateway would have written them, in the
+/// last day (old usage rows are pruned at start-up, `store.retention_days`).
 async fn seed_history(t: &ForgeApp, repo: &str, runs: u64) {
     let store = &t.app.store;
+    let now = director::clock::now_ms();
+    let start = now - 86_400_000;
     let mut records = Vec::new();
     for n in 1..=runs {
         let issue: IssueRef = format!("{repo}#{}", 900 + n).parse().expect("ref");
         let id = format!("5eed{n:08x}");
         let mut run = RunRecord::admitted(&issue, id.as_str().into(), "b", 1_000);
         run.state = RunState::Succeeded;
-        run.started_at_ms = Some(10_000);
-        run.finished_at_ms = Some(10_000 + (n as i64) * 60_000);
+        run.started_at_ms = Some(start);
+        run.finished_at_ms = Some(start + (n as i64) * 60_000);
         records.push(run);
         store
             .record_model_usage(&Metered {
@@ -31,7 +34,7 @@ async fn seed_history(t: &ForgeApp, repo: &str, runs: u64) {
                 model: "claude-sonnet-4-5".into(),
                 usage: Default::default(),
                 cost_usd: Some(n as f64 / 10.0),
-                at_ms: 20_000,
+                at_ms: start + 1_000,
             })
             .await
             .expect("usage");
@@ -40,8 +43,8 @@ async fn seed_history(t: &ForgeApp, repo: &str, runs: u64) {
     let issue: IssueRef = format!("{repo}#999").parse().expect("ref");
     let mut bad = RunRecord::admitted(&issue, "badbad000000".into(), "b", 1_000);
     bad.state = RunState::Failed;
-    bad.started_at_ms = Some(50_000);
-    bad.finished_at_ms = Some(10_000);
+    bad.started_at_ms = Some(start + 50_000);
+    bad.finished_at_ms = Some(start + 10_000);
     records.push(bad);
     store
         .commit(
@@ -49,7 +52,7 @@ async fn seed_history(t: &ForgeApp, repo: &str, runs: u64) {
                 runs: records,
                 ..Default::default()
             },
-            30_000,
+            now,
         )
         .await
         .expect("seeded");
