@@ -9,7 +9,7 @@ use anyhow::Context;
 use super::Acts;
 use crate::domain::{IssueRecord, IssueRef, RunId, RunRecord, RunSettings, RunState};
 use crate::event::{Event, RunReport};
-use crate::forge::{Branch, ForgeError, Permission, RunEndpoints, RunnerAccount};
+use crate::forge::{ForgeError, RunEndpoints, RunnerAccount};
 use crate::runtime::{Runtime, RuntimeError};
 use crate::settings::{RunnerSettings, Secret};
 
@@ -203,54 +203,80 @@ impl RunAct {
             .issue(issue_ref)
             .await?
             .context("the issue is no longer known")?;
+        use crate::engine::decide::{BranchSeen, RunnerRole, StartFacts, StartRefusal};
+        // What the start learns, fact by fact; `decide` says whether the run may start.
+        let mut facts = StartFacts {
+            followup: run.followup.is_some(),
+            ..StartFacts::default()
+        };
+        let refused = |facts: &StartFacts| {
+            crate::engine::decide::start_refusal(facts).map(|r| match r {
+                StartRefusal::Stale => {
+                    tracing::info!("the issue changed since the pre-flight; not starting");
+                    RunReport::Stale
+                }
+                StartRefusal::Refused(why) => RunReport::Refused { why },
+            })
+        };
         let trusted = self.trusted_text(acts, &issue).await?;
-        // A follow-up answers a writer's feedback on the pull request: the issue's text is
-        // the background, not what the verdict bound.
-        if trusted.stale && run.followup.is_none() {
-            tracing::info!("the issue changed since the pre-flight; not starting");
-            return Ok(RunReport::Stale);
-        }
+        facts.stale = Some(trusted.stale);
         run.base_branch = self.base_branch(acts, &run).await?;
-        if let Some(Err(why)) = &self.egress {
-            return Ok(RunReport::Refused {
-                why: format!("runs are allow-listed (runner.egress) and {why}"),
-            });
+        facts.egress = self
+            .egress
+            .as_ref()
+            .map(|e| e.as_ref().map(|_| ()).map_err(Clone::clone));
+        if let Some(report) = refused(&facts) {
+            return Ok(report);
         }
         // The repository's own settings, read before anything is minted or made: a file
         // that cannot be used starts nothing, and one that cannot be read now is retried.
-        match self.repo_settings(acts, &run, &trusted.title).await? {
-            Ok(None) => {}
-            Ok(Some((branch, settings))) => {
-                acts.store
-                    .put_run_settings(run_id, &branch, &settings)
-                    .await?;
-                run.branch = branch;
-                run.settings = Some(settings);
-            }
-            Err(why) => return Ok(RunReport::Refused { why }),
+        let file = self.repo_settings(acts, &run, &trusted.title).await?;
+        if let Ok(Some((branch, settings))) = &file {
+            acts.store
+                .put_run_settings(run_id, branch, settings)
+                .await?;
+            run.branch = branch.clone();
+            run.settings = Some(settings.clone());
+        }
+        facts.repo_file = Some(file.map(|_| ()));
+        if let Some(report) = refused(&facts) {
+            return Ok(report);
         }
         let repository_agent = run.settings.as_ref().and_then(|s| s.agent.as_deref());
-        match self
+        let agent = self
             .choose_agent(acts, issue_ref, &issue.labels, repository_agent)
-            .await?
-        {
-            Ok(None) => {}
-            Ok(Some(chosen)) => {
-                tracing::info!(agent = %chosen.name, "the run's agent was chosen");
-                acts.store.put_run_agent(run_id, &chosen).await?;
-                run.agent = Some(chosen);
-            }
-            Err(why) => return Ok(RunReport::Refused { why }),
+            .await?;
+        if let Ok(Some(chosen)) = &agent {
+            tracing::info!(agent = %chosen.name, "the run's agent was chosen");
+            acts.store.put_run_agent(run_id, chosen).await?;
+            run.agent = Some(chosen.clone());
+        }
+        facts.agent = Some(agent.map(|_| ()));
+        if let Some(report) = refused(&facts) {
+            return Ok(report);
         }
         let endpoints = acts.forge.run_endpoints(&run.repo, &self.runner);
-        if endpoints.runner_account
-            && let Some(why) = self.runner_role_refusal(acts, &run).await?
-        {
-            return Ok(RunReport::Refused { why });
+        if endpoints.runner_account {
+            let role = acts
+                .permission(&run.repo, &self.runner.login)
+                .await
+                .context("checking the runner account's permission")?;
+            facts.runner_role = Some(RunnerRole {
+                login: self.runner.login.clone(),
+                repo: run.repo.clone(),
+                role,
+            });
+            if let Some(report) = refused(&facts) {
+                return Ok(report);
+            }
         }
-        let token = match self.run_token(acts, &run, run_id, &endpoints).await? {
-            Ok(token) => token,
-            Err(why) => return Ok(RunReport::Refused { why }),
+        let token = self.run_token(acts, &run, run_id, &endpoints).await?;
+        facts.token = Some(token.as_ref().map(|_| ()).map_err(Clone::clone));
+        if let Some(report) = refused(&facts) {
+            return Ok(report);
+        }
+        let Ok(token) = token else {
+            anyhow::bail!("a refused token was not refused");
         };
         // PR-only: the run's own token can neither push to nor merge into the default branch.
         let branch = acts
@@ -258,8 +284,15 @@ impl RunAct {
             .branch_as(&token, &run.repo, &run.base_branch)
             .await
             .context("checking the default branch with the run token")?;
-        if let Some(why) = self.pr_only_refusal(&run, branch.as_ref(), &endpoints) {
-            return Ok(RunReport::Refused { why });
+        facts.default_branch = Some(BranchSeen {
+            base: run.base_branch.clone(),
+            can: branch.as_ref().map(|b| (b.user_can_push, b.user_can_merge)),
+            allowed_unprotected: self.settings.allow_unprotected_default_branch,
+            runner_account: endpoints.runner_account,
+            runner_login: self.runner.login.clone(),
+        });
+        if let Some(report) = refused(&facts) {
+            return Ok(report);
         }
         // The commit a first run starts from: the git gateway takes only a branch that
         // descends from it (an older base would bring back older CI definitions).
@@ -462,63 +495,6 @@ impl RunAct {
             }
             Err(e) => Err(anyhow::Error::new(e).context("minting the run token")),
         }
-    }
-
-    /// Why the runner account may not hold a run token here: its role must be exactly write
-    /// (an admin's token, however restricted, could lift the branch protection).
-    async fn runner_role_refusal(
-        &self,
-        acts: &Acts,
-        run: &RunRecord,
-    ) -> anyhow::Result<Option<String>> {
-        let role = acts
-            .permission(&run.repo, &self.runner.login)
-            .await
-            .context("checking the runner account's permission")?;
-        Ok((role != Permission::Write).then(|| {
-            format!(
-                "the runner account `{}` has `{}` permission on {}; it must have exactly write (an admin's token could lift the branch protection)",
-                self.runner.login,
-                role.as_str(),
-                run.repo
-            )
-        }))
-    }
-
-    /// Why the run token is not PR-only, if it is not. A branch the token cannot see, or a
-    /// field the forge left out, fails closed.
-    fn pr_only_refusal(
-        &self,
-        run: &RunRecord,
-        branch: Option<&Branch>,
-        endpoints: &RunEndpoints,
-    ) -> Option<String> {
-        if self.settings.allow_unprotected_default_branch {
-            return None;
-        }
-        let base = &run.base_branch;
-        let can = match branch {
-            None => {
-                return Some(format!(
-                    "the default branch `{base}` cannot be seen with the run token, so it cannot be shown to be protected against it"
-                ));
-            }
-            Some(b) => match (b.user_can_push, b.user_can_merge) {
-                (false, false) => return None,
-                (true, true) => "push to and merge into",
-                (true, false) => "push to",
-                (false, true) => "merge into",
-            },
-        };
-        if !endpoints.runner_account {
-            return Some(format!(
-                "the App's run token can {can} `{base}`: protect the default branch with an active ruleset, or a branch protection, that requires a pull request with an approving review and lets the App never bypass it (a branch protection is read with the App's Administration: read permission), or set runner.allow_unprotected_default_branch"
-            ));
-        }
-        Some(format!(
-            "the runner account `{}` can {can} `{base}`: protect the default branch against it, for pushes and merges (or set runner.allow_unprotected_default_branch)",
-            self.runner.login
-        ))
     }
 
     async fn base_branch(&self, acts: &Acts, run: &RunRecord) -> anyhow::Result<String> {

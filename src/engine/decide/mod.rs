@@ -29,6 +29,7 @@ pub mod lane;
 mod preflight;
 mod pull;
 mod runs;
+pub use runs::{BranchSeen, RunnerRole, StartFacts, StartRefusal, start_refusal};
 
 /// What decisions depend on, taken from the settings once.
 #[derive(Clone, Debug)]

@@ -386,3 +386,122 @@ impl Step<'_> {
         });
     }
 }
+
+/// What a first start of a run has learnt so far, gathered by the act that starts it; `None`:
+/// not known yet (each fact costs a forge call, and some need an earlier one to pass: the
+/// PR-only check needs the run's token, which is minted only for the right runner role).
+#[derive(Clone, Debug, Default)]
+pub struct StartFacts {
+    /// A follow-up answers feedback on its pull request: the issue's text is background.
+    pub followup: bool,
+    /// The issue's trusted text changed since the verdict.
+    pub stale: Option<bool>,
+    /// Confined runs' egress: `Err(why)` when the proxy could not be had.
+    pub egress: Option<Result<(), String>>,
+    /// The repository's `.director.toml`: `Err(why)` when it cannot be used.
+    pub repo_file: Option<Result<(), String>>,
+    /// The agent chosen for the run: `Err(why)` when none can be as asked.
+    pub agent: Option<Result<(), String>>,
+    /// The run's token: `Err(why)` when the forge would not mint it as asked.
+    pub token: Option<Result<(), String>>,
+    /// The runner account's role on the repository (`runner_account` forges only).
+    pub runner_role: Option<RunnerRole>,
+    /// The default branch as the run's own token sees it.
+    pub default_branch: Option<BranchSeen>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunnerRole {
+    pub login: String,
+    pub repo: RepoName,
+    pub role: crate::forge::Permission,
+}
+
+/// The default branch as the run's token sees it (the PR-only check).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BranchSeen {
+    pub base: String,
+    /// `None`: the token cannot see the branch.
+    pub can: Option<(bool, bool)>,
+    /// `runner.allow_unprotected_default_branch`.
+    pub allowed_unprotected: bool,
+    /// The token is a runner account's (Forgejo), not an App's (GitHub).
+    pub runner_account: bool,
+    pub runner_login: String,
+}
+
+/// Why a run may not start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StartRefusal {
+    /// The issue's trusted text changed since the verdict: nothing starts (not told as a
+    /// refusal: the issue is read again).
+    Stale,
+    /// Refused, and the issue told why.
+    Refused(String),
+}
+
+/// Whether a run may start, given what its start learnt so far: the first reason it may
+/// not, or `None`. Called by the act after each fact it gathers, so "why was my run
+/// refused?" has one answer, here.
+pub fn start_refusal(facts: &StartFacts) -> Option<StartRefusal> {
+    if facts.stale == Some(true) && !facts.followup {
+        return Some(StartRefusal::Stale);
+    }
+    if let Some(Err(why)) = &facts.egress {
+        return Some(StartRefusal::Refused(format!(
+            "runs are allow-listed (runner.egress) and {why}"
+        )));
+    }
+    for said in [&facts.repo_file, &facts.agent] {
+        if let Some(Err(why)) = said {
+            return Some(StartRefusal::Refused(why.clone()));
+        }
+    }
+    if let Some(r) = &facts.runner_role
+        && r.role != crate::forge::Permission::Write
+    {
+        return Some(StartRefusal::Refused(format!(
+            "the runner account `{}` has `{}` permission on {}; it must have exactly write (an admin's token could lift the branch protection)",
+            r.login,
+            r.role.as_str(),
+            r.repo
+        )));
+    }
+    if let Some(Err(why)) = &facts.token {
+        return Some(StartRefusal::Refused(why.clone()));
+    }
+    facts
+        .default_branch
+        .as_ref()
+        .and_then(pr_only_refusal)
+        .map(StartRefusal::Refused)
+}
+
+/// Why the run's token is not PR-only, if it is not. A branch the token cannot see fails
+/// closed.
+fn pr_only_refusal(b: &BranchSeen) -> Option<String> {
+    if b.allowed_unprotected {
+        return None;
+    }
+    let base = &b.base;
+    let can = match b.can {
+        None => {
+            return Some(format!(
+                "the default branch `{base}` cannot be seen with the run token, so it cannot be shown to be protected against it"
+            ));
+        }
+        Some((false, false)) => return None,
+        Some((true, true)) => "push to and merge into",
+        Some((true, false)) => "push to",
+        Some((false, true)) => "merge into",
+    };
+    if !b.runner_account {
+        return Some(format!(
+            "the App's run token can {can} `{base}`: protect the default branch with an active ruleset, or a branch protection, that requires a pull request with an approving review and lets the App never bypass it (a branch protection is read with the App's Administration: read permission), or set runner.allow_unprotected_default_branch"
+        ));
+    }
+    Some(format!(
+        "the runner account `{}` can {can} `{base}`: protect the default branch against it, for pushes and merges (or set runner.allow_unprotected_default_branch)",
+        b.runner_login
+    ))
+}

@@ -379,3 +379,4 @@ mod preflight;
 mod properties;
 mod pull;
 mod runs;
+mod start;
