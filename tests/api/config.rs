@@ -800,3 +800,26 @@ fn agent_profiles_that_would_misdirect_a_run_are_refused_naming_the_key() {
         assert!(err.contains(key) && err.contains(words), "{profile}: {err}");
     }
 }
+
+#[test]
+fn with_runs_configured_check_config_says_agent_code_meets_the_repositorys_ci() {
+    let out = director()
+        .args(["check-config", "--config", &example()])
+        .output()
+        .expect("runs");
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("warning: runs push their branches to the watched repositories themselves")
+            && err.contains("docs/security.md#agent-code-in-ci"),
+        "{err}"
+    );
+    // No runs, no warning.
+    let out = director()
+        .args(["check-config", "--config", &example()])
+        .env("DIRECTOR_RUNNER__ENABLED", "false")
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("runs push their branches"), "{err}");
+}
