@@ -48,15 +48,6 @@ async fn labelled_for(t: &ForgeApp, by: &str, agent_label: &str) -> IssueRef {
     issue
 }
 
-fn sticky(t: &ForgeApp, issue: &IssueRef) -> String {
-    t.forge
-        .comments_on(issue)
-        .into_iter()
-        .find(|c| c.body.starts_with("<!-- director:preflight"))
-        .map(|c| c.body)
-        .expect("the pre-flight comment")
-}
-
 async fn only_run(t: &ForgeApp, issue: &IssueRef) -> director::domain::RunRecord {
     let runs = t.app.store.runs_of(issue).await.expect("runs");
     assert_eq!(runs.len(), 1, "one run: {runs:?}");
@@ -84,7 +75,7 @@ async fn a_writers_agent_label_gives_the_run_that_agent_and_every_report_names_i
     assert_eq!(chosen.name, "aider");
 
     // Named in the GO comment, the report, the pull request and the status.
-    let go = sticky(&t, &issue);
+    let go = t.preflight_comment(&issue);
     assert!(
         go.contains(&format!(
             "Agent: `aider` (the label `agent:aider` by @\u{200B}{WRITER})."
@@ -96,14 +87,7 @@ async fn a_writers_agent_label_gives_the_run_that_agent_and_every_report_names_i
     let pulls = t.forge.pulls_of(&t.repo);
     let body = &pulls[0].4;
     assert!(body.contains("Agent: `aider`"), "{body}");
-    let status = status_json(&t).await;
-    let row = status
-        .as_array()
-        .expect("rows")
-        .iter()
-        .find(|r| r["number"] == issue.number)
-        .expect("the issue's row")
-        .clone();
+    let row = crate::pulls::status_row(&status_json(&t).await, &issue);
     assert_eq!(row["run"]["agent"]["name"], "aider", "{row}");
     assert_eq!(row["run"]["agent"]["from"], "label", "{row}");
     assert_eq!(row["run"]["agent"]["by"], WRITER, "{row}");
@@ -123,7 +107,7 @@ async fn a_readers_agent_label_is_ignored_and_the_operators_default_runs() {
     assert_eq!(env(&spec, "DIRECTOR_MAX_TURNS"), "7");
     assert_eq!(env(&spec, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"), "1");
     assert_eq!(env(&spec, "AIDER_MODEL"), "");
-    let go = sticky(&t, &issue);
+    let go = t.preflight_comment(&issue);
     assert!(
         go.contains("Agent: `claude-code` (the operator's default, `runner.agent`)."),
         "{go}"
@@ -149,7 +133,7 @@ async fn an_unknown_agent_is_refused_in_the_comment_and_no_container_starts() {
             },
         )
         .await;
-        sticky(&t, &issue)
+        t.preflight_comment(&issue)
     };
     assert!(go.contains("No run can start as asked"), "{go}");
     assert!(go.contains("`agent:gpt-engineer`"), "{go}");
@@ -191,7 +175,7 @@ async fn a_repository_chooses_among_the_agents_the_operator_allows_it() {
         run.agent.map(|a| a.describe()).as_deref(),
         Some("`aider` (the repository's `.director.toml`)")
     );
-    let go = sticky(&t, &issue);
+    let go = t.preflight_comment(&issue);
     assert!(
         go.contains("Agent: `aider` (the repository's `.director.toml`)."),
         "{go}"

@@ -4,7 +4,7 @@
 //! FakeRuntime with FakeForge.
 
 use director::domain::approval::Approval;
-use director::domain::{IssueRef, Lifecycle, RunRecord, RunState};
+use director::domain::{IssueRef, Lifecycle};
 
 use crate::fake_runs::{labelled, spawn};
 use crate::forge_helpers::{ForgeApp, WRITER};
@@ -12,15 +12,6 @@ use crate::forge_helpers::{ForgeApp, WRITER};
 const PLANNED_GO: &str =
     "Context to front-load: src/cli.rs.\n\nSmall.\n\nPlan:\n1. Add the flag in `src/cli.rs`.\n\nGO";
 const LABEL: &str = "headless:awaiting-approval";
-
-fn sticky(t: &ForgeApp, issue: &IssueRef) -> String {
-    t.forge
-        .comments_on(issue)
-        .into_iter()
-        .find(|c| c.body.starts_with("<!-- director:preflight"))
-        .map(|c| c.body)
-        .expect("the pre-flight comment")
-}
 
 /// Waits until the pre-flight has decided, then requires it to wait for approval: a wrong
 /// outcome fails at once, naming it, rather than after a timeout.
@@ -53,7 +44,7 @@ async fn always_waits_with_its_label_until_a_writers_go_and_a_readers_go_changes
     llm.always(PLANNED_GO);
     let issue = labelled(&t, "Add --verbose", "Print each step.").await;
     waits_for_approval(&t, &issue).await;
-    let go = sticky(&t, &issue);
+    let go = t.preflight_comment(&issue);
     assert!(
         go.contains("**Waiting for a maintainer's approval before the run.**")
             && go.contains("a maintainer with write access comments `/director go`")
@@ -87,7 +78,7 @@ async fn always_waits_with_its_label_until_a_writers_go_and_a_readers_go_changes
     t.wait_state(&issue, Lifecycle::Succeeded).await;
     t.app.wait_processed().await;
     assert_eq!(runs(&t, &issue).await, 1);
-    let go = sticky(&t, &issue);
+    let go = t.preflight_comment(&issue);
     assert!(
         go.contains(&format!(
             "Approved by @{WRITER} with `/director go`. Queued for a run."
@@ -120,7 +111,7 @@ async fn an_edit_while_waiting_reads_again_and_asks_again() {
         "it waits on the new text"
     );
     assert_eq!(runs(&t, &issue).await, 0);
-    let go = sticky(&t, &issue);
+    let go = t.preflight_comment(&issue);
     assert!(
         go.contains(&second.expect("waits").hash),
         "the comment binds the new text: {go}"
@@ -130,45 +121,9 @@ async fn an_edit_while_waiting_reads_again_and_asks_again() {
     assert_eq!(runs(&t, &issue).await, 1);
 }
 
-/// Ten finished runs in `repo` costing $2.00 each, an hour ago (recent: old usage rows are
-/// pruned at start-up, `store.retention_days`).
+/// Ten finished runs costing $2.00 each.
 async fn expensive_history(t: &ForgeApp) {
-    let repo = t.repo.to_string();
-    let now = director::clock::now_ms();
-    let mut records = Vec::new();
-    for n in 0..10u64 {
-        let issue: IssueRef = format!("{repo}#{}", 800 + n).parse().expect("ref");
-        let id = format!("c0s7{n:08x}");
-        let mut run = RunRecord::admitted(&issue, id.as_str().into(), "b", 1);
-        run.state = RunState::Succeeded;
-        run.started_at_ms = Some(now - 3_600_000);
-        run.finished_at_ms = Some(now - 3_540_000);
-        records.push(run);
-        t.app
-            .store
-            .record_model_usage(&director::models::Metered {
-                run_id: Some(id),
-                repo: t.repo.clone(),
-                provider: director::models::Provider::Openai,
-                model: "gpt-5".into(),
-                usage: Default::default(),
-                cost_usd: Some(2.0),
-                at_ms: now - 3_550_000,
-            })
-            .await
-            .expect("usage");
-    }
-    t.app
-        .store
-        .commit(
-            &director::store::Commit {
-                runs: records,
-                ..Default::default()
-            },
-            now,
-        )
-        .await
-        .expect("seeded");
+    crate::forecast::seed_runs(t, &t.repo.to_string(), &[(2.0, 1); 10]).await;
 }
 
 #[tokio::test]
@@ -182,7 +137,7 @@ async fn over_forecast_waits_only_when_the_high_end_is_over_the_run_budget() {
     expensive_history(&t).await;
     let issue = labelled(&t, "Add --verbose", "Print each step.").await;
     waits_for_approval(&t, &issue).await;
-    let go = sticky(&t, &issue);
+    let go = t.preflight_comment(&issue);
     assert!(
         go.contains(
             "the forecast's high end, $2.00, is over the run budget `budget.run_usd`, $1.00"
@@ -200,5 +155,8 @@ async fn over_forecast_waits_only_when_the_high_end_is_over_the_run_budget() {
     expensive_history(&t).await;
     let issue = labelled(&t, "Add --verbose", "Print each step.").await;
     t.wait_state(&issue, Lifecycle::Succeeded).await;
-    assert!(!sticky(&t, &issue).contains("Waiting for a maintainer's approval"));
+    assert!(
+        !t.preflight_comment(&issue)
+            .contains("Waiting for a maintainer's approval")
+    );
 }

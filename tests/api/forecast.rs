@@ -10,21 +10,22 @@ use crate::forge_helpers::ForgeApp;
 
 const PLANNED_GO: &str = "Context to front-load: src/cli.rs.\n\nSmall change.\n\nPlan:\n1. Add the `--verbose` flag in `src/cli.rs`.\n2. Print each step in `src/run.rs`.\n3. Test it in `tests/cli.rs`.\n\nGO";
 
-/// Finished first runs in `repo`, each with one metered call: run `n` cost `n` × $0.10 and
-/// took `n` minutes, as the consumer and the model gateway would have written them, in the
-/// last day (old usage rows are pruned at start-up, `store.retention_days`).
-async fn seed_history(t: &ForgeApp, repo: &str, runs: u64) {
+/// Finished first runs in `repo`, one per `(cost in dollars, minutes)`, each with one metered
+/// call, as the consumer and the model gateway would have written them, in the last day (old
+/// usage rows are pruned at start-up, `store.retention_days`); and one corrupt row (it ended
+/// before it started), never to be averaged in.
+pub async fn seed_runs(t: &ForgeApp, repo: &str, runs: &[(f64, i64)]) {
     let store = &t.app.store;
     let now = director::clock::now_ms();
     let start = now - 86_400_000;
     let mut records = Vec::new();
-    for n in 1..=runs {
+    for (n, (cost, minutes)) in runs.iter().enumerate() {
         let issue: IssueRef = format!("{repo}#{}", 900 + n).parse().expect("ref");
         let id = format!("5eed{n:08x}");
         let mut run = RunRecord::admitted(&issue, id.as_str().into(), "b", 1_000);
         run.state = RunState::Succeeded;
         run.started_at_ms = Some(start);
-        run.finished_at_ms = Some(start + (n as i64) * 60_000);
+        run.finished_at_ms = Some(start + minutes * 60_000);
         records.push(run);
         store
             .record_model_usage(&Metered {
@@ -33,13 +34,12 @@ async fn seed_history(t: &ForgeApp, repo: &str, runs: u64) {
                 provider: Provider::Anthropic,
                 model: "claude-sonnet-4-5".into(),
                 usage: Default::default(),
-                cost_usd: Some(n as f64 / 10.0),
+                cost_usd: Some(*cost),
                 at_ms: start + 1_000,
             })
             .await
             .expect("usage");
     }
-    // One corrupt row: never averaged in.
     let issue: IssueRef = format!("{repo}#999").parse().expect("ref");
     let mut bad = RunRecord::admitted(&issue, "badbad000000".into(), "b", 1_000);
     bad.state = RunState::Failed;
@@ -58,13 +58,10 @@ async fn seed_history(t: &ForgeApp, repo: &str, runs: u64) {
         .expect("seeded");
 }
 
-fn sticky(t: &ForgeApp, issue: &IssueRef) -> String {
-    t.forge
-        .comments_on(issue)
-        .into_iter()
-        .find(|c| c.body.starts_with("<!-- director:preflight"))
-        .map(|c| c.body)
-        .expect("the pre-flight comment")
+/// `runs` finished runs: run `n` cost `n` × $0.10 and took `n` minutes.
+async fn seed_history(t: &ForgeApp, repo: &str, runs: u64) {
+    let list: Vec<(f64, i64)> = (1..=runs).map(|n| (n as f64 / 10.0, n as i64)).collect();
+    seed_runs(t, repo, &list).await;
 }
 
 #[tokio::test]
@@ -77,7 +74,7 @@ async fn a_go_shows_the_plan_and_a_forecast_from_the_repositorys_runs_and_the_re
     t.wait_state(&issue, Lifecycle::Succeeded).await;
     t.app.wait_processed().await;
 
-    let go = sticky(&t, &issue);
+    let go = t.preflight_comment(&issue);
     assert!(
         go.contains("1. Add the `--verbose` flag in `src/cli.rs`.\n2. Print each step in `src/run.rs`.\n3. Test it in `tests/cli.rs`."),
         "{go}"
@@ -105,14 +102,7 @@ async fn a_go_shows_the_plan_and_a_forecast_from_the_repositorys_runs_and_the_re
         report.contains("Forecast $0.50–$0.90, 5 min–9 min (median to 90th percentile); actual"),
         "{report}"
     );
-    let status = status_json(&t).await;
-    let row = status
-        .as_array()
-        .expect("rows")
-        .iter()
-        .find(|r| r["number"] == issue.number)
-        .expect("the issue's row")
-        .clone();
+    let row = crate::pulls::status_row(&status_json(&t).await, &issue);
     assert_eq!(row["forecast"]["basis"], "repository", "{row}");
     assert_eq!(row["forecast"]["runs"], 9, "{row}");
     assert_eq!(row["forecast"]["cost_median_micros"], 500_000, "{row}");
@@ -140,7 +130,7 @@ async fn too_few_runs_here_forecast_from_every_repository_and_none_say_no_histor
     llm.always(PLANNED_GO);
     let first = labelled(&t, "Add --verbose", "Print each step.").await;
     t.wait_state(&first, Lifecycle::Succeeded).await;
-    let go = sticky(&t, &first);
+    let go = t.preflight_comment(&first);
     assert!(
         go.contains("**Forecast:** no history yet: no finished run to forecast from."),
         "{go}"
@@ -149,7 +139,7 @@ async fn too_few_runs_here_forecast_from_every_repository_and_none_say_no_histor
     seed_history(&t, "acme/elsewhere", 6).await;
     let second = labelled(&t, "Add --quiet", "Print less.").await;
     t.wait_state(&second, Lifecycle::Succeeded).await;
-    let go = sticky(&t, &second);
+    let go = t.preflight_comment(&second);
     assert!(
         go.contains("in all repositories (this one has 1, fewer than 5)"),
         "{go}"
@@ -161,7 +151,7 @@ async fn a_go_without_a_plan_says_so_and_still_runs() {
     let (t, _llm, fake) = spawn(|_| {}).await;
     let issue = labelled(&t, "Add --verbose", "Print each step.").await;
     t.wait_state(&issue, Lifecycle::Succeeded).await;
-    let go = sticky(&t, &issue);
+    let go = t.preflight_comment(&issue);
     assert!(go.contains("**The plan:** no plan given."), "{go}");
     let run = t.app.store.runs_of(&issue).await.expect("runs").remove(0);
     let task = String::from_utf8_lossy(&fake.spec_of(&run.id).expect("spec").task).into_owned();

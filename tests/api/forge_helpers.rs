@@ -114,6 +114,14 @@ impl ForgeApp {
         self.server.url().to_owned()
     }
 
+    /// The body of the director's one pre-flight comment on the issue.
+    pub fn preflight_comment(&self, issue: &IssueRef) -> String {
+        self.preflight_comments(issue)
+            .pop()
+            .map(|c| c.body)
+            .expect("the pre-flight comment")
+    }
+
     /// The director's pre-flight comments on the issue.
     pub fn preflight_comments(&self, issue: &IssueRef) -> Vec<director::forge::Comment> {
         self.forge

@@ -95,14 +95,7 @@ instructions = "Run `cargo test --locked` before pushing."
         settings.capped
     );
     assert_eq!(settings.run_usd, Some(0.5));
-    let status = status_json(&t).await;
-    let row = status
-        .as_array()
-        .expect("rows")
-        .iter()
-        .find(|r| r["number"] == issue.number)
-        .expect("the issue's row")
-        .clone();
+    let row = crate::pulls::status_row(&status_json(&t).await, &issue);
     let shown = &row["run"]["settings"];
     assert_eq!(shown["commit"], settings.commit.as_str(), "{row}");
     assert_eq!(shown["image"], RUST_IMAGE);
