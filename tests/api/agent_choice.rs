@@ -58,7 +58,7 @@ async fn only_run(t: &ForgeApp, issue: &IssueRef) -> director::domain::RunRecord
 async fn a_writers_agent_label_gives_the_run_that_agent_and_every_report_names_it() {
     let (t, _llm, fake) = spawn(agents).await;
     let issue = labelled_for(&t, WRITER, "agent:aider").await;
-    t.wait_state(&issue, Lifecycle::Succeeded).await;
+    t.app.wait_state(&issue, Lifecycle::Succeeded).await;
     t.app.wait_processed().await;
     let run = only_run(&t, &issue).await;
     let spec = fake.spec_of(&run.id).expect("the run's container");
@@ -98,7 +98,7 @@ async fn a_readers_agent_label_is_ignored_and_the_operators_default_runs() {
     let (t, _llm, fake) = spawn(agents).await;
     // The reporter (read access) labels: the operator's default still runs.
     let issue = labelled_for(&t, "reporter", "agent:aider").await;
-    t.wait_state(&issue, Lifecycle::Succeeded).await;
+    t.app.wait_state(&issue, Lifecycle::Succeeded).await;
     let run = only_run(&t, &issue).await;
     let spec = fake.spec_of(&run.id).expect("the run's container");
     assert_eq!(spec.image, "fake/claude-code:2");
@@ -139,7 +139,7 @@ async fn an_unknown_agent_is_refused_in_the_comment_and_no_container_starts() {
     assert!(go.contains("`agent:gpt-engineer`"), "{go}");
     assert!(go.contains("allowed: `aider`, `claude-code`"), "{go}");
     // The start refuses it, says why on the issue, and makes nothing.
-    t.wait_state(&issue, Lifecycle::Failed).await;
+    t.app.wait_state(&issue, Lifecycle::Failed).await;
     t.app.wait_processed().await;
     let run = only_run(&t, &issue).await;
     assert_eq!(run.state, RunState::Refused);
@@ -167,7 +167,7 @@ async fn a_repository_chooses_among_the_agents_the_operator_allows_it() {
         b"[runner]\nagent = \"aider\"\n",
     );
     let issue = crate::fake_runs::labelled(&t, "Add --verbose", "Print each step.").await;
-    t.wait_state(&issue, Lifecycle::Succeeded).await;
+    t.app.wait_state(&issue, Lifecycle::Succeeded).await;
     let run = only_run(&t, &issue).await;
     let spec = fake.spec_of(&run.id).expect("the run's container");
     assert_eq!(spec.image, "fake/aider:0.86");
@@ -189,7 +189,7 @@ async fn a_repository_chooses_among_the_agents_the_operator_allows_it() {
         b"[runner]\nagent = \"claude-code\"\n",
     );
     let second = crate::fake_runs::labelled(&t, "Add --quiet", "Print less.").await;
-    t.wait_state(&second, Lifecycle::Failed).await;
+    t.app.wait_state(&second, Lifecycle::Failed).await;
     t.app.wait_processed().await;
     let report = reports(&t, &second).join("\n");
     assert!(

@@ -75,7 +75,7 @@ async fn always_waits_with_its_label_until_a_writers_go_and_a_readers_go_changes
 
     // A writer says go: approved, run once.
     t.forge.comment(WRITER, &issue, "/director go").await;
-    t.wait_state(&issue, Lifecycle::Succeeded).await;
+    t.app.wait_state(&issue, Lifecycle::Succeeded).await;
     t.app.wait_processed().await;
     assert_eq!(runs(&t, &issue).await, 1);
     let go = t.preflight_comment(&issue);
@@ -117,7 +117,7 @@ async fn an_edit_while_waiting_reads_again_and_asks_again() {
         "the comment binds the new text: {go}"
     );
     t.forge.comment(WRITER, &issue, "/director go").await;
-    t.wait_state(&issue, Lifecycle::Succeeded).await;
+    t.app.wait_state(&issue, Lifecycle::Succeeded).await;
     assert_eq!(runs(&t, &issue).await, 1);
 }
 
@@ -154,7 +154,7 @@ async fn over_forecast_waits_only_when_the_high_end_is_over_the_run_budget() {
     llm.always(PLANNED_GO);
     expensive_history(&t).await;
     let issue = labelled(&t, "Add --verbose", "Print each step.").await;
-    t.wait_state(&issue, Lifecycle::Succeeded).await;
+    t.app.wait_state(&issue, Lifecycle::Succeeded).await;
     assert!(
         !t.preflight_comment(&issue)
             .contains("Waiting for a maintainer's approval")

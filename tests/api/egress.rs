@@ -131,7 +131,8 @@ async fn an_allow_listed_run_reaches_only_what_is_allowed_through_the_proxy_and_
         serde_json::json!([{ "destination": refused, "count": 1 }]),
         "{row}"
     );
-    t.wait_for_metric(r#"director_egress_refused_total{reason="not_allowed"} 1"#)
+    t.app
+        .wait_for_metric(r#"director_egress_refused_total{reason="not_allowed"} 1"#)
         .await;
     // The proxy's credentials never reach the report.
     assert!(

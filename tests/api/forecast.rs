@@ -71,7 +71,7 @@ async fn a_go_shows_the_plan_and_a_forecast_from_the_repositorys_runs_and_the_re
     let repo = t.repo.to_string();
     seed_history(&t, &repo, 9).await;
     let issue = labelled(&t, "Add --verbose", "Print each step.").await;
-    t.wait_state(&issue, Lifecycle::Succeeded).await;
+    t.app.wait_state(&issue, Lifecycle::Succeeded).await;
     t.app.wait_processed().await;
 
     let go = t.preflight_comment(&issue);
@@ -129,7 +129,7 @@ async fn too_few_runs_here_forecast_from_every_repository_and_none_say_no_histor
     let (t, llm, _fake) = spawn(|_| {}).await;
     llm.always(PLANNED_GO);
     let first = labelled(&t, "Add --verbose", "Print each step.").await;
-    t.wait_state(&first, Lifecycle::Succeeded).await;
+    t.app.wait_state(&first, Lifecycle::Succeeded).await;
     let go = t.preflight_comment(&first);
     assert!(
         go.contains("**Forecast:** no history yet: no finished run to forecast from."),
@@ -138,7 +138,7 @@ async fn too_few_runs_here_forecast_from_every_repository_and_none_say_no_histor
     // Another repository's history: used, and said to be.
     seed_history(&t, "acme/elsewhere", 6).await;
     let second = labelled(&t, "Add --quiet", "Print less.").await;
-    t.wait_state(&second, Lifecycle::Succeeded).await;
+    t.app.wait_state(&second, Lifecycle::Succeeded).await;
     let go = t.preflight_comment(&second);
     assert!(
         go.contains("in all repositories (this one has 1, fewer than 5)"),
@@ -150,7 +150,7 @@ async fn too_few_runs_here_forecast_from_every_repository_and_none_say_no_histor
 async fn a_go_without_a_plan_says_so_and_still_runs() {
     let (t, _llm, fake) = spawn(|_| {}).await;
     let issue = labelled(&t, "Add --verbose", "Print each step.").await;
-    t.wait_state(&issue, Lifecycle::Succeeded).await;
+    t.app.wait_state(&issue, Lifecycle::Succeeded).await;
     let go = t.preflight_comment(&issue);
     assert!(go.contains("**The plan:** no plan given."), "{go}");
     let run = t.app.store.runs_of(&issue).await.expect("runs").remove(0);

@@ -3,14 +3,14 @@
 
 use std::sync::Arc;
 
-use director::domain::{IssueRef, Lifecycle, RepoName};
+use director::domain::{IssueRef, RepoName};
 use director::engine::scanner::{ScanReport, Scanner};
 use director::forge::Permission;
 use director::settings::Secret;
 use director::store::IssueRecord;
 use director_testkit::forge::{FakeForge, FakeServer};
 
-use crate::helpers::{SECRET, TestApp, wait_until};
+use crate::helpers::{SECRET, TestApp};
 use director_testkit::llm::FakeLlm;
 
 pub const BOT: &str = "director-bot";
@@ -75,7 +75,8 @@ impl ForgeApp {
             repo,
             scanner,
         };
-        this.wait_for_metric(r#"director_forge_requests_total{endpoint="/user",status="200"} 1"#)
+        this.app
+            .wait_for_metric(r#"director_forge_requests_total{endpoint="/user",status="200"} 1"#)
             .await;
         this
     }
@@ -157,32 +158,6 @@ impl ForgeApp {
 
     pub async fn record(&self, issue: &IssueRef) -> Option<IssueRecord> {
         self.app.store.issue(issue).await.expect("query")
-    }
-
-    /// Waits until the issue is in `state` (every delivery processed first).
-    pub async fn wait_state(&self, issue: &IssueRef, state: Lifecycle) -> IssueRecord {
-        self.app
-            .wait_for(&format!("{issue} is {state}"), || async {
-                self.record(issue)
-                    .await
-                    .is_some_and(|r| r.lifecycle == state)
-            })
-            .await;
-        self.app.wait_processed().await;
-        self.record(issue).await.expect("recorded")
-    }
-
-    pub async fn wait_for_metric(&self, line: &str) {
-        wait_until(&format!("metric {line}"), || async {
-            self.app
-                .get("/metrics")
-                .await
-                .text()
-                .await
-                .expect("body")
-                .contains(line)
-        })
-        .await;
     }
 
     pub fn assert_contract(&self) {

@@ -279,7 +279,8 @@ async fn a_confined_run_holds_no_forge_credential_and_pushes_only_its_own_branch
         pushes.iter().any(|w| w.contains("refs/heads/other")),
         "{kept:?}"
     );
-    s.t.wait_for_metric(r#"director_git_pushes_refused_total{reason="refused"} 7"#)
+    s.t.app
+        .wait_for_metric(r#"director_git_pushes_refused_total{reason="refused"} 7"#)
         .await;
 
     // The run ends: its credential opens nothing any more.
@@ -338,7 +339,8 @@ async fn another_runs_credential_a_wrong_one_and_bad_requests_open_nothing() {
         "{}",
         stderr(&out)
     );
-    s.t.wait_for_metric(r#"director_git_pushes_refused_total{reason="too_large"} 1"#)
+    s.t.app
+        .wait_for_metric(r#"director_git_pushes_refused_total{reason="too_large"} 1"#)
         .await;
 
     let client = crate::helpers::http_client();
@@ -420,7 +422,7 @@ async fn a_follow_up_only_fast_forwards_the_pull_requests_branch() {
         .ok(&w, &["push", "-q", "origin", &format!("HEAD:{branch}")])
         .await;
     s.fake.exit(&first.id, 0, "pushed");
-    s.t.wait_state(&first.issue, Lifecycle::Succeeded).await;
+    s.t.app.wait_state(&first.issue, Lifecycle::Succeeded).await;
     let pr =
         s.t.record(&first.issue)
             .await
@@ -814,7 +816,8 @@ async fn a_run_cannot_hold_the_gateways_memory_with_parallel_or_endless_pushes()
     // The first run's push declares no length: room for a whole push (all there is) is
     // reserved, and its body never ends.
     let mut held = endless_push(&s, &first).await;
-    s.t.wait_for_metric("director_gateway_body_memory_bytes 1048576")
+    s.t.app
+        .wait_for_metric("director_gateway_body_memory_bytes 1048576")
         .await;
     // The first run's next push, meanwhile (its body ends, as git's does): over its cap of
     // one, refused unread.
@@ -829,7 +832,8 @@ async fn a_run_cannot_hold_the_gateways_memory_with_parallel_or_endless_pushes()
     assert!(status_of(&mut other, 10).await.contains("503"));
     // The endless body is cut at its deadline, and its room is free again.
     assert!(status_of(&mut held, 10).await.contains("408"));
-    s.t.wait_for_metric("director_gateway_body_memory_bytes 0")
+    s.t.app
+        .wait_for_metric("director_gateway_body_memory_bytes 0")
         .await;
     let work = clone(&second).await;
     let w = work.path().join("w");

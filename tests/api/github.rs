@@ -96,7 +96,8 @@ impl GithubApp {
             installation,
         };
         // The App's bot login, learned from GET /app, is how its own events are told.
-        this.wait_for_metric(r#"director_forge_requests_total{endpoint="/app",status="200"} 1"#)
+        this.app
+            .wait_for_metric(r#"director_forge_requests_total{endpoint="/app",status="200"} 1"#)
             .await;
         this
     }
@@ -119,33 +120,6 @@ impl GithubApp {
 
     pub(crate) fn issue(&self, number: u64) -> IssueRef {
         IssueRef::new(REPO.parse::<RepoName>().expect("repo"), number)
-    }
-
-    async fn wait_for_metric(&self, line: &str) {
-        wait_until(&format!("metric {line}"), || async {
-            self.app
-                .get("/metrics")
-                .await
-                .text()
-                .await
-                .expect("body")
-                .contains(line)
-        })
-        .await;
-    }
-
-    pub(crate) async fn wait_state(&self, issue: &IssueRef, state: Lifecycle) {
-        self.app
-            .wait_for(&format!("{issue} is {state}"), || async {
-                self.app
-                    .store
-                    .issue(issue)
-                    .await
-                    .expect("query")
-                    .is_some_and(|r| r.lifecycle == state)
-            })
-            .await;
-        self.app.wait_processed().await;
     }
 
     fn preflight_comments(&self, number: u64) -> Vec<(String, String)> {
@@ -246,13 +220,14 @@ fn agent() -> director_testkit::runtime::Behaviour {
 async fn a_writers_label_via_webhook_gets_one_go_comment_and_the_apps_own_echoes_are_ignored() {
     let t = GithubApp::spawn(|s| s.runner.enabled = false).await;
     let n = t.labelled("Add --verbose", "Print each step.");
-    t.wait_state(&t.issue(n), Lifecycle::Queued).await;
+    t.app.wait_state(&t.issue(n), Lifecycle::Queued).await;
     let comments = t.preflight_comments(n);
     assert_eq!(comments.len(), 1, "{comments:#?}");
     assert_eq!(comments[0].0, BOT);
     assert!(comments[0].1.contains("verdict=GO"), "{}", comments[0].1);
     // The App's comment and label came back as webhooks, signed: told apart by the sender.
-    t.wait_for_metric(r#"director_webhook_deliveries_total{event="issues",outcome="own_event"}"#)
+    t.app
+        .wait_for_metric(r#"director_webhook_deliveries_total{event="issues",outcome="own_event"}"#)
         .await;
     assert!(
         t.gh.labels_of(REPO, n)
@@ -265,7 +240,7 @@ async fn a_writers_label_via_webhook_gets_one_go_comment_and_the_apps_own_echoes
     // A maintainer counts as a writer.
     let m = t.gh.open_issue(REPO, "reporter", "Second", "More.");
     t.gh.label(MAINTAINER, REPO, m, TRIGGER);
-    t.wait_state(&t.issue(m), Lifecycle::Queued).await;
+    t.app.wait_state(&t.issue(m), Lifecycle::Queued).await;
     t.assert_contract();
 }
 
@@ -299,7 +274,7 @@ async fn a_missed_webhook_is_found_by_the_scan_full_and_incremental() {
     let report = scanner.scan_once().await.expect("scan");
     assert_eq!(report.labelled, 1, "{report:?}");
     assert!(report.errors.is_empty(), "{report:?}");
-    t.wait_state(&t.issue(n), Lifecycle::Queued).await;
+    t.app.wait_state(&t.issue(n), Lifecycle::Queued).await;
     assert_eq!(t.preflight_comments(n).len(), 1);
 
     // Another, seen by the incremental pass: one search per watched owner.
@@ -309,7 +284,7 @@ async fn a_missed_webhook_is_found_by_the_scan_full_and_incremental() {
     let before = t.gh.requests().len();
     let report = scanner.scan_incremental().await.expect("scan");
     assert!(report.errors.is_empty(), "{report:?}");
-    t.wait_state(&t.issue(m), Lifecycle::Queued).await;
+    t.app.wait_state(&t.issue(m), Lifecycle::Queued).await;
     let searches = t.gh.requests()[before..]
         .iter()
         .filter(|r| r.path == "/search/issues")
@@ -332,7 +307,7 @@ async fn a_go_issue_ends_in_one_pr_from_a_run_whose_token_is_limited_to_its_repo
     let t = GithubApp::spawn(|_| {}).await;
     t.gh.ruleset(REPO, "active", 1, false);
     let n = t.labelled("Add --verbose", "Print each step.");
-    t.wait_state(&t.issue(n), Lifecycle::Succeeded).await;
+    t.app.wait_state(&t.issue(n), Lifecycle::Succeeded).await;
 
     let runs = t.app.store.runs_of(&t.issue(n)).await.expect("runs");
     assert_eq!(runs.len(), 1);
@@ -438,7 +413,7 @@ async fn a_classic_protection_requiring_a_review_makes_the_branch_pr_only() {
     let t = GithubApp::spawn(|_| {}).await;
     t.gh.protect(REPO, 1, &["someone-elses-app"]);
     let n = t.labelled("Add --verbose", "Print each step.");
-    t.wait_state(&t.issue(n), Lifecycle::Succeeded).await;
+    t.app.wait_state(&t.issue(n), Lifecycle::Succeeded).await;
     assert_eq!(t.gh.pulls(REPO).len(), 1);
     t.assert_contract();
 }
@@ -706,7 +681,7 @@ async fn review_feedback_starts_a_follow_up_and_a_merge_is_told_on_the_issue() {
     let t = GithubApp::spawn(|_| {}).await;
     t.gh.ruleset(REPO, "active", 1, false);
     let n = t.labelled("Add --verbose", "Print each step.");
-    t.wait_state(&t.issue(n), Lifecycle::Succeeded).await;
+    t.app.wait_state(&t.issue(n), Lifecycle::Succeeded).await;
     let pr = t.gh.pulls(REPO)[0].0;
     let first = t.gh.branch_head(REPO, &t.gh.pulls(REPO)[0].1);
 
@@ -739,7 +714,7 @@ async fn review_feedback_starts_a_follow_up_and_a_merge_is_told_on_the_issue() {
     assert!(restricted.iter().all(|tk| tk.revoked));
     // A reader's review starts nothing (once its webhook is in and decided).
     t.gh.review(REPO, pr, READER, "CHANGES_REQUESTED", "Do it my way.");
-    t.wait_for_metric(
+    t.app.wait_for_metric(
         r#"director_webhook_deliveries_total{event="pull_request_review",outcome="accepted"} 2"#,
     )
     .await;
@@ -751,7 +726,7 @@ async fn review_feedback_starts_a_follow_up_and_a_merge_is_told_on_the_issue() {
     );
 
     t.gh.merge(REPO, pr, WRITER);
-    t.wait_state(&t.issue(n), Lifecycle::Merged).await;
+    t.app.wait_state(&t.issue(n), Lifecycle::Merged).await;
     assert_eq!(
         t.app.store.runs_of(&t.issue(n)).await.expect("runs").len(),
         2
@@ -797,10 +772,11 @@ async fn a_token_github_refuses_is_told_on_the_issue_and_counted() {
             .any(|(_, b)| b.contains("not granted"))
     })
     .await;
-    t.wait_for_metric(
-        r#"endpoint="/app/installations/{installation_id}/access_tokens",status="422""#,
-    )
-    .await;
+    t.app
+        .wait_for_metric(
+            r#"endpoint="/app/installations/{installation_id}/access_tokens",status="422""#,
+        )
+        .await;
     assert!(t.gh.pulls(REPO).is_empty());
     let runs = t.app.store.runs_of(&t.issue(n)).await.expect("runs");
     assert!(runs.iter().all(|r| t.runtime.creations(&r.id) == 0));
@@ -831,7 +807,7 @@ async fn the_sticky_preflight_comment_is_found_by_its_marker_and_edited_in_place
     let n =
         t.gh.open_issue(REPO, "reporter", "Make it better", "Somehow.");
     t.gh.label(WRITER, REPO, n, TRIGGER);
-    t.wait_state(&t.issue(n), Lifecycle::NoGo).await;
+    t.app.wait_state(&t.issue(n), Lifecycle::NoGo).await;
     assert_eq!(t.preflight_comments(n).len(), 1);
     // A writer makes it concrete: read again, and the one comment now says GO.
     t.llm.always("Clear now.\n\nGO");
@@ -841,7 +817,7 @@ async fn the_sticky_preflight_comment_is_found_by_its_marker_and_edited_in_place
         n,
         "Add a --verbose flag that prints each step.",
     );
-    t.wait_state(&t.issue(n), Lifecycle::Queued).await;
+    t.app.wait_state(&t.issue(n), Lifecycle::Queued).await;
     let comments = t.preflight_comments(n);
     assert_eq!(comments.len(), 1, "{comments:#?}");
     assert!(comments[0].1.contains("verdict=GO"), "{}", comments[0].1);
@@ -867,7 +843,7 @@ async fn wrong_repo_files_the_issue_in_the_named_repository_of_a_trusted_owner()
     let n =
         t.gh.open_issue(REPO, "reporter", "Status endpoint", "We need /status.");
     t.gh.label(WRITER, REPO, n, TRIGGER);
-    t.wait_state(&t.issue(n), Lifecycle::Routed).await;
+    t.app.wait_state(&t.issue(n), Lifecycle::Routed).await;
     let comment = &t.preflight_comments(n)[0].1;
     assert!(comment.contains("Filed as acme/gadgets#1"), "{comment}");
     let filed =
@@ -1049,7 +1025,7 @@ async fn github_enterprise_server_is_the_same_app_below_api_v3() {
     let t = GithubApp::spawn_on(FakeGitHub::start_at("/api/v3").await, |_| {}).await;
     t.gh.ruleset(REPO, "active", 1, false);
     let n = t.labelled("Add --verbose", "Print each step.");
-    t.wait_state(&t.issue(n), Lifecycle::Succeeded).await;
+    t.app.wait_state(&t.issue(n), Lifecycle::Succeeded).await;
     assert_eq!(t.gh.pulls(REPO).len(), 1);
     let run = t
         .app

@@ -144,7 +144,7 @@ async fn on_github_a_confined_run_pushes_only_its_own_branch_and_ends_in_a_pr() 
 
     // The run ends well: the director opens the pull request from what git pushed.
     t.runtime.exit(&run.id, 0, "done");
-    t.wait_state(&run.issue, Lifecycle::Succeeded).await;
+    t.app.wait_state(&run.issue, Lifecycle::Succeeded).await;
     let pulls = t.gh.pulls(REPO);
     assert_eq!(pulls.len(), 1, "{pulls:?}");
     assert_eq!(

@@ -178,6 +178,43 @@ impl TestApp {
     {
         wait_on_engine(&self.settled, what, Duration::from_secs(10), check).await;
     }
+
+    /// Waits until the issue is in `state`, then until every delivery and action in hand is
+    /// done; returns its record.
+    pub async fn wait_state(
+        &self,
+        issue: &director::domain::IssueRef,
+        state: director::domain::Lifecycle,
+    ) -> director::store::IssueRecord {
+        self.wait_for(&format!("{issue} is {state}"), || async {
+            self.store
+                .issue(issue)
+                .await
+                .expect("query")
+                .is_some_and(|r| r.lifecycle == state)
+        })
+        .await;
+        self.wait_processed().await;
+        self.store
+            .issue(issue)
+            .await
+            .expect("query")
+            .expect("recorded")
+    }
+
+    /// Waits until `/metrics` holds `line`: what the engine counts, looked at again after
+    /// each of its steps.
+    pub async fn wait_for_metric(&self, line: &str) {
+        self.wait_for(&format!("metric {line}"), || async {
+            self.get("/metrics")
+                .await
+                .text()
+                .await
+                .expect("body")
+                .contains(line)
+        })
+        .await;
+    }
 }
 
 /// Waits until `check` holds, looking again each time `settled` says the engine finished a

@@ -2,8 +2,6 @@
 //! (`labels` any of the names, `since` updated at or after, `X-Total-Count`): what changed
 //! is found with one question across every repository; what did not costs nothing more.
 
-use std::time::Duration;
-
 use director::domain::Lifecycle;
 use director::forge::Permission;
 
@@ -41,7 +39,7 @@ async fn a_label_applied_without_a_webhook_is_found_by_the_next_incremental_pass
     let report = t.scan_incremental().await;
     assert_eq!(report.pass, "incremental");
     assert_eq!((report.labelled, report.queued), (1, 1), "{report:?}");
-    let record = t.wait_state(&issue, Lifecycle::Pending).await;
+    let record = t.app.wait_state(&issue, Lifecycle::Pending).await;
     assert_eq!(record.trigger_actor.as_deref(), Some(WRITER));
     assert_eq!(searches(&t), 1);
     assert_eq!(repo_lists(&t), 0, "no per-repository listing");
@@ -76,7 +74,7 @@ async fn a_label_removed_without_a_webhook_is_noticed() {
         .open_issue(&t.repo, "reporter", "Soon gone", "")
         .await;
     t.forge.label(WRITER, &issue, TRIGGER).await;
-    t.wait_state(&issue, Lifecycle::Pending).await;
+    t.app.wait_state(&issue, Lifecycle::Pending).await;
     t.scan().await;
     t.forge.webhooks_enabled(false);
     t.forge.unlabel(WRITER, &issue, TRIGGER).await;
@@ -84,7 +82,7 @@ async fn a_label_removed_without_a_webhook_is_noticed() {
 
     let report = t.scan_incremental().await;
     assert_eq!(report.queued, 1, "{report:?}");
-    let record = t.wait_state(&issue, Lifecycle::Cancelled).await;
+    let record = t.app.wait_state(&issue, Lifecycle::Cancelled).await;
     assert!(!record.trigger_present);
 }
 
@@ -96,12 +94,12 @@ async fn a_closed_issue_without_a_webhook_is_noticed() {
         .open_issue(&t.repo, "reporter", "Soon closed", "")
         .await;
     t.forge.label(WRITER, &issue, TRIGGER).await;
-    t.wait_state(&issue, Lifecycle::Pending).await;
+    t.app.wait_state(&issue, Lifecycle::Pending).await;
     t.scan().await;
     t.forge.webhooks_enabled(false);
     t.forge.set_state(WRITER, &issue, "closed").await;
     t.scan_incremental().await;
-    t.wait_state(&issue, Lifecycle::Cancelled).await;
+    t.app.wait_state(&issue, Lifecycle::Cancelled).await;
 }
 
 #[tokio::test]
@@ -127,7 +125,7 @@ async fn with_nothing_changed_a_pass_costs_one_request_and_queues_nothing() {
     let t = ForgeApp::spawn().await;
     let issue = t.forge.open_issue(&t.repo, "reporter", "Known", "").await;
     t.forge.label(WRITER, &issue, TRIGGER).await;
-    t.wait_state(&issue, Lifecycle::Pending).await;
+    t.app.wait_state(&issue, Lifecycle::Pending).await;
     t.scan().await;
     t.forge.clear_calls();
     for _ in 0..2 {
@@ -167,14 +165,8 @@ async fn the_schedules_run_each_pass_and_a_full_pass_at_start_up() {
         s.scan.full_schedule = "* * * * * *".into();
     })
     .await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while repo_lists(&t) < 2 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no scheduled full pass"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // The schedule drives the scan, not an event: polled.
+    wait_until("a scheduled full pass", || async { repo_lists(&t) >= 2 }).await;
     assert_eq!(searches(&t), 0);
 }
 
@@ -250,7 +242,7 @@ async fn the_directors_own_state_labels_are_not_observed_again() {
     // The pass picks it up; its read says GO and the director puts its `queued` label on,
     // which moves the issue's `updated_at` past what the pass recorded.
     t.scan().await;
-    t.wait_state(&issue, Lifecycle::Queued).await;
+    t.app.wait_state(&issue, Lifecycle::Queued).await;
     wait_until("the queued label is on", || async {
         t.forge
             .labels_on(&issue)

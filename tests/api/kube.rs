@@ -644,7 +644,7 @@ async fn a_go_issue_runs_as_one_job_and_ends_in_one_pull_request_with_its_token_
         0,
         r#"{"outcome":"done","summary":"Added `--verbose`."}"#,
     );
-    t.wait_state(&issue, Lifecycle::Succeeded).await;
+    t.app.wait_state(&issue, Lifecycle::Succeeded).await;
     t.app.wait_processed().await;
     let runs = t.app.store.runs_of(&issue).await.expect("runs");
     assert_eq!(runs.len(), 1);
@@ -686,9 +686,9 @@ async fn forbidden_jobs_are_told_in_readyz_and_metrics_and_the_run_fails_on_the_
             .is_some_and(|r| r.contains("RBAC"))
     })
     .await;
-    t.wait_for_metric("director_runtime_up 0").await;
+    t.app.wait_for_metric("director_runtime_up 0").await;
     let issue = labelled(&t, "Add --verbose", "Print each step.").await;
-    t.wait_state(&issue, Lifecycle::Failed).await;
+    t.app.wait_state(&issue, Lifecycle::Failed).await;
     t.app.wait_processed().await;
     let report = reports(&t, &issue).pop().expect("the issue is told");
     assert!(report.contains("could not be started"), "{report}");

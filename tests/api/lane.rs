@@ -194,7 +194,7 @@ async fn a_green_pull_request_approved_by_a_writer_is_merged_in_the_configured_s
     t.forge
         .review(WRITER, &t.repo, pr, ReviewEvent::Approve, "Ship it.", &[])
         .await;
-    t.wait_state(&issue, Lifecycle::Merged).await;
+    t.app.wait_state(&issue, Lifecycle::Merged).await;
     t.app.wait_processed().await;
     let merges = t.forge.merges(&t.repo);
     assert_eq!(merges.len(), 1, "{merges:?}");
@@ -390,7 +390,7 @@ async fn a_moved_base_is_merged_into_the_branch_first_and_the_checks_wait_again(
         .review(WRITER, &t.repo, pr, ReviewEvent::Approve, "Again.", &[])
         .await;
     poll(&t).await;
-    t.wait_state(&issue, Lifecycle::Merged).await;
+    t.app.wait_state(&issue, Lifecycle::Merged).await;
     assert_eq!(t.forge.merges(&t.repo).len(), 1);
 }
 
@@ -411,7 +411,7 @@ async fn two_green_pull_requests_in_one_repository_merge_one_after_the_other() {
     t.forge
         .review(WRITER, &t.repo, pr_b, ReviewEvent::Approve, "LGTM", &[])
         .await;
-    t.wait_state(&a, Lifecycle::Merged).await;
+    t.app.wait_state(&a, Lifecycle::Merged).await;
     t.app.wait_processed().await;
     assert_eq!(t.forge.merges(&t.repo).len(), 1, "one at a time");
     waits_for(&t, &b, "the branch").await;
@@ -420,7 +420,7 @@ async fn two_green_pull_requests_in_one_repository_merge_one_after_the_other() {
         .review(WRITER, &t.repo, pr_b, ReviewEvent::Approve, "Again.", &[])
         .await;
     poll(&t).await;
-    t.wait_state(&b, Lifecycle::Merged).await;
+    t.app.wait_state(&b, Lifecycle::Merged).await;
     let order: Vec<u64> = t.forge.merges(&t.repo).iter().map(|m| m.number).collect();
     assert_eq!(order, vec![pr_a, pr_b]);
 }
@@ -559,6 +559,6 @@ async fn a_green_pull_request_approved_only_by_its_requester_waits_for_a_second_
             &[],
         )
         .await;
-    t.wait_state(&issue, Lifecycle::Merged).await;
+    t.app.wait_state(&issue, Lifecycle::Merged).await;
     assert_eq!(t.forge.merges(&t.repo).len(), 1);
 }

@@ -223,7 +223,8 @@ async fn a_runs_model_calls_use_its_own_key_stream_through_and_are_metered_from_
     assert_eq!((usage.input_tokens, usage.output_tokens), (3000, 300));
     let cost = usage.cost_usd.expect("priced");
     assert!((cost - 3.0 * 0.0045).abs() < 1e-9, "{cost}");
-    s.t.wait_for_metric(r#"director_model_tokens_total{kind="output",provider="anthropic"} 200"#)
+    s.t.app
+        .wait_for_metric(r#"director_model_tokens_total{kind="output",provider="anthropic"} 200"#)
         .await;
 
     // The run says it used nothing; what counts is what was metered.
@@ -308,7 +309,7 @@ async fn a_run_whose_budget_is_spent_gets_429_on_its_next_call_and_ends_over_bud
     );
 
     // The run is stopped and ends over budget, its report says why.
-    let record = s.t.wait_state(&run.issue, Lifecycle::OverBudget).await;
+    let record = s.t.app.wait_state(&run.issue, Lifecycle::OverBudget).await;
     assert_eq!(record.lifecycle, Lifecycle::OverBudget);
     let report =
         s.t.forge
@@ -318,7 +319,8 @@ async fn a_run_whose_budget_is_spent_gets_429_on_its_next_call_and_ends_over_bud
             .find(|b| b.contains("<!-- director:run "))
             .expect("a report");
     assert!(report.contains("[budget]"), "{report}");
-    s.t.wait_for_metric(r#"director_model_requests_refused_total{reason="budget"} 1"#)
+    s.t.app
+        .wait_for_metric(r#"director_model_requests_refused_total{reason="budget"} 1"#)
         .await;
 }
 
@@ -478,7 +480,7 @@ async fn a_repository_whose_day_is_spent_starts_no_run_and_reads_no_issue_until_
 
     // A second issue waits for the slot: queued.
     let b = labelled(&s.t, "Second", "mode: hang").await;
-    s.t.wait_state(&b, Lifecycle::Queued).await;
+    s.t.app.wait_state(&b, Lifecycle::Queued).await;
     // The first run spends the day: $0.0045 over the $0.004 budget.
     let call = a.anthropic(message(false)).send().await.expect("answered");
     assert_eq!(call.status(), 200);
@@ -489,7 +491,7 @@ async fn a_repository_whose_day_is_spent_starts_no_run_and_reads_no_issue_until_
     let body: Value = refused.json().await.expect("json");
     let why = body["error"]["message"].as_str().unwrap_or_default();
     assert!(why.contains("budget.repo_daily_usd"), "{why}");
-    s.t.wait_state(&a.issue, Lifecycle::OverBudget).await;
+    s.t.app.wait_state(&a.issue, Lifecycle::OverBudget).await;
 
     // The slot is free, but the repository's day is spent: the queued issue stays queued,
     // and says why.
@@ -637,10 +639,11 @@ async fn a_client_that_hangs_up_before_the_usage_chunk_is_charged_what_passed() 
     // first, the provider's own usage was read (1,000 in); otherwise the call was cut and
     // charged an estimate, said in the metric.
     if usage.input_tokens != 1000 {
-        s.t.wait_for_metric(
-            r#"director_model_usage_estimated_total{provider="openai",reason="cut"} 1"#,
-        )
-        .await;
+        s.t.app
+            .wait_for_metric(
+                r#"director_model_usage_estimated_total{provider="openai",reason="cut"} 1"#,
+            )
+            .await;
     }
 }
 
@@ -727,7 +730,7 @@ async fn an_agent_that_exits_at_the_budgets_429_ends_over_budget_not_failed() {
     // As the contract asks, it stops cleanly at once, before the director stops it, with
     // nothing pushed.
     s.fake.exit(&run.id, 1, "budget spent, stopping\n");
-    let record = s.t.wait_state(&run.issue, Lifecycle::OverBudget).await;
+    let record = s.t.app.wait_state(&run.issue, Lifecycle::OverBudget).await;
     assert_eq!(record.lifecycle, Lifecycle::OverBudget);
 }
 

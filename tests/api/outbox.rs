@@ -48,7 +48,7 @@ async fn a_failed_read_waits_for_its_backoff_on_the_clock_and_runs_when_the_cloc
     assert_eq!(llm.prompts().len(), 1, "no second read before its time");
 
     clock.advance(600_000);
-    t.wait_state(&issue, Lifecycle::Queued).await;
+    t.app.wait_state(&issue, Lifecycle::Queued).await;
     assert_eq!(llm.prompts().len(), 2);
     // The comment's action is due on the manual clock, now ahead of the system clock that
     // `wait_processed` counts by: wait for the comment itself.
@@ -79,7 +79,7 @@ async fn a_stored_event_that_no_longer_parses_is_set_aside_and_the_queue_goes_on
         .await
         .expect("insert");
     t.forge.label(WRITER, &issue, TRIGGER).await;
-    t.wait_state(&issue, Lifecycle::Pending).await;
+    t.app.wait_state(&issue, Lifecycle::Pending).await;
     let dead = store.dead_events().await.expect("query");
     assert_eq!(dead.len(), 2, "{dead:?}");
     assert_eq!(dead[0].0, "old-1");
@@ -89,7 +89,9 @@ async fn a_stored_event_that_no_longer_parses_is_set_aside_and_the_queue_goes_on
         "{}",
         dead[1].1
     );
-    t.wait_for_metric("director_events_set_aside_total 2").await;
+    t.app
+        .wait_for_metric("director_events_set_aside_total 2")
+        .await;
 }
 
 async fn temp_store(dir: &tempfile::TempDir) -> Store {

@@ -20,7 +20,7 @@ async fn go_posts_one_comment_and_queues_the_issue() {
         .open_issue(&t.repo, "reporter", "Add --verbose", "Print each step.")
         .await;
     t.forge.label(WRITER, &issue, TRIGGER).await;
-    let record = t.wait_state(&issue, Lifecycle::Queued).await;
+    let record = t.app.wait_state(&issue, Lifecycle::Queued).await;
     assert_eq!(
         record.preflight.verdict,
         Some(director::domain::Judgement::Go)
@@ -45,7 +45,8 @@ async fn go_posts_one_comment_and_queues_the_issue() {
     assert_eq!(prompts.len(), 1);
     assert!(prompts[0].contains("Add --verbose") && prompts[0].contains("Print each step."));
     assert_eq!(llm.keys(), vec!["Bearer llm-key-7c1d".to_owned()]);
-    t.wait_for_metric(r#"director_preflight_verdicts_total{outcome="go"} 1"#)
+    t.app
+        .wait_for_metric(r#"director_preflight_verdicts_total{outcome="go"} 1"#)
         .await;
     t.assert_contract();
 }
@@ -59,7 +60,7 @@ async fn no_go_launches_nothing_and_says_why() {
         .open_issue(&t.repo, "reporter", "Config", "Support config files.")
         .await;
     t.forge.label(WRITER, &issue, TRIGGER).await;
-    let record = t.wait_state(&issue, Lifecycle::NoGo).await;
+    let record = t.app.wait_state(&issue, Lifecycle::NoGo).await;
     assert_eq!(
         record.preflight.reason.as_deref(),
         Some("needs a decision on the format")
@@ -87,7 +88,7 @@ async fn wrong_repo_to_a_trusted_owner_files_the_issue_there() {
         .open_issue(&t.repo, "reporter", "Status endpoint", "We need /status.")
         .await;
     t.forge.label(WRITER, &issue, TRIGGER).await;
-    let record = t.wait_state(&issue, Lifecycle::Routed).await;
+    let record = t.app.wait_state(&issue, Lifecycle::Routed).await;
     assert_eq!(record.preflight.routed_to.as_deref(), Some("acme/api#1"));
     let filed = t.forge.issues_in(&api);
     assert_eq!(filed.len(), 1);
@@ -119,7 +120,7 @@ async fn wrong_repo_to_an_untrusted_owner_is_a_no_go() {
         .open_issue(&t.repo, "reporter", "Elsewhere", "")
         .await;
     t.forge.label(WRITER, &issue, TRIGGER).await;
-    let record = t.wait_state(&issue, Lifecycle::NoGo).await;
+    let record = t.app.wait_state(&issue, Lifecycle::NoGo).await;
     assert!(
         record
             .preflight
@@ -145,7 +146,7 @@ async fn an_unclear_answer_is_retried_then_reported_and_nothing_launches() {
     llm.always("I think this might work, maybe.");
     let issue = t.forge.open_issue(&t.repo, "reporter", "Vague", "").await;
     t.forge.label(WRITER, &issue, TRIGGER).await;
-    let record = t.wait_state(&issue, Lifecycle::PreflightFailed).await;
+    let record = t.app.wait_state(&issue, Lifecycle::PreflightFailed).await;
     assert_eq!(record.preflight.attempts, 3);
     assert_eq!(llm.prompts().len(), 3, "max_attempts reads");
     let comment = &t.preflight_comments(&issue)[0].body;
@@ -154,7 +155,8 @@ async fn an_unclear_answer_is_retried_then_reported_and_nothing_launches() {
         "{comment}"
     );
     assert!(comment.contains("No container was launched"), "{comment}");
-    t.wait_for_metric(r#"director_preflight_provider_errors_total{kind="unclear"} 3"#)
+    t.app
+        .wait_for_metric(r#"director_preflight_provider_errors_total{kind="unclear"} 3"#)
         .await;
 }
 
@@ -167,7 +169,7 @@ async fn provider_errors_are_retried_until_an_answer_comes() {
         .open_issue(&t.repo, "reporter", "Flaky model", "")
         .await;
     t.forge.label(WRITER, &issue, TRIGGER).await;
-    let record = t.wait_state(&issue, Lifecycle::Queued).await;
+    let record = t.app.wait_state(&issue, Lifecycle::Queued).await;
     assert_eq!(record.preflight.attempts, 0);
     assert_eq!(llm.prompts().len(), 3);
     assert_eq!(t.preflight_comments(&issue).len(), 1);
@@ -186,7 +188,7 @@ async fn timeouts_leave_the_issue_waiting_unless_on_error_is_proceed() {
     ]);
     let issue = t.forge.open_issue(&t.repo, "reporter", "Slow", "").await;
     t.forge.label(WRITER, &issue, TRIGGER).await;
-    let record = t.wait_state(&issue, Lifecycle::PreflightFailed).await;
+    let record = t.app.wait_state(&issue, Lifecycle::PreflightFailed).await;
     assert!(
         record
             .preflight
@@ -205,7 +207,7 @@ async fn timeouts_leave_the_issue_waiting_unless_on_error_is_proceed() {
     llm.script(vec![Reply::Slow(Duration::from_secs(3), "GO".into())]);
     let issue = t.forge.open_issue(&t.repo, "reporter", "Slow", "").await;
     t.forge.label(WRITER, &issue, TRIGGER).await;
-    t.wait_state(&issue, Lifecycle::Queued).await;
+    t.app.wait_state(&issue, Lifecycle::Queued).await;
     let comment = &t.preflight_comments(&issue)[0].body;
     assert!(
         comment.contains("could not run") && comment.contains("proceed"),
@@ -222,10 +224,10 @@ async fn an_edit_after_no_go_reads_again_and_edits_the_same_comment() {
         .open_issue(&t.repo, "reporter", "Config", "Support config files.")
         .await;
     t.forge.label(WRITER, &issue, TRIGGER).await;
-    t.wait_state(&issue, Lifecycle::NoGo).await;
+    t.app.wait_state(&issue, Lifecycle::NoGo).await;
     let first = t.preflight_comments(&issue);
     t.forge.comment(WRITER, &issue, "Use TOML, one file.").await;
-    t.wait_state(&issue, Lifecycle::Queued).await;
+    t.app.wait_state(&issue, Lifecycle::Queued).await;
     let after = t.preflight_comments(&issue);
     assert_eq!(after.len(), 1, "edited in place, never posted twice");
     assert_eq!(after[0].id, first[0].id);
@@ -260,7 +262,7 @@ async fn untrusted_comments_and_hidden_instructions_never_reach_the_model() {
         .comment(WRITER, &issue, "Keep the public API.")
         .await;
     t.forge.label(WRITER, &issue, TRIGGER).await;
-    t.wait_state(&issue, Lifecycle::Queued).await;
+    t.app.wait_state(&issue, Lifecycle::Queued).await;
     let prompt = &llm.prompts()[0];
     assert!(
         prompt.contains("Tidy the module.")
@@ -291,7 +293,7 @@ async fn duplicate_deliveries_produce_one_comment_and_one_read() {
         }
     }
     t.forge.hold_webhooks(false);
-    t.wait_state(&issue, Lifecycle::Queued).await;
+    t.app.wait_state(&issue, Lifecycle::Queued).await;
     t.scan().await;
     t.app.wait_processed().await;
     assert_eq!(t.preflight_comments(&issue).len(), 1);
@@ -304,7 +306,7 @@ async fn director_go_is_ignored_from_a_reader_and_honoured_from_a_writer() {
     llm.always("NO-GO: too big");
     let issue = t.forge.open_issue(&t.repo, "reporter", "Big", "").await;
     t.forge.label(WRITER, &issue, TRIGGER).await;
-    t.wait_state(&issue, Lifecycle::NoGo).await;
+    t.app.wait_state(&issue, Lifecycle::NoGo).await;
 
     t.forge.comment(READER, &issue, "/director go").await;
     t.app.wait_processed().await;
@@ -322,7 +324,7 @@ async fn director_go_is_ignored_from_a_reader_and_honoured_from_a_writer() {
     assert!(t.preflight_comments(&issue)[0].body.contains("NO-GO"));
 
     t.forge.comment(WRITER, &issue, "/director go").await;
-    let record = t.wait_state(&issue, Lifecycle::Queued).await;
+    let record = t.app.wait_state(&issue, Lifecycle::Queued).await;
     assert_eq!(
         record.preflight.verdict,
         Some(director::domain::Judgement::Skipped)
@@ -349,7 +351,7 @@ async fn the_skip_label_from_a_writer_skips_the_gate() {
         .label(WRITER, &issue, "headless:skip-preflight")
         .await;
     t.forge.label(WRITER, &issue, TRIGGER).await;
-    t.wait_state(&issue, Lifecycle::Queued).await;
+    t.app.wait_state(&issue, Lifecycle::Queued).await;
     assert!(llm.prompts().is_empty());
 }
 
@@ -359,7 +361,7 @@ async fn the_hourly_cap_defers_reads_as_a_labelled_state_without_a_comment() {
     llm.always(GO_READ);
     let a = t.forge.open_issue(&t.repo, "reporter", "First", "").await;
     t.forge.label(WRITER, &a, TRIGGER).await;
-    t.wait_state(&a, Lifecycle::Queued).await;
+    t.app.wait_state(&a, Lifecycle::Queued).await;
     let b = t.forge.open_issue(&t.repo, "reporter", "Second", "").await;
     t.forge.label(WRITER, &b, TRIGGER).await;
     wait_until("the read is deferred", || async {
@@ -627,7 +629,7 @@ async fn a_readers_edit_while_the_timeline_cannot_be_read_is_not_vouched_for_by_
         !prompt.contains("FORGE_TOKEN"),
         "the reader's edit reached the model: {prompt}"
     );
-    t.wait_state(&issue, Lifecycle::NoGo).await;
+    t.app.wait_state(&issue, Lifecycle::NoGo).await;
     let comment = &t.preflight_comments(&issue)[0].body;
     assert!(
         comment.contains(&format!("@{READER}")),
@@ -646,7 +648,7 @@ async fn a_link_reference_definition_in_the_body_never_reaches_the_model_and_is_
         .open_issue(&t.repo, "reporter", "Add --verbose", body)
         .await;
     t.forge.label(WRITER, &issue, TRIGGER).await;
-    t.wait_state(&issue, Lifecycle::Queued).await;
+    t.app.wait_state(&issue, Lifecycle::Queued).await;
     let prompt = llm.prompts().remove(0);
     assert!(prompt.contains("Add a --verbose flag."), "{prompt}");
     assert!(
@@ -674,7 +676,7 @@ async fn a_routed_issue_whose_filing_a_proxy_answers_504_after_applying_is_filed
         .open_issue(&t.repo, "reporter", "Status endpoint", "We need /status.")
         .await;
     t.forge.label(WRITER, &issue, TRIGGER).await;
-    t.wait_state(&issue, Lifecycle::Routed).await;
+    t.app.wait_state(&issue, Lifecycle::Routed).await;
     // The filing's attempt failed on the 504; the next one finds the issue by its marker.
     wait_until("the filing is recorded", || async {
         t.record(&issue)

@@ -14,7 +14,7 @@ use crate::runs::RUNNER;
 /// A labelled issue whose run opened its pull request; returns (issue, PR number).
 pub async fn with_pr(t: &ForgeApp, body: &str) -> (IssueRef, u64) {
     let issue = labelled(t, "Add --verbose", body).await;
-    t.wait_state(&issue, Lifecycle::Succeeded).await;
+    t.app.wait_state(&issue, Lifecycle::Succeeded).await;
     t.app.wait_processed().await;
     let pr = t
         .record(&issue)
@@ -62,7 +62,7 @@ async fn a_merged_pr_makes_the_issue_merged_with_its_label_and_status() {
     let (t, _llm, _fake) = spawn(|_| {}).await;
     let (issue, pr) = with_pr(&t, "Print each step.").await;
     t.forge.merge_pull(WRITER, &t.repo, pr).await;
-    t.wait_state(&issue, Lifecycle::Merged).await;
+    t.app.wait_state(&issue, Lifecycle::Merged).await;
     t.app.wait_processed().await;
     let labels = t.forge.labels_on(&issue);
     assert!(labels.contains(&"headless:merged".to_owned()), "{labels:?}");
@@ -87,7 +87,7 @@ async fn a_pr_closed_unmerged_is_said_on_the_issue_and_a_reopen_brings_it_back()
     let (t, _llm, _fake) = spawn(|_| {}).await;
     let (issue, pr) = with_pr(&t, "Print each step.").await;
     t.forge.set_pull_state(WRITER, &t.repo, pr, "closed").await;
-    t.wait_state(&issue, Lifecycle::PrClosed).await;
+    t.app.wait_state(&issue, Lifecycle::PrClosed).await;
     t.app.wait_processed().await;
     let said: Vec<String> = t
         .forge
@@ -103,7 +103,7 @@ async fn a_pr_closed_unmerged_is_said_on_the_issue_and_a_reopen_brings_it_back()
             .contains(&"headless:pr-open".to_owned())
     );
     t.forge.set_pull_state(WRITER, &t.repo, pr, "open").await;
-    t.wait_state(&issue, Lifecycle::Succeeded).await;
+    t.app.wait_state(&issue, Lifecycle::Succeeded).await;
     t.app.wait_processed().await;
     assert!(
         t.forge
@@ -118,7 +118,7 @@ async fn the_scan_notices_a_merge_whose_webhook_never_came() {
     let (issue, pr) = with_pr(&t, "Print each step.").await;
     t.forge.set_pull_state_quietly(WRITER, &t.repo, pr, true);
     t.scan().await;
-    t.wait_state(&issue, Lifecycle::Merged).await;
+    t.app.wait_state(&issue, Lifecycle::Merged).await;
 }
 
 #[tokio::test]
@@ -343,7 +343,7 @@ async fn the_result_file_puts_the_summary_in_the_pr_and_the_usage_in_the_report(
 async fn an_agent_that_says_it_is_blocked_opens_no_pr_and_says_why() {
     let (t, _llm, _fake) = spawn(|_| {}).await;
     let issue = labelled(&t, "Rotate the key", "Use the prod key.\n\nresult: blocked").await;
-    t.wait_state(&issue, Lifecycle::Declined).await;
+    t.app.wait_state(&issue, Lifecycle::Declined).await;
     t.app.wait_processed().await;
     assert!(t.forge.pulls_of(&t.repo).is_empty());
     let report = reports(&t, &issue).remove(0);
@@ -364,7 +364,7 @@ async fn a_blocked_result_that_cannot_be_read_at_first_is_never_taken_for_no_res
     // that said `blocked` would get a pull request.
     fake.fail_reads(1);
     let issue = labelled(&t, "Rotate the key", "Use the prod key.\n\nresult: blocked").await;
-    t.wait_state(&issue, Lifecycle::Declined).await;
+    t.app.wait_state(&issue, Lifecycle::Declined).await;
     t.app.wait_processed().await;
     assert!(t.forge.pulls_of(&t.repo).is_empty());
 }
@@ -378,7 +378,7 @@ async fn a_token_the_agent_writes_into_its_summary_never_reaches_the_pull_reques
         "Print each step.\n\nresult: done summary: token",
     )
     .await;
-    t.wait_state(&issue, Lifecycle::Succeeded).await;
+    t.app.wait_state(&issue, Lifecycle::Succeeded).await;
     t.app.wait_processed().await;
     let minted = t.forge.minted_tokens();
     assert_eq!(minted.len(), 1);
@@ -408,8 +408,8 @@ async fn no_new_run_starts_in_a_repository_with_enough_open_prs_and_the_status_s
         .await;
     t.forge.label(WRITER, &urgent, "P0").await;
     t.forge.label(WRITER, &urgent, TRIGGER).await;
-    t.wait_state(&low, Lifecycle::Queued).await;
-    t.wait_state(&urgent, Lifecycle::Queued).await;
+    t.app.wait_state(&low, Lifecycle::Queued).await;
+    t.app.wait_state(&urgent, Lifecycle::Queued).await;
     t.app.wait_processed().await;
     let status = status_json_with(
         &t,
@@ -445,7 +445,7 @@ async fn no_new_run_starts_in_a_repository_with_enough_open_prs_and_the_status_s
     wait_runs(&t, &first, 2, RunState::Succeeded).await;
     // The merge frees the slot: the P0 issue starts first, though queued later.
     t.forge.merge_pull(WRITER, &t.repo, pr).await;
-    t.wait_state(&urgent, Lifecycle::Succeeded).await;
+    t.app.wait_state(&urgent, Lifecycle::Succeeded).await;
     assert_eq!(
         t.record(&low).await.expect("known").lifecycle,
         Lifecycle::Queued

@@ -35,7 +35,7 @@ async fn opened(t: &ForgeApp) -> director::domain::IssueRef {
 async fn asked(t: &ForgeApp) -> director::domain::IssueRef {
     let issue = opened(t).await;
     t.forge.label(WRITER, &issue, TRIGGER).await;
-    t.wait_state(&issue, Lifecycle::NeedsInfo).await;
+    t.app.wait_state(&issue, Lifecycle::NeedsInfo).await;
     issue
 }
 
@@ -69,7 +69,7 @@ async fn the_questions_are_asked_in_the_thread_and_a_writers_answer_reads_it_aga
     t.forge
         .comment(WRITER, &issue, "ANSWER: `--verbose`, off by default.")
         .await;
-    let record = t.wait_state(&issue, Lifecycle::Queued).await;
+    let record = t.app.wait_state(&issue, Lifecycle::Queued).await;
     assert_eq!(record.preflight.verdict, Some(Judgement::Go));
     let prompts = llm.prompts();
     assert_eq!(prompts.len(), 2, "one new read");
@@ -95,7 +95,7 @@ async fn a_readers_answer_waits_for_a_writer_and_a_writers_go_reads_it() {
         .comment(READER, &issue, "ANSWER: `--verbose`, off by default.")
         .await;
     t.app.wait_processed().await;
-    t.wait_state(&issue, Lifecycle::NeedsInfo).await;
+    t.app.wait_state(&issue, Lifecycle::NeedsInfo).await;
     assert_eq!(
         llm.prompts().len(),
         1,
@@ -111,7 +111,7 @@ async fn a_readers_answer_waits_for_a_writer_and_a_writers_go_reads_it() {
     assert_eq!(record.preflight.question_rounds, 1, "not a new round");
 
     t.forge.comment(WRITER, &issue, "/director go").await;
-    let record = t.wait_state(&issue, Lifecycle::Queued).await;
+    let record = t.app.wait_state(&issue, Lifecycle::Queued).await;
     assert_eq!(
         record.preflight.verdict,
         Some(Judgement::Go),
@@ -136,9 +136,9 @@ async fn three_rounds_of_questions_end_no_go_with_the_open_questions() {
     let issue = asked(&t).await;
     t.forge.comment(WRITER, &issue, "Not sure yet.").await;
     t.app.wait_processed().await;
-    t.wait_state(&issue, Lifecycle::NeedsInfo).await;
+    t.app.wait_state(&issue, Lifecycle::NeedsInfo).await;
     t.forge.comment(WRITER, &issue, "Still thinking.").await;
-    let record = t.wait_state(&issue, Lifecycle::NoGo).await;
+    let record = t.app.wait_state(&issue, Lifecycle::NoGo).await;
     assert_eq!(llm.prompts().len(), 3);
     assert_eq!(record.preflight.verdict, Some(Judgement::NoGo));
     let reason = record.preflight.reason.expect("reason");
@@ -160,7 +160,7 @@ async fn needs_info_without_a_question_is_a_garbled_answer() {
         .open_issue(&t.repo, "reporter", "Vague", "Do the thing.")
         .await;
     t.forge.label(WRITER, &issue, TRIGGER).await;
-    let record = t.wait_state(&issue, Lifecycle::PreflightFailed).await;
+    let record = t.app.wait_state(&issue, Lifecycle::PreflightFailed).await;
     assert!(
         record
             .preflight
@@ -183,7 +183,7 @@ async fn the_runs_task_holds_the_questions_and_the_answers_that_led_to_go() {
     t.forge
         .comment(WRITER, &issue, "Agreed, and off by default.")
         .await;
-    t.wait_state(&issue, Lifecycle::Succeeded).await;
+    t.app.wait_state(&issue, Lifecycle::Succeeded).await;
     let runs = t.app.store.runs_of(&issue).await.expect("runs");
     let spec = fake.spec_of(&runs[0].id).expect("the run's container");
     let task = String::from_utf8_lossy(&spec.task).into_owned();
@@ -242,7 +242,7 @@ async fn a_readers_answer_edited_after_a_writer_replied_is_not_read_as_vouched()
     t.forge
         .comment(WRITER, &issue, "Agreed, and off by default.")
         .await;
-    t.wait_state(&issue, Lifecycle::Queued).await;
+    t.app.wait_state(&issue, Lifecycle::Queued).await;
     assert_eq!(llm.prompts().len(), 2, "the vouched answer was read");
     assert!(llm.prompts()[1].contains("ANSWER: call it `--verbose`."));
     // The reader turns the answer the writer vouched for into instructions: the thread is

@@ -58,7 +58,7 @@ instructions = "Run `cargo test --locked` before pushing."
         .as_bytes(),
     );
     let issue = labelled(&t, "Add --verbose", "Print each step.").await;
-    t.wait_state(&issue, Lifecycle::Succeeded).await;
+    t.app.wait_state(&issue, Lifecycle::Succeeded).await;
     let run = run_of(&t, &issue).await;
     let spec = fake.spec_of(&run.id).expect("the run's container");
     assert_eq!(spec.image, RUST_IMAGE);
@@ -119,7 +119,7 @@ instructions = "Run `cargo test --locked` before pushing."
         .open_issue(&other, "reporter", "Fix the typo", "In the README.")
         .await;
     t.forge.label(WRITER, &theirs, TRIGGER).await;
-    t.wait_state(&theirs, Lifecycle::Succeeded).await;
+    t.app.wait_state(&theirs, Lifecycle::Succeeded).await;
     let run = run_of(&t, &theirs).await;
     let spec = fake.spec_of(&run.id).expect("the run's container");
     assert_eq!(spec.image, "fake/agent:1");
@@ -198,7 +198,7 @@ async fn a_file_on_another_branch_is_ignored() {
     t.forge
         .put_file(&t.repo, "settings-proposal", FILE, text.as_bytes());
     let issue = labelled(&t, "Add --verbose", "Print each step.").await;
-    t.wait_state(&issue, Lifecycle::Succeeded).await;
+    t.app.wait_state(&issue, Lifecycle::Succeeded).await;
     let run = run_of(&t, &issue).await;
     assert_eq!(fake.spec_of(&run.id).expect("spec").image, "fake/agent:1");
     assert!(!run.settings.expect("recorded").file);
@@ -211,7 +211,7 @@ async fn a_forge_error_reading_the_file_delays_the_run_and_never_starts_it_on_de
     t.forge.put_file(&t.repo, "main", FILE, text.as_bytes());
     t.forge.fail_path("/contents/.director.toml", &[500, 500]);
     let issue = labelled(&t, "Add --verbose", "Print each step.").await;
-    t.wait_state(&issue, Lifecycle::Succeeded).await;
+    t.app.wait_state(&issue, Lifecycle::Succeeded).await;
     let run = run_of(&t, &issue).await;
     assert_eq!(fake.creations(&run.id), 1);
     assert_eq!(fake.spec_of(&run.id).expect("spec").image, RUST_IMAGE);
@@ -227,7 +227,7 @@ async fn with_no_ceiling_the_file_is_not_read_and_the_operators_settings_hold() 
     t.forge
         .put_file(&t.repo, "main", FILE, b"[runner]\nimage = \"evil/agent\"\n");
     let issue = labelled(&t, "Add --verbose", "Print each step.").await;
-    t.wait_state(&issue, Lifecycle::Succeeded).await;
+    t.app.wait_state(&issue, Lifecycle::Succeeded).await;
     let run = run_of(&t, &issue).await;
     assert_eq!(fake.spec_of(&run.id).expect("spec").image, "fake/agent:1");
     assert_eq!(run.settings, None);
@@ -346,7 +346,7 @@ async fn a_repositorys_lower_timeout_stops_its_run_and_says_whose_limit_it_was()
     t.forge
         .put_file(&t.repo, "main", FILE, b"[runner]\ntimeout_secs = 1\n");
     let issue = labelled(&t, "Think forever", "mode: hang").await;
-    t.wait_state(&issue, Lifecycle::TimedOut).await;
+    t.app.wait_state(&issue, Lifecycle::TimedOut).await;
     let r = reports(&t, &issue);
     assert_eq!(r.len(), 1);
     assert!(

@@ -438,7 +438,7 @@ async fn a_run_past_its_timeout_is_killed_and_its_token_revoked() {
 async fn removing_the_label_mid_run_stops_the_container_and_revokes_the_token() {
     let (t, _llm) = spawn_runs(|_| {}).await;
     let issue = labelled(&t, "Stop me", "mode: sleep").await;
-    t.wait_state(&issue, Lifecycle::Running).await;
+    t.app.wait_state(&issue, Lifecycle::Running).await;
     assert_eq!(t.forge.tokens_of(RUNNER).len(), 1);
     let ids = run_ids(&t, &issue).await;
     assert_eq!(containers_of_runs(&ids).len(), 1);
@@ -683,15 +683,18 @@ async fn a_director_killed_mid_run_adopts_the_run_after_restart_and_one_containe
     let mut child = start(port);
     healthy(port).await;
     let log_path = dir.path().join("director.log");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while forge.pulls_of(&repo).len() != 1 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the adopted run did not open its pull request; the director said:\n{}",
-            std::fs::read_to_string(&log_path).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    crate::helpers::poll_until(
+        "the adopted run opens its pull request",
+        Duration::from_secs(60),
+        || async { forge.pulls_of(&repo).len() == 1 },
+        || {
+            format!(
+                "the director said:\n{}",
+                std::fs::read_to_string(&log_path).unwrap_or_default()
+            )
+        },
+    )
+    .await;
     wait_until_long("the token is revoked", || async {
         forge.tokens_of(RUNNER).is_empty()
     })
@@ -724,7 +727,7 @@ async fn a_director_killed_mid_run_adopts_the_run_after_restart_and_one_containe
 async fn director_cancel_and_retry_count_only_from_writers() {
     let (t, _llm) = spawn_runs(|_| {}).await;
     let issue = labelled(&t, "Commands", "mode: sleep").await;
-    t.wait_state(&issue, Lifecycle::Running).await;
+    t.app.wait_state(&issue, Lifecycle::Running).await;
     t.forge
         .comment(crate::forge_helpers::READER, &issue, "/director cancel")
         .await;
@@ -764,7 +767,7 @@ async fn director_cancel_and_retry_count_only_from_writers() {
         "a reader cannot retry"
     );
     t.forge.comment(WRITER, &issue, "/director retry").await;
-    t.wait_state(&issue, Lifecycle::Running).await;
+    t.app.wait_state(&issue, Lifecycle::Running).await;
     let runs = t.app.store.runs_of(&issue).await.expect("runs");
     assert_eq!(runs.len(), 2, "a fresh run");
     assert_ne!(runs[0].id, runs[1].id);

@@ -17,7 +17,7 @@ async fn an_issue_labelled_by_a_writer_is_picked_up() {
         .open_issue(&t.repo, "reporter", "Add --verbose", "Print what it does.")
         .await;
     t.forge.label(WRITER, &issue, TRIGGER).await;
-    let record = t.wait_state(&issue, Lifecycle::Pending).await;
+    let record = t.app.wait_state(&issue, Lifecycle::Pending).await;
     assert_eq!(record.trigger_actor.as_deref(), Some(WRITER));
     assert_eq!(record.trigger_trusted, Some(true));
     assert!(
@@ -79,7 +79,7 @@ async fn an_issue_labelled_while_no_webhook_arrived_is_picked_up_by_the_next_sca
     let report = t.scan().await;
     assert_eq!(report.labelled, 1);
     assert_eq!(report.queued, 1);
-    let record = t.wait_state(&issue, Lifecycle::Pending).await;
+    let record = t.app.wait_state(&issue, Lifecycle::Pending).await;
     assert_eq!(
         record.trigger_actor.as_deref(),
         Some(WRITER),
@@ -96,12 +96,12 @@ async fn removing_the_label_or_closing_the_issue_cancels() {
     let c = t.forge.open_issue(&t.repo, "reporter", "C", "").await;
     for issue in [&a, &b, &c] {
         t.forge.label(WRITER, issue, TRIGGER).await;
-        t.wait_state(issue, Lifecycle::Pending).await;
+        t.app.wait_state(issue, Lifecycle::Pending).await;
     }
     t.forge.unlabel(WRITER, &a, TRIGGER).await;
     t.forge.set_state(WRITER, &b, "closed").await;
-    t.wait_state(&a, Lifecycle::Cancelled).await;
-    t.wait_state(&b, Lifecycle::Cancelled).await;
+    t.app.wait_state(&a, Lifecycle::Cancelled).await;
+    t.app.wait_state(&b, Lifecycle::Cancelled).await;
 
     // Removed while webhooks were lost: the scan notices the issue left the list.
     t.forge.webhooks_enabled(false);
@@ -111,7 +111,7 @@ async fn removing_the_label_or_closing_the_issue_cancels() {
         Lifecycle::Pending
     );
     t.scan().await;
-    t.wait_state(&c, Lifecycle::Cancelled).await;
+    t.app.wait_state(&c, Lifecycle::Cancelled).await;
     t.assert_contract();
 }
 
@@ -130,7 +130,7 @@ async fn duplicate_and_out_of_order_deliveries_end_in_the_same_state() {
         let status = t.forge.send_webhook(out).await;
         assert!((200..300).contains(&status), "status {status}");
     }
-    let record = t.wait_state(&issue, Lifecycle::Pending).await;
+    let record = t.app.wait_state(&issue, Lifecycle::Pending).await;
     assert_eq!(record.labels, vec!["bug".to_owned(), TRIGGER.to_owned()]);
     assert_eq!(record.trigger_actor.as_deref(), Some(WRITER));
     let (stored, pending) = t.app.store.delivery_counts().await.expect("count");
@@ -148,10 +148,11 @@ async fn the_bots_own_comments_and_labels_come_back_and_are_ignored() {
     let issue = t.forge.open_issue(&t.repo, READER, "Echo", "").await;
     t.forge.label(READER, &issue, TRIGGER).await;
     // The explanation the bot posts is echoed by the forge as an issue_comment webhook.
-    t.wait_for_metric(
-        r#"director_webhook_deliveries_total{event="issue_comment",outcome="own_event"} 1"#,
-    )
-    .await;
+    t.app
+        .wait_for_metric(
+            r#"director_webhook_deliveries_total{event="issue_comment",outcome="own_event"} 1"#,
+        )
+        .await;
     let (stored, _) = t.app.store.delivery_counts().await.expect("count");
     assert_eq!(stored, 2, "opened + label_updated; the echo is not stored");
     t.assert_contract();
@@ -264,10 +265,10 @@ async fn the_forge_answering_500_twice_is_retried_and_nothing_is_lost() {
     let report = t.scan().await;
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     assert_eq!(report.labelled, 1);
-    t.wait_state(&issue, Lifecycle::Pending).await;
+    t.app.wait_state(&issue, Lifecycle::Pending).await;
     let statuses: Vec<u16> = t.forge.calls().iter().take(3).map(|c| c.status).collect();
     assert_eq!(statuses, vec![500, 500, 200]);
-    t.wait_for_metric(
+    t.app.wait_for_metric(
         r#"director_forge_requests_total{endpoint="/repos/{owner}/{repo}/issues",status="500"} 2"#,
     )
     .await;
@@ -287,7 +288,7 @@ async fn status_prints_the_tracked_issues_as_json() {
         .open_issue(&t.repo, "reporter", "Status me", "")
         .await;
     t.forge.label(WRITER, &issue, TRIGGER).await;
-    t.wait_state(&issue, Lifecycle::Pending).await;
+    t.app.wait_state(&issue, Lifecycle::Pending).await;
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_director"))
         .args(["status", "--json"])
         .env("DIRECTOR_STORE__URL", t.app.db_url())
@@ -346,9 +347,9 @@ async fn closing_and_reopening_by_the_author_never_revives_the_issue() {
     llm.always("Fine.\n\nGO");
     let issue = t.forge.open_issue(&t.repo, READER, "Revive me", "").await;
     t.forge.label(WRITER, &issue, TRIGGER).await;
-    t.wait_state(&issue, Lifecycle::Queued).await;
+    t.app.wait_state(&issue, Lifecycle::Queued).await;
     t.forge.set_state(READER, &issue, "closed").await;
-    t.wait_state(&issue, Lifecycle::Cancelled).await;
+    t.app.wait_state(&issue, Lifecycle::Cancelled).await;
     t.forge.set_state(READER, &issue, "open").await;
     t.app.wait_processed().await;
     let record = t.record(&issue).await.expect("known");
@@ -361,7 +362,7 @@ async fn closing_and_reopening_by_the_author_never_revives_the_issue() {
     // A writer applying the trigger again hands it over afresh.
     t.forge.unlabel(WRITER, &issue, TRIGGER).await;
     t.forge.label(WRITER, &issue, TRIGGER).await;
-    t.wait_state(&issue, Lifecycle::Queued).await;
+    t.app.wait_state(&issue, Lifecycle::Queued).await;
     t.assert_contract();
 }
 
@@ -378,7 +379,7 @@ async fn one_issue_has_one_record_however_its_repository_is_spelled() {
         .open_issue(&t.repo, "reporter", "Spelled twice", "")
         .await;
     t.forge.label(WRITER, &issue, TRIGGER).await;
-    t.wait_state(&issue, Lifecycle::Pending).await;
+    t.app.wait_state(&issue, Lifecycle::Pending).await;
     t.scan().await;
     t.app.wait_processed().await;
     let shouted: director::domain::RepoName = "ACME/WIDGETS".parse().expect("repo");

@@ -49,7 +49,7 @@ impl Page {
             .open_issue(repo, "reporter", title, "Please.")
             .await;
         self.t.forge.label(WRITER, &issue, TRIGGER).await;
-        self.t.wait_state(&issue, Lifecycle::Queued).await;
+        self.t.app.wait_state(&issue, Lifecycle::Queued).await;
         issue
     }
 

@@ -41,7 +41,7 @@ async fn a_go_issues_story_from_label_to_merge_is_one_trace_at_the_collector() {
     })
     .await;
     let issue = labelled(&t, "Add --verbose", "Print each step.").await;
-    t.wait_state(&issue, Lifecycle::Succeeded).await;
+    t.app.wait_state(&issue, Lifecycle::Succeeded).await;
     t.app.wait_processed().await;
     let run_id = run_ids(&t, &issue).await.pop().expect("a run");
     let token = env(&fake.spec_of(&run_id).expect("spec"), "DIRECTOR_TOKEN").to_owned();
@@ -52,7 +52,7 @@ async fn a_go_issues_story_from_label_to_merge_is_one_trace_at_the_collector() {
         .map(|p| p.number)
         .expect("a pull request");
     t.forge.merge_pull(WRITER, &t.repo, pr).await;
-    t.wait_state(&issue, Lifecycle::Merged).await;
+    t.app.wait_state(&issue, Lifecycle::Merged).await;
     t.app.wait_processed().await;
 
     wait_until("the merge's decision reaches the collector", || async {
@@ -178,7 +178,7 @@ async fn with_the_collector_down_the_flow_completes_and_the_lost_spans_are_count
     })
     .await;
     let issue = labelled(&t, "Add --quiet", "Print less.").await;
-    t.wait_state(&issue, Lifecycle::Succeeded).await;
+    t.app.wait_state(&issue, Lifecycle::Succeeded).await;
     t.app.wait_processed().await;
     assert!(
         t.record(&issue).await.and_then(|r| r.pr).is_some(),

@@ -29,7 +29,7 @@ async fn get(t: &ForgeApp, path: &str, token: Option<&str>) -> (u16, String, Str
 
 async fn running(t: &ForgeApp) -> (IssueRef, String) {
     let issue = labelled(t, "Think out loud", "mode: hang").await;
-    t.wait_state(&issue, Lifecycle::Running).await;
+    t.app.wait_state(&issue, Lifecycle::Running).await;
     let id = crate::fake_runs::run_ids(t, &issue)
         .await
         .pop()
@@ -97,7 +97,7 @@ async fn a_runs_output_is_served_redacted_while_it_runs_and_after() {
     assert!(!page.contains(&token));
 
     fake.exit(&id, 1, "last words\n");
-    t.wait_state(&issue, Lifecycle::Failed).await;
+    t.app.wait_state(&issue, Lifecycle::Failed).await;
     let (_, _, log) = get(&t, &log_path, None).await;
     assert!(
         log.contains("hello transcript") && log.contains("last words"),
@@ -154,7 +154,7 @@ async fn a_transcript_past_its_cap_keeps_the_end_and_says_what_was_cut() {
     let first = format!("FIRST LINE\n{}", line.repeat(12_000));
     fake.print(&id, &first);
     fake.exit(&id, 1, "THE END\n");
-    t.wait_state(&issue, Lifecycle::Failed).await;
+    t.app.wait_state(&issue, Lifecycle::Failed).await;
     let kept = t
         .app
         .store
@@ -186,7 +186,7 @@ async fn with_a_public_url_the_report_and_the_pull_request_link_the_runs_page() 
     let (t, _llm, _fake) =
         spawn(|s| s.server.public_url = "https://director.example.org/".into()).await;
     let issue = labelled(&t, "Add --verbose", "Print each step.").await;
-    t.wait_state(&issue, Lifecycle::Succeeded).await;
+    t.app.wait_state(&issue, Lifecycle::Succeeded).await;
     let id = crate::fake_runs::run_ids(&t, &issue)
         .await
         .pop()
@@ -207,7 +207,7 @@ async fn in_a_browser_the_runs_page_shows_a_hostile_transcript_as_text() {
         1,
         "<img src=x onerror=\"document.title='pwned'\"><b>bold</b>\nplain words\n",
     );
-    t.wait_state(&issue, Lifecycle::Failed).await;
+    t.app.wait_state(&issue, Lifecycle::Failed).await;
     let dom = crate::status_page::chromium(&format!("{}/runs/{id}", t.app.address), None).await;
     assert!(dom.contains("plain words"), "{dom}");
     assert!(
