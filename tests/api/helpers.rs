@@ -202,10 +202,10 @@ impl TestApp {
             .expect("recorded")
     }
 
-    /// Waits until `/metrics` holds `line`: what the engine counts, looked at again after
-    /// each of its steps.
+    /// Waits until `/metrics` holds `line`. Polled: much of what is counted is not the
+    /// engine's steps (the gateways, the proxy, start-up learning the bot's login).
     pub async fn wait_for_metric(&self, line: &str) {
-        self.wait_for(&format!("metric {line}"), || async {
+        wait_until(&format!("metric {line}"), || async {
             self.get("/metrics")
                 .await
                 .text()
