@@ -13,9 +13,12 @@
 //!   behaviours.
 
 pub mod forge;
+#[cfg(feature = "github")]
 pub mod github;
+#[cfg(feature = "kube")]
 pub mod kube;
 pub mod llm;
+#[cfg(feature = "otlp")]
 pub mod otlp;
 pub mod provider;
 pub mod runtime;
