@@ -34,8 +34,6 @@ pub struct Metering {
     pub counters: Option<crate::models::Counters>,
 }
 
-/// The agent a run of `issue` would get now, for the GO comment (`None`: runs are not
-/// configured, or none is named anywhere). The run decides again as it starts.
 /// The repository's `.director.toml` as a run would read it now (`None`: runs are not
 /// configured, repositories may set nothing, or it cannot be read now), or why it cannot be
 /// used (inert, for the comment).
@@ -70,6 +68,8 @@ async fn repo_file(
     }
 }
 
+/// The agent a run of `issue` would get now, for the GO comment (`None`: runs are not
+/// configured, or none is named anywhere), and its name. The run decides again as it starts.
 async fn agent_line(
     acts: &Acts,
     issue: &IssueRef,
