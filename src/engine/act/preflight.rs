@@ -222,16 +222,39 @@ impl PreflightAct {
         rev: i64,
         handled_command_id: u64,
     ) -> anyhow::Result<Option<Event>> {
-        let outcome = self.outcome(acts, issue, handled_command_id).await?;
+        let mut labels = Vec::new();
+        let mut outcome = self
+            .outcome(acts, issue, handled_command_id, &mut labels)
+            .await?;
+        // What only a GO shows (the agent, the forecast) and what only a GO needs (the
+        // repository's approval setting): read for a GO alone.
+        if let PreflightOutcome::Read {
+            verdict: verdict::Verdict::Go,
+            read,
+            ..
+        }
+        | PreflightOutcome::Skipped { read, .. } = &mut outcome
+        {
+            let file = repo_file(acts, issue).await;
+            let (agent, agent_name) = agent_line(acts, issue, &labels, file.as_ref()).await;
+            read.agent = agent;
+            read.forecast = forecast(acts, issue, agent_name.as_deref()).await;
+            read.repo_approval = file
+                .as_ref()
+                .and_then(|f| f.as_ref().ok())
+                .and_then(|s| s.approval);
+        }
         self.count(&outcome);
         Ok(Some(Event::PreflightRead { rev, outcome }))
     }
 
+    /// The read's outcome; `labels` gets the issue's labels as gathered.
     async fn outcome(
         &self,
         acts: &Acts,
         issue: &IssueRef,
         handled_command_id: u64,
+        labels: &mut Vec<String>,
     ) -> anyhow::Result<PreflightOutcome> {
         let model = self.provider.model().to_owned();
         let g = match self.gather(acts, issue, handled_command_id).await {
@@ -249,15 +272,7 @@ impl PreflightAct {
             return Ok(PreflightOutcome::NotEligible);
         }
         let mut read = g.context();
-        let labels: Vec<String> = g.issue.labels.iter().map(|l| l.name.clone()).collect();
-        let file = repo_file(acts, issue).await;
-        let (agent, agent_name) = agent_line(acts, issue, &labels, file.as_ref()).await;
-        read.agent = agent;
-        read.forecast = forecast(acts, issue, agent_name.as_deref()).await;
-        read.repo_approval = file
-            .as_ref()
-            .and_then(|f| f.as_ref().ok())
-            .and_then(|s| s.approval);
+        *labels = g.issue.labels.iter().map(|l| l.name.clone()).collect();
         // While a GO waits for approval, a writer's go (or skip label) approves it: the read
         // goes on, and `decide` holds it to the text that GO showed.
         let awaiting = acts
