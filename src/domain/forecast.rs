@@ -151,28 +151,12 @@ pub fn forecast(samples: &[Sample], repo: &str, followup: bool, agent: Option<&s
     }
 }
 
-/// Dollars from micro-dollars, as people read them (`$0.42`, `$0.0031`).
+/// Dollars from micro-dollars, as everywhere else the director writes an amount.
 pub fn dollars(micros: u64) -> String {
-    let usd = micros as f64 / 1e6;
-    if usd >= 1.0 || micros == 0 {
-        format!("${usd:.2}")
-    } else {
-        // Two significant digits for small amounts: `$0.0031`, not `$0.00`.
-        let digits = (-usd.log10()).ceil() as usize + 1;
-        format!("${usd:.digits$}")
-    }
+    super::units::dollars(micros as f64 / 1e6, 2)
 }
 
-/// A duration as people read it (`45 s`, `12 min`, `2.5 h`).
-pub fn duration(secs: i64) -> String {
-    if secs < 90 {
-        format!("{secs} s")
-    } else if secs < 5_400 {
-        format!("{} min", (secs + 30) / 60)
-    } else {
-        format!("{:.1} h", secs as f64 / 3_600.0)
-    }
-}
+pub use super::units::duration;
 
 impl Forecast {
     /// No forecast this time: the history could not be read.
@@ -190,11 +174,6 @@ impl Forecast {
             secs_high: None,
             ignored: 0,
         }
-    }
-
-    /// The high end of the cost, in dollars, when known.
-    pub fn cost_high_usd(&self) -> Option<f64> {
-        self.cost_high_micros.map(|m| m as f64 / 1e6)
     }
 
     /// The forecast in a sentence, for the GO comment and the report.
@@ -279,7 +258,7 @@ mod tests {
         assert_eq!((f.secs_median, f.secs_high), (Some(300), Some(540)));
         assert_eq!(
             f.describe(),
-            "$0.50 (median) to $0.90 (90th percentile), 5 min to 9 min; from 10 finished first runs in this repository"
+            "$0.50 (median) to $0.90 (90th percentile), 5m 00s to 9m 00s; from 10 finished first runs in this repository"
         );
     }
 
@@ -357,8 +336,6 @@ mod tests {
         assert_eq!(dollars(420_000), "$0.42");
         assert_eq!(dollars(3_100), "$0.0031");
         assert_eq!(dollars(12_500_000), "$12.50");
-        assert_eq!(duration(45), "45 s");
-        assert_eq!(duration(720), "12 min");
-        assert_eq!(duration(9_000), "2.5 h");
+        assert_eq!(duration(720), "12m 00s");
     }
 }

@@ -11,6 +11,7 @@ pub mod issue;
 pub mod protected;
 pub mod pull;
 pub mod run;
+pub mod units;
 pub mod verdict;
 
 pub use action_kind::ActionKind;

@@ -110,18 +110,7 @@ pub struct Spent {
     pub day: f64,
 }
 
-/// Dollars as a budget is written: every decimal the amount has (up to six), and at least
-/// `min` (rounded down past six, so a spent budget never reads as under its limit).
-pub fn dollars(usd: f64, min: usize) -> String {
-    // The epsilon undoes binary fractions (0.0045 is 0.00449999…), never a real amount.
-    let micro = (usd * 1_000_000.0 + 1e-6).floor();
-    let mut text = format!("{:.6}", micro / 1_000_000.0);
-    let keep = text.find('.').map_or(text.len(), |dot| dot + 1 + min);
-    while text.len() > keep && text.ends_with('0') {
-        text.pop();
-    }
-    format!("${text}")
-}
+pub use crate::domain::units::dollars;
 
 /// Which budget a request would cross, and the message the agent reads.
 pub fn over_budget(budget: &BudgetSettings, spent: &Spent) -> Option<(&'static str, String)> {

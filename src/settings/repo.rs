@@ -54,11 +54,6 @@ impl RepoSettingsCeiling {
         self.allow.iter().any(|k| k == key)
     }
 
-    /// Whether a repository may set `key` (one of [`KEYS`]).
-    pub fn may_set(&self, key: &str) -> bool {
-        self.allows(key)
-    }
-
     pub(super) fn validate(&self) -> Result<(), SettingsError> {
         for key in &self.allow {
             if !KEYS.contains(&key.as_str()) {

@@ -19,14 +19,7 @@ pub(super) fn esc(s: &str) -> String {
     out
 }
 
-/// `1h 02m`, `3m 20s`, `45s`.
-pub(super) fn duration(secs: i64) -> String {
-    match secs {
-        s if s >= 3600 => format!("{}h {:02}m", s / 3600, (s % 3600) / 60),
-        s if s >= 60 => format!("{}m {:02}s", s / 60, s % 60),
-        s => format!("{s}s"),
-    }
-}
+pub(super) use crate::domain::units::duration;
 
 /// The queue's totals: (label, count), in the order the page shows them.
 pub(super) fn totals(rows: &[Row]) -> Vec<(&'static str, usize)> {

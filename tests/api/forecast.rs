@@ -82,7 +82,7 @@ async fn a_go_shows_the_plan_and_a_forecast_from_the_repositorys_runs_and_the_re
     // Nine runs of $0.10 .. $0.90 and 1 .. 9 minutes: the median $0.50, 5 min; the 90th
     // percentile $0.90, 9 min; the corrupt row left out and said so.
     assert!(
-        go.contains("**Forecast:** $0.50 (median) to $0.90 (90th percentile), 5 min to 9 min; from 9 finished first runs in this repository; 1 impossible row(s) left out."),
+        go.contains("**Forecast:** $0.50 (median) to $0.90 (90th percentile), 5m 00s to 9m 00s; from 9 finished first runs in this repository; 1 impossible row(s) left out."),
         "{go}"
     );
 
@@ -99,7 +99,7 @@ async fn a_go_shows_the_plan_and_a_forecast_from_the_repositorys_runs_and_the_re
     // The report sets the forecast against the actual; the status carries both.
     let report = reports(&t, &issue).join("\n");
     assert!(
-        report.contains("Forecast $0.50–$0.90, 5 min–9 min (median to 90th percentile); actual"),
+        report.contains("Forecast $0.50–$0.90, 5m 00s–9m 00s (median to 90th percentile); actual"),
         "{report}"
     );
     let row = crate::pulls::status_row(&status_json(&t).await, &issue);

@@ -203,9 +203,16 @@ pub async fn latest_label_added(
     label: &str,
 ) -> Result<Option<(String, String)>, ForgeError> {
     let timeline = forge.timeline(issue).await?;
-    Ok(timeline
-        .into_iter()
+    Ok(last_added(&timeline, label).map(|t| (t.actor.clone(), t.created_at.clone())))
+}
+
+/// The timeline's last entry adding `label`.
+pub(super) fn last_added<'a>(
+    timeline: &'a [crate::forge::TimelineEntry],
+    label: &str,
+) -> Option<&'a crate::forge::TimelineEntry> {
+    timeline
+        .iter()
         .rev()
         .find(|t| t.kind == "label" && t.added && t.label.as_deref() == Some(label))
-        .map(|t| (t.actor, t.created_at)))
 }

@@ -34,11 +34,7 @@ impl RunAct {
                 .await
                 .context("reading who applied the agent label")?;
             for (label, name) in named {
-                let by = timeline
-                    .iter()
-                    .rev()
-                    .find(|t| t.kind == "label" && t.added && t.label.as_deref() == Some(label))
-                    .map(|t| t.actor.clone());
+                let by = super::super::forge::last_added(&timeline, label).map(|t| t.actor.clone());
                 let trusted = match &by {
                     Some(actor) => acts
                         .permission(&issue.repo, actor)
