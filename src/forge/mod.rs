@@ -307,6 +307,40 @@ pub struct PullRequest {
     /// forge does not say, and the director compares the merge base with the base's head.
     #[serde(default)]
     pub behind: Option<bool>,
+    /// Where the head branch lives when it is not the repository itself (a fork); `None`:
+    /// the repository, or not said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_repo: Option<RepoName>,
+}
+
+impl PullRequest {
+    /// The fork its head branch lives in, when it comes from one.
+    pub fn fork(&self, repo: &RepoName) -> Option<&RepoName> {
+        self.head_repo.as_ref().filter(|h| *h != repo)
+    }
+}
+
+/// How a fork's branch stands against the same branch of the repository it was forked from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ForkSync {
+    /// It is the base's.
+    InStep,
+    /// It was behind and was brought up to the base.
+    Synced,
+    /// It holds commits the base lacks, so it cannot be brought up (nor be trusted as the
+    /// base): a person must look.
+    Diverged,
+}
+
+/// What a run-side call needs of a forge that is not supported there (GitHub: an App owns no
+/// fork).
+fn unsupported(what: &str) -> ForgeError {
+    ForgeError::Status {
+        method: "-".into(),
+        path: what.into(),
+        status: 501,
+        message: "not supported on this forge".into(),
+    }
 }
 
 /// A commit's checks, as far as they were read.
@@ -317,12 +351,18 @@ pub struct Checks {
     /// passed, then `pending`.
     #[serde(default)]
     pub truncated: bool,
+    /// Workflow runs of the commit that the forge holds until a maintainer approves them
+    /// (Forgejo's `need_approval`: a pull request from a fork by an untrusted poster).
+    #[serde(default)]
+    pub held: u32,
 }
 
 impl Checks {
+    /// The combined state: a held workflow run is neither a failure nor a success, so what
+    /// passes or says nothing yet is pending while one waits.
     pub fn state(&self) -> CheckState {
         let read = CheckState::combined(&self.checks);
-        if self.truncated && read >= CheckState::Warning {
+        if (self.truncated || self.held > 0) && read >= CheckState::Warning {
             CheckState::Pending
         } else {
             read
@@ -610,7 +650,8 @@ pub trait Forge: Send + Sync {
         base: &str,
         head: &str,
     ) -> Result<u64, ForgeError>;
-    /// The open pull request from `head` into `base`, if any.
+    /// The open pull request from `head` into `base`, if any; `owner:branch` names a branch
+    /// of the fork of `repo` that `owner` holds.
     async fn find_pull(
         &self,
         repo: &RepoName,
@@ -690,6 +731,68 @@ pub trait Forge: Send + Sync {
     async fn delete_hook(&self, repo: &RepoName, id: u64) -> Result<(), ForgeError>;
     /// Where a run of `repo` clones from and pushes to, as whom, with what token.
     fn run_endpoints(&self, repo: &RepoName, runner: &RunnerAccount) -> RunEndpoints;
+    /// The fork of `base` that `owner` (the runner, or an organisation) holds, as the forge
+    /// lists the forks of `base` to the runner; `None`: there is none. A repository of
+    /// the fork's name that is not a fork of `base` is not one.
+    async fn fork_of(
+        &self,
+        _runner: &RunnerAccount,
+        _base: &RepoName,
+        _owner: &str,
+    ) -> Result<Option<RepoName>, ForgeError> {
+        Err(unsupported("forks"))
+    }
+    /// Forks `base` as the runner, into its own account or organisation `org`.
+    async fn create_fork(
+        &self,
+        _runner: &RunnerAccount,
+        _base: &RepoName,
+        _org: Option<&str>,
+    ) -> Result<RepoName, ForgeError> {
+        Err(unsupported("forks"))
+    }
+    /// Brings `branch` of the runner's fork up to the same branch of its base, when it is
+    /// behind (a fast-forward only).
+    async fn sync_fork(
+        &self,
+        _runner: &RunnerAccount,
+        _fork: &RepoName,
+        _branch: &str,
+    ) -> Result<ForkSync, ForgeError> {
+        Err(unsupported("sync_fork"))
+    }
+    /// Opens a pull request as the runner account (`head`: `owner:branch` of its fork), so
+    /// the forge treats it as the runner's, not the bot's.
+    async fn create_pull_as(
+        &self,
+        _runner: &RunnerAccount,
+        _repo: &RepoName,
+        _head: &str,
+        _base: &str,
+        _title: &str,
+        _body: &str,
+    ) -> Result<u64, ForgeError> {
+        Err(unsupported("pull requests as the runner"))
+    }
+    /// [`Forge::update_pull`] as the runner account, who owns the fork the head lives in.
+    async fn update_pull_as(
+        &self,
+        _runner: &RunnerAccount,
+        _repo: &RepoName,
+        _number: u64,
+    ) -> Result<MergeAnswer, ForgeError> {
+        Err(unsupported("updates as the runner"))
+    }
+    /// Deletes `branch` of `repo` (the runner's fork) as the runner; one already gone is
+    /// not an error.
+    async fn delete_branch_as(
+        &self,
+        _runner: &RunnerAccount,
+        _repo: &RepoName,
+        _branch: &str,
+    ) -> Result<(), ForgeError> {
+        Err(unsupported("branch deletion as the runner"))
+    }
     /// The run token to revoke under `name` (kept sealed, or read back from its run),
     /// replacing any this process holds under it, so [`Forge::delete_run_token`] can revoke
     /// it where the forge needs the token itself (GitHub). Forgejo deletes tokens by name and

@@ -11,9 +11,10 @@ use super::{
 };
 use crate::domain::{IssueRef, RepoName};
 use crate::forge::{
-    Branch, Check, CheckState, Checks, Comment, FileAt, Forge, ForgeError, Hook, HookSpec, Issue,
-    IssueChanges, Label, MergeAnswer, MergeStyle, MintedToken, Permission, PullRequest,
-    RUN_TOKEN_SCOPE, Repository, Review, ReviewComment, RunEndpoints, RunnerAccount, TimelineEntry,
+    Branch, Check, CheckState, Checks, Comment, FileAt, Forge, ForgeError, ForkSync, Hook,
+    HookSpec, Issue, IssueChanges, Label, MergeAnswer, MergeStyle, MintedToken, Permission,
+    PullRequest, RUN_TOKEN_SCOPE, Repository, Review, ReviewComment, RunEndpoints, RunnerAccount,
+    TimelineEntry,
 };
 use crate::settings::Secret;
 
@@ -367,7 +368,12 @@ impl Forge for ForgejoClient {
         base: &str,
         head: &str,
     ) -> Result<Option<u64>, ForgeError> {
-        let path = format!("{}/pulls/{}/{}", repo_path(repo), seg(base), seg(head));
+        // A head in a fork is `owner:branch`: the owner as it is, the branch escaped.
+        let head = match head.split_once(':') {
+            Some((owner, branch)) => format!("{}:{}", seg(owner), seg(branch)),
+            None => seg(head),
+        };
+        let path = format!("{}/pulls/{}/{head}", repo_path(repo), seg(base));
         match self
             .json::<WirePull>(
                 Method::GET,
@@ -408,6 +414,7 @@ impl Forge for ForgejoClient {
             merge_base: w.merge_base.unwrap_or_default(),
             mergeable: w.mergeable,
             behind: None,
+            head_repo: head.repo.and_then(|r| r.full_name.parse().ok()),
         })
     }
 
@@ -439,10 +446,13 @@ impl Forge for ForgejoClient {
             }));
             let read = checks.checks.len();
             if count < LIMIT || read >= w.total_count {
-                return Ok(checks);
+                break;
+            }
+            if page == crate::forge::MAX_CHECKS.div_ceil(LIMIT) {
+                checks.truncated = true;
             }
         }
-        checks.truncated = true;
+        checks.held = self.held_runs(repo, sha).await?;
         Ok(checks)
     }
 
@@ -746,6 +756,63 @@ impl Forge for ForgejoClient {
         let path = format!("{}/hooks/{id}", repo_path(repo));
         self.delete_idempotent("/repos/{owner}/{repo}/hooks/{id}", &path)
             .await
+    }
+
+    async fn fork_of(
+        &self,
+        runner: &RunnerAccount,
+        base: &RepoName,
+        owner: &str,
+    ) -> Result<Option<RepoName>, ForgeError> {
+        ForgejoClient::fork_of(self, runner, base, owner).await
+    }
+
+    async fn create_fork(
+        &self,
+        runner: &RunnerAccount,
+        base: &RepoName,
+        org: Option<&str>,
+    ) -> Result<RepoName, ForgeError> {
+        ForgejoClient::create_fork(self, runner, base, org).await
+    }
+
+    async fn sync_fork(
+        &self,
+        runner: &RunnerAccount,
+        fork: &RepoName,
+        branch: &str,
+    ) -> Result<ForkSync, ForgeError> {
+        ForgejoClient::sync_fork(self, runner, fork, branch).await
+    }
+
+    async fn create_pull_as(
+        &self,
+        runner: &RunnerAccount,
+        repo: &RepoName,
+        head: &str,
+        base: &str,
+        title: &str,
+        body: &str,
+    ) -> Result<u64, ForgeError> {
+        ForgejoClient::create_pull_as(self, runner, repo, head, base, title, body).await
+    }
+
+    async fn update_pull_as(
+        &self,
+        runner: &RunnerAccount,
+        repo: &RepoName,
+        number: u64,
+    ) -> Result<MergeAnswer, ForgeError> {
+        ForgejoClient::update_pull_as(self, runner, repo, number).await
+    }
+
+    async fn delete_branch_as(
+        &self,
+        runner: &RunnerAccount,
+        repo: &RepoName,
+        branch: &str,
+    ) -> Result<(), ForgeError> {
+        ForgejoClient::delete_branch_as(self, runner, repo, branch).await
     }
 
     fn run_endpoints(&self, repo: &RepoName, runner: &RunnerAccount) -> RunEndpoints {

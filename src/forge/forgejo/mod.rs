@@ -19,6 +19,7 @@ use crate::metrics::Metrics;
 use crate::settings::{ForgeSettings, Secret};
 
 mod forge;
+mod fork;
 mod wire;
 use wire::*;
 

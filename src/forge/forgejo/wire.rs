@@ -72,6 +72,8 @@ pub(super) struct WireBranchRef {
     #[serde(rename = "ref")]
     pub(super) name: String,
     pub(super) sha: String,
+    /// The repository the branch lives in (a fork, for a pull request from one).
+    pub(super) repo: Option<WireForkRepo>,
 }
 
 /// `CombinedStatus`: the latest status of each context (one page of them).
@@ -261,4 +263,36 @@ impl From<WireHook> for Hook {
 #[serde(default)]
 pub(super) struct WirePermission {
     pub(super) permission: String,
+}
+
+/// A repository with what says whether it is a fork, and of what.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(super) struct WireForkRepo {
+    pub(super) full_name: String,
+    pub(super) fork: bool,
+    pub(super) parent: Option<Box<WireForkRepo>>,
+}
+
+/// `SyncForkInfo`.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(super) struct WireSyncFork {
+    pub(super) allowed: bool,
+    pub(super) fork_commit: String,
+    pub(super) base_commit: String,
+}
+
+/// `GET .../actions/runs`: `{workflow_runs, total_count}`.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(super) struct WireActionRuns {
+    pub(super) workflow_runs: Vec<WireActionRun>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(super) struct WireActionRun {
+    pub(super) need_approval: bool,
+    pub(super) status: String,
 }

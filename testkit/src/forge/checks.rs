@@ -198,7 +198,7 @@ impl State {
                 "Please try again later: the pull request is not mergeable".into(),
             ));
         }
-        let head = r.head_name(&p.head);
+        let head = r.pull_head_name(&p);
         if let Some(expected) = body["head_commit_id"].as_str().filter(|h| !h.is_empty())
             && expected != head
         {
@@ -207,7 +207,9 @@ impl State {
         self.merge_pull(login, repo, number)?;
         let delete = body["delete_branch_after_merge"].as_bool().unwrap_or(false);
         let r = self.repo_mut(repo)?;
-        if delete && p.head != r.default_branch {
+        // A branch in a fork is not the merger's to delete (Forgejo checks their right to
+        // write to the head's repository).
+        if delete && p.head_repo.is_none() && p.head != r.default_branch {
             r.branches.remove(&p.head);
         }
         r.merges.push(MergeCall {
@@ -227,36 +229,43 @@ impl State {
         repo: &RepoName,
         number: u64,
     ) -> Result<(), Refusal> {
-        if self.permission_of(repo, login) < Permission::Write {
+        let at = self.pull_index(repo, number)?;
+        let p = self.repo(repo)?.pulls[at].clone();
+        // The update pushes to the head's branch: its repository's writers may (Forgejo's
+        // `IsUserAllowedToUpdate`; no maintainer edits here).
+        let home = p.head_repo.clone().unwrap_or_else(|| repo.clone());
+        if self.permission_of(&home, login) < Permission::Write {
             return Err(Refusal::Forbidden);
         }
-        let at = self.pull_index(repo, number)?;
-        let r = self.repo(repo)?;
-        let p = r.pulls[at].clone();
         if p.state != "open" {
             return Err(Refusal::Unprocessable(
                 "pull request is closed or merged".into(),
             ));
         }
+        let r = self.repo(repo)?;
         let base = r.branches.get(&p.base).cloned().unwrap_or_default();
-        let head = r.branches.get(&p.head).cloned().unwrap_or_default();
+        let head = r.pull_commits(&p);
         let missing: Vec<u64> = base.iter().filter(|c| !head.contains(c)).copied().collect();
         if missing.is_empty() {
             return Err(Refusal::Internal(format!(
                 "HeadBranch of PR {number} is up to date"
             )));
         }
-        let merge_commit = self.id();
-        let r = self.repo_mut(repo)?;
         let tree = head
             .last()
             .and_then(|c| r.trees.get(c).cloned())
             .unwrap_or_default();
-        let branch = r.branches.entry(p.head.clone()).or_default();
+        let merge_commit = self.id();
+        let h = self.repo_mut(&home)?;
+        let branch = h.branches.entry(p.head.clone()).or_default();
         branch.extend(missing);
         branch.push(merge_commit);
-        r.trees.insert(merge_commit, tree);
-        self.pull_pushed(login, repo, &p.head);
+        h.trees.insert(merge_commit, tree);
+        if p.head_repo.is_some() {
+            self.fork_pushed(login, &home, &p.head);
+        } else {
+            self.pull_pushed(login, repo, &p.head);
+        }
         Ok(())
     }
 
@@ -266,7 +275,7 @@ impl State {
         let numbers: Vec<u64> = r
             .pulls
             .iter()
-            .filter(|p| p.head == branch && p.state == "open")
+            .filter(|p| p.head == branch && p.head_repo.is_none() && p.state == "open")
             .map(|p| p.number)
             .collect();
         for number in numbers {
@@ -314,9 +323,16 @@ pub(super) fn checks(
             target_url: st.target_url,
         })
         .collect();
+    let held = s.repo(repo).map_or(0, |r| {
+        r.action_runs
+            .iter()
+            .filter(|a| a.need_approval && a.head_sha == sha)
+            .count()
+    });
     Ok(director::forge::Checks {
         checks,
         truncated: false,
+        held: u32::try_from(held).unwrap_or(u32::MAX),
     })
 }
 

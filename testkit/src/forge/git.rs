@@ -398,8 +398,29 @@ pub(super) async fn serve(
     let (status, response) = backend(&req, &body, &g.root, &login, &protected, &refusal).await;
     if push && !advert && status.is_success() {
         let mut s = forge.state();
+        let before = s
+            .repos
+            .get(&repo)
+            .map(|r| r.branches.clone())
+            .unwrap_or_default();
         if let Err(e) = sync(&mut s, &repo) {
             s.violations.push(format!("git sync of {repo}: {e}"));
+        }
+        // A push to a fork's branch synchronises the pull requests from it.
+        let moved: Vec<String> = s
+            .repos
+            .get(&repo)
+            .filter(|r| r.fork_of.is_some())
+            .map(|r| {
+                r.branches
+                    .iter()
+                    .filter(|(name, commits)| before.get(*name) != Some(*commits))
+                    .map(|(name, _)| name.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        for branch in moved {
+            s.fork_pushed(&login, &repo, &branch);
         }
     }
     record(forge, &method, &path, status.as_u16(), Some(&login));

@@ -19,6 +19,7 @@ pub use checks::{CommitStatus, MergeCall};
 pub use pulls::ReviewEvent;
 mod api;
 mod checks;
+mod forks;
 mod pulls;
 mod seed;
 mod server;
@@ -131,6 +132,10 @@ pub(crate) struct FReviewComment {
 pub(crate) struct FPull {
     pub number: u64,
     pub head: String,
+    /// The fork the head branch lives in (`None`: this repository). Its commits are
+    /// mirrored into the repository as `refs/pull/<n>/head`, as Forgejo keeps them
+    /// (`FRepo::pull_heads`).
+    pub head_repo: Option<RepoName>,
     pub base: String,
     pub state: String,
     pub merged: bool,
@@ -165,6 +170,15 @@ pub(crate) struct FRepo {
     pub statuses: HashMap<u64, Vec<checks::FStatus>>,
     /// Merges made through the API.
     pub merges: Vec<checks::MergeCall>,
+    /// The repository this one is a fork of.
+    pub fork_of: Option<RepoName>,
+    /// The head commits of pull requests from forks, by number (`refs/pull/<n>/head`).
+    pub pull_heads: BTreeMap<u64, Vec<u64>>,
+    /// Forgejo Actions: a workflow runs on every pull request event (`forks::FActionRun`).
+    pub actions: bool,
+    pub action_runs: Vec<forks::FActionRun>,
+    /// Pull request posters a maintainer trusted with "Approve always".
+    pub trusted_posters: std::collections::BTreeSet<String>,
 }
 
 impl FRepo {
@@ -182,8 +196,25 @@ impl FRepo {
             .unwrap_or_else(|| format!("{id:040x}"))
     }
 
+    /// The commits of pull request `p`'s head: its branch here, or its mirror of a fork's.
+    pub(crate) fn pull_commits(&self, p: &FPull) -> Vec<u64> {
+        match &p.head_repo {
+            Some(_) => self.pull_heads.get(&p.number).cloned().unwrap_or_default(),
+            None => self.branches.get(&p.head).cloned().unwrap_or_default(),
+        }
+    }
+
+    /// The head commit of pull request `p`, as the API names it.
+    pub(crate) fn pull_head_name(&self, p: &FPull) -> String {
+        self.pull_commits(p)
+            .last()
+            .map(|c| self.commit_name(*c))
+            .unwrap_or_default()
+    }
+
     /// The commit a reference names: a branch's head, or a full commit id as
-    /// [`FRepo::commit_name`] shows it, of a commit one of its branches holds.
+    /// [`FRepo::commit_name`] shows it, of a commit one of its branches (or pull request
+    /// heads) holds.
     pub fn commit_named(&self, reference: &str) -> Option<u64> {
         if let Some(head) = self.branches.get(reference).and_then(|c| c.last()) {
             return Some(*head);
@@ -197,6 +228,7 @@ impl FRepo {
         };
         self.branches
             .values()
+            .chain(self.pull_heads.values())
             .any(|b| b.contains(&id))
             .then_some(id)
     }

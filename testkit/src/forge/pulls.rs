@@ -87,9 +87,10 @@ impl State {
         number: u64,
     ) -> Result<(), Refusal> {
         let at = self.pull_index(repo, number)?;
-        let (head, base, open) = {
-            let p = &self.repo(repo)?.pulls[at];
-            (p.head.clone(), p.base.clone(), p.state == "open")
+        let (head_commits, base, open) = {
+            let r = self.repo(repo)?;
+            let p = &r.pulls[at];
+            (r.pull_commits(p), p.base.clone(), p.state == "open")
         };
         if !open {
             return Err(Refusal::Conflict("pull request is closed".into()));
@@ -99,7 +100,6 @@ impl State {
         }
         let now = self.tick();
         let r = self.repo_mut(repo)?;
-        let head_commits = r.branches.get(&head).cloned().unwrap_or_default();
         let base_commits = r.branches.entry(base).or_default();
         for c in head_commits {
             if !base_commits.contains(&c) {
@@ -264,6 +264,9 @@ pub(super) fn pull(s: &State, repo: &RepoName, number: u64) -> Result<PullReques
         merge_base: v["merge_base"].as_str().unwrap_or_default().to_owned(),
         mergeable: v["mergeable"].as_bool(),
         behind: None,
+        head_repo: v["head"]["repo"]["full_name"]
+            .as_str()
+            .and_then(|n| n.parse().ok()),
     })
 }
 

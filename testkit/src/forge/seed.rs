@@ -58,6 +58,11 @@ impl FakeForge {
             hooks: Vec::new(),
             statuses: HashMap::new(),
             merges: Vec::new(),
+            fork_of: None,
+            pull_heads: BTreeMap::new(),
+            actions: false,
+            action_runs: Vec::new(),
+            trusted_posters: Default::default(),
         });
         name
     }

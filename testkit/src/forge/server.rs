@@ -235,13 +235,10 @@ async fn handle(req: HttpRequest, body: web::Bytes, forge: web::Data<FakeForge>)
                     restricted: Some(t),
                     ..
                 } => restriction(t, &method, &segments),
-                // Tokens are listed, minted and deleted with Basic auth only, and Basic auth
-                // serves nothing else here.
+                // Tokens are listed, minted and deleted with Basic auth only (Forgejo's
+                // password auth serves the rest of the API too).
                 Caller::Token { .. } if segments.first().map(String::as_str) == Some("users") => {
                     Some("this endpoint needs Basic auth")
-                }
-                Caller::Basic { .. } if segments.first().map(String::as_str) != Some("users") => {
-                    Some("use a token")
                 }
                 _ => None,
             };
@@ -485,6 +482,42 @@ fn checks_route(
                 .and_then(|repo| s.update_pull(login, &repo, n))
                 .map(|()| (StatusCode::OK, Value::Null, Vec::new()))
         }
+        ("GET", ["repos", o, r, "forks"]) => repo(o, r).map(|base| {
+            let forks: Vec<Value> = s
+                .repos
+                .values()
+                .filter(|f| f.fork_of.as_ref() == Some(&base))
+                .filter(|f| !f.private || s.permission_of(&f.name, login) >= Permission::Read)
+                .map(|f| repo_json(s, &f.name))
+                .collect();
+            paginate(forks, query, false)
+        }),
+        ("POST", ["repos", o, r, "forks"]) => repo(o, r)
+            .and_then(|base| s.create_fork(login, &base, body["organization"].as_str()))
+            .map(|fork| (StatusCode::ACCEPTED, repo_json(s, &fork), Vec::new())),
+        ("GET", ["repos", o, r, "sync_fork", branch]) => repo(o, r)
+            .and_then(|fork| s.sync_fork_info(&fork, branch))
+            .map(|(allowed, fork_commit, base_commit, behind)| {
+                (
+                    StatusCode::OK,
+                    json!({ "allowed": allowed, "fork_commit": fork_commit, "base_commit": base_commit, "commits_behind": behind }),
+                    Vec::new(),
+                )
+            }),
+        ("POST", ["repos", o, r, "sync_fork", branch]) => repo(o, r)
+            .and_then(|fork| s.sync_fork(login, &fork, branch))
+            .map(|()| (StatusCode::NO_CONTENT, Value::Null, Vec::new())),
+        ("GET", ["repos", o, r, "actions", "runs"]) => repo(o, r)
+            .and_then(|repo| {
+                if s.permission_of(&repo, login) < Permission::Read {
+                    return Err(Refusal::NotFound);
+                }
+                s.action_runs_json(&repo, param(query, "head_sha").unwrap_or_default())
+            })
+            .map(|v| (StatusCode::OK, v, Vec::new())),
+        ("DELETE", ["repos", o, r, "branches", branch]) => repo(o, r)
+            .and_then(|repo| s.delete_branch(login, &repo, branch))
+            .map(|()| (StatusCode::NO_CONTENT, Value::Null, Vec::new())),
         _ => return None,
     })
 }
@@ -681,10 +714,23 @@ fn pulls(
         ("GET", ["repos", o, r, "pulls", base, head]) => {
             let repo = repo_of(o, r)?;
             let rr = s.repo(&repo)?;
+            // `owner/name:branch` (or `owner:branch`, the same name) names a fork's branch,
+            // as Forgejo's `GetPullRequestByBaseHead` reads it.
+            let (head_repo, head) = match head.split_once(':') {
+                Some((fork, branch)) => {
+                    let fork = match fork.split_once('/') {
+                        Some((o, n)) => repo_of(o, n)?,
+                        None => repo_of(fork, repo.name())?,
+                    };
+                    s.repo(&fork)?;
+                    (Some(fork), branch)
+                }
+                None => (None, *head),
+            };
             let p = rr
                 .pulls
                 .iter()
-                .find(|p| p.base == *base && p.head == *head)
+                .find(|p| p.base == *base && p.head == head && p.head_repo == head_repo)
                 .ok_or(Refusal::NotFound)?;
             Ok(ok(
                 json!({ "id": p.number, "number": p.number, "state": p.state, "head": { "ref": p.head }, "base": { "ref": p.base } }),
@@ -857,6 +903,7 @@ fn repos(
             let file = parts.get(4..).map(|p| p.join("/")).unwrap_or_default();
             let commit = s.commit_file(login, &repo, &from, &target, (&file, &content))?;
             s.pull_pushed(login, &repo, &target);
+            s.fork_pushed(login, &repo, &target);
             Ok((
                 StatusCode::CREATED,
                 json!({ "content": null, "commit": { "sha": s.repo(&repo)?.commit_name(commit) } }),
@@ -1033,6 +1080,13 @@ pub(super) fn repo_json(s: &State, repo: &RepoName) -> Value {
         .repo(repo)
         .map(|r| (r.id, r.default_branch.clone(), r.private))
         .unwrap_or((0, "main".into(), false));
+    let parent = s
+        .repo(repo)
+        .ok()
+        .and_then(|r| r.fork_of.clone())
+        .map(|base| {
+            json!({ "id": s.repo(&base).map(|b| b.id).unwrap_or(0), "full_name": base.to_string(), "name": base.name(), "owner": user_json(s, base.owner()) })
+        });
     json!({
         "id": id,
         "owner": user_json(s, repo.owner()),
@@ -1041,7 +1095,8 @@ pub(super) fn repo_json(s: &State, repo: &RepoName) -> Value {
         "description": "",
         "empty": false,
         "private": private,
-        "fork": false,
+        "fork": parent.is_some(),
+        "parent": parent,
         "html_url": format!("https://forgejo.example.org/{repo}"),
         "clone_url": format!("https://forgejo.example.org/{repo}.git"),
         "default_branch": branch,
@@ -1116,9 +1171,10 @@ pub(super) fn pull_json(s: &State, repo: &RepoName, number: u64) -> Result<Value
         .find(|p| p.number == number)
         .ok_or(Refusal::NotFound)?;
     let i = r.issues.get(&number).ok_or(Refusal::NotFound)?;
-    let head_commits = r.branches.get(&p.head).cloned().unwrap_or_default();
+    let head_commits = r.pull_commits(p);
     let base_commits = r.branches.get(&p.base).cloned().unwrap_or_default();
-    let head_sha = r.head_name(&p.head);
+    let head_sha = r.pull_head_name(p);
+    let head_repo = p.head_repo.as_ref().unwrap_or(repo);
     let base_sha = r.head_name(&p.base);
     // The newest base commit the head has.
     let merge_base = head_commits
@@ -1141,7 +1197,13 @@ pub(super) fn pull_json(s: &State, repo: &RepoName, number: u64) -> Result<Value
         "mergeable": !p.merged && p.mergeable,
         "merge_base": merge_base,
         "labels": [],
-        "head": { "label": p.head, "ref": p.head, "sha": head_sha, "repo_id": r.id },
+        "head": {
+            "label": p.head,
+            "ref": p.head,
+            "sha": head_sha,
+            "repo_id": s.repo(head_repo).map(|h| h.id).unwrap_or(r.id),
+            "repo": repo_json(s, head_repo),
+        },
         "base": { "label": p.base, "ref": p.base, "sha": base_sha, "repo_id": r.id },
         "created_at": rfc3339(i.created),
         "updated_at": rfc3339(i.updated),

@@ -366,14 +366,33 @@ impl State {
         title: &str,
         body: &str,
     ) -> Result<u64, Refusal> {
-        let r = self.repo(repo)?;
-        if !r.branches.contains_key(head) || !r.branches.contains_key(base) {
+        // `owner:branch` names a branch of `owner`'s fork of the repository, as Forgejo's
+        // `parseCompareInfo` reads it: the poster must read both.
+        let (head_repo, head) = match head.split_once(':') {
+            Some((owner, branch)) if owner != repo.owner() => {
+                let fork = self.fork_owned_by(repo, owner).ok_or(Refusal::NotFound)?;
+                if self.permission_of(&fork, login) < Permission::Read {
+                    return Err(Refusal::NotFound);
+                }
+                (Some(fork), branch)
+            }
+            Some((_, branch)) => (None, branch),
+            None => (None, head),
+        };
+        if self.permission_of(repo, login) < Permission::Read {
             return Err(Refusal::NotFound);
         }
-        if r.pulls
-            .iter()
-            .any(|p| p.head == head && p.base == base && p.state == "open")
-        {
+        let r = self.repo(repo)?;
+        let head_exists = match &head_repo {
+            Some(fork) => self.repo(fork)?.branches.contains_key(head),
+            None => r.branches.contains_key(head),
+        };
+        if !head_exists || !r.branches.contains_key(base) {
+            return Err(Refusal::NotFound);
+        }
+        if r.pulls.iter().any(|p| {
+            p.head == head && p.head_repo == head_repo && p.base == base && p.state == "open"
+        }) {
             return Err(Refusal::Conflict("pull request already exists".into()));
         }
         let number = self.create_issue(login, repo, title, body)?;
@@ -384,12 +403,17 @@ impl State {
         r.pulls.push(FPull {
             number,
             head: head.to_owned(),
+            head_repo: head_repo.clone(),
             base: base.to_owned(),
             state: "open".into(),
             merged: false,
             reviews: Vec::new(),
             mergeable: true,
         });
+        if let Some(fork) = &head_repo {
+            self.mirror_pull_head(repo, number, fork, head);
+        }
+        self.workflow_run(repo, number, "pull_request", login);
         Ok(number)
     }
 

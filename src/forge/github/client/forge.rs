@@ -429,6 +429,8 @@ impl Forge for GithubClient {
             merge_base: String::new(),
             mergeable: p.mergeable,
             behind: p.mergeable_state.map(|s| s == "behind"),
+            // Runs on GitHub push to the repository itself (an App owns no fork).
+            head_repo: None,
         })
     }
 
@@ -479,7 +481,11 @@ impl Forge for GithubClient {
         }));
         let truncated = truncated || checks.len() > MAX_CHECKS;
         checks.truncate(MAX_CHECKS);
-        Ok(Checks { checks, truncated })
+        Ok(Checks {
+            checks,
+            truncated,
+            held: 0,
+        })
     }
 
     async fn merge_pull(

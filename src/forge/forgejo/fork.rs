@@ -1,0 +1,244 @@
+//! What runs in fork mode ask of Forgejo (`runner.branch_home = "fork"`): the runner's fork of
+//! a repository, kept in step with it; pull requests opened, updated and cleaned up as the
+//! runner; and the workflow runs Forgejo holds for a maintainer's approval. The calls made as
+//! the runner authenticate with its password (Basic), as minting its tokens already does:
+//! Forgejo takes a pull request's poster as the one its approval gate judges, so the runner,
+//! not the bot, must open it. What each call needs is in `docs/forks.md`.
+
+use reqwest::Method;
+use serde_json::json;
+
+use super::wire::*;
+use super::{ForgejoClient, PAGE_SIZE, basic, decode, repo_path, seg};
+use crate::domain::RepoName;
+use crate::forge::{ForgeError, ForkSync, MergeAnswer, RunnerAccount};
+
+/// The most workflow runs of one commit read for their approval.
+const RUNS_READ: usize = 50;
+
+impl ForgejoClient {
+    /// How many workflow runs of commit `sha` wait for a maintainer's approval. A repository
+    /// without Actions (the list answers 404 or 403) has none.
+    pub(super) async fn held_runs(&self, repo: &RepoName, sha: &str) -> Result<u32, ForgeError> {
+        let path = format!("{}/actions/runs", repo_path(repo));
+        let query = [
+            ("head_sha", sha.to_owned()),
+            ("limit", RUNS_READ.to_string()),
+        ];
+        match self
+            .json::<WireActionRuns>(
+                Method::GET,
+                "/repos/{owner}/{repo}/actions/runs",
+                &path,
+                &query,
+                None,
+            )
+            .await
+        {
+            Ok(list) => Ok(list
+                .workflow_runs
+                .iter()
+                .filter(|r| r.need_approval && !run_done(&r.status))
+                .count()
+                .try_into()
+                .unwrap_or(u32::MAX)),
+            Err(ForgeError::NotFound { .. } | ForgeError::Forbidden { .. }) => Ok(0),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub(super) async fn fork_of(
+        &self,
+        runner: &RunnerAccount,
+        base: &RepoName,
+        owner: &str,
+    ) -> Result<Option<RepoName>, ForgeError> {
+        let path = format!("{}/forks", repo_path(base));
+        let auth = basic(runner)?;
+        for page in 1..=100 {
+            let q = [("limit", PAGE_SIZE.to_string()), ("page", page.to_string())];
+            let resp = self
+                .send_as(
+                    Some(&auth),
+                    Method::GET,
+                    "/repos/{owner}/{repo}/forks",
+                    &path,
+                    &q,
+                    None,
+                )
+                .await?;
+            let items: Vec<WireForkRepo> = decode(&Method::GET, &path, resp).await?;
+            let n = items.len();
+            let found = items
+                .iter()
+                .filter(|r| r.fork)
+                .filter_map(|r| r.full_name.parse::<RepoName>().ok())
+                .find(|r| crate::domain::same_login(r.owner(), owner));
+            if found.is_some() || n < PAGE_SIZE {
+                return Ok(found);
+            }
+        }
+        Ok(None)
+    }
+
+    pub(super) async fn create_fork(
+        &self,
+        runner: &RunnerAccount,
+        base: &RepoName,
+        org: Option<&str>,
+    ) -> Result<RepoName, ForgeError> {
+        let path = format!("{}/forks", repo_path(base));
+        let body = match org {
+            Some(org) => json!({ "organization": org }),
+            None => json!({}),
+        };
+        let resp = self
+            .send_as(
+                Some(&basic(runner)?),
+                Method::POST,
+                "/repos/{owner}/{repo}/forks",
+                &path,
+                &[],
+                Some(&body),
+            )
+            .await?;
+        let made: WireForkRepo = decode(&Method::POST, &path, resp).await?;
+        let parent = made.parent.as_ref().map(|p| p.full_name.as_str());
+        match made.full_name.parse::<RepoName>() {
+            Ok(fork)
+                if made.fork
+                    && parent.is_none_or(|p| p.eq_ignore_ascii_case(&base.to_string())) =>
+            {
+                Ok(fork)
+            }
+            _ => Err(ForgeError::Decode {
+                method: "POST".into(),
+                path,
+                reason: format!("the answer is not a fork of {base}"),
+            }),
+        }
+    }
+
+    pub(super) async fn sync_fork(
+        &self,
+        runner: &RunnerAccount,
+        fork: &RepoName,
+        branch: &str,
+    ) -> Result<ForkSync, ForgeError> {
+        let path = format!("{}/sync_fork/{}", repo_path(fork), seg(branch));
+        let auth = basic(runner)?;
+        let resp = self
+            .send_as(
+                Some(&auth),
+                Method::GET,
+                "/repos/{owner}/{repo}/sync_fork/{branch}",
+                &path,
+                &[],
+                None,
+            )
+            .await?;
+        let info: WireSyncFork = decode(&Method::GET, &path, resp).await?;
+        if !info.base_commit.is_empty() && info.fork_commit == info.base_commit {
+            return Ok(ForkSync::InStep);
+        }
+        if !info.allowed {
+            return Ok(ForkSync::Diverged);
+        }
+        self.send_as(
+            Some(&auth),
+            Method::POST,
+            "/repos/{owner}/{repo}/sync_fork/{branch}",
+            &path,
+            &[],
+            None,
+        )
+        .await?;
+        Ok(ForkSync::Synced)
+    }
+
+    pub(super) async fn create_pull_as(
+        &self,
+        runner: &RunnerAccount,
+        repo: &RepoName,
+        head: &str,
+        base: &str,
+        title: &str,
+        body: &str,
+    ) -> Result<u64, ForgeError> {
+        let path = format!("{}/pulls", repo_path(repo));
+        let resp = self
+            .send_as(
+                Some(&basic(runner)?),
+                Method::POST,
+                "/repos/{owner}/{repo}/pulls",
+                &path,
+                &[],
+                Some(&json!({ "head": head, "base": base, "title": title, "body": body })),
+            )
+            .await?;
+        let wire: WirePull = decode(&Method::POST, &path, resp).await?;
+        Ok(wire.number)
+    }
+
+    pub(super) async fn update_pull_as(
+        &self,
+        runner: &RunnerAccount,
+        repo: &RepoName,
+        number: u64,
+    ) -> Result<MergeAnswer, ForgeError> {
+        let path = format!("{}/pulls/{number}/update", repo_path(repo));
+        let sent = self
+            .send_as(
+                Some(&basic(runner)?),
+                Method::POST,
+                "/repos/{owner}/{repo}/pulls/{index}/update",
+                &path,
+                &[("style", "merge".to_owned())],
+                None,
+            )
+            .await;
+        crate::forge::refused_or_done(sent, &[409, 413, 422, 500])
+    }
+
+    pub(super) async fn delete_branch_as(
+        &self,
+        runner: &RunnerAccount,
+        repo: &RepoName,
+        branch: &str,
+    ) -> Result<(), ForgeError> {
+        let path = format!("{}/branches/{}", repo_path(repo), seg(branch));
+        match self
+            .send_as(
+                Some(&basic(runner)?),
+                Method::DELETE,
+                "/repos/{owner}/{repo}/branches/{branch}",
+                &path,
+                &[],
+                None,
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Whether a workflow run's status is final (Forgejo's `IsDone`).
+fn run_done(status: &str) -> bool {
+    matches!(status, "success" | "failure" | "cancelled" | "skipped")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_final_statuses_are_done() {
+        for done in ["success", "failure", "cancelled", "skipped"] {
+            assert!(super::run_done(done), "{done}");
+        }
+        for open in ["waiting", "blocked", "running", "unknown", ""] {
+            assert!(!super::run_done(open), "{open}");
+        }
+    }
+}
