@@ -174,17 +174,30 @@ fn hooks(action: HooksAction) -> ExitCode {
             } else {
                 crate::hooks::check_repo(forge.as_ref(), &repo, &url).await
             };
+            let runner = if settings.runs_configured() {
+                crate::hooks::runner_problem(
+                    forge.as_ref(),
+                    &repo,
+                    &settings.runner,
+                    &settings.forge.runner_login,
+                )
+                .await
+            } else {
+                None
+            };
             rows.push(crate::hooks::RepoHook {
                 repo: repo.to_string(),
                 outcome,
+                runner,
             });
         }
         attention = rows.iter().any(|r| {
-            if install {
-                matches!(r.outcome, crate::hooks::Outcome::Failed { .. })
-            } else {
-                r.outcome.needs_attention()
-            }
+            r.runner.is_some()
+                || if install {
+                    matches!(r.outcome, crate::hooks::Outcome::Failed { .. })
+                } else {
+                    r.outcome.needs_attention()
+                }
         });
         if json {
             println!("{}", serde_json::to_string_pretty(&rows)?);

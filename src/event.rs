@@ -190,6 +190,9 @@ pub enum Event {
         failing: Vec<crate::domain::Check>,
         #[serde(default)]
         contexts: usize,
+        /// Workflow runs of the head the forge holds for a maintainer's approval.
+        #[serde(default)]
+        held: u32,
     },
     /// The checks poll (`scan.checks_schedule`) found the pull request waiting on its
     /// checks, or in the merge lane.

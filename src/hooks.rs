@@ -71,6 +71,35 @@ pub struct RepoHook {
     pub repo: String,
     #[serde(flatten)]
     pub outcome: Outcome,
+    /// Why runs from the runner's fork may not start here (fork mode), if they may not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runner: Option<String>,
+}
+
+/// Why runs in fork mode (`runner.branch_home = "fork"`) may not start in `repo` with the
+/// runner account as it is there (a writer defeats Forgejo's approval gate), if they may
+/// not: what `hooks check` and the start-up say per repository, in the words a run's
+/// refusal uses.
+pub async fn runner_problem(
+    forge: &dyn Forge,
+    repo: &RepoName,
+    runner: &crate::settings::RunnerSettings,
+    login: &str,
+) -> Option<String> {
+    if runner.branch_home != crate::settings::BranchHome::Fork || login.is_empty() {
+        return None;
+    }
+    let role = match forge.permission(repo, login).await {
+        Ok(role) => role,
+        Err(e) => return Some(format!("the runner account's role cannot be read: {e}")),
+    };
+    crate::engine::decide::runner_role_refusal(&crate::engine::decide::RunnerRole {
+        login: login.to_owned(),
+        repo: repo.clone(),
+        role,
+        fork: true,
+        allow_writer: runner.allow_writer_runner,
+    })
 }
 
 /// Every watched repository: `repos`, and every repository of `orgs`. An organisation that
@@ -90,6 +119,7 @@ pub async fn watched(
                 outcome: Outcome::Failed {
                     error: format!("cannot list the organisation's repositories: {e}"),
                 },
+                runner: None,
             }),
         }
     }
@@ -244,6 +274,9 @@ pub fn render(rows: &[RepoHook]) -> String {
             Outcome::Failed { error } => format!("failed     {error}"),
         };
         out.push_str(&format!("{:<40} {line}\n", r.repo));
+        if let Some(problem) = &r.runner {
+            out.push_str(&format!("{:<40} runner     {problem}\n", ""));
+        }
     }
     out
 }

@@ -72,8 +72,9 @@ pub struct PrRow {
     pub followups: u32,
     /// Follow-up runs answering its failing checks.
     pub ci_followups: u32,
-    /// Its head's checks: `pending`, `passing`, `failing`, `warning`, `none` (none reported),
-    /// or absent (not read yet).
+    /// Its head's checks: `pending`, `held` (the forge holds its workflows for a
+    /// maintainer's approval), `passing`, `failing`, `warning`, `none` (none reported), or
+    /// absent (not read yet).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub checks: Option<String>,
     /// The failing checks' contexts.
@@ -557,6 +558,7 @@ fn pr_row(
     let checks = p.checks.as_ref().map(|c| {
         match c.state {
             CheckState::Failure => "failing",
+            CheckState::Pending if c.held > 0 => "held",
             CheckState::Pending => "pending",
             CheckState::Warning => "warning",
             CheckState::Success => "passing",
@@ -575,6 +577,7 @@ fn pr_row(
             match checks.as_deref() {
                 None | Some("none") => "waiting for its checks to report".to_owned(),
                 Some("passing") => "waiting for its turn".to_owned(),
+                Some("held") => crate::engine::act::lane::HELD.to_owned(),
                 Some(state) => format!("waiting for its checks ({state})"),
             }
         },
@@ -603,7 +606,9 @@ fn pr_words(pr: &PrRow) -> Option<String> {
     }
     let mut parts = Vec::new();
     if let Some(checks) = &pr.checks {
-        if pr.failing_checks.is_empty() {
+        if checks == "held" {
+            parts.push(crate::engine::act::lane::HELD.to_owned());
+        } else if pr.failing_checks.is_empty() {
             parts.push(format!("checks {checks}"));
         } else {
             let shown: Vec<&str> = pr

@@ -169,6 +169,8 @@ fn settings(
             s.runner.network = "host".into();
             // The demo's agent talks to the in-process fake forge on loopback directly.
             s.runner.egress = director::settings::Egress::Open;
+            // Its agent pushes to the demo repository itself (the fake forge runs no CI).
+            s.runner.branch_home = director::settings::BranchHome::Repository;
             s.runner.timeout_secs = 120;
             s.runner.memory_mb = 256;
             s.runner.cpus = 1.0;

@@ -160,9 +160,17 @@ pub struct PullChecks {
     /// How many contexts there were.
     #[serde(default)]
     pub contexts: usize,
+    /// Workflow runs the forge holds for a maintainer's approval (a pull request from a
+    /// fork): neither failing nor passing.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub held: u32,
     /// When this head was first seen: a head with no check yet is read again for a while,
     /// CI may not have started.
     pub since_ms: i64,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Failing checks kept per pull request.

@@ -186,6 +186,17 @@ pub struct RunRecord {
     /// `None`: `runner.image` and `runner.command`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<super::AgentChoice>,
+    /// Where its branch lives when not in the repository itself: the runner's fork, written
+    /// as it starts (before its container exists, so every gateway sees it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub home: Option<RepoName>,
+}
+
+impl RunRecord {
+    /// The repository its branch lives in: its fork, or the repository itself.
+    pub fn branch_repo(&self) -> &RepoName {
+        self.home.as_ref().unwrap_or(&self.repo)
+    }
 }
 
 /// The settings a run got from its repository's `.director.toml`, within the operator's
@@ -274,6 +285,7 @@ impl RunRecord {
             settings: None,
             base_commit: None,
             agent: None,
+            home: None,
         }
     }
 }

@@ -250,6 +250,10 @@ pub enum Effect {
     Merged {
         pr: u64,
     },
+    /// Telling the pull request the forge holds its checks for a maintainer's approval.
+    ChecksHeld {
+        pr: u64,
+    },
 }
 
 impl fmt::Display for Effect {
@@ -283,6 +287,7 @@ impl fmt::Display for Effect {
             Self::Merge { pr, attempt } => write!(f, "merge:pr{pr}:a{attempt}"),
             Self::MergeRefused { pr, head } => write!(f, "merge-refused:pr{pr}:{head}"),
             Self::Merged { pr } => write!(f, "merged:pr{pr}"),
+            Self::ChecksHeld { pr } => write!(f, "checks-held:pr{pr}"),
         }
     }
 }

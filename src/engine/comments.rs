@@ -474,6 +474,19 @@ pub fn ci_cap(pr: u64, max: u32, failing: &[crate::domain::Check]) -> String {
     )
 }
 
+/// Marks the notice that the forge holds the pull request's checks.
+pub fn checks_held_marker(pr: u64) -> String {
+    format!("<!-- director:checks-held {pr} -->")
+}
+
+/// Said once on a pull request from the runner's fork whose workflow runs the forge holds.
+pub fn checks_held(pr: u64) -> String {
+    format!(
+        "{}\n⏸️ **director:** the checks of this pull request wait for a maintainer's approval: read the diff first (an agent wrote it, and the workflows run what it changed), then approve them on this page with **Approve once**. **Approve always** would trust every later pull request of the runner account unread. Until then the director neither answers the checks nor merges #{pr}; the workflows of a pull request from a fork never get the repository's secrets.",
+        checks_held_marker(pr)
+    )
+}
+
 /// Marks the notice that the forge refused the merge lane's merge of one head.
 pub fn merge_refused_marker(pr: u64, head: &str) -> String {
     format!("<!-- director:merge-refused {pr} {} -->", short_sha(head))

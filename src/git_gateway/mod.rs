@@ -49,6 +49,8 @@ const MAX_ADVERTISEMENT: usize = 64 * 1024 * 1024;
 /// What the gateway needs of an active run.
 pub struct RunAccess {
     pub repo: RepoName,
+    /// Where the run's branch lives and its git is forwarded to: `repo`, or its fork.
+    pub home: RepoName,
     pub branch: String,
     pub base_branch: String,
     /// A follow-up run: its branch exists and only fast-forwards.
@@ -280,7 +282,7 @@ async fn handle(req: HttpRequest, payload: web::Payload, gw: web::Data<Gateway>)
 /// Syncs the repository's mirror in the background: the run fetching now will likely push.
 fn warm(gw: Arc<Gateway>, run: &RunAccess) {
     let (repo, url, origin, user, token) = (
-        run.repo.clone(),
+        run.home.clone(),
         run.upstream.clone(),
         run.origin.clone(),
         run.user.clone(),
@@ -532,7 +534,7 @@ async fn refusals(
     if by_name.iter().any(Option::is_some) {
         return Ok(by_name);
     }
-    let (held, mirror) = gw.mirrors.held(&run.repo).await?;
+    let (held, mirror) = gw.mirrors.held(&run.home).await?;
     if let Ok(reasons) = inspect_pack(gw, push, data, run, &mirror).await
         && reasons.iter().all(Option::is_none)
     {
@@ -547,7 +549,7 @@ async fn refusals(
         user: &run.user,
         token: run.token.expose(),
     };
-    let (_held, mirror) = gw.mirrors.synced(&run.repo, &upstream).await?;
+    let (_held, mirror) = gw.mirrors.synced(&run.home, &upstream).await?;
     inspect_pack(gw, push, data, run, &mirror).await
 }
 

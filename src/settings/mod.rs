@@ -246,6 +246,13 @@ impl Settings {
         {
             settings.runner.timeout_secs = settings.runner.timeout_secs.min(GITHUB_MAX_RUN_SECS);
         }
+        // A GitHub App cannot own forks: its runs push to the repository unless told
+        // otherwise (and told otherwise, the configuration is refused below).
+        if settings.forge.kind == ForgeKind::Github
+            && figment.find_value("runner.branch_home").is_err()
+        {
+            settings.runner.branch_home = BranchHome::Repository;
+        }
         settings.read_secret_files()?;
         settings.validate(&env)?;
         Ok(settings)

@@ -187,8 +187,8 @@ impl super::Settings {
         if any_provider && !self.egress_confined() {
             out.push("[models] names providers but runner.egress = \"open\": runs get no model variables (the model gateway serves allow-listed runs only)".to_owned());
         }
-        if self.runs_configured() {
-            out.push("runs push their branches to the watched repositories themselves: a workflow that runs on those pushes, or on their pull requests with secrets, runs agent-written code with the repository's secrets; restrict such workflows (docs/security.md#agent-code-in-ci)".to_owned());
+        if self.runs_configured() && self.runner.branch_home == super::BranchHome::Repository {
+            out.push("runner.branch_home = \"repository\": runs push their branches to the watched repositories themselves: a workflow that runs on those pushes, or on their pull requests with secrets, runs agent-written code with the repository's secrets; restrict such workflows (docs/security.md#agent-code-in-ci)".to_owned());
         }
         out.extend(self.repo_settings.warnings(self.egress_confined()));
         out

@@ -24,6 +24,29 @@ pub enum Egress {
     Open,
 }
 
+/// Where a run's branch lives (`runner.branch_home`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BranchHome {
+    /// The runner account's fork of the repository (or `runner.fork_owner`'s): its pull
+    /// request comes from a fork, so the forge holds the pull request's workflows for a
+    /// maintainer's approval and gives them none of the repository's secrets. Forgejo only.
+    #[default]
+    Fork,
+    /// The watched repository itself: the forge runs its workflows on the run's pushes with
+    /// the repository's secrets (docs/security.md#agent-code-in-ci).
+    Repository,
+}
+
+impl BranchHome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Fork => "fork",
+            Self::Repository => "repository",
+        }
+    }
+}
+
 /// Where runs go with `runner.kind = "kubernetes"`: one Job per run in `namespace`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -190,6 +213,17 @@ pub struct RunnerSettings {
     pub max_per_repo: usize,
     /// Allow runs even when the runner account can push to the default branch.
     pub allow_unprotected_default_branch: bool,
+    /// Where runs push their branches: `fork` (the default on Forgejo) or `repository` (the
+    /// only choice on GitHub, whose Apps cannot own forks).
+    pub branch_home: BranchHome,
+    /// With `branch_home = "fork"`: the organisation the forks are made in (the runner must
+    /// be able to create repositories there); empty: the runner account itself.
+    #[serde(deserialize_with = "lenient::string")]
+    pub fork_owner: String,
+    /// With `branch_home = "fork"`: start runs even where the runner account can write to
+    /// the repository (Forgejo trusts a writer's pull request: its workflows then run
+    /// without a maintainer's approval).
+    pub allow_writer_runner: bool,
     /// Extra bind mounts, `source:target[:ro]`; sources are translated to host paths when the
     /// director itself runs in a container.
     #[serde(deserialize_with = "lenient::list")]
@@ -252,6 +286,9 @@ impl Default for RunnerSettings {
             max_concurrent: 2,
             max_per_repo: 1,
             allow_unprotected_default_branch: false,
+            branch_home: BranchHome::Fork,
+            fork_owner: String::new(),
+            allow_writer_runner: false,
             mounts: Vec::new(),
             log_tail_lines: 40,
             transcript_max_mb: 16,
@@ -521,6 +558,18 @@ impl Settings {
             }
         }
         self.validate_egress()?;
+        if r.branch_home == BranchHome::Fork && self.forge.kind == ForgeKind::Github {
+            return Err(invalid(
+                "runner.branch_home",
+                "a GitHub App cannot own forks: set \"repository\" (its pull requests' workflows wait for approval only by the repository's own Actions setting; `director hooks check` reports it)",
+            ));
+        }
+        if !r.fork_owner.is_empty() && crate::domain::RepoName::new(&r.fork_owner, "x").is_err() {
+            return Err(invalid(
+                "runner.fork_owner",
+                format!("{:?} is not an organisation's name", r.fork_owner),
+            ));
+        }
         if r.start_attempts == 0 {
             return Err(invalid("runner.start_attempts", "must be at least 1"));
         }

@@ -70,6 +70,7 @@ impl Application {
             .context("starting the intake writer")?;
         let forge = forge_client(&settings, Some(metrics.clone()))?;
         let bot_login = start_learning_bot_login(&settings, forge.as_ref(), &shutdown);
+        start_checking_runner_roles(&settings, forge.as_ref());
         let settled = Settled::default();
         let replica = replica_name();
         let traces = Traces::start(&settings.telemetry, &settings.forge.url, &replica, &metrics)?;
@@ -268,6 +269,33 @@ fn start_learning_bot_login(
         ));
     }
     bot_login
+}
+
+/// In fork mode, says at start-up, per watched repository, where the runner account's role
+/// would have runs refused (a writer defeats Forgejo's approval gate): once, in the
+/// background, changing nothing.
+fn start_checking_runner_roles(settings: &Arc<Settings>, forge: Option<&Arc<dyn Forge>>) {
+    let Some(forge) = forge.cloned() else { return };
+    if !settings.runs_configured()
+        || settings.runner.branch_home != crate::settings::BranchHome::Fork
+    {
+        return;
+    }
+    let settings = settings.clone();
+    tokio::spawn(async move {
+        for repo in &settings.scan.repos {
+            if let Some(problem) = crate::hooks::runner_problem(
+                forge.as_ref(),
+                repo,
+                &settings.runner,
+                &settings.forge.runner_login,
+            )
+            .await
+            {
+                tracing::warn!(%repo, %problem, "runs here will be refused");
+            }
+        }
+    });
 }
 
 /// Binds `server.listen` and builds the HTTP server (not yet accepting: see

@@ -66,6 +66,10 @@ const SQLITE: &[(i64, &str)] = &[
         17,
         include_str!("../../migrations/sqlite/0017_run_agent.sql"),
     ),
+    (
+        18,
+        include_str!("../../migrations/sqlite/0018_run_branch_home.sql"),
+    ),
 ];
 
 const POSTGRES: &[(i64, &str)] = &[
@@ -101,6 +105,10 @@ const POSTGRES: &[(i64, &str)] = &[
     (
         9,
         include_str!("../../migrations/postgres/0009_run_agent.sql"),
+    ),
+    (
+        10,
+        include_str!("../../migrations/postgres/0010_run_branch_home.sql"),
     ),
 ];
 

@@ -547,6 +547,24 @@ impl Store {
         tx.commit().await
     }
 
+    /// Records the fork a starting run's branch lives in, before its container is made. Only
+    /// a launching run changes.
+    pub async fn put_run_home(
+        &self,
+        run_id: &str,
+        home: &crate::domain::RepoName,
+    ) -> anyhow::Result<()> {
+        let mut tx = self.begin(true).await?;
+        on_tx!(&mut tx, t => {
+            sqlx::query("UPDATE runs SET branch_home = $2 WHERE id = $1 AND state = 'launching'")
+                .bind(run_id)
+                .bind(home.to_string())
+                .execute(&mut **t)
+                .await?;
+        });
+        tx.commit().await
+    }
+
     /// Records the agent a starting run was given, before its container is made. Only a
     /// launching run changes.
     pub async fn put_run_agent(

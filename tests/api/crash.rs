@@ -521,6 +521,7 @@ mod kubernetes {
                 ),
                 ("DIRECTOR_RUNNER__KIND", "kubernetes".to_owned()),
                 ("DIRECTOR_RUNNER__EGRESS", "open".to_owned()),
+                ("DIRECTOR_RUNNER__BRANCH_HOME", "repository".to_owned()),
                 (
                     "DIRECTOR_RUNNER__IMAGE",
                     "registry.example/agent:1".to_owned(),

@@ -85,10 +85,19 @@ fn agent(runtime: FakeRuntime) -> director_testkit::runtime::Behaviour {
                     "branch": env(&spec, "DIRECTOR_BRANCH"),
                 })
             };
+            // Where the run's git goes: the repository, or the runner's fork.
+            let home = env(&spec, "DIRECTOR_CLONE_URL")
+                .trim_end_matches(".git")
+                .rsplitn(3, '/')
+                .take(2)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join("/");
             let url = format!(
-                "{}/repos/{}/contents/agent.txt",
+                "{}/repos/{home}/contents/agent.txt",
                 env(&spec, "DIRECTOR_API_URL"),
-                env(&spec, "DIRECTOR_REPO")
             );
             let pushed = crate::helpers::http_client()
                 .post(url)

@@ -43,6 +43,8 @@ pub fn test_settings(dir: &TempDir) -> Settings {
     settings.scan.repos = vec!["acme/widgets".parse().expect("repo")];
     // Runs reach the fakes on loopback directly; the egress tests confine them.
     settings.runner.egress = director::settings::Egress::Open;
+    // Runs push to the repository itself, as before forks; `forks::` runs in forks.
+    settings.runner.branch_home = director::settings::BranchHome::Repository;
     settings
 }
 

@@ -16,6 +16,7 @@ mod egress;
 mod fake_runs;
 mod flood;
 mod forecast;
+mod forks;
 mod git;
 mod git_gateway;
 #[cfg(feature = "github")]

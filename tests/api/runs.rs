@@ -150,6 +150,8 @@ pub fn runner_env() -> Vec<(String, String)> {
         ("DIRECTOR_RUNNER__EGRESS", "open".to_owned()),
         ("DIRECTOR_RUNNER__MEMORY_MB", "256".to_owned()),
         ("DIRECTOR_RUNNER__TIMEOUT_SECS", "60".to_owned()),
+        // These runs push to the repository; the fork tests choose forks.
+        ("DIRECTOR_RUNNER__BRANCH_HOME", "repository".to_owned()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
@@ -600,6 +602,7 @@ async fn a_director_killed_mid_run_adopts_the_run_after_restart_and_one_containe
             .env("DIRECTOR_FORGE__TOKEN", crate::forge_helpers::BOT_TOKEN)
             .env("DIRECTOR_FORGE__RUNNER_LOGIN", RUNNER)
             .env("DIRECTOR_FORGE__RUNNER_PASSWORD", RUNNER_PASSWORD)
+            .env("DIRECTOR_RUNNER__BRANCH_HOME", "repository")
             .env("DIRECTOR_SCAN__REPOS", "acme/widgets")
             .env("DIRECTOR_SCAN__ENABLED", "false")
             .env("DIRECTOR_PREFLIGHT__BASE_URL", format!("{}/v1", llm.url))

@@ -64,6 +64,7 @@ impl Runs for OneRun {
             .to_owned();
         Ok((run_id == RUN).then(|| RunAccess {
             repo: "acme/widgets".parse().expect("a repository name"),
+            home: "acme/widgets".parse().expect("a repository name"),
             branch: BRANCH.into(),
             base_branch: "main".into(),
             follow_up: false,

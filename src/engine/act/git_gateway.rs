@@ -61,11 +61,11 @@ impl GatewayRuns {
         let name = super::run::token_name(&self.director_id, &run.id);
         let minted = self
             .forge
-            .mint_run_token(&self.runner, &run.repo, &name)
+            .mint_run_token(&self.runner, run.branch_repo(), &name)
             .await
             .map_err(|e| format!("renewing the run's token: {e}"))?;
         let fresh = minted.token;
-        if minted.repositories.as_deref() != Some(std::slice::from_ref(&run.repo)) {
+        if minted.repositories.as_deref() != Some(std::slice::from_ref(run.branch_repo())) {
             // As at the run's start: a token for more than its repository is never used.
             self.forge.hold_run_token(&name, &fresh);
             revoke_in_background(
@@ -134,12 +134,14 @@ impl Runs for GatewayRuns {
         let Some(run) = run.filter(|r| r.finished_at_ms.is_none()) else {
             return Ok(None);
         };
-        let endpoints = self.forge.run_endpoints(&run.repo, &self.runner);
+        // A run in a fork fetches from and pushes to the fork, under the repository's name.
+        let endpoints = self.forge.run_endpoints(run.branch_repo(), &self.runner);
         let token = self
             .current_token(&run, endpoints.token_lifetime_secs)
             .await?;
         Ok(Some(RunAccess {
             repo: run.repo.clone(),
+            home: run.branch_repo().clone(),
             branch: run.branch.clone(),
             base_branch: run.base_branch.clone(),
             follow_up: run.followup.is_some(),

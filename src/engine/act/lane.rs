@@ -14,6 +14,9 @@ use crate::event::{Event, MergeOutcome};
 use crate::forge::{MergeAnswer, PullRequest, Review};
 use crate::settings::MergeSettings;
 
+/// What a pull request whose workflow runs the forge holds waits for.
+pub const HELD: &str = "checks wait for a maintainer's approval: read the diff first, then approve them on the pull request";
+
 /// How long one replica holds a repository's merge lease unrenewed; it is renewed every
 /// [`RENEW_EVERY`] while the attempt lasts.
 const LEASE_MS: i64 = 20_000;
@@ -73,6 +76,7 @@ pub(super) async fn read_checks(
         state: checks.state(),
         failing: crate::domain::pull::failing(&checks.checks),
         contexts: checks.checks.len(),
+        held: checks.held,
     }))
 }
 
@@ -185,6 +189,7 @@ async fn attempt(acts: &Acts, issue: &IssueRef, pr: u64) -> anyhow::Result<Merge
                         .filter(|c| c.state == CheckState::Failure)
                 )
             ),
+            _ if checks.held > 0 => HELD.to_owned(),
             other => format!("checks are {}", other.as_str()),
         };
         return Ok(waiting(&why, &[]));
@@ -249,23 +254,24 @@ async fn attempt(acts: &Acts, issue: &IssueRef, pr: u64) -> anyhow::Result<Merge
             &approvals,
         ));
     }
+    // A head in the runner's fork is updated by the runner, who owns it: Forgejo lets a
+    // trusted writer's push to a fork's pull request run its workflows unapproved.
+    let runner = acts.runs.as_ref().map(|r| &r.runner);
+    let fork = pull.fork(repo).cloned();
     if behind(acts, repo, &pull).await? {
-        return Ok(
-            match acts
-                .forge
-                .update_pull(repo, pr)
-                .await
-                .context("updating the branch")?
-            {
-                MergeAnswer::Done => MergeOutcome::Updated,
-                MergeAnswer::Refused { status, message } => MergeOutcome::Refused {
-                    head: pull.head_sha,
-                    reason: format!(
-                        "the forge refused to update the branch (HTTP {status}): {message}"
-                    ),
-                },
+        let updated = match (&fork, runner) {
+            (Some(_), Some(runner)) => acts.forge.update_pull_as(runner, repo, pr).await,
+            _ => acts.forge.update_pull(repo, pr).await,
+        };
+        return Ok(match updated.context("updating the branch")? {
+            MergeAnswer::Done => MergeOutcome::Updated,
+            MergeAnswer::Refused { status, message } => MergeOutcome::Refused {
+                head: pull.head_sha,
+                reason: format!(
+                    "the forge refused to update the branch (HTTP {status}): {message}"
+                ),
             },
-        );
+        });
     }
     let answer = acts
         .forge
@@ -274,11 +280,22 @@ async fn attempt(acts: &Acts, issue: &IssueRef, pr: u64) -> anyhow::Result<Merge
             pr,
             settings.style,
             &pull.head_sha,
-            settings.delete_branch,
+            // The bot cannot delete a branch in the runner's fork: the runner does, below.
+            settings.delete_branch && fork.is_none(),
         )
         .await
         .context("merging")?;
     crate::failpoint::hit("after_merge_call").await;
+    if let (MergeAnswer::Done, Some(fork), Some(runner), true) =
+        (&answer, &fork, runner, settings.delete_branch)
+        && let Err(e) = acts
+            .forge
+            .delete_branch_as(runner, fork, &pull.head_ref)
+            .await
+    {
+        // Merged all the same: a branch left in the fork is only clutter.
+        tracing::warn!(%fork, branch = %pull.head_ref, error = %e, "the merged branch could not be deleted in the fork");
+    }
     Ok(match answer {
         MergeAnswer::Done => MergeOutcome::Merged { approvals },
         MergeAnswer::Refused { status, message } => MergeOutcome::Refused {

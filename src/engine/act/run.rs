@@ -14,6 +14,7 @@ use crate::runtime::{Runtime, RuntimeError};
 use crate::settings::{RunnerSettings, Secret};
 
 mod agent;
+mod home;
 mod repo;
 mod secrets;
 mod spec;
@@ -255,7 +256,9 @@ impl RunAct {
         if let Some(report) = refused(&facts) {
             return Ok(report);
         }
+        let planned = self.planned_home(acts, &run).await?;
         let endpoints = acts.forge.run_endpoints(&run.repo, &self.runner);
+        // The runner's role first: a fork is made only for a runner that may have one.
         if endpoints.runner_account {
             let role = acts
                 .permission(&run.repo, &self.runner.login)
@@ -265,11 +268,24 @@ impl RunAct {
                 login: self.runner.login.clone(),
                 repo: run.repo.clone(),
                 role,
+                fork: planned != home::Planned::Repository,
+                allow_writer: self.settings.allow_writer_runner,
             });
             if let Some(report) = refused(&facts) {
                 return Ok(report);
             }
         }
+        let home = self.branch_home(acts, &run, planned).await?;
+        if let Ok(Some(fork)) = &home {
+            acts.store.put_run_home(run_id, fork).await?;
+            run.home = Some(fork.clone());
+        }
+        facts.home = Some(home.map(|_| ()));
+        if let Some(report) = refused(&facts) {
+            return Ok(report);
+        }
+        // A run in a fork clones from and pushes to the fork.
+        let endpoints = acts.forge.run_endpoints(run.branch_repo(), &self.runner);
         let token = self.run_token(acts, &run, run_id, &endpoints).await?;
         facts.token = Some(token.as_ref().map(|_| ()).map_err(Clone::clone));
         if let Some(report) = refused(&facts) {
@@ -278,22 +294,33 @@ impl RunAct {
         let Ok(token) = token else {
             anyhow::bail!("a refused token was not refused");
         };
-        // PR-only: the run's own token can neither push to nor merge into the default branch.
-        let branch = acts
-            .forge
-            .branch_as(&token, &run.repo, &run.base_branch)
-            .await
-            .context("checking the default branch with the run token")?;
-        facts.default_branch = Some(BranchSeen {
-            base: run.base_branch.clone(),
-            can: branch.as_ref().map(|b| (b.user_can_push, b.user_can_merge)),
-            allowed_unprotected: self.settings.allow_unprotected_default_branch,
-            runner_account: endpoints.runner_account,
-            runner_login: self.runner.login.clone(),
-        });
-        if let Some(report) = refused(&facts) {
-            return Ok(report);
-        }
+        let branch = if run.home.is_some() {
+            // The token reaches the fork alone (its restriction was checked): the
+            // repository, its default branch included, is out of its reach.
+            acts.forge
+                .branch(&run.repo, &run.base_branch)
+                .await
+                .context("reading the default branch")?
+        } else {
+            // PR-only: the run's own token can neither push to nor merge into the default
+            // branch.
+            let branch = acts
+                .forge
+                .branch_as(&token, &run.repo, &run.base_branch)
+                .await
+                .context("checking the default branch with the run token")?;
+            facts.default_branch = Some(BranchSeen {
+                base: run.base_branch.clone(),
+                can: branch.as_ref().map(|b| (b.user_can_push, b.user_can_merge)),
+                allowed_unprotected: self.settings.allow_unprotected_default_branch,
+                runner_account: endpoints.runner_account,
+                runner_login: self.runner.login.clone(),
+            });
+            if let Some(report) = refused(&facts) {
+                return Ok(report);
+            }
+            branch
+        };
         // The commit a first run starts from: the git gateway takes only a branch that
         // descends from it (an older base would bring back older CI definitions).
         if run.followup.is_none()
@@ -301,10 +328,11 @@ impl RunAct {
         {
             acts.store.put_run_base(run_id, commit).await?;
         }
+        let home = run.branch_repo().clone();
         if let Some(f) = run.followup.as_mut() {
             f.start_head = acts
                 .forge
-                .branch(&run.repo, &run.branch)
+                .branch(&home, &run.branch)
                 .await
                 .context("reading the pull request's branch")?
                 .map(|b| b.commit)
@@ -419,7 +447,8 @@ impl RunAct {
             Ok(()) | Err(ForgeError::TokenNotHeld { .. }) => {}
             Err(e) => return Err(anyhow::Error::new(e).context("clearing an earlier run token")),
         }
-        let minted = match self.mint(acts, &run.repo, &name).await {
+        let home = run.branch_repo();
+        let minted = match self.mint(acts, home, &name).await {
             Ok(minted) => minted,
             // The forge said no (a permission, the runner's password): no retry changes that,
             // and the issue is told at once, not after minutes of attempts.
@@ -443,7 +472,7 @@ impl RunAct {
                 acts.clock.now_ms(),
             )
             .await?;
-        let restricted = minted.repositories.as_deref() == Some(std::slice::from_ref(&run.repo));
+        let restricted = minted.repositories.as_deref() == Some(std::slice::from_ref(home));
         if restricted && minted.scopes == endpoints.token_scopes {
             return Ok(Ok(minted.token));
         }
@@ -464,7 +493,7 @@ impl RunAct {
         Ok(Err(format!(
             "{} did not restrict the run token to {} with `{}` alone (it answered repositories: {repositories}; permissions: {}){hint}",
             endpoints.name,
-            run.repo,
+            home,
             endpoints.token_scopes.join(", "),
             minted.scopes.join(", ")
         )))
@@ -561,13 +590,10 @@ impl RunAct {
             .as_ref()
             .and_then(|f| f.start_head.clone())
             .unwrap_or_else(|| run.base_branch.clone());
-        let ahead = match acts.forge.branch(&run.repo, &run.branch).await? {
+        let home = run.branch_repo();
+        let ahead = match acts.forge.branch(home, &run.branch).await? {
             Some(b) if b.commit == from => 0,
-            Some(_) => {
-                acts.forge
-                    .commits_ahead(&run.repo, &from, &run.branch)
-                    .await?
-            }
+            Some(_) => acts.forge.commits_ahead(home, &from, &run.branch).await?,
             None => 0,
         };
         Ok(Some(Event::Run {
@@ -585,17 +611,39 @@ impl RunAct {
         body: &str,
     ) -> anyhow::Result<Option<Event>> {
         let run = Self::run_record(acts, run_id).await?;
+        // From a fork: `owner:branch` (Forgejo reads the fork of the repository that owner
+        // holds, under the repository's name, as the director makes it), opened by the
+        // runner: the poster is whom Forgejo's approval gate judges.
+        let head = match &run.home {
+            Some(fork) => format!("{}:{}", fork.owner(), run.branch),
+            None => run.branch.clone(),
+        };
         let number = match acts
             .forge
-            .find_pull(&run.repo, &run.base_branch, &run.branch)
+            .find_pull(&run.repo, &run.base_branch, &head)
             .await?
         {
             Some(n) => n,
             None => {
-                let n = acts
-                    .forge
-                    .create_pull(&run.repo, &run.branch, &run.base_branch, title, body)
-                    .await?;
+                let n = match &run.home {
+                    Some(_) => {
+                        acts.forge
+                            .create_pull_as(
+                                &self.runner,
+                                &run.repo,
+                                &head,
+                                &run.base_branch,
+                                title,
+                                body,
+                            )
+                            .await?
+                    }
+                    None => {
+                        acts.forge
+                            .create_pull(&run.repo, &head, &run.base_branch, title, body)
+                            .await?
+                    }
+                };
                 crate::failpoint::hit("after_pr_opened").await;
                 n
             }

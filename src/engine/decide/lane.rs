@@ -88,11 +88,13 @@ impl Step<'_> {
         state: CheckState,
         failing: &[Check],
         contexts: usize,
+        held: u32,
     ) -> bool {
         let now = self.now;
         let Some(pr) = self.open_pull(number) else {
             return false;
         };
+        let newly_held = held > 0 && pr.checks.as_ref().is_none_or(|c| c.held == 0);
         let since = pr
             .checks
             .as_ref()
@@ -104,10 +106,22 @@ impl Step<'_> {
             // Cut when read; cut here too, a stored event being input like any other.
             failing: crate::domain::pull::failing(failing),
             contexts,
+            held,
             since_ms: since,
         };
         let unchanged = pr.checks.as_ref() == Some(&read);
         pr.checks = Some(read);
+        if newly_held {
+            // Said once per pull request: what the maintainers must do, and why first.
+            self.act(
+                Effect::ChecksHeld { pr: number },
+                Action::CommentOnPull {
+                    pr: number,
+                    marker: comments::checks_held_marker(number),
+                    body: comments::checks_held(number),
+                },
+            );
+        }
         match state {
             CheckState::Failure => self.checks_failed(number, head),
             CheckState::Success => {
@@ -302,6 +316,7 @@ mod tests {
             state,
             failing: Vec::new(),
             contexts: 1,
+            held: 0,
             since_ms,
         });
         pr

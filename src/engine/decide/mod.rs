@@ -29,7 +29,9 @@ pub mod lane;
 mod preflight;
 mod pull;
 mod runs;
-pub use runs::{BranchSeen, RunnerRole, StartFacts, StartRefusal, start_refusal};
+pub use runs::{
+    BranchSeen, RunnerRole, StartFacts, StartRefusal, runner_role_refusal, start_refusal,
+};
 
 /// What decisions depend on, taken from the settings once.
 #[derive(Clone, Debug)]
@@ -155,7 +157,8 @@ pub fn decide(view: &IssueView<'_>, event: &Event, policy: &Policy, now: i64) ->
             state,
             failing,
             contexts,
-        } => step.checks_read(*pr, head, *state, failing, *contexts),
+            held,
+        } => step.checks_read(*pr, head, *state, failing, *contexts, *held),
         Event::ChecksDue => step.checks_due(),
         Event::MergeTried { pr, outcome } => step.merge_tried(*pr, outcome),
     };

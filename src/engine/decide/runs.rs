@@ -406,6 +406,8 @@ pub struct StartFacts {
     pub token: Option<Result<(), String>>,
     /// The runner account's role on the repository (`runner_account` forges only).
     pub runner_role: Option<RunnerRole>,
+    /// The fork the run's branch lives in, made ready: `Err(why)` when it cannot be.
+    pub home: Option<Result<(), String>>,
     /// The default branch as the run's own token sees it.
     pub default_branch: Option<BranchSeen>,
 }
@@ -415,6 +417,12 @@ pub struct RunnerRole {
     pub login: String,
     pub repo: RepoName,
     pub role: crate::forge::Permission,
+    /// The run pushes to a fork (`runner.branch_home = "fork"`, or a follow-up of a pull
+    /// request from one): the runner must be no writer, so Forgejo holds its pull request's
+    /// workflows for a maintainer.
+    pub fork: bool,
+    /// `runner.allow_writer_runner`.
+    pub allow_writer: bool,
 }
 
 /// The default branch as the run's token sees it (the PR-only check).
@@ -457,24 +465,41 @@ pub fn start_refusal(facts: &StartFacts) -> Option<StartRefusal> {
             return Some(StartRefusal::Refused(why.clone()));
         }
     }
-    if let Some(r) = &facts.runner_role
-        && r.role != crate::forge::Permission::Write
-    {
-        return Some(StartRefusal::Refused(format!(
-            "the runner account `{}` has `{}` permission on {}; it must have exactly write (an admin's token could lift the branch protection)",
-            r.login,
-            r.role.as_str(),
-            r.repo
-        )));
+    if let Some(why) = facts.runner_role.as_ref().and_then(runner_role_refusal) {
+        return Some(StartRefusal::Refused(why));
     }
-    if let Some(Err(why)) = &facts.token {
-        return Some(StartRefusal::Refused(why.clone()));
+    for said in [&facts.home, &facts.token] {
+        if let Some(Err(why)) = said {
+            return Some(StartRefusal::Refused(why.clone()));
+        }
     }
     facts
         .default_branch
         .as_ref()
         .and_then(pr_only_refusal)
         .map(StartRefusal::Refused)
+}
+
+/// Why the runner account may not run here, if it may not. Pushing to the repository it must
+/// be exactly a writer (an admin's token could lift the branch protection); pushing to a
+/// fork it must read the repository and be no writer, unless the operator accepts that its
+/// pull requests' workflows then run unapproved (Forgejo trusts a writer's pull request).
+pub fn runner_role_refusal(r: &RunnerRole) -> Option<String> {
+    use crate::forge::Permission;
+    let (login, role, repo) = (&r.login, r.role.as_str(), &r.repo);
+    if !r.fork {
+        return (r.role != Permission::Write).then(|| format!(
+            "the runner account `{login}` has `{role}` permission on {repo}; it must have exactly write (an admin's token could lift the branch protection)"
+        ));
+    }
+    if r.role < Permission::Read {
+        return Some(format!(
+            "the runner account `{login}` cannot read {repo}; runs push to its fork (runner.branch_home = \"fork\"), and it needs read access to make one"
+        ));
+    }
+    (r.role.can_write() && !r.allow_writer).then(|| format!(
+        "the runner account `{login}` has `{role}` permission on {repo}: Forgejo trusts a writer's pull request and runs its workflows without a maintainer's approval, so runs from its fork would run unread code; give it read access only (or set runner.allow_writer_runner)"
+    ))
 }
 
 /// Why the run's token is not PR-only, if it is not. A branch the token cannot see fails

@@ -37,6 +37,7 @@ fn read(head: &str, state: CheckState) -> Event {
         state,
         failing,
         contexts: 1,
+        held: 0,
     }
 }
 

@@ -20,6 +20,16 @@ fn role(role: Permission) -> RunnerRole {
         login: "director-runner".into(),
         repo: "acme/widgets".parse().expect("repo"),
         role,
+        fork: false,
+        allow_writer: false,
+    }
+}
+
+fn fork_role(role: Permission, allow_writer: bool) -> RunnerRole {
+    RunnerRole {
+        fork: true,
+        allow_writer,
+        ..self::role(role)
     }
 }
 
@@ -41,6 +51,7 @@ fn nothing_known_yet_refuses_nothing_and_all_good_starts() {
         agent: Some(Ok(())),
         token: Some(Ok(())),
         runner_role: Some(role(Permission::Write)),
+        home: Some(Ok(())),
         default_branch: Some(branch(Some((false, false)))),
     };
     assert_eq!(start_refusal(&all), None);
@@ -89,6 +100,41 @@ fn a_runner_that_is_not_exactly_a_writer_is_refused() {
             "{why}"
         );
     }
+}
+
+#[test]
+fn pushing_to_a_fork_the_runner_must_read_and_not_write_unless_the_operator_accepts_it() {
+    let facts = |r| StartFacts {
+        runner_role: Some(r),
+        ..StartFacts::default()
+    };
+    assert_eq!(
+        start_refusal(&facts(fork_role(Permission::Read, false))),
+        None
+    );
+    for r in [Permission::Write, Permission::Admin, Permission::Owner] {
+        let why = refused(&facts(fork_role(r, false)));
+        assert!(
+            why.contains(&format!("has `{}` permission on acme/widgets", r.as_str()))
+                && why.contains("without a maintainer's approval")
+                && why.contains("runner.allow_writer_runner"),
+            "{why}"
+        );
+        assert_eq!(start_refusal(&facts(fork_role(r, true))), None, "{r:?}");
+    }
+    let why = refused(&facts(fork_role(Permission::None, true)));
+    assert!(why.contains("cannot read acme/widgets"), "{why}");
+}
+
+#[test]
+fn a_fork_that_cannot_be_had_refuses_the_run_with_its_reason() {
+    let why = refused(&StartFacts {
+        runner_role: Some(fork_role(Permission::Read, false)),
+        home: Some(Err("the fork of acme/widgets could not be made".into())),
+        token: Some(Ok(())),
+        ..StartFacts::default()
+    });
+    assert!(why.contains("could not be made"), "{why}");
 }
 
 #[test]
