@@ -803,23 +803,47 @@ fn agent_profiles_that_would_misdirect_a_run_are_refused_naming_the_key() {
 
 #[test]
 fn with_runs_configured_check_config_says_agent_code_meets_the_repositorys_ci() {
+    // Runs pushing to the repository: said, with the page that says what to do.
     let out = director()
         .args(["check-config", "--config", &example()])
+        .env("DIRECTOR_RUNNER__BRANCH_HOME", "repository")
         .output()
         .expect("runs");
     assert!(out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("warning: runs push their branches to the watched repositories themselves")
+        err.contains("runner.branch_home = \"repository\": runs push their branches to the watched repositories themselves")
             && err.contains("docs/security.md#agent-code-in-ci"),
         "{err}"
     );
-    // No runs, no warning.
+    // No runs, or runs pushing to forks (the default): no warning.
+    for (key, value) in [
+        ("DIRECTOR_RUNNER__ENABLED", "false"),
+        ("DIRECTOR_RUNNER__BRANCH_HOME", "fork"),
+    ] {
+        let out = director()
+            .args(["check-config", "--config", &example()])
+            .env(key, value)
+            .output()
+            .expect("runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("runs push their branches"), "{key}: {err}");
+    }
+}
+
+#[test]
+fn runs_push_to_forks_in_the_example_and_an_unknown_home_is_refused() {
     let out = director()
         .args(["check-config", "--config", &example()])
-        .env("DIRECTOR_RUNNER__ENABLED", "false")
+        .output()
+        .expect("runs");
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains("branch_home = \"fork\""), "{shown}");
+    let out = director()
+        .args(["check-config", "--config", &example()])
+        .env("DIRECTOR_RUNNER__BRANCH_HOME", "upstream")
         .output()
         .expect("runs");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!err.contains("runs push their branches"), "{err}");
+    assert!(!out.status.success() && err.contains("branch_home"), "{err}");
 }

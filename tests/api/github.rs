@@ -530,6 +530,19 @@ async fn a_wrong_key_is_a_clear_error_counted_in_the_metrics_never_a_crash_and_n
     assert!(ok, "three hours, confined: {out} {err}");
     let (ok, out, err) = check_config(&good, &[("DIRECTOR_RUNNER__IMAGE", "agent:1")]);
     assert!(ok, "the default configuration on GitHub: {out} {err}");
+    // Runs push to the repository there (an App owns no fork); asking for forks is refused.
+    assert!(out.contains("branch_home = \"repository\""), "{out}");
+    let (ok, _, err) = check_config(
+        &good,
+        &[
+            ("DIRECTOR_RUNNER__IMAGE", "agent:1"),
+            ("DIRECTOR_RUNNER__BRANCH_HOME", "fork"),
+        ],
+    );
+    assert!(
+        !ok && err.contains("runner.branch_home") && err.contains("cannot own forks"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
