@@ -66,6 +66,20 @@ enum Command {
         #[command(subcommand)]
         action: HooksAction,
     },
+    /// What the agents delivered over a window: issues, verdicts, runs, pull requests,
+    /// merges and reverts, cost and time; in total, per repository and per agent.
+    Report {
+        /// The window: `30d` (days, at most 3650).
+        #[arg(long, default_value = "30d")]
+        since: String,
+        /// Only this repository (owner/name).
+        #[arg(long)]
+        repo: Option<String>,
+        #[arg(long, default_value = "table", value_parser = ["table", "json", "csv"])]
+        format: String,
+        #[arg(long, env = "DIRECTOR_CONFIG")]
+        config: Option<PathBuf>,
+    },
     /// Print the tracked issues: state, who applied the trigger, last change.
     Status {
         /// One JSON array, an object per issue.
@@ -216,6 +230,56 @@ fn hooks(action: HooksAction) -> ExitCode {
     }
 }
 
+/// `director report`: the outcomes of the last `since` (`30d`), for one repository or all.
+fn report(since: &str, repo: Option<&str>, format: &str, config: Option<&PathBuf>) -> ExitCode {
+    let days = match parse_days(since) {
+        Ok(d) => d,
+        Err(why) => {
+            eprintln!("error: --since {since:?}: {why}");
+            return ExitCode::from(2);
+        }
+    };
+    let repo: Option<crate::domain::RepoName> = match repo.map(str::parse).transpose() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: --repo: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let settings = match load(config) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let format = format.to_owned();
+    run_async(async move {
+        let store = crate::store::Store::connect(&settings.store).await?;
+        let now = crate::clock::now_ms();
+        let mut facts = store
+            .outcome_facts(now - i64::from(days) * 86_400_000, now)
+            .await?;
+        if let Some(repo) = &repo {
+            facts.retain(|r| r == repo);
+        }
+        let outcomes = crate::domain::outcomes::compute(&facts, days, now);
+        match format.as_str() {
+            "json" => println!("{}", serde_json::to_string_pretty(&outcomes)?),
+            "csv" => print!("{}", crate::status::outcomes::csv(&outcomes)),
+            _ => print!("{}", crate::status::outcomes::table(&outcomes)),
+        }
+        Ok(())
+    })
+}
+
+/// `30d` (or `30`): a number of days, 1 to 3650.
+fn parse_days(text: &str) -> Result<u32, &'static str> {
+    let digits = text.trim().strip_suffix('d').unwrap_or(text.trim());
+    match digits.parse::<u32>() {
+        Ok(d) if (1..=3650).contains(&d) => Ok(d),
+        Ok(_) => Err("a window of 1 to 3650 days"),
+        Err(_) => Err("a number of days, as `30d`"),
+    }
+}
+
 fn load(config: Option<&PathBuf>) -> Result<Settings, ExitCode> {
     Settings::load(config.map(PathBuf::as_path)).map_err(|e| {
         eprintln!("error: {e}");
@@ -325,6 +389,12 @@ pub fn run() -> ExitCode {
             if usable { code } else { ExitCode::from(1) }
         }
         Command::Hooks { action } => hooks(action),
+        Command::Report {
+            since,
+            repo,
+            format,
+            config,
+        } => report(&since, repo.as_deref(), &format, config.as_ref()),
         Command::Status { json, config } => {
             let settings = match load(config.as_ref()) {
                 Ok(s) => s,

@@ -199,6 +199,8 @@ pub enum Event {
     ChecksDue,
     /// What the merge lane did about the pull request.
     MergeTried { pr: u64, outcome: MergeOutcome },
+    /// The revert check found a later commit of the base reverting the merged pull request.
+    Reverted { pr: u64, sha: String, url: String },
     /// An action failed on every attempt; the issue waits for a person.
     ActionGaveUp {
         /// The action's key, as the outbox holds it (for people reading the database).
@@ -249,6 +251,7 @@ impl Event {
             Self::ChecksRead { .. } => "checks_read",
             Self::ChecksDue => "checks_due",
             Self::MergeTried { .. } => "merge_tried",
+            Self::Reverted { .. } => "reverted",
         }
     }
 

@@ -28,6 +28,12 @@ pub struct Metrics {
     pub preflight_latency: Histogram,
     /// A first run's actual cost and wall time over its forecast's median, as it ends.
     pub forecast_ratio: HistogramVec,
+    /// Runs' wall time and metered cost as they end, by outcome (no repository label: one
+    /// an anonymous visitor cannot see would be named).
+    pub run_duration: HistogramVec,
+    pub run_cost: HistogramVec,
+    /// Pull requests of the director's that ended: `merged`, `closed`, `reverted`.
+    pub prs: IntCounterVec,
     /// Actions performed, by kind and outcome (done, retried, gave_up).
     pub actions: IntCounterVec,
     /// Stored events that no longer parse, set aside.
@@ -124,6 +130,26 @@ impl Metrics {
                 "A run's actual cost or duration over its forecast's median",
                 &[0.25, 0.5, 0.8, 1.0, 1.25, 2.0, 4.0, 8.0],
                 &["what"],
+            ),
+            run_duration: histogram_vec(
+                &r,
+                "director_run_duration_seconds",
+                "A run's wall time, from its start to its end, by outcome",
+                &[60.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0, 14400.0],
+                &["outcome"],
+            ),
+            run_cost: histogram_vec(
+                &r,
+                "director_run_cost_usd",
+                "A run's metered model cost in dollars, by outcome",
+                &[0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0],
+                &["outcome"],
+            ),
+            prs: counter_vec(
+                &r,
+                "director_prs_total",
+                "The director's pull requests that ended: merged, closed (unmerged), reverted",
+                &["end"],
             ),
             trace_spans: counter_vec(
                 &r,

@@ -12,6 +12,7 @@ use crate::domain::{IssueRef, Lifecycle, RepoName, RunRecord, priority_rank};
 use crate::store::{ActionRow, IssueRecord};
 
 mod html;
+pub mod outcomes;
 pub use html::{html, html_with_spend, run_html};
 
 /// One tracked issue.

@@ -96,12 +96,29 @@ impl Judgement {
             Self::Error => "ERROR",
         }
     }
+
+    /// The judgement [`Judgement::as_str`] names.
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            Self::Go,
+            Self::NoGo,
+            Self::WrongRepo,
+            Self::NeedsInfo,
+            Self::Skipped,
+            Self::Error,
+        ]
+        .into_iter()
+        .find(|j| j.as_str() == s)
+    }
 }
 
 /// The pre-flight's memory of one issue.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct PreflightState {
+    /// When a writer first handed the issue over (its first pick-up), for the outcomes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub picked_at_ms: Option<i64>,
     /// Bumped whenever the issue must be read (again); a result for an older revision is
     /// stale and dropped.
     pub rev: i64,

@@ -8,6 +8,7 @@ pub mod approval;
 pub mod command;
 pub mod forecast;
 pub mod issue;
+pub mod outcomes;
 pub mod protected;
 pub mod pull;
 pub mod run;

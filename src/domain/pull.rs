@@ -145,6 +145,26 @@ pub struct PullRecord {
     /// The merge lane's view of it, when the lane is on for its repository.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub merge: Option<MergeLane>,
+    /// When the director opened it (`None`: opened before this was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opened_at_ms: Option<i64>,
+    /// When it was merged or closed, as the director learnt it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at_ms: Option<i64>,
+    /// A later commit of the base that reverts its merge, once found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reverted: Option<Reverted>,
+}
+
+/// A commit of the base branch that reverts a merged pull request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reverted {
+    /// The reverting commit.
+    pub sha: String,
+    /// Where a person reads it.
+    #[serde(default)]
+    pub url: String,
+    pub found_at_ms: i64,
 }
 
 /// The checks of a pull request's head, as last read.
@@ -241,6 +261,9 @@ impl PullRecord {
             ci_followups: 0,
             check_reads: 0,
             merge: None,
+            opened_at_ms: None,
+            ended_at_ms: None,
+            reverted: None,
         }
     }
 

@@ -254,6 +254,10 @@ pub enum Effect {
     ChecksHeld {
         pr: u64,
     },
+    /// Telling the issue its merged pull request was reverted.
+    Reverted {
+        pr: u64,
+    },
 }
 
 impl fmt::Display for Effect {
@@ -288,6 +292,7 @@ impl fmt::Display for Effect {
             Self::MergeRefused { pr, head } => write!(f, "merge-refused:pr{pr}:{head}"),
             Self::Merged { pr } => write!(f, "merged:pr{pr}"),
             Self::ChecksHeld { pr } => write!(f, "checks-held:pr{pr}"),
+            Self::Reverted { pr } => write!(f, "reverted:pr{pr}"),
         }
     }
 }

@@ -20,6 +20,9 @@ pub struct ChecksPoll {
     pub merge: MergeSettings,
     /// The consumer, woken when events are stored.
     pub wake: Arc<Notify>,
+    /// The look for reverts of merged pull requests, made on the same schedule (each
+    /// repository at most once a day).
+    pub reverts: Option<Arc<crate::engine::reverts::RevertCheck>>,
 }
 
 impl ChecksPoll {

@@ -487,6 +487,28 @@ pub fn checks_held(pr: u64) -> String {
     )
 }
 
+/// Marks the notice that the merged pull request was reverted.
+pub fn reverted_marker(pr: u64) -> String {
+    format!("<!-- director:reverted {pr} -->")
+}
+
+pub fn reverted(pr: u64, sha: &str, url: &str) -> String {
+    // The forge's own link and commit id; anything else in them is not shown.
+    let sha: String = sha.chars().filter(char::is_ascii_hexdigit).collect();
+    let plain = url
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-._~:/".contains(c));
+    let commit = if plain && (url.starts_with("https://") || url.starts_with("http://")) {
+        format!("[`{}`]({url})", short_sha(&sha))
+    } else {
+        format!("`{}`", short_sha(&sha))
+    };
+    format!(
+        "{}\n↩️ **director:** pull request #{pr} was reverted on its base by {commit}. The outcomes count it as reverted.",
+        reverted_marker(pr)
+    )
+}
+
 /// Marks the notice that the forge refused the merge lane's merge of one head.
 pub fn merge_refused_marker(pr: u64, head: &str) -> String {
     format!("<!-- director:merge-refused {pr} {} -->", short_sha(head))

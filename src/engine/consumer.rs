@@ -562,6 +562,7 @@ impl Views {
         trace(&planner.traces, &view, event, &decision, now);
         if let Some(m) = &planner.metrics {
             observe_forecast(m, view.run, &decision);
+            observe_outcome(m, view.run, view.record, &decision);
         }
         if let Some(run) = &decision.run
             && self.runs.get(issue) != Some(run)
@@ -622,6 +623,53 @@ fn observe_forecast(metrics: &Metrics, before: Option<&RunRecord>, decision: &De
             .forecast_ratio
             .with_label_values(&["duration"])
             .observe(((end - start) as f64 / 1000.0) / median as f64);
+    }
+}
+
+/// A run that ends in this decision (its wall time and metered cost, by outcome), and a pull
+/// request that ends or is found reverted: for Prometheus, without repository labels.
+fn observe_outcome(
+    metrics: &Metrics,
+    before_run: Option<&RunRecord>,
+    before: Option<&crate::domain::IssueRecord>,
+    decision: &Decision,
+) {
+    if let Some(run) = &decision.run {
+        let ended_now = run.finished_at_ms.is_some()
+            && before_run.is_none_or(|b| b.id != run.id || b.finished_at_ms.is_none());
+        if ended_now {
+            let outcome = crate::domain::outcomes::run_outcome(run.state);
+            if let (Some(start), Some(end)) = (run.started_at_ms, run.finished_at_ms) {
+                metrics
+                    .run_duration
+                    .with_label_values(&[outcome])
+                    .observe(((end - start).max(0) as f64) / 1000.0);
+            }
+            let cost = run
+                .result
+                .as_ref()
+                .and_then(|r| r.usage.as_ref())
+                .filter(|u| u.metered)
+                .and_then(|u| u.cost_usd);
+            if let Some(cost) = cost {
+                metrics.run_cost.with_label_values(&[outcome]).observe(cost);
+            }
+        }
+    }
+    let was = before.and_then(|b| b.pr.as_ref());
+    if let Some(pr) = &decision.record.pr {
+        let same = was.filter(|w| w.number == pr.number);
+        if pr.ended_at_ms.is_some() && same.is_none_or(|w| w.ended_at_ms.is_none()) {
+            let end = if pr.state == crate::domain::PullState::Merged {
+                "merged"
+            } else {
+                "closed"
+            };
+            metrics.prs.with_label_values(&[end]).inc();
+        }
+        if pr.reverted.is_some() && same.is_none_or(|w| w.reverted.is_none()) {
+            metrics.prs.with_label_values(&["reverted"]).inc();
+        }
     }
 }
 

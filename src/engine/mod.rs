@@ -11,6 +11,7 @@ pub mod comments;
 pub mod consumer;
 pub mod decide;
 pub mod executor;
+pub mod reverts;
 pub mod scanner;
 pub mod settled;
 pub mod transcript;

@@ -311,6 +311,18 @@ pub struct PullRequest {
     /// the repository, or not said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub head_repo: Option<RepoName>,
+    /// The commit its merge made on the base (the merge, squash or last rebased commit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merge_commit: Option<String>,
+}
+
+/// A commit of a branch, as a list of them shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommitSummary {
+    pub sha: String,
+    pub message: String,
+    /// Where a person reads it.
+    pub url: String,
 }
 
 impl PullRequest {
@@ -731,6 +743,16 @@ pub trait Forge: Send + Sync {
     async fn delete_hook(&self, repo: &RepoName, id: u64) -> Result<(), ForgeError>;
     /// Where a run of `repo` clones from and pushes to, as whom, with what token.
     fn run_endpoints(&self, repo: &RepoName, runner: &RunnerAccount) -> RunEndpoints;
+    /// The newest commits of `branch` (at most 50, newest first), leaving out those `not`
+    /// (a commit) already has: one list call.
+    async fn recent_commits(
+        &self,
+        _repo: &RepoName,
+        _branch: &str,
+        _not: Option<&str>,
+    ) -> Result<Vec<CommitSummary>, ForgeError> {
+        Err(unsupported("commit lists"))
+    }
     /// The fork of `base` that `owner` (the runner, or an organisation) holds, as the forge
     /// lists the forks of `base` to the runner; `None`: there is none. A repository of
     /// the fork's name that is not a fork of `base` is not one.

@@ -68,6 +68,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .route("/metrics", web::get().to(metrics))
         .route("/status", web::get().to(status_page::page))
         .route("/status.json", web::get().to(status_page::json))
+        .route("/status/outcomes", web::get().to(status_page::outcomes))
         .route("/runs/{run_id}", web::get().to(status_page::run_page))
         .route("/runs/{run_id}/log", web::get().to(status_page::run_log));
 }

@@ -207,6 +207,48 @@ pub async fn json(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse 
     }
 }
 
+/// `GET /status/outcomes?days=7|30|90`: what the agents delivered over the window, with
+/// charts. Without the status token only public repositories count.
+pub async fn outcomes(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
+    if !state.settings.status.enabled {
+        return Refused::Disabled.response();
+    }
+    let full = match authorised(&req, &state) {
+        Ok(full) => full,
+        Err(refused) => return refused.response(),
+    };
+    let days = web::Query::<HashMap<String, String>>::from_query(req.query_string())
+        .ok()
+        .and_then(|q| q.get("days").and_then(|d| d.parse::<u32>().ok()))
+        .filter(|d| crate::status::outcomes::WINDOWS.contains(d))
+        .unwrap_or(30);
+    let now = state.clock.now_ms();
+    let since = now - i64::from(days) * 86_400_000;
+    let mut facts = match state.store.outcome_facts(since, now).await {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::warn!(error = %format!("{e:#}"), "outcomes: the store cannot be read");
+            return Refused::Unavailable.response();
+        }
+    };
+    let mut hidden = false;
+    if !full {
+        let repos = facts.repos();
+        let total = repos.len();
+        let public = state.visibility.public(state.forge.as_ref(), repos).await;
+        hidden = public.len() < total;
+        facts.retain(|repo| public.contains(repo));
+    }
+    let outcomes = crate::domain::outcomes::compute(&facts, days, now);
+    let scan = &state.settings.scan;
+    let watched = |repo: &str| {
+        repo.parse::<RepoName>().is_ok_and(|r| {
+            scan.repos.contains(&r) || scan.orgs.iter().any(|o| o.eq_ignore_ascii_case(r.owner()))
+        })
+    };
+    html(crate::status::outcomes::page(&outcomes, &watched, hidden))
+}
+
 /// The run named by the path, with its transcript, if this request may see it: unknown runs,
 /// and runs of repositories an anonymous visitor cannot see (without the status token), are
 /// all the same 404. Without `server.transcripts_public` every run needs the token (401).

@@ -126,6 +126,7 @@ impl Meter {
         let metered = Metered {
             run_id: Some(r.run_id),
             repo: r.repo,
+            issue: None,
             provider: r.provider,
             cost_usd: r.price.as_ref().map(|p| usage.cost(p)),
             model: r.model,

@@ -94,6 +94,8 @@ pub struct Metered {
     /// `None` for the director's own calls (the pre-flight).
     pub run_id: Option<String>,
     pub repo: RepoName,
+    /// The issue a pre-flight read (a run's issue is its run's).
+    pub issue: Option<u64>,
     pub provider: Provider,
     pub model: String,
     pub usage: Usage,

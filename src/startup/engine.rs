@@ -261,6 +261,7 @@ pub(super) async fn start_scans(
 /// replicas each period's pass runs on one.
 pub(super) async fn start_checks_poll(
     settings: &Settings,
+    forge: &Arc<dyn crate::forge::Forge>,
     store: &Store,
     clock: &SharedClock,
     consumer_wake: &Arc<Notify>,
@@ -272,6 +273,12 @@ pub(super) async fn start_checks_poll(
         clock: clock.clone(),
         merge: settings.merge.clone(),
         wake: consumer_wake.clone(),
+        reverts: Some(Arc::new(crate::engine::reverts::RevertCheck {
+            store: store.clone(),
+            forge: forge.clone(),
+            clock: clock.clone(),
+            wake: consumer_wake.clone(),
+        })),
     });
     if !settings.scan.enabled {
         return Ok(poll);
@@ -294,6 +301,11 @@ pub(super) async fn start_checks_poll(
             }
             if let Err(error) = p.poll_once().await {
                 tracing::warn!(error = %format!("{error:#}"), "the checks poll failed");
+            }
+            if let Some(reverts) = &p.reverts
+                && let Err(error) = reverts.check_once().await
+            {
+                tracing::warn!(error = %format!("{error:#}"), "the revert check failed");
             }
         })
     })

@@ -136,9 +136,10 @@ impl Application {
         )
         .await?;
         let checks = match &forge {
-            Some(_) => Some(
+            Some(forge) => Some(
                 start_checks_poll(
                     &settings,
+                    forge,
                     &store,
                     &clock,
                     &consumer_wake,

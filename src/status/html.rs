@@ -134,7 +134,7 @@ pub fn html_with_spend(
     for (label, n) in totals(rows) {
         out.push_str(&format!("<li><b>{n}</b>{label}</li>\n"));
     }
-    out.push_str("</ul>\n");
+    out.push_str("</ul>\n<p><a href=\"/status/outcomes\">What the agents delivered: outcomes, cost and time</a></p>\n");
     if !spend.is_empty() {
         let parts: Vec<String> = spend
             .iter()

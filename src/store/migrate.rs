@@ -70,6 +70,10 @@ const SQLITE: &[(i64, &str)] = &[
         18,
         include_str!("../../migrations/sqlite/0018_run_branch_home.sql"),
     ),
+    (
+        19,
+        include_str!("../../migrations/sqlite/0019_issue_outcomes.sql"),
+    ),
 ];
 
 const POSTGRES: &[(i64, &str)] = &[
@@ -109,6 +113,10 @@ const POSTGRES: &[(i64, &str)] = &[
     (
         10,
         include_str!("../../migrations/postgres/0010_run_branch_home.sql"),
+    ),
+    (
+        11,
+        include_str!("../../migrations/postgres/0011_issue_outcomes.sql"),
     ),
 ];
 

@@ -18,6 +18,7 @@ mod events;
 mod leases;
 mod migrate;
 mod outbox;
+mod outcomes;
 mod pass;
 mod records;
 mod statement;

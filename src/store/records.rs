@@ -20,8 +20,9 @@ pub use crate::domain::issue::CallWindow;
 /// Columns an issue record is written to, in the order [`upsert_issues`] binds them.
 const WRITE_COLS: &str = "repo, number, title, state, labels, forge_updated_at, last_change_ms, \
      lifecycle, trigger_present, trigger_actor, trigger_trusted, untrusted_notice, \
-     preflight, preflight_not_before_ms, version, blocked, pr, pr_number, pr_state";
-const WRITE_WIDTH: usize = 19;
+     preflight, preflight_not_before_ms, version, blocked, pr, pr_number, pr_state, verdict, \
+     picked_at_ms";
+const WRITE_WIDTH: usize = 21;
 
 /// Writes `records`, [`CHUNK`] to a statement (a consumer pass changes up to one record per
 /// event it decides, and a statement per record cost more than the rest of the pass). Of
@@ -49,7 +50,8 @@ pub(super) fn upsert_issues(
              untrusted_notice = excluded.untrusted_notice, preflight = excluded.preflight, \
              preflight_not_before_ms = excluded.preflight_not_before_ms, \
              version = excluded.version, blocked = excluded.blocked, pr = excluded.pr, \
-             pr_number = excluded.pr_number, pr_state = excluded.pr_state",
+             pr_number = excluded.pr_number, pr_state = excluded.pr_state, \
+             verdict = excluded.verdict, picked_at_ms = excluded.picked_at_ms",
             tuples(marks, chunk.len(), WRITE_WIDTH)
         ));
         for &record in chunk {
@@ -72,6 +74,8 @@ pub(super) fn upsert_issues(
             statement.push(record.pr.as_ref().map(serde_json::to_string).transpose()?);
             statement.push(record.pr.as_ref().map(|p| to_i64(p.number)).transpose()?);
             statement.push(record.pr.as_ref().map(|p| p.state.as_str()));
+            statement.push(record.preflight.verdict.map(|v| v.as_str()));
+            statement.push(record.preflight.picked_at_ms);
         }
         statements.push(statement);
     }
@@ -380,6 +384,24 @@ impl Store {
     /// Issues whose pull request is open as far as the director knows (the scan checks them).
     pub async fn issues_with_open_pulls(&self) -> anyhow::Result<Vec<IssueRecord>> {
         issues_where!(self, "WHERE pr_state = 'open' ORDER BY repo, number")
+    }
+
+    /// Issues whose pull request was merged at or after `since_ms` and is not known to be
+    /// reverted: what the revert check watches.
+    pub async fn recently_merged(&self, since_ms: i64) -> anyhow::Result<Vec<IssueRecord>> {
+        let records: Vec<IssueRecord> = issues_where!(
+            self,
+            "WHERE pr_state = 'merged' AND last_change_ms >= $1 ORDER BY repo, number",
+            since_ms
+        )?;
+        Ok(records
+            .into_iter()
+            .filter(|r| {
+                r.pr.as_ref().is_some_and(|p| {
+                    p.reverted.is_none() && p.ended_at_ms.is_some_and(|t| t >= since_ms)
+                })
+            })
+            .collect())
     }
 
     pub async fn list_issues(&self) -> anyhow::Result<Vec<IssueRecord>> {

@@ -33,8 +33,8 @@ impl Store {
         on_tx!(&mut tx, t => {
             sqlx::query(
                 "INSERT INTO model_usage (run_id, repo, day, provider, model, input_tokens, \
-                 cache_read_tokens, cache_write_tokens, output_tokens, cost_usd, at_ms) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                 cache_read_tokens, cache_write_tokens, output_tokens, cost_usd, at_ms, number) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
             )
             .bind(m.run_id.as_deref())
             .bind(m.repo.to_string())
@@ -47,6 +47,7 @@ impl Store {
             .bind(count(u.output))
             .bind(m.cost_usd)
             .bind(m.at_ms)
+            .bind(m.issue.and_then(|n| i64::try_from(n).ok()))
             .execute(&mut **t)
             .await?;
         });

@@ -845,5 +845,8 @@ fn runs_push_to_forks_in_the_example_and_an_unknown_home_is_refused() {
         .output()
         .expect("runs");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("branch_home"), "{err}");
+    assert!(
+        !out.status.success() && err.contains("branch_home"),
+        "{err}"
+    );
 }

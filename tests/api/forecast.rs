@@ -31,6 +31,7 @@ pub async fn seed_runs(t: &ForgeApp, repo: &str, runs: &[(f64, i64)]) {
             .record_model_usage(&Metered {
                 run_id: Some(id),
                 repo: repo.parse().expect("repo"),
+                issue: None,
                 provider: Provider::Anthropic,
                 model: "claude-sonnet-4-5".into(),
                 usage: Default::default(),

@@ -32,6 +32,7 @@ mod lane;
 mod layout;
 mod models;
 mod outbox;
+mod outcomes;
 mod pg;
 mod preflight;
 mod pulls;

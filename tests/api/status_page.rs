@@ -11,7 +11,7 @@ use director::settings::Secret;
 
 use crate::forge_helpers::{BOT, ForgeApp, TRIGGER, WRITER};
 
-const TOKEN: &str = "status-token-4b7e91";
+pub const TOKEN: &str = "status-token-4b7e91";
 const HOSTILE: &str = "<img src=x onerror=\"document.title='pwned'\"><b>bold</b> & more";
 const GO: &str = "Context to front-load: none.\n\nFine.\n\nGO";
 
@@ -102,7 +102,7 @@ pub async fn chromium(url: &str, shot: Option<&std::path::Path>) -> String {
 
 /// Serves the app's pages with the status token added, so the browser can see what a holder
 /// of the token sees.
-fn with_token(target: String) -> (String, actix_web::dev::ServerHandle) {
+pub fn with_token(target: String) -> (String, actix_web::dev::ServerHandle) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = listener.local_addr().expect("addr").port();
     let server = HttpServer::new(move || {

@@ -1173,6 +1173,7 @@ async fn forecast_samples_read_finished_runs_with_their_metered_cost_on_both_bac
                 .record_model_usage(&director::models::Metered {
                     run_id: Some(run.into()),
                     repo: "acme/widgets".parse().expect("repo"),
+                    issue: None,
                     provider: director::models::Provider::Openai,
                     model: "gpt-5".into(),
                     usage: Default::default(),

@@ -372,8 +372,7 @@ impl PreflightAct {
             ..
         }) = &answer
         {
-            self.meter(acts, &issue.repo, *provider, model, *usage, now)
-                .await;
+            self.meter(acts, issue, *provider, model, *usage, now).await;
         }
         Ok(match answer {
             Ok(r) => match verdict::parse(&r.text) {
@@ -420,7 +419,7 @@ impl PreflightAct {
     async fn meter(
         &self,
         acts: &Acts,
-        repo: &crate::domain::RepoName,
+        issue: &IssueRef,
         provider: crate::models::Provider,
         model: &str,
         usage: crate::models::usage::Usage,
@@ -428,7 +427,8 @@ impl PreflightAct {
     ) {
         let metered = crate::models::Metered {
             run_id: None,
-            repo: repo.clone(),
+            repo: issue.repo.clone(),
+            issue: Some(issue.number),
             provider,
             model: model.to_owned(),
             usage,

@@ -283,6 +283,9 @@ impl Step<'_> {
     }
 
     pub(super) fn set_lifecycle(&mut self, to: Lifecycle) {
+        if to != Lifecycle::Untracked && self.record.preflight.picked_at_ms.is_none() {
+            self.record.preflight.picked_at_ms = Some(self.now);
+        }
         self.record.lifecycle = to;
     }
 }

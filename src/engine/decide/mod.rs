@@ -161,6 +161,7 @@ pub fn decide(view: &IssueView<'_>, event: &Event, policy: &Policy, now: i64) ->
         } => step.checks_read(*pr, head, *state, failing, *contexts, *held),
         Event::ChecksDue => step.checks_due(),
         Event::MergeTried { pr, outcome } => step.merge_tried(*pr, outcome),
+        Event::Reverted { pr, sha, url } => step.reverted(*pr, sha, url),
     };
     changed.then(|| step.finish())
 }

@@ -121,6 +121,7 @@ impl Step<'_> {
             PullState::Closed
         };
         pr.pending = None;
+        pr.ended_at_ms = Some(self.now);
         let number = pr.number;
         self.stop_followup();
         self.set_lifecycle(if merged {
@@ -145,10 +146,37 @@ impl Step<'_> {
     pub(super) fn pull_reopened(&mut self) {
         if let Some(pr) = self.record.pr.as_mut() {
             pr.state = PullState::Open;
+            pr.ended_at_ms = None;
         }
         if self.record.lifecycle == Lifecycle::PrClosed {
             self.set_lifecycle(Lifecycle::Succeeded);
         }
+    }
+
+    /// A later commit of the base reverts the merged pull request `number`: kept once, and
+    /// the issue told once.
+    pub(super) fn reverted(&mut self, number: u64, sha: &str, url: &str) -> bool {
+        let now = self.now;
+        let Some(pr) =
+            self.record.pr.as_mut().filter(|p| {
+                p.number == number && p.state == PullState::Merged && p.reverted.is_none()
+            })
+        else {
+            return false;
+        };
+        pr.reverted = Some(crate::domain::pull::Reverted {
+            sha: sha.to_owned(),
+            url: url.to_owned(),
+            found_at_ms: now,
+        });
+        self.act(
+            Effect::Reverted { pr: number },
+            Action::PostNotice {
+                marker: comments::reverted_marker(number),
+                body: comments::reverted(number, sha, url),
+            },
+        );
+        true
     }
 
     /// The issue's pull request `number`, if it is open.

@@ -104,7 +104,9 @@ impl Step<'_> {
                     body.push_str(&comments::usage_line(
                         run.result.as_ref().and_then(|r| r.usage.as_ref()),
                     ));
-                    self.record.pr = Some(PullRecord::opened(*number, &run.branch));
+                    let mut pr = PullRecord::opened(*number, &run.branch);
+                    pr.opened_at_ms = Some(self.now);
+                    self.record.pr = Some(pr);
                 }
                 self.end_run(RunState::Succeeded, format!("pull request #{number}"), body);
                 // Its checks: CI may report at once, or later (then the poll finds them).

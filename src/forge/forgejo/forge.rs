@@ -11,8 +11,8 @@ use super::{
 };
 use crate::domain::{IssueRef, RepoName};
 use crate::forge::{
-    Branch, Check, CheckState, Checks, Comment, FileAt, Forge, ForgeError, ForkSync, Hook,
-    HookSpec, Issue, IssueChanges, Label, MergeAnswer, MergeStyle, MintedToken, Permission,
+    Branch, Check, CheckState, Checks, Comment, CommitSummary, FileAt, Forge, ForgeError, ForkSync,
+    Hook, HookSpec, Issue, IssueChanges, Label, MergeAnswer, MergeStyle, MintedToken, Permission,
     PullRequest, RUN_TOKEN_SCOPE, Repository, Review, ReviewComment, RunEndpoints, RunnerAccount,
     TimelineEntry,
 };
@@ -415,6 +415,7 @@ impl Forge for ForgejoClient {
             mergeable: w.mergeable,
             behind: None,
             head_repo: head.repo.and_then(|r| r.full_name.parse().ok()),
+            merge_commit: w.merge_commit_sha.filter(|s| !s.is_empty()),
         })
     }
 
@@ -756,6 +757,15 @@ impl Forge for ForgejoClient {
         let path = format!("{}/hooks/{id}", repo_path(repo));
         self.delete_idempotent("/repos/{owner}/{repo}/hooks/{id}", &path)
             .await
+    }
+
+    async fn recent_commits(
+        &self,
+        repo: &RepoName,
+        branch: &str,
+        not: Option<&str>,
+    ) -> Result<Vec<CommitSummary>, ForgeError> {
+        ForgejoClient::recent_commits(self, repo, branch, not).await
     }
 
     async fn fork_of(

@@ -1,4 +1,4 @@
-//! What runs in fork mode ask of Forgejo (`runner.branch_home = "fork"`): the runner's fork of
+//! The revert check's one list of a branch's commits, and what runs in fork mode ask of Forgejo (`runner.branch_home = "fork"`): the runner's fork of
 //! a repository, kept in step with it; pull requests opened, updated and cleaned up as the
 //! runner; and the workflow runs Forgejo holds for a maintainer's approval. The calls made as
 //! the runner authenticate with its password (Basic), as minting its tokens already does:
@@ -11,7 +11,7 @@ use serde_json::json;
 use super::wire::*;
 use super::{ForgejoClient, PAGE_SIZE, basic, decode, repo_path, seg};
 use crate::domain::RepoName;
-use crate::forge::{ForgeError, ForkSync, MergeAnswer, RunnerAccount};
+use crate::forge::{CommitSummary, ForgeError, ForkSync, MergeAnswer, RunnerAccount};
 
 /// The most workflow runs of one commit read for their approval.
 const RUNS_READ: usize = 50;
@@ -45,6 +45,42 @@ impl ForgejoClient {
             Err(ForgeError::NotFound { .. } | ForgeError::Forbidden { .. }) => Ok(0),
             Err(e) => Err(e),
         }
+    }
+
+    pub(super) async fn recent_commits(
+        &self,
+        repo: &RepoName,
+        branch: &str,
+        not: Option<&str>,
+    ) -> Result<Vec<CommitSummary>, ForgeError> {
+        let path = format!("{}/commits", repo_path(repo));
+        let mut query = vec![
+            ("sha", branch.to_owned()),
+            ("limit", PAGE_SIZE.to_string()),
+            ("stat", "false".to_owned()),
+            ("verification", "false".to_owned()),
+            ("files", "false".to_owned()),
+        ];
+        if let Some(not) = not {
+            query.push(("not", not.to_owned()));
+        }
+        let list: Vec<WireCommit> = self
+            .json(
+                Method::GET,
+                "/repos/{owner}/{repo}/commits",
+                &path,
+                &query,
+                None,
+            )
+            .await?;
+        Ok(list
+            .into_iter()
+            .map(|c| CommitSummary {
+                sha: c.sha,
+                message: c.commit.map(|m| m.message).unwrap_or_default(),
+                url: c.html_url,
+            })
+            .collect())
     }
 
     pub(super) async fn fork_of(

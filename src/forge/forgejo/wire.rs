@@ -64,6 +64,8 @@ pub(super) struct WirePull {
     pub(super) base: Option<WireBranchRef>,
     pub(super) merge_base: Option<String>,
     pub(super) mergeable: Option<bool>,
+    #[serde(default)]
+    pub(super) merge_commit_sha: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -295,4 +297,19 @@ pub(super) struct WireActionRuns {
 pub(super) struct WireActionRun {
     pub(super) need_approval: bool,
     pub(super) status: String,
+}
+
+/// `Commit`, reduced to what a revert check reads.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(super) struct WireCommit {
+    pub(super) sha: String,
+    pub(super) html_url: String,
+    pub(super) commit: Option<WireRepoCommit>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(super) struct WireRepoCommit {
+    pub(super) message: String,
 }

@@ -305,6 +305,42 @@ fn status_json(s: &State, status: &FStatus) -> Value {
     })
 }
 
+impl State {
+    /// `GET .../commits?sha=<branch>&not=<commit>`: the branch's commits, newest first,
+    /// leaving out those `not` has, at most `limit` (50).
+    pub(crate) fn recent_commits(
+        &self,
+        repo: &RepoName,
+        branch: &str,
+        not: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Value>, Refusal> {
+        let r = self.repo(repo)?;
+        let commits = r.branches.get(branch).ok_or(Refusal::NotFound)?;
+        let known: Vec<u64> = match not.and_then(|n| r.commit_named(n)) {
+            Some(stop) => {
+                let at = commits.iter().position(|c| *c == stop).unwrap_or(0);
+                commits[..=at].to_vec()
+            }
+            None => Vec::new(),
+        };
+        Ok(commits
+            .iter()
+            .rev()
+            .filter(|c| !known.contains(c))
+            .take(limit.min(50))
+            .map(|c| {
+                let sha = r.commit_name(*c);
+                json!({
+                    "sha": sha,
+                    "html_url": format!("https://forgejo.example.org/{repo}/commit/{sha}"),
+                    "commit": { "message": r.messages.get(c).cloned().unwrap_or_else(|| "commit".to_owned()) },
+                })
+            })
+            .collect())
+    }
+}
+
 /// The in-process answers, for the fake's `Forge` implementation.
 pub(super) fn checks(
     s: &State,
@@ -425,6 +461,24 @@ impl FakeForge {
     pub fn has_branch(&self, repo: &RepoName, branch: &str) -> bool {
         let s = self.state();
         s.repo(repo).is_ok_and(|r| r.branches.contains_key(branch))
+    }
+
+    /// `by` pushes a new commit to `branch` with `message` (a revert, say).
+    pub async fn push_commit_with_message(
+        &self,
+        by: &str,
+        repo: &RepoName,
+        branch: &str,
+        message: &str,
+    ) -> String {
+        let sha = self.push_commit(by, repo, branch).await;
+        let mut s = self.state();
+        if let Ok(r) = s.repo_mut(repo)
+            && let Some(id) = r.commit_named(&sha)
+        {
+            r.messages.insert(id, message.to_owned());
+        }
+        sha
     }
 
     /// `by` pushes a new commit to `branch` (a base that moves on); an open pull request from

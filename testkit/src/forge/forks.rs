@@ -121,6 +121,7 @@ impl State {
                 actions: false,
                 action_runs: Vec::new(),
                 trusted_posters: Default::default(),
+                messages: Default::default(),
             },
         );
         if let Some(list) = self.orgs.get_mut(&owner) {

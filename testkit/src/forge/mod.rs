@@ -179,6 +179,8 @@ pub(crate) struct FRepo {
     pub action_runs: Vec<forks::FActionRun>,
     /// Pull request posters a maintainer trusted with "Approve always".
     pub trusted_posters: std::collections::BTreeSet<String>,
+    /// Commit messages a test gave (others read "commit").
+    pub messages: HashMap<u64, String>,
 }
 
 impl FRepo {

@@ -267,6 +267,7 @@ pub(super) fn pull(s: &State, repo: &RepoName, number: u64) -> Result<PullReques
         head_repo: v["head"]["repo"]["full_name"]
             .as_str()
             .and_then(|n| n.parse().ok()),
+        merge_commit: v["merge_commit_sha"].as_str().map(str::to_owned),
     })
 }
 

@@ -63,6 +63,7 @@ impl FakeForge {
             actions: false,
             action_runs: Vec::new(),
             trusted_posters: Default::default(),
+            messages: HashMap::new(),
         });
         name
     }

@@ -515,6 +515,18 @@ fn checks_route(
                 s.action_runs_json(&repo, param(query, "head_sha").unwrap_or_default())
             })
             .map(|v| (StatusCode::OK, v, Vec::new())),
+        ("GET", ["repos", o, r, "commits"]) => repo(o, r)
+            .and_then(|repo| {
+                s.recent_commits(
+                    &repo,
+                    param(query, "sha").unwrap_or_default(),
+                    param(query, "not"),
+                    param(query, "limit")
+                        .and_then(|l| l.parse().ok())
+                        .unwrap_or(30),
+                )
+            })
+            .map(|v| (StatusCode::OK, Value::Array(v), Vec::new())),
         ("DELETE", ["repos", o, r, "branches", branch]) => repo(o, r)
             .and_then(|repo| s.delete_branch(login, &repo, branch))
             .map(|()| (StatusCode::NO_CONTENT, Value::Null, Vec::new())),
@@ -1195,6 +1207,8 @@ pub(super) fn pull_json(s: &State, repo: &RepoName, number: u64) -> Result<Value
         "merged": p.merged,
         "merged_at": if p.merged { json!(rfc3339(i.updated)) } else { Value::Null },
         "mergeable": !p.merged && p.mergeable,
+        // The merge made no commit of its own here: the head's last one is what landed.
+        "merge_commit_sha": if p.merged { json!(head_sha) } else { Value::Null },
         "merge_base": merge_base,
         "labels": [],
         "head": {

@@ -431,6 +431,7 @@ impl Forge for GithubClient {
             behind: p.mergeable_state.map(|s| s == "behind"),
             // Runs on GitHub push to the repository itself (an App owns no fork).
             head_repo: None,
+            merge_commit: None,
         })
     }
 

@@ -1,0 +1,163 @@
+//! The facts the outcomes view and `director report` count ([`crate::domain::outcomes`]):
+//! five queries, aggregated where a count or a sum is all that is needed, so a window of
+//! 100,000 issues is one row per pull request and a few thousand more.
+
+use super::Store;
+use crate::domain::outcomes::{AgentSpend, Facts, PickedUp, PrFacts, RunGroup, SpendDay};
+use crate::domain::{Judgement, PullRecord, RunState};
+
+/// A cost one call can have (`domain::outcomes::MAX_COST_USD`); others are counted apart.
+macro_rules! sane {
+    ($col:literal) => {
+        concat!($col, " BETWEEN 0 AND 10000")
+    };
+}
+
+impl Store {
+    /// Everything that counts toward the window `[since_ms, until_ms]`.
+    pub async fn outcome_facts(&self, since_ms: i64, until_ms: i64) -> anyhow::Result<Facts> {
+        type PickedRow = (String, Option<String>, i64);
+        let picked: Vec<PickedRow> = on_pool!(&self.db, p => {
+            sqlx::query_as(
+                "SELECT repo, verdict, COUNT(*) FROM issues \
+                 WHERE picked_at_ms >= $1 AND picked_at_ms <= $2 GROUP BY repo, verdict",
+            )
+            .bind(since_ms)
+            .bind(until_ms)
+            .fetch_all(p)
+            .await?
+        });
+        type PrRow = (
+            String,
+            Option<i64>,
+            String,
+            Option<f64>,
+            Option<f64>,
+            Option<String>,
+        );
+        let prs: Vec<PrRow> = on_pool!(&self.db, p => {
+            sqlx::query_as(concat!(
+                "SELECT i.repo, i.picked_at_ms, i.pr, \
+                 CASE WHEN i.pr_state = 'merged' THEN \
+                 (SELECT SUM(u.cost_usd) FROM runs r JOIN model_usage u ON u.run_id = r.id \
+                  WHERE r.repo = i.repo AND r.number = i.number AND ", sane!("u.cost_usd"), ") END, \
+                 CASE WHEN i.pr_state = 'merged' THEN \
+                 (SELECT SUM(u.cost_usd) FROM model_usage u WHERE u.run_id IS NULL \
+                  AND u.repo = i.repo AND u.number = i.number AND ", sane!("u.cost_usd"), ") END, \
+                 (SELECT r.agent FROM runs r WHERE r.repo = i.repo AND r.number = i.number \
+                  AND r.pr_number IS NOT NULL AND r.followup IS NULL \
+                  ORDER BY r.created_at_ms LIMIT 1) \
+                 FROM issues i WHERE i.pr IS NOT NULL AND i.last_change_ms >= $1"
+            ))
+            .bind(since_ms)
+            .fetch_all(p)
+            .await?
+        });
+        type RunRow = (String, Option<String>, String, i64, i64);
+        let runs: Vec<RunRow> = on_pool!(&self.db, p => {
+            sqlx::query_as(
+                "SELECT repo, agent, state, COALESCE(started_at_ms, created_at_ms) / 86400000, \
+                 COUNT(*) FROM runs WHERE COALESCE(started_at_ms, created_at_ms) >= $1 \
+                 AND COALESCE(started_at_ms, created_at_ms) <= $2 \
+                 GROUP BY repo, agent, state, COALESCE(started_at_ms, created_at_ms) / 86400000",
+            )
+            .bind(since_ms)
+            .bind(until_ms)
+            .fetch_all(p)
+            .await?
+        });
+        // What was spent in the window, by repository and day (runs' calls and pre-flights'),
+        // and by the agent of the run that spent it.
+        type SpendRow = (String, i64, f64, i64);
+        let spend: Vec<SpendRow> = on_pool!(&self.db, p => {
+            sqlx::query_as(concat!(
+                "SELECT repo, at_ms / 86400000, \
+                 SUM(CASE WHEN ", sane!("cost_usd"), " THEN cost_usd ELSE CAST(0 AS DOUBLE PRECISION) END), \
+                 SUM(CASE WHEN cost_usd < 0 OR cost_usd > 10000 THEN 1 ELSE 0 END) \
+                 FROM model_usage WHERE at_ms >= $1 AND at_ms <= $2 \
+                 GROUP BY repo, at_ms / 86400000"
+            ))
+            .bind(since_ms)
+            .bind(until_ms)
+            .fetch_all(p)
+            .await?
+        });
+        type AgentRow = (String, Option<String>, f64);
+        let by_agent: Vec<AgentRow> = on_pool!(&self.db, p => {
+            sqlx::query_as(concat!(
+                "SELECT r.repo, r.agent, SUM(u.cost_usd) FROM model_usage u \
+                 JOIN runs r ON r.id = u.run_id \
+                 WHERE u.at_ms >= $1 AND u.at_ms <= $2 AND ", sane!("u.cost_usd"), " \
+                 GROUP BY r.repo, r.agent"
+            ))
+            .bind(since_ms)
+            .bind(until_ms)
+            .fetch_all(p)
+            .await?
+        });
+        let count = |n: i64| u64::try_from(n).unwrap_or(0);
+        let mut facts = Facts::default();
+        for (repo, verdict, n) in picked {
+            let Ok(repo) = repo.parse() else { continue };
+            facts.picked_up.push(PickedUp {
+                repo,
+                verdict: verdict.as_deref().and_then(Judgement::parse),
+                count: count(n),
+            });
+        }
+        for (repo, picked_at_ms, pr, runs_cost, preflight_cost, agent) in prs {
+            let (Ok(repo), Ok(pr)) = (repo.parse(), serde_json::from_str::<PullRecord>(&pr)) else {
+                continue;
+            };
+            facts.prs.push(PrFacts {
+                repo,
+                picked_at_ms,
+                state: pr.state,
+                opened_at_ms: pr.opened_at_ms,
+                ended_at_ms: pr.ended_at_ms,
+                reverted: pr.reverted.is_some(),
+                followups: pr.followups,
+                ci_followups: pr.ci_followups,
+                cost_usd: runs_cost.unwrap_or(0.0) + preflight_cost.unwrap_or(0.0),
+                agent: Some(agent_name(agent)),
+            });
+        }
+        for (repo, agent, state, day, n) in runs {
+            let (Ok(repo), Some(state)) = (repo.parse(), RunState::parse(&state)) else {
+                continue;
+            };
+            facts.runs.push(RunGroup {
+                repo,
+                agent: agent_name(agent),
+                state,
+                day,
+                count: count(n),
+            });
+        }
+        for (repo, day, cost, absurd) in spend {
+            let Ok(repo) = repo.parse() else { continue };
+            facts.spend.push(SpendDay {
+                repo,
+                day,
+                cost_usd: cost,
+                absurd_costs: count(absurd),
+            });
+        }
+        for (repo, agent, cost) in by_agent {
+            let Ok(repo) = repo.parse() else { continue };
+            facts.agent_spend.push(AgentSpend {
+                repo,
+                agent: agent_name(agent),
+                cost_usd: cost,
+            });
+        }
+        Ok(facts)
+    }
+}
+
+/// The agent a run's `agent` column names, or `default` (`runner.image` and `command`).
+fn agent_name(column: Option<String>) -> String {
+    column
+        .and_then(|a| serde_json::from_str::<crate::domain::AgentChoice>(&a).ok())
+        .map_or_else(|| "default".to_owned(), |a| a.name)
+}
