@@ -6,15 +6,12 @@ use reqwest::Method;
 use serde_json::json;
 
 use super::wire::*;
-use super::{
-    ForgejoClient, PAGE_SIZE, absolute, basic, decode, repo_path, run_endpoints, seg, sensitive,
-};
+use super::{ForgejoClient, absolute, repo_path, run_endpoints, seg, sensitive};
 use crate::domain::{IssueRef, RepoName};
 use crate::forge::{
     Branch, Check, CheckState, Checks, Comment, CommitSummary, FileAt, Forge, ForgeError, ForkSync,
     Hook, HookSpec, Issue, IssueChanges, Label, MergeAnswer, MergeStyle, MintedToken, Permission,
-    PullRequest, RUN_TOKEN_SCOPE, Repository, Review, ReviewComment, RunEndpoints, RunnerAccount,
-    TimelineEntry,
+    PullRequest, Repository, Review, ReviewComment, RunEndpoints, RunnerAccount, TimelineEntry,
 };
 use crate::settings::Secret;
 
@@ -580,87 +577,18 @@ impl Forge for ForgejoClient {
         repo: &RepoName,
         name: &str,
     ) -> Result<MintedToken, ForgeError> {
-        let path = format!("/users/{}/tokens", seg(&runner.login));
-        let body = json!({
-            "name": name,
-            "scopes": [RUN_TOKEN_SCOPE],
-            "repositories": [{ "owner": repo.owner(), "name": repo.name() }],
-        });
-        let resp = self
-            .send_as(
-                Some(&basic(runner)?),
-                Method::POST,
-                "/users/{username}/tokens",
-                &path,
-                &[],
-                Some(&body),
-            )
-            .await?;
-        let wire: WireToken = decode(&Method::POST, &path, resp).await?;
-        if wire.sha1.is_empty() {
-            return Err(ForgeError::Decode {
-                method: "POST".into(),
-                path,
-                reason: "no token in the answer".into(),
-            });
-        }
-        Ok(MintedToken {
-            id: wire.id,
-            name: wire.name,
-            token: Secret::new(wire.sha1),
-            repositories: wire
-                .repositories
-                .map(|list| list.iter().filter_map(WireRepoMeta::repo).collect()),
-            scopes: wire.scopes,
-        })
+        ForgejoClient::mint_run_token(self, runner, repo, name).await
     }
 
     async fn runner_tokens(
         &self,
         runner: &RunnerAccount,
     ) -> Result<Vec<(u64, String)>, ForgeError> {
-        let path = format!("/users/{}/tokens", seg(&runner.login));
-        let auth = basic(runner)?;
-        let mut out = Vec::new();
-        for page in 1..=100 {
-            let q = [("limit", PAGE_SIZE.to_string()), ("page", page.to_string())];
-            let resp = self
-                .send_as(
-                    Some(&auth),
-                    Method::GET,
-                    "/users/{username}/tokens",
-                    &path,
-                    &q,
-                    None,
-                )
-                .await?;
-            let items: Vec<WireToken> = decode(&Method::GET, &path, resp).await?;
-            let n = items.len();
-            out.extend(items.into_iter().map(|t| (t.id, t.name)));
-            if n < PAGE_SIZE {
-                break;
-            }
-        }
-        Ok(out)
+        ForgejoClient::runner_tokens(self, runner).await
     }
 
     async fn delete_run_token(&self, runner: &RunnerAccount, name: &str) -> Result<(), ForgeError> {
-        let path = format!("/users/{}/tokens/{}", seg(&runner.login), seg(name));
-        match self
-            .send_as(
-                Some(&basic(runner)?),
-                Method::DELETE,
-                "/users/{username}/tokens/{token}",
-                &path,
-                &[],
-                None,
-            )
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(e),
-        }
+        ForgejoClient::delete_run_token(self, runner, name).await
     }
 
     async fn org_repos(&self, org: &str) -> Result<Vec<RepoName>, ForgeError> {

@@ -20,6 +20,7 @@ use crate::settings::{ForgeSettings, Secret};
 
 mod forge;
 mod fork;
+mod tokens;
 mod wire;
 use wire::*;
 
