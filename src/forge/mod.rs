@@ -591,6 +591,13 @@ pub trait Forge: Send + Sync {
     async fn delete_hook(&self, repo: &RepoName, id: u64) -> Result<(), ForgeError>;
     /// Where a run of `repo` clones from and pushes to, as whom, with what token.
     fn run_endpoints(&self, repo: &RepoName, runner: &RunnerAccount) -> RunEndpoints;
+    /// Whether the repository's own workflows run on a run's push to its branch, with no
+    /// one's approval (`None`: not asked of this forge). On GitHub, where runs push to the
+    /// repository itself: whether its Actions are enabled (GitHub asks no approval for an
+    /// App's push to the repository).
+    async fn workflows_run_unapproved(&self, _repo: &RepoName) -> Result<Option<bool>, ForgeError> {
+        Ok(None)
+    }
     /// The newest commits of `branch` (at most 50, newest first), leaving out those `not`
     /// (a commit) already has: one list call.
     async fn recent_commits(

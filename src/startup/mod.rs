@@ -277,6 +277,11 @@ fn start_learning_bot_login(
 /// background, changing nothing.
 fn start_checking_runner_roles(settings: &Arc<Settings>, forge: Option<&Arc<dyn Forge>>) {
     let Some(forge) = forge.cloned() else { return };
+    if settings.runs_configured()
+        && settings.runner.branch_home == crate::settings::BranchHome::Repository
+    {
+        start_checking_workflows(settings.clone(), forge.clone());
+    }
     if !settings.runs_configured()
         || settings.runner.branch_home != crate::settings::BranchHome::Fork
     {
@@ -294,6 +299,28 @@ fn start_checking_runner_roles(settings: &Arc<Settings>, forge: Option<&Arc<dyn 
             .await
             {
                 tracing::warn!(%repo, %problem, "runs here will be refused");
+            }
+        }
+    });
+}
+
+/// Where runs push to the repository itself, says at start-up, per watched repository,
+/// whether its own workflows will run on those pushes with no one's approval (GitHub: its
+/// Actions are on), and where to turn them off or restrict them.
+fn start_checking_workflows(settings: Arc<Settings>, forge: Arc<dyn Forge>) {
+    tokio::spawn(async move {
+        for repo in &settings.scan.repos {
+            match forge.workflows_run_unapproved(repo).await {
+                Ok(Some(true)) => tracing::warn!(
+                    %repo,
+                    "the repository's workflows run on the runs' pushes with its secrets and no one's approval (GitHub asks none for an App's push to the repository itself): restrict them to the default branch or turn Actions off there (Settings, Actions, General); docs/security.md#agent-code-in-ci"
+                ),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(
+                    %repo,
+                    error = %e,
+                    "whether the repository's workflows run on the runs' pushes cannot be read (the App needs Administration: read); docs/security.md#agent-code-in-ci"
+                ),
             }
         }
     });

@@ -1062,3 +1062,66 @@ async fn github_enterprise_server_is_the_same_app_below_api_v3() {
     );
     t.assert_contract();
 }
+
+#[tokio::test]
+async fn at_start_a_repository_whose_actions_run_on_the_runs_pushes_is_named() {
+    // Runs push to the repository itself on GitHub: where its Actions are on, its workflows
+    // run on those pushes with its secrets, and GitHub asks no one's approval.
+    let gh = FakeGitHub::start().await;
+    let quiet = "acme/quiet";
+    gh.create_repo(REPO);
+    gh.create_repo(quiet);
+    gh.disable_actions(quiet);
+    gh.install("acme", &[REPO, quiet]);
+    let dir = tempfile::tempdir().expect("dir");
+    let key_file = dir.path().join("app.pem");
+    std::fs::write(&key_file, fake_github::app_key()).expect("key");
+    let log = dir.path().join("director.log");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("port");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_director"))
+        .arg("serve")
+        .env("DIRECTOR_SERVER__LISTEN", format!("127.0.0.1:{port}"))
+        .env(
+            "DIRECTOR_STORE__URL",
+            format!("sqlite://{}", dir.path().join("d.db").display()),
+        )
+        .env("DIRECTOR_WEBHOOK__SECRETS", SECRET)
+        .env("DIRECTOR_FORGE__KIND", "github")
+        .env("DIRECTOR_FORGE__URL", &gh.url)
+        .env("DIRECTOR_GITHUB__APP_ID", APP_ID.to_string())
+        .env("DIRECTOR_GITHUB__PRIVATE_KEY_FILE", &key_file)
+        .env("DIRECTOR_SCAN__REPOS", format!("{REPO},{quiet}"))
+        .env("DIRECTOR_SCAN__ENABLED", "false")
+        .env("DIRECTOR_PREFLIGHT__ENABLED", "false")
+        .env("DIRECTOR_RUNNER__IMAGE", "agent:1")
+        .env("DIRECTOR_RUNNER__EGRESS", "open")
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("director starts");
+    let said = || std::fs::read_to_string(&log).unwrap_or_default();
+    wait_until("the start-up names the repository", || async {
+        said().contains("no one's approval")
+    })
+    .await;
+    child.kill().expect("stop");
+    child.wait().expect("reaped");
+    let text = said();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("no one's approval"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    assert!(
+        lines[0].contains(REPO) && lines[0].contains("agent-code-in-ci"),
+        "{text}"
+    );
+    assert!(
+        !lines[0].contains(quiet),
+        "a repository without Actions is not named: {text}"
+    );
+}

@@ -26,6 +26,14 @@ pub(super) fn route(at: InRepo<'_>, method: &str, rest: &[&str]) -> HttpResponse
                     "commit_url": format!("https://api.github.com/repos/{full}/commits/{reference}"),
                     "url": format!("https://api.github.com/repos/{full}/commits/{reference}/status") }),
         ),
+        // Whether Actions runs here (the App needs Administration: read to ask).
+        ("GET", ["actions", "permissions"]) => {
+            let enabled = !s.repos[&full].actions_off;
+            reply(
+                200,
+                json!({ "enabled": enabled, "allowed_actions": if enabled { json!("all") } else { Value::Null } }),
+            )
+        }
         ("GET", ["commits", _, "check-runs"]) => {
             reply(200, json!({ "total_count": 0, "check_runs": [] }))
         }

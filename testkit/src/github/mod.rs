@@ -128,6 +128,8 @@ struct Ruleset {
 struct Repo {
     id: u64,
     private: bool,
+    /// GitHub Actions is off for the repository (`PUT .../actions/permissions`).
+    actions_off: bool,
     default_branch: String,
     labels: Vec<(u64, String, String)>,
     issues: BTreeMap<u64, IssueS>,
@@ -404,6 +406,15 @@ impl FakeGitHub {
     }
 
     /// A repository with one commit on `main`.
+    /// Turns GitHub Actions off for the repository, as its settings page does.
+    pub fn disable_actions(&self, full_name: &str) {
+        self.with(|s| {
+            if let Some(r) = s.repos.get_mut(&full_name.to_ascii_lowercase()) {
+                r.actions_off = true;
+            }
+        });
+    }
+
     pub fn create_repo(&self, full_name: &str) {
         self.with(|s| {
             let id = s.id();

@@ -822,6 +822,21 @@ impl Forge for GithubClient {
             .insert(name.to_owned(), token.clone());
     }
 
+    async fn workflows_run_unapproved(&self, repo: &RepoName) -> Result<Option<bool>, ForgeError> {
+        #[derive(serde::Deserialize)]
+        struct Permissions {
+            enabled: bool,
+        }
+        let answer: Option<Permissions> = self
+            .get(
+                self.on(repo).await?,
+                "/repos/{o}/{r}/actions/permissions",
+                &format!("{}/actions/permissions", repo_path(repo)),
+            )
+            .await?;
+        Ok(answer.map(|p| p.enabled))
+    }
+
     fn run_endpoints(&self, repo: &RepoName, _runner: &RunnerAccount) -> RunEndpoints {
         let web = web_base(&self.api);
         let bot = self
