@@ -331,13 +331,10 @@ async fn killed_during_a_follow_up_adopts_its_container_and_starts_no_second() {
     );
     assert_eq!(w.forge.pulls_of(&issue.repo).len(), 1);
     assert!(w.forge.tokens_of(RUNNER).is_empty(), "no token left alive");
-    let said: Vec<String> = w
-        .forge
-        .comments_on(&IssueRef::new(issue.repo.clone(), pr))
-        .into_iter()
-        .map(|c| c.body)
-        .filter(|b| b.contains("pushed 1 new commit(s)"))
-        .collect();
+    let said = w.forge.comments_saying(
+        &IssueRef::new(issue.repo.clone(), pr),
+        "pushed 1 new commit(s)",
+    );
     assert_eq!(said.len(), 1, "the PR is told once: {said:?}");
     stop(child);
     w.assert_contract();

@@ -13,7 +13,7 @@ use director_testkit::llm::FakeLlm;
 
 use crate::fake_runs::{labelled, spawn};
 use crate::forge_helpers::{ForgeApp, WRITER};
-use crate::pulls::{pr_comments, runs, status_row, wait_runs, with_pr};
+use crate::pulls::{runs, status_row, wait_runs, with_pr};
 use crate::runs::RUNNER;
 
 /// A second writer, who reads the diff and approves.
@@ -114,10 +114,10 @@ async fn a_go_issue_ends_in_a_pull_request_from_the_runners_fork_whose_checks_wa
     // status page says so.
     poll(&t).await;
     poll(&t).await;
-    let said: Vec<String> = pr_comments(&t, pr)
-        .into_iter()
-        .filter(|c| c.contains("wait for a maintainer's approval"))
-        .collect();
+    let said = t.forge.comments_saying(
+        &IssueRef::new(t.repo.clone(), pr),
+        "wait for a maintainer's approval",
+    );
     assert_eq!(said.len(), 1, "{said:?}");
     assert!(said[0].contains("read the diff first") && said[0].contains("Approve once"));
     let row = pr_row(&t, &issue).await;

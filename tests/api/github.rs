@@ -949,40 +949,28 @@ async fn at_trace_level_the_logs_hold_neither_the_key_nor_a_jwt_nor_a_token() {
     let llm = FakeLlm::start();
     llm.always("Clear.\n\nGO");
     let dir = tempfile::tempdir().expect("dir");
-    let key_file = dir.path().join("app.pem");
-    std::fs::write(&key_file, fake_github::app_key()).expect("key");
-    let log = dir.path().join("director.log");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("port");
+    let port = free_port();
     gh.set_webhook(&format!("http://127.0.0.1:{port}/webhooks/github"), SECRET);
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_director"))
-        .arg("serve")
-        .env("DIRECTOR_SERVER__LISTEN", format!("127.0.0.1:{port}"))
-        .env(
-            "DIRECTOR_STORE__URL",
-            format!("sqlite://{}", dir.path().join("d.db").display()),
-        )
-        .env("DIRECTOR_WEBHOOK__SECRETS", SECRET)
-        .env("DIRECTOR_FORGE__KIND", "github")
-        .env("DIRECTOR_FORGE__URL", &gh.url)
-        .env("DIRECTOR_GITHUB__APP_ID", APP_ID.to_string())
-        .env("DIRECTOR_GITHUB__PRIVATE_KEY_FILE", &key_file)
-        .env("DIRECTOR_SCAN__REPOS", REPO)
-        .env("DIRECTOR_SCAN__ENABLED", "false")
-        .env("DIRECTOR_PREFLIGHT__BASE_URL", format!("{}/v1", llm.url))
-        .env("DIRECTOR_PREFLIGHT__MODEL", "fake-model")
-        .env("DIRECTOR_PREFLIGHT__API_KEY", "llm-key-trace-9a2b")
-        .env("DIRECTOR_RUNNER__ENABLED", "false")
-        .env(
-            "RUST_LOG",
-            "trace,octocrab=trace,hyper=trace,hyper_util=trace,tower=trace,reqwest=trace",
-        )
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log"))
-        .spawn()
-        .expect("director starts");
+    let (mut child, log) = serve_against(
+        &gh,
+        dir.path(),
+        port,
+        &[
+            ("DIRECTOR_SCAN__REPOS", REPO.to_owned()),
+            ("DIRECTOR_PREFLIGHT__BASE_URL", format!("{}/v1", llm.url)),
+            ("DIRECTOR_PREFLIGHT__MODEL", "fake-model".to_owned()),
+            (
+                "DIRECTOR_PREFLIGHT__API_KEY",
+                "llm-key-trace-9a2b".to_owned(),
+            ),
+            ("DIRECTOR_RUNNER__ENABLED", "false".to_owned()),
+            (
+                "RUST_LOG",
+                "trace,octocrab=trace,hyper=trace,hyper_util=trace,tower=trace,reqwest=trace"
+                    .to_owned(),
+            ),
+        ],
+    );
     let client = crate::helpers::http_client();
     wait_until("the director answers", || async {
         client
@@ -1074,35 +1062,18 @@ async fn at_start_a_repository_whose_actions_run_on_the_runs_pushes_is_named() {
     gh.disable_actions(quiet);
     gh.install("acme", &[REPO, quiet]);
     let dir = tempfile::tempdir().expect("dir");
-    let key_file = dir.path().join("app.pem");
-    std::fs::write(&key_file, fake_github::app_key()).expect("key");
-    let log = dir.path().join("director.log");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("port");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_director"))
-        .arg("serve")
-        .env("DIRECTOR_SERVER__LISTEN", format!("127.0.0.1:{port}"))
-        .env(
-            "DIRECTOR_STORE__URL",
-            format!("sqlite://{}", dir.path().join("d.db").display()),
-        )
-        .env("DIRECTOR_WEBHOOK__SECRETS", SECRET)
-        .env("DIRECTOR_FORGE__KIND", "github")
-        .env("DIRECTOR_FORGE__URL", &gh.url)
-        .env("DIRECTOR_GITHUB__APP_ID", APP_ID.to_string())
-        .env("DIRECTOR_GITHUB__PRIVATE_KEY_FILE", &key_file)
-        .env("DIRECTOR_SCAN__REPOS", format!("{REPO},{quiet}"))
-        .env("DIRECTOR_SCAN__ENABLED", "false")
-        .env("DIRECTOR_PREFLIGHT__ENABLED", "false")
-        .env("DIRECTOR_RUNNER__IMAGE", "agent:1")
-        .env("DIRECTOR_RUNNER__EGRESS", "open")
-        .env("RUST_LOG", "warn")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log"))
-        .spawn()
-        .expect("director starts");
+    let (mut child, log) = serve_against(
+        &gh,
+        dir.path(),
+        free_port(),
+        &[
+            ("DIRECTOR_SCAN__REPOS", format!("{REPO},{quiet}")),
+            ("DIRECTOR_PREFLIGHT__ENABLED", "false".to_owned()),
+            ("DIRECTOR_RUNNER__IMAGE", "agent:1".to_owned()),
+            ("DIRECTOR_RUNNER__EGRESS", "open".to_owned()),
+            ("RUST_LOG", "warn".to_owned()),
+        ],
+    );
     let said = || std::fs::read_to_string(&log).unwrap_or_default();
     wait_until("the start-up names the repository", || async {
         said().contains("no one's approval")
@@ -1124,4 +1095,45 @@ async fn at_start_a_repository_whose_actions_run_on_the_runs_pushes_is_named() {
         !lines[0].contains(quiet),
         "a repository without Actions is not named: {text}"
     );
+}
+
+/// A port nothing listens on now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("port")
+}
+
+/// `director serve` as its own process on `port` against `gh` with the App's key, its log
+/// (stderr) written to `dir/director.log`, configured further by `env`: the process and
+/// its log's path.
+fn serve_against(
+    gh: &FakeGitHub,
+    dir: &std::path::Path,
+    port: u16,
+    env: &[(&str, String)],
+) -> (std::process::Child, std::path::PathBuf) {
+    let key_file = dir.join("app.pem");
+    std::fs::write(&key_file, fake_github::app_key()).expect("key");
+    let log = dir.join("director.log");
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_director"))
+        .arg("serve")
+        .env("DIRECTOR_SERVER__LISTEN", format!("127.0.0.1:{port}"))
+        .env(
+            "DIRECTOR_STORE__URL",
+            format!("sqlite://{}", dir.join("d.db").display()),
+        )
+        .env("DIRECTOR_WEBHOOK__SECRETS", SECRET)
+        .env("DIRECTOR_FORGE__KIND", "github")
+        .env("DIRECTOR_FORGE__URL", &gh.url)
+        .env("DIRECTOR_GITHUB__APP_ID", APP_ID.to_string())
+        .env("DIRECTOR_GITHUB__PRIVATE_KEY_FILE", &key_file)
+        .env("DIRECTOR_SCAN__ENABLED", "false")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("director starts");
+    (child, log)
 }

@@ -468,16 +468,19 @@ async fn a_revert_on_the_base_marks_the_merge_reverted_once_and_says_so_once() {
         "a reverted merge is watched no more"
     );
     t.app.wait_processed().await;
-    let said: Vec<String> = t
-        .forge
-        .comments_on(&issue)
-        .into_iter()
-        .map(|c| c.body)
-        .filter(|b| b.contains("was reverted"))
-        .collect();
+    let said = t.forge.comments_saying(&issue, "was reverted");
     assert_eq!(said.len(), 1, "{said:?}");
     assert!(said[0].contains(&revert[..12]));
     let json: serde_json::Value =
         serde_json::from_str(&report(&t, &["--format", "json"])).expect("JSON");
     assert_eq!(json["total"]["reverted"], 1);
+    // For Prometheus: the run's duration by outcome, the merge and the revert, once each,
+    // with no repository label.
+    for line in [
+        "director_run_duration_seconds_count{outcome=\"succeeded\"} 1",
+        "director_prs_total{end=\"merged\"} 1",
+        "director_prs_total{end=\"reverted\"} 1",
+    ] {
+        t.app.wait_for_metric(line).await;
+    }
 }

@@ -89,13 +89,9 @@ async fn a_pr_closed_unmerged_is_said_on_the_issue_and_a_reopen_brings_it_back()
     t.forge.set_pull_state(WRITER, &t.repo, pr, "closed").await;
     t.app.wait_state(&issue, Lifecycle::PrClosed).await;
     t.app.wait_processed().await;
-    let said: Vec<String> = t
+    let said = t
         .forge
-        .comments_on(&issue)
-        .into_iter()
-        .map(|c| c.body)
-        .filter(|b| b.contains("was closed without being merged"))
-        .collect();
+        .comments_saying(&issue, "was closed without being merged");
     assert_eq!(said.len(), 1, "{said:?}");
     assert!(
         !t.forge

@@ -448,6 +448,15 @@ impl FakeForge {
             .unwrap_or_default()
     }
 
+    /// The bodies of the comments on `issue` (or a pull request) that contain `text`.
+    pub fn comments_saying(&self, issue: &IssueRef, text: &str) -> Vec<String> {
+        self.comments_on(issue)
+            .into_iter()
+            .map(|c| c.body)
+            .filter(|b| b.contains(text))
+            .collect()
+    }
+
     pub fn labels_on(&self, issue: &IssueRef) -> Vec<String> {
         let s = self.state();
         let Ok(i) = s.issue(issue) else {
