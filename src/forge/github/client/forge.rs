@@ -614,106 +614,28 @@ impl Forge for GithubClient {
             .collect())
     }
 
-    /// An installation token for `repo` alone with `contents: write` (GitHub adds
-    /// `metadata: read`): never `administration`, `workflows` or `secrets`. The runner
-    /// account is not used on GitHub: the App is the run's identity.
     async fn mint_run_token(
         &self,
         _runner: &RunnerAccount,
         repo: &RepoName,
         name: &str,
     ) -> Result<MintedToken, ForgeError> {
-        let installation = self.installation(repo).await?;
-        let body = json!({
-            "repositories": [repo.name()],
-            "permissions": { "contents": "write" },
-        });
-        let raw: RawToken = self
-            .json(
-                As::App,
-                Method::POST,
-                "/app/installations/{installation_id}/access_tokens",
-                &format!("/app/installations/{installation}/access_tokens"),
-                Some(&body),
-            )
-            .await?;
-        let token = Secret::new(raw.token);
-        self.run_tokens
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(name.to_owned(), token.clone());
-        let mut scopes: Vec<String> = raw
-            .permissions
-            .iter()
-            .map(|(k, v)| format!("{k}:{v}"))
-            .collect();
-        scopes.sort();
-        Ok(MintedToken {
-            id: 0,
-            name: name.to_owned(),
-            token,
-            repositories: raw.repositories.map(|list| {
-                list.iter()
-                    .filter_map(|r| r.full_name.parse().ok())
-                    .collect()
-            }),
-            scopes,
-        })
+        self.mint_installation_token(repo, name).await
     }
 
-    /// The run tokens this process minted and has not revoked (GitHub cannot list them).
     async fn runner_tokens(
         &self,
         _runner: &RunnerAccount,
     ) -> Result<Vec<(u64, String)>, ForgeError> {
-        Ok(self
-            .run_tokens
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .keys()
-            .map(|n| (0, n.clone()))
-            .collect())
+        Ok(self.held_tokens())
     }
 
-    /// Revokes the token (`DELETE /installation/token`, with the token itself). A token this
-    /// process neither minted nor was given back ([`Forge::hold_run_token`]: a run adopted
-    /// after a restart) cannot be shown to GitHub: it expires by itself within the hour,
-    /// which is also the longest a run may last here.
     async fn delete_run_token(
         &self,
         _runner: &RunnerAccount,
         name: &str,
     ) -> Result<(), ForgeError> {
-        let token = self
-            .run_tokens
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(name)
-            .cloned();
-        let Some(token) = token else {
-            return Err(ForgeError::TokenNotHeld {
-                name: name.to_owned(),
-            });
-        };
-        match self
-            .send(
-                As::Token(&token),
-                Method::DELETE,
-                "/installation/token",
-                "/installation/token",
-                None,
-            )
-            .await
-        {
-            // 401: revoked or expired already.
-            Ok(_) | Err(ForgeError::Status { status: 401, .. }) => {}
-            Err(e) => return Err(e),
-        }
-        self.run_tokens
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(name);
-        Ok(())
+        self.revoke_held_token(name).await
     }
 
     async fn org_repos(&self, org: &str) -> Result<Vec<RepoName>, ForgeError> {
