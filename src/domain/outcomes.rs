@@ -81,6 +81,22 @@ pub struct AgentSpend {
     pub cost_usd: f64,
 }
 
+/// What calls to one model, for one repository, cost in the window.
+#[derive(Clone, Debug)]
+pub struct ModelSpend {
+    pub repo: RepoName,
+    pub model: String,
+    pub calls: u64,
+    pub cost_usd: f64,
+}
+
+/// The calls to one model in the window (runs' and pre-flights').
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ModelFigures {
+    pub calls: u64,
+    pub cost_usd: f64,
+}
+
 /// Everything the store gives for one window, aggregated where a count is all that is
 /// needed (a window of 100,000 issues is a few thousand rows).
 #[derive(Clone, Debug, Default)]
@@ -90,6 +106,7 @@ pub struct Facts {
     pub runs: Vec<RunGroup>,
     pub spend: Vec<SpendDay>,
     pub agent_spend: Vec<AgentSpend>,
+    pub model_spend: Vec<ModelSpend>,
 }
 
 impl Facts {
@@ -111,6 +128,7 @@ impl Facts {
         self.runs.retain(|r| keep(&r.repo));
         self.spend.retain(|s| keep(&s.repo));
         self.agent_spend.retain(|s| keep(&s.repo));
+        self.model_spend.retain(|s| keep(&s.repo));
     }
 }
 
@@ -178,6 +196,8 @@ pub struct Outcomes {
     pub total: Figures,
     pub repos: BTreeMap<String, Figures>,
     pub agents: BTreeMap<String, Figures>,
+    /// Model calls, by model.
+    pub models: BTreeMap<String, ModelFigures>,
     pub daily: Vec<Day>,
     /// Rows left out of a figure for a duration or cost that cannot be.
     pub absurd: u64,
@@ -382,6 +402,12 @@ pub fn compute(facts: &Facts, days: u32, until_ms: i64) -> Outcomes {
             PullState::Open => {}
         }
     }
+    let mut models: BTreeMap<String, ModelFigures> = BTreeMap::new();
+    for m in &facts.model_spend {
+        let f = models.entry(m.model.clone()).or_default();
+        f.calls += m.calls;
+        f.cost_usd += m.cost_usd;
+    }
     for (day, mut secs) in daily.days.iter_mut().zip(daily.merge_secs) {
         day.time_to_merge = spread(&mut secs);
     }
@@ -400,6 +426,7 @@ pub fn compute(facts: &Facts, days: u32, until_ms: i64) -> Outcomes {
             .into_iter()
             .map(|(n, a)| (n.to_owned(), a.finish()))
             .collect(),
+        models,
         daily: daily.days,
         absurd,
     }
@@ -553,6 +580,20 @@ mod tests {
                 agent: "claude-code".into(),
                 cost_usd: 4.25,
             }],
+            model_spend: vec![
+                ModelSpend {
+                    repo: repo("acme/widgets"),
+                    model: "claude-sonnet-4-5".into(),
+                    calls: 3,
+                    cost_usd: 4.0,
+                },
+                ModelSpend {
+                    repo: repo("acme/gears"),
+                    model: "claude-sonnet-4-5".into(),
+                    calls: 1,
+                    cost_usd: 0.05,
+                },
+            ],
         };
         let o = compute(&facts, 30, now);
         let t = &o.total;
@@ -576,6 +617,13 @@ mod tests {
         );
         assert_eq!(o.agents["claude-code"].merged, 1);
         assert_eq!(o.agents["claude-code"].cost_usd, 4.25);
+        assert_eq!(
+            o.models["claude-sonnet-4-5"],
+            ModelFigures {
+                calls: 4,
+                cost_usd: 4.05
+            }
+        );
         assert!(
             (31..=32).contains(&o.daily.len()),
             "every day of the window"

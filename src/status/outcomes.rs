@@ -94,6 +94,17 @@ pub fn table(o: &Outcomes) -> String {
             let _ = writeln!(out, "  {label:<width$}  {value}");
         }
     }
+    if !o.models.is_empty() {
+        let _ = writeln!(out, "\nby model");
+        for (model, m) in &o.models {
+            let _ = writeln!(
+                out,
+                "  {model:<width$}  {} call(s), {}",
+                m.calls,
+                dollars(m.cost_usd)
+            );
+        }
+    }
     if o.absurd > 0 {
         let _ = writeln!(
             out,
@@ -485,6 +496,19 @@ pub fn page(o: &Outcomes, watched: &dyn Fn(&str) -> bool, hidden: bool) -> Strin
             o.agents.iter().map(|(k, f)| (k.clone(), f)).collect();
         s.push_str("<h2>By agent</h2>\n");
         s.push_str(&figures_table(&agents));
+    }
+    if !o.models.is_empty() {
+        s.push_str("<h2>By model</h2>\n<div class=\"scroll\"><table class=\"models\"><thead><tr><th>model</th><th>calls</th><th>cost</th></tr></thead><tbody>\n");
+        for (model, m) in &o.models {
+            let _ = writeln!(
+                s,
+                "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+                esc(model),
+                m.calls,
+                dollars(m.cost_usd)
+            );
+        }
+        s.push_str("</tbody></table></div>\n");
     }
     if o.absurd > 0 {
         let _ = writeln!(

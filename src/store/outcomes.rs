@@ -1,9 +1,11 @@
 //! The facts the outcomes view and `director report` count ([`crate::domain::outcomes`]):
-//! five queries, aggregated where a count or a sum is all that is needed, so a window of
+//! six queries, aggregated where a count or a sum is all that is needed, so a window of
 //! 100,000 issues is one row per pull request and a few thousand more.
 
 use super::Store;
-use crate::domain::outcomes::{AgentSpend, Facts, PickedUp, PrFacts, RunGroup, SpendDay};
+use crate::domain::outcomes::{
+    AgentSpend, Facts, ModelSpend, PickedUp, PrFacts, RunGroup, SpendDay,
+};
 use crate::domain::{Judgement, PullRecord, RunState};
 
 /// A cost one call can have (`domain::outcomes::MAX_COST_USD`); others are counted apart.
@@ -95,6 +97,18 @@ impl Store {
             .fetch_all(p)
             .await?
         });
+        type ModelRow = (String, String, i64, f64);
+        let by_model: Vec<ModelRow> = on_pool!(&self.db, p => {
+            sqlx::query_as(concat!(
+                "SELECT repo, model, COUNT(*), \
+                 SUM(CASE WHEN ", sane!("cost_usd"), " THEN cost_usd ELSE CAST(0 AS DOUBLE PRECISION) END) \
+                 FROM model_usage WHERE at_ms >= $1 AND at_ms <= $2 GROUP BY repo, model"
+            ))
+            .bind(since_ms)
+            .bind(until_ms)
+            .fetch_all(p)
+            .await?
+        });
         let count = |n: i64| u64::try_from(n).unwrap_or(0);
         let mut facts = Facts::default();
         for (repo, verdict, n) in picked {
@@ -148,6 +162,15 @@ impl Store {
             facts.agent_spend.push(AgentSpend {
                 repo,
                 agent: agent_name(agent),
+                cost_usd: cost,
+            });
+        }
+        for (repo, model, calls, cost) in by_model {
+            let Ok(repo) = repo.parse() else { continue };
+            facts.model_spend.push(ModelSpend {
+                repo,
+                model,
+                calls: count(calls),
                 cost_usd: cost,
             });
         }

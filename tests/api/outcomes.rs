@@ -302,6 +302,10 @@ async fn the_report_gives_exactly_the_figures_the_seed_implies_as_json_csv_and_a
     assert_eq!(all["pr_to_merge"]["p50"], 7200.0);
     assert_eq!(all["pr_to_merge"]["p90"], 79200.0);
     assert_eq!(json["repos"]["acme/secret"]["merged"], 1);
+    // By model: the window's six calls (five runs', one pre-flight's), $5.30.
+    let model = &json["models"]["claude-sonnet-4-5"];
+    assert_eq!(model["calls"], 6, "{model}");
+    assert!((model["cost_usd"].as_f64().unwrap_or(0.0) - 5.30).abs() < 1e-9);
     let days = json["daily"].as_array().map_or(0, Vec::len);
     assert!(
         (31..=32).contains(&days),
@@ -367,6 +371,7 @@ async fn the_outcomes_page_draws_its_charts_with_tables_and_hides_private_reposi
     let url = format!("{proxy}/status/outcomes?days=30");
     let dom = crate::status_page::chromium(&url, None).await;
     assert!(dom.contains("acme/secret"), "with the token");
+    assert!(dom.contains("By model") && dom.contains("claude-sonnet-4-5"));
     // Kept as a test artefact beside the screenshot: the whole page, charts first.
     let kept = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("outcomes-page.html");
     std::fs::write(&kept, &dom).expect("kept");
