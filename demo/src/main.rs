@@ -169,8 +169,6 @@ fn settings(
             s.runner.network = "host".into();
             // The demo's agent talks to the in-process fake forge on loopback directly.
             s.runner.egress = director::settings::Egress::Open;
-            // Its agent pushes to the demo repository itself (the fake forge runs no CI).
-            s.runner.branch_home = director::settings::BranchHome::Repository;
             s.runner.timeout_secs = 120;
             s.runner.memory_mb = 256;
             s.runner.cpus = 1.0;
@@ -249,27 +247,36 @@ impl Seen {
         for line in early {
             steps.say(&line);
         }
-        for branch in forge.branches_of(repo) {
-            if not_started.contains(&branch) {
-                continue;
-            }
-            if self.branches.insert(branch.clone()) && branch != "main" {
-                steps.say(&format!("branch pushed: {branch}"));
+        for home in std::iter::once(repo.clone()).chain(forge.forks(repo)) {
+            for branch in forge.branches_of(&home) {
+                if not_started.contains(&branch) || branch == "main" {
+                    continue;
+                }
+                if self.branches.insert(branch.clone()) {
+                    steps.say(&format!("branch pushed: {branch} (in {home})"));
+                }
             }
         }
         for line in late {
             steps.say(&line);
         }
+        let mut threads: Vec<IssueRef> = issues.to_vec();
         for (number, head, _, title, _) in forge.pulls_of(repo) {
             if self.pulls.insert(number) {
+                let from = forge
+                    .pull_head_repo(repo, number)
+                    .map(|fork| format!(" of {fork}"))
+                    .unwrap_or_default();
                 steps.say(&format!(
-                    "pull request #{number} opened from {head}: {title}"
+                    "pull request #{number} opened from {head}{from}: {title}"
                 ));
             }
+            threads.push(IssueRef::new(repo.clone(), number));
         }
-        for issue in issues {
+        for issue in &threads {
             let labels = forge.labels_on(issue);
-            if self.labels.get(&issue.number) != Some(&labels) {
+            let is_issue = issues.contains(issue);
+            if is_issue && self.labels.get(&issue.number) != Some(&labels) {
                 steps.say(&format!(
                     "labels on #{}: {}",
                     issue.number,
@@ -330,11 +337,13 @@ async fn run(opts: DemoOptions) -> anyhow::Result<()> {
     forge.grant(&repo, WRITER, Permission::Write);
     forge.add_user(RUNNER);
     forge.set_password(RUNNER, "demo-runner-password");
-    forge.grant(&repo, RUNNER, Permission::Write);
+    // A reader: runs push to its fork, and Forgejo holds its pull requests' workflows.
+    forge.grant(&repo, RUNNER, Permission::Read);
+    forge.enable_actions(&repo);
     forge.define_label(&repo, "headless");
     let server = forge.serve().context("the fake forge cannot listen")?;
     steps.say(&format!(
-        "a fake Forgejo at {} with repository {REPO} (main protected), {WRITER} (write access) and the bot {BOT}",
+        "a fake Forgejo at {} with repository {REPO} (main protected, Actions on), {WRITER} (write access), the bot {BOT} and the runner {RUNNER} (read access: runs push to its fork)",
         server.url()
     ));
     let (model_url, model_handle) = serve_model()?;

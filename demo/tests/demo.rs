@@ -62,6 +62,11 @@ async fn the_demo_shows_a_label_become_a_go_comment_a_run_and_a_pull_request() {
         &["applies the label `headless` to #1", "pre-flight: GO"],
     );
     assert!(text.contains("headless:pr-open"), "{text}");
+    // The run's branch lives in the runner's fork, and Forgejo holds the pull request's
+    // checks until a maintainer reads it.
+    assert!(text.contains("(in director-runner/widgets)"), "{text}");
+    assert!(text.contains("of director-runner/widgets"), "{text}");
+    assert!(text.contains("wait for a maintainer's approval"), "{text}");
 }
 
 #[tokio::test]
