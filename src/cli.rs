@@ -205,13 +205,14 @@ fn hooks(action: HooksAction) -> ExitCode {
                 runner,
             });
         }
+        // `install` fails for what it could not do; `check` for anything that needs a
+        // person (a runner that would defeat the approval gate among it).
         attention = rows.iter().any(|r| {
-            r.runner.is_some()
-                || if install {
-                    matches!(r.outcome, crate::hooks::Outcome::Failed { .. })
-                } else {
-                    r.outcome.needs_attention()
-                }
+            if install {
+                matches!(r.outcome, crate::hooks::Outcome::Failed { .. })
+            } else {
+                r.outcome.needs_attention() || r.runner.is_some()
+            }
         });
         if json {
             println!("{}", serde_json::to_string_pretty(&rows)?);

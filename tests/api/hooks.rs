@@ -243,3 +243,57 @@ async fn hooks_without_a_public_url_exit_2_naming_the_key() {
     }
     assert!(s.forge.calls().is_empty(), "nothing asked of the forge");
 }
+
+#[tokio::test]
+async fn check_names_each_repository_where_a_writer_runner_would_run_workflows_unapproved() {
+    // Runs push to the runner's fork (the default): a runner that can write to a watched
+    // repository defeats Forgejo's approval gate there, so `hooks check` says so per
+    // repository and exits 1; a reader's repository is fine.
+    let s = setup();
+    let config = s.config(PUBLIC_URL, &["first-secret-1234"]);
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str("[runner]\nimage = \"agent:1\"\negress = \"open\"\n");
+    text = text.replace(
+        "[forge]\n",
+        "[forge]\nrunner_login = \"director-runner\"\nrunner_password = \"runner-pass\"\n",
+    );
+    std::fs::write(&config, text).expect("config");
+    s.forge.add_user("director-runner");
+    s.forge
+        .grant(&s.widgets, "director-runner", Permission::Write);
+    s.forge
+        .grant(&s.gadgets, "director-runner", Permission::Read);
+    s.forge.grant(&s.locked, BOT, Permission::Admin);
+    // Install does what it can (the hooks), prints the runner's line, and succeeds.
+    let (code, out, err) = s.director(&["hooks", "install", "--config", &config]).await;
+    assert_eq!(code, Some(0), "{out} {err}");
+    assert!(
+        out.contains("has `write` permission on acme/widgets"),
+        "{out}"
+    );
+    let (code, out, _) = s
+        .director(&["hooks", "check", "--json", "--config", &config])
+        .await;
+    assert_eq!(code, Some(1), "{out}");
+    let rows: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    let runner_of = |repo: &str| {
+        rows.as_array()
+            .and_then(|a| a.iter().find(|r| r["repo"] == repo))
+            .map(|r| r["runner"].as_str().unwrap_or_default().to_owned())
+            .unwrap_or_default()
+    };
+    let widgets = runner_of("acme/widgets");
+    assert!(
+        widgets.contains("has `write` permission on acme/widgets")
+            && widgets.contains("runner.allow_writer_runner"),
+        "{out}"
+    );
+    assert_eq!(runner_of("acme/gadgets"), "", "a reader is fine: {out}");
+    let (_, text_out, _) = s.director(&["hooks", "check", "--config", &config]).await;
+    assert!(
+        text_out
+            .lines()
+            .any(|l| l.trim_start().starts_with("runner") && l.contains("acme/widgets")),
+        "{text_out}"
+    );
+}
