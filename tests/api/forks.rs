@@ -35,7 +35,7 @@ async fn spawn_forks(
 }
 
 /// The runner's fork of `acme/widgets`.
-fn fork(_t: &ForgeApp) -> director::domain::RepoName {
+fn fork() -> director::domain::RepoName {
     format!("{RUNNER}/widgets").parse().expect("a name")
 }
 
@@ -78,7 +78,7 @@ async fn a_go_issue_ends_in_a_pull_request_from_the_runners_fork_whose_checks_wa
  {
     let (t, _llm) = spawn_forks(|_| {}).await;
     let (issue, pr) = with_pr(&t, "Print each step.").await;
-    let fork = fork(&t);
+    let fork = fork();
     // One fork, the runner's, holding the run's branch; the repository holds none of it.
     assert_eq!(t.forge.forks(&t.repo), vec![fork.clone()]);
     assert_eq!(t.forge.pull_head_repo(&t.repo, pr), Some(fork.clone()));
@@ -139,7 +139,7 @@ async fn a_go_issue_ends_in_a_pull_request_from_the_runners_fork_whose_checks_wa
 async fn after_approval_a_failing_check_starts_a_follow_up_that_pushes_to_the_same_fork_branch() {
     let (t, _llm) = spawn_forks(|_| {}).await;
     let (issue, pr) = with_pr(&t, "Print each step.").await;
-    let fork = fork(&t);
+    let fork = fork();
     let branch = runs(&t, &issue).await.remove(0).branch;
     let head = t.forge.pull_head(&t.repo, pr);
     // A maintainer reads the diff and approves the workflows once; they fail.
@@ -167,7 +167,7 @@ async fn a_green_fork_pull_request_approved_only_by_its_labeller_waits_then_merg
  {
     let (t, _llm) = spawn_forks(|s| s.merge.enabled = true).await;
     let (issue, pr) = with_pr(&t, "Print each step.").await;
-    let fork = fork(&t);
+    let fork = fork();
     let branch = runs(&t, &issue).await.remove(0).branch;
     t.forge.approve_workflows(MAINTAINER, &t.repo, pr);
     t.forge.finish_workflow(&t.repo, pr, true).await;
@@ -286,7 +286,7 @@ async fn the_operator_may_accept_a_writer_runner() {
 async fn the_forks_default_branch_follows_the_base() {
     let (t, _llm) = spawn_forks(|_| {}).await;
     let _ = with_pr(&t, "Print each step.").await;
-    let fork = fork(&t);
+    let fork = fork();
     let moved = t.forge.push_commit(MAINTAINER, &t.repo, "main").await;
     let second = labelled(&t, "Add --quiet", "Print nothing.").await;
     t.app.wait_state(&second, Lifecycle::Succeeded).await;
@@ -319,8 +319,8 @@ async fn a_fork_whose_answer_was_lost_is_found_not_made_twice() {
     t.forge.answer_after_applying("POST", "/forks", 504);
     let (_, pr) = with_pr(&t, "Print each step.").await;
     assert_eq!(t.forge.answers_after_applying_left(), 0);
-    assert_eq!(t.forge.forks(&t.repo), vec![fork(&t)]);
-    assert_eq!(t.forge.pull_head_repo(&t.repo, pr), Some(fork(&t)));
+    assert_eq!(t.forge.forks(&t.repo), vec![fork()]);
+    assert_eq!(t.forge.pull_head_repo(&t.repo, pr), Some(fork()));
 }
 
 #[tokio::test]
@@ -329,8 +329,8 @@ async fn a_fork_made_by_an_earlier_attempt_is_used() {
     // An attempt that died after the forge made the fork: the start finds it.
     t.forge.fork_as(RUNNER, &t.repo);
     let (_, pr) = with_pr(&t, "Print each step.").await;
-    assert_eq!(t.forge.forks(&t.repo), vec![fork(&t)]);
-    assert_eq!(t.forge.pull_head_repo(&t.repo, pr), Some(fork(&t)));
+    assert_eq!(t.forge.forks(&t.repo), vec![fork()]);
+    assert_eq!(t.forge.pull_head_repo(&t.repo, pr), Some(fork()));
     let made = t
         .forge
         .calls()

@@ -451,11 +451,6 @@ impl FakeForge {
             .collect()
     }
 
-    /// A repository named as a fork would be, that is no fork (an owner's own project).
-    pub fn add_unrelated_repo(&self, repo: &str) -> RepoName {
-        self.add_repo(repo)
-    }
-
     /// Where the head of pull request `number` lives, when in a fork.
     pub fn pull_head_repo(&self, repo: &RepoName, number: u64) -> Option<RepoName> {
         let s = self.state();
