@@ -6,7 +6,7 @@ use reqwest::Method;
 use serde_json::json;
 
 use super::wire::*;
-use super::{ForgejoClient, absolute, repo_path, run_endpoints, seg, sensitive};
+use super::{ForgejoClient, absolute, basic, repo_path, run_endpoints, seg, sensitive};
 use crate::domain::{IssueRef, RepoName};
 use crate::forge::{
     Branch, Check, CheckState, Checks, Comment, CommitSummary, FileAt, Forge, ForgeError, ForkSync,
@@ -227,21 +227,13 @@ impl Forge for ForgejoClient {
             repo_path(&issue.repo),
             issue.number
         );
-        match self
-            .send(
-                Method::DELETE,
-                "/repos/{owner}/{repo}/issues/{index}/labels/{identifier}",
-                &path,
-                &[],
-                None,
-            )
-            .await
-        {
-            Ok(_) => Ok(()),
-            // Already gone: removing is idempotent.
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(e),
-        }
+        // Already gone: removing is idempotent.
+        self.delete_idempotent(
+            None,
+            "/repos/{owner}/{repo}/issues/{index}/labels/{identifier}",
+            &path,
+        )
+        .await
     }
 
     async fn create_comment(&self, issue: &IssueRef, body: &str) -> Result<Comment, ForgeError> {
@@ -481,18 +473,7 @@ impl Forge for ForgejoClient {
     }
 
     async fn update_pull(&self, repo: &RepoName, number: u64) -> Result<MergeAnswer, ForgeError> {
-        let path = format!("{}/pulls/{number}/update", repo_path(repo));
-        let sent = self
-            .send(
-                Method::POST,
-                "/repos/{owner}/{repo}/pulls/{index}/update",
-                &path,
-                &[("style", "merge".to_owned())],
-                None,
-            )
-            .await;
-        // 500 "HeadBranch of PR N is up to date" is a refusal too: said once, not retried.
-        crate::forge::refused_or_done(sent, &[409, 413, 422, 500])
+        self.update_branch_of(None, repo, number).await
     }
 
     async fn reviews(&self, repo: &RepoName, number: u64) -> Result<Vec<Review>, ForgeError> {
@@ -558,17 +539,7 @@ impl Forge for ForgejoClient {
         title: &str,
         body: &str,
     ) -> Result<u64, ForgeError> {
-        let path = format!("{}/pulls", repo_path(repo));
-        let wire: WirePull = self
-            .json(
-                Method::POST,
-                "/repos/{owner}/{repo}/pulls",
-                &path,
-                &[],
-                Some(&json!({ "head": head, "base": base, "title": title, "body": body })),
-            )
-            .await?;
-        Ok(wire.number)
+        self.open_pull(None, repo, head, base, title, body).await
     }
 
     async fn mint_run_token(
@@ -683,7 +654,7 @@ impl Forge for ForgejoClient {
 
     async fn delete_hook(&self, repo: &RepoName, id: u64) -> Result<(), ForgeError> {
         let path = format!("{}/hooks/{id}", repo_path(repo));
-        self.delete_idempotent("/repos/{owner}/{repo}/hooks/{id}", &path)
+        self.delete_idempotent(None, "/repos/{owner}/{repo}/hooks/{id}", &path)
             .await
     }
 
@@ -732,7 +703,8 @@ impl Forge for ForgejoClient {
         title: &str,
         body: &str,
     ) -> Result<u64, ForgeError> {
-        ForgejoClient::create_pull_as(self, runner, repo, head, base, title, body).await
+        self.open_pull(Some(&basic(runner)?), repo, head, base, title, body)
+            .await
     }
 
     async fn update_pull_as(
@@ -741,7 +713,8 @@ impl Forge for ForgejoClient {
         repo: &RepoName,
         number: u64,
     ) -> Result<MergeAnswer, ForgeError> {
-        ForgejoClient::update_pull_as(self, runner, repo, number).await
+        self.update_branch_of(Some(&basic(runner)?), repo, number)
+            .await
     }
 
     async fn delete_branch_as(

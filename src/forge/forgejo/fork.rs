@@ -1,9 +1,11 @@
-//! The revert check's one list of a branch's commits, and what runs in fork mode ask of Forgejo (`runner.branch_home = "fork"`): the runner's fork of
-//! a repository, kept in step with it; pull requests opened, updated and cleaned up as the
-//! runner; and the workflow runs Forgejo holds for a maintainer's approval. The calls made as
-//! the runner authenticate with its password (Basic), as minting its tokens already does:
-//! Forgejo takes a pull request's poster as the one its approval gate judges, so the runner,
-//! not the bot, must open it. What each call needs is in `docs/forks.md`.
+//! The revert check's one list of a branch's commits, and what runs in fork mode ask of
+//! Forgejo (`runner.branch_home = "fork"`): the runner's fork of a repository, kept in step
+//! with it; its merged branches deleted as the runner; and the workflow runs Forgejo holds
+//! for a maintainer's approval. (Opening and updating a pull request as the runner share the
+//! bot's own calls, in `super`, with the runner's credentials.) The calls made as the runner
+//! authenticate with its password (Basic), as minting its tokens already does: Forgejo takes
+//! a pull request's poster as the one its approval gate judges, so the runner, not the bot,
+//! must open it. What each call needs is in `docs/forks.md`.
 
 use reqwest::Method;
 use serde_json::json;
@@ -11,7 +13,7 @@ use serde_json::json;
 use super::wire::*;
 use super::{ForgejoClient, PAGE_SIZE, basic, decode, repo_path, seg};
 use crate::domain::RepoName;
-use crate::forge::{CommitSummary, ForgeError, ForkSync, MergeAnswer, RunnerAccount};
+use crate::forge::{CommitSummary, ForgeError, ForkSync, RunnerAccount};
 
 /// The most workflow runs of one commit read for their approval.
 const RUNS_READ: usize = 50;
@@ -192,50 +194,6 @@ impl ForgejoClient {
         Ok(ForkSync::Synced)
     }
 
-    pub(super) async fn create_pull_as(
-        &self,
-        runner: &RunnerAccount,
-        repo: &RepoName,
-        head: &str,
-        base: &str,
-        title: &str,
-        body: &str,
-    ) -> Result<u64, ForgeError> {
-        let path = format!("{}/pulls", repo_path(repo));
-        let resp = self
-            .send_as(
-                Some(&basic(runner)?),
-                Method::POST,
-                "/repos/{owner}/{repo}/pulls",
-                &path,
-                &[],
-                Some(&json!({ "head": head, "base": base, "title": title, "body": body })),
-            )
-            .await?;
-        let wire: WirePull = decode(&Method::POST, &path, resp).await?;
-        Ok(wire.number)
-    }
-
-    pub(super) async fn update_pull_as(
-        &self,
-        runner: &RunnerAccount,
-        repo: &RepoName,
-        number: u64,
-    ) -> Result<MergeAnswer, ForgeError> {
-        let path = format!("{}/pulls/{number}/update", repo_path(repo));
-        let sent = self
-            .send_as(
-                Some(&basic(runner)?),
-                Method::POST,
-                "/repos/{owner}/{repo}/pulls/{index}/update",
-                &path,
-                &[("style", "merge".to_owned())],
-                None,
-            )
-            .await;
-        crate::forge::refused_or_done(sent, &[409, 413, 422, 500])
-    }
-
     pub(super) async fn delete_branch_as(
         &self,
         runner: &RunnerAccount,
@@ -243,21 +201,12 @@ impl ForgejoClient {
         branch: &str,
     ) -> Result<(), ForgeError> {
         let path = format!("{}/branches/{}", repo_path(repo), seg(branch));
-        match self
-            .send_as(
-                Some(&basic(runner)?),
-                Method::DELETE,
-                "/repos/{owner}/{repo}/branches/{branch}",
-                &path,
-                &[],
-                None,
-            )
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(e),
-        }
+        self.delete_idempotent(
+            Some(&basic(runner)?),
+            "/repos/{owner}/{repo}/branches/{branch}",
+            &path,
+        )
+        .await
     }
 }
 

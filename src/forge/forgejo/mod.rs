@@ -408,20 +408,69 @@ pub fn run_endpoints(base: &str, repo: &RepoName, runner: &RunnerAccount) -> Run
 }
 
 impl ForgejoClient {
-    /// `DELETE` that treats a thing already gone as done.
+    /// `DELETE` that treats a thing already gone as done; as the bot (`auth` `None`) or as
+    /// whom `auth` names (the runner).
     async fn delete_idempotent(
         &self,
+        auth: Option<&HeaderValue>,
         template: &'static str,
         path: &str,
     ) -> Result<(), ForgeError> {
         match self
-            .send_as(None, Method::DELETE, template, path, &[], None)
+            .send_as(auth, Method::DELETE, template, path, &[], None)
             .await
         {
             Ok(_) => Ok(()),
             Err(e) if e.is_not_found() => Ok(()),
             Err(e) => Err(e),
         }
+    }
+
+    /// Opens a pull request from `head` into `base`, as the bot or as whom `auth` names.
+    async fn open_pull(
+        &self,
+        auth: Option<&HeaderValue>,
+        repo: &RepoName,
+        head: &str,
+        base: &str,
+        title: &str,
+        body: &str,
+    ) -> Result<u64, ForgeError> {
+        let path = format!("{}/pulls", repo_path(repo));
+        let resp = self
+            .send_as(
+                auth,
+                Method::POST,
+                "/repos/{owner}/{repo}/pulls",
+                &path,
+                &[],
+                Some(&serde_json::json!({ "head": head, "base": base, "title": title, "body": body })),
+            )
+            .await?;
+        let wire: WirePull = decode(&Method::POST, &path, resp).await?;
+        Ok(wire.number)
+    }
+
+    /// Merges the base into pull request `number`'s branch, as the bot or as whom `auth`
+    /// names. 500 "HeadBranch of PR N is up to date" is a refusal too: said once, not retried.
+    async fn update_branch_of(
+        &self,
+        auth: Option<&HeaderValue>,
+        repo: &RepoName,
+        number: u64,
+    ) -> Result<super::MergeAnswer, ForgeError> {
+        let path = format!("{}/pulls/{number}/update", repo_path(repo));
+        let sent = self
+            .send_as(
+                auth,
+                Method::POST,
+                "/repos/{owner}/{repo}/pulls/{index}/update",
+                &path,
+                &[("style", "merge".to_owned())],
+                None,
+            )
+            .await;
+        super::refused_or_done(sent, &[409, 413, 422, 500])
     }
 
     async fn branch_with(

@@ -88,20 +88,11 @@ impl ForgejoClient {
         name: &str,
     ) -> Result<(), ForgeError> {
         let path = format!("/users/{}/tokens/{}", seg(&runner.login), seg(name));
-        match self
-            .send_as(
-                Some(&basic(runner)?),
-                Method::DELETE,
-                "/users/{username}/tokens/{token}",
-                &path,
-                &[],
-                None,
-            )
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(e),
-        }
+        self.delete_idempotent(
+            Some(&basic(runner)?),
+            "/users/{username}/tokens/{token}",
+            &path,
+        )
+        .await
     }
 }
