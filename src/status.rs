@@ -654,6 +654,7 @@ pub async fn collect(
 mod tests {
     use super::html::{duration, esc};
     use super::*;
+    use crate::domain::run::test_id;
 
     #[test]
     fn escaping_covers_markup_and_attributes() {
@@ -704,7 +705,7 @@ mod tests {
         asking.preflight.questions = vec!["TOML or YAML?".into(), "Where is it read?".into()];
         let mut run1 = RunRecord::admitted(
             &running.issue_ref(),
-            "0123456789ab".into(),
+            test_id("0123456789ab"),
             "director-issue-1-01234567",
             now - 200_000,
         );
@@ -712,7 +713,7 @@ mod tests {
         run1.started_at_ms = Some(now - 200_000);
         let mut run4 = RunRecord::admitted(
             &done.issue_ref(),
-            "ba9876543210".into(),
+            test_id("ba9876543210"),
             "director-issue-4-ba987654",
             now - 900_000,
         );

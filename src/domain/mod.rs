@@ -23,7 +23,7 @@ pub use issue::{IssueRecord, Judgement, LeftOut, PreflightState, Vouched};
 pub use pull::{
     Check, CheckState, Feedback, FollowUp, MergeLane, MergeStyle, PullChecks, PullRecord, PullState,
 };
-pub use run::{RunId, RunRecord, RunSettings, RunState};
+pub use run::{BadRunId, RunId, RunRecord, RunSettings, RunState};
 
 use std::fmt;
 use std::str::FromStr;

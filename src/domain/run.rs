@@ -1,7 +1,6 @@
 //! One coder run: [`RunRecord`] and its typed [`RunState`].
 
 use std::fmt;
-use std::ops::Deref;
 
 use serde::{Deserialize, Serialize};
 
@@ -9,29 +8,78 @@ use super::{FollowUp, IssueRef, RepoName};
 
 pub use super::git_env::{git_environment, log_shows_refused_push, sets_git_credentials};
 
-/// A run's id: twelve hex digits, made when the run is admitted. It names the run's
-/// container, its token and its branch, and keys the run's actions.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
+/// A run's id: twelve lowercase hex digits, made when the run is admitted. It names the
+/// run's container, its token and its branch, and keys the run's actions.
+///
+/// Made only by [`RunId::random`] or read by [`RunId::parse`] (also through serde and
+/// `FromStr`): an id from a container's label, a token's name, a database row or a request
+/// is checked before it is used, so it can never carry a path, a label selector or a glob.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub struct RunId(String);
 
+/// Text that is not a run id.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("not a run id: {shown:?} (a run id is twelve lowercase hex digits)")]
+pub struct BadRunId {
+    /// The text, cut to 40 characters: it may come from anywhere.
+    shown: String,
+}
+
 impl RunId {
+    /// Its length in hex digits.
+    pub const LEN: usize = 12;
+
     /// A fresh id: 48 random bits as twelve hex digits.
     pub fn random() -> Self {
         Self(format!("{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff))
     }
 
+    /// Reads an id: exactly twelve of `0-9a-f`.
+    pub fn parse(text: &str) -> Result<Self, BadRunId> {
+        let ok = text.len() == Self::LEN
+            && text
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        if ok {
+            Ok(Self(text.to_owned()))
+        } else {
+            Err(BadRunId {
+                shown: text.chars().take(40).collect(),
+            })
+        }
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// Its first eight digits, as a branch name carries them.
+    pub fn short(&self) -> &str {
+        &self.0[..8]
+    }
 }
 
-/// Read where a `&str` is wanted (a container's name, a token's name, a log line).
-impl Deref for RunId {
-    type Target = str;
+impl std::str::FromStr for RunId {
+    type Err = BadRunId;
 
-    fn deref(&self) -> &str {
-        &self.0
+    fn from_str(text: &str) -> Result<Self, BadRunId> {
+        Self::parse(text)
+    }
+}
+
+/// Read back from serde (an action's payload, a record's JSON): checked like any other.
+impl TryFrom<String> for RunId {
+    type Error = BadRunId;
+
+    fn try_from(text: String) -> Result<Self, BadRunId> {
+        Self::parse(&text)
+    }
+}
+
+impl From<RunId> for String {
+    fn from(id: RunId) -> Self {
+        id.0
     }
 }
 
@@ -48,19 +96,6 @@ impl fmt::Display for RunId {
     }
 }
 
-/// An id as stored (the database's `runs.id`, an action's payload): taken as it is.
-impl From<String> for RunId {
-    fn from(id: String) -> Self {
-        Self(id)
-    }
-}
-
-impl From<&str> for RunId {
-    fn from(id: &str) -> Self {
-        Self(id.to_owned())
-    }
-}
-
 impl PartialEq<str> for RunId {
     fn eq(&self, other: &str) -> bool {
         self.0 == other
@@ -71,6 +106,15 @@ impl PartialEq<&str> for RunId {
     fn eq(&self, other: &&str) -> bool {
         self.0 == *other
     }
+}
+
+/// A well-formed id for a unit test: an id itself, or a name of up to six bytes as their hex,
+/// zero-padded (`"r1"` is `000000007231`).
+#[cfg(test)]
+pub(crate) fn test_id(name: &str) -> RunId {
+    RunId::parse(name)
+        .or_else(|_| RunId::parse(&format!("{:0>12}", hex::encode(name))))
+        .expect("an id, or a name of at most six bytes")
 }
 
 /// Where a run stands. A run id names one container and one token (`director-run-<id>`).
@@ -649,15 +693,16 @@ mod id_tests {
     fn a_fresh_run_id_is_twelve_hex_digits_and_two_are_not_alike() {
         let (a, b) = (RunId::random(), RunId::random());
         for id in [&a, &b] {
-            assert_eq!(id.len(), 12, "{id}");
-            assert!(id.chars().all(|c| c.is_ascii_hexdigit()), "{id}");
+            assert_eq!(id.as_str().len(), 12, "{id}");
+            assert!(id.as_str().chars().all(|c| c.is_ascii_hexdigit()), "{id}");
+            assert_eq!(RunId::parse(id.as_str()).as_ref(), Ok(id), "it reads back");
         }
         assert_ne!(a, b);
     }
 
     #[test]
     fn a_run_id_is_stored_as_the_plain_string_it_always_was() {
-        let id = RunId::from("0123456789ab");
+        let id = RunId::parse("0123456789ab").expect("an id");
         assert_eq!(
             serde_json::to_string(&id).expect("json"),
             "\"0123456789ab\""
@@ -667,6 +712,37 @@ mod id_tests {
         assert_eq!(id, "0123456789ab");
         let set = std::collections::HashSet::from([id.clone()]);
         assert!(set.contains("0123456789ab"), "looked up by its text");
+    }
+
+    #[test]
+    fn text_that_is_not_exactly_twelve_lowercase_hex_digits_is_no_run_id() {
+        for bad in [
+            "",
+            "0123456789a",
+            "0123456789abc",
+            "0123456789AB",
+            "../../etc/pa",
+            "0123456789a\n",
+            "01234567 9ab",
+            "director-run",
+            "0123456789ag",
+            "٠١٢٣٤٥٦٧٨٩ab",
+            "x=y,director",
+        ] {
+            let err = RunId::parse(bad).expect_err(bad);
+            assert!(
+                err.to_string().contains("twelve lowercase hex digits"),
+                "{err}"
+            );
+            assert!(serde_json::from_value::<RunId>(serde_json::json!(bad)).is_err());
+            assert!(bad.parse::<RunId>().is_err());
+        }
+        let long = "a".repeat(10_000);
+        let shown = RunId::parse(&long).expect_err("long").to_string();
+        assert!(
+            shown.len() < 120,
+            "a hostile id is cut in the error: {shown}"
+        );
     }
 }
 

@@ -35,14 +35,16 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Policy, split_host_port};
 
+use crate::domain::RunId;
+
 /// Where refusals go, and whether a run may still use the proxy (the store, in the director).
 #[async_trait::async_trait]
 pub trait Ledger: Send + Sync {
     /// `None` unless the run exists and has not ended; else what its repository's settings
     /// add to the allow-list (entries that never open a loopback address).
-    async fn active(&self, run_id: &str) -> Option<Vec<super::Entry>>;
+    async fn active(&self, run_id: &RunId) -> Option<Vec<super::Entry>>;
     /// Adds refusals: (run id, `host:port`) → how many.
-    async fn add_refusals(&self, refusals: &BTreeMap<(String, String), u32>) -> anyhow::Result<()>;
+    async fn add_refusals(&self, refusals: &BTreeMap<(RunId, String), u32>) -> anyhow::Result<()>;
 }
 
 const HEAD_MAX: usize = 16 * 1024;
@@ -60,9 +62,9 @@ pub struct Proxy {
     policy: Policy,
     key: Vec<u8>,
     ledger: Arc<dyn Ledger>,
-    pending: Mutex<BTreeMap<(String, String), u32>>,
+    pending: Mutex<BTreeMap<(RunId, String), u32>>,
     /// Destinations recorded per run (bounded: a run cannot fill the database with names).
-    distinct: Mutex<std::collections::HashMap<String, std::collections::HashSet<String>>>,
+    distinct: Mutex<std::collections::HashMap<RunId, std::collections::HashSet<String>>>,
     refused_total: Option<prometheus::IntCounterVec>,
     listen: SocketAddr,
     /// Connections held per client address and per run.
@@ -156,15 +158,15 @@ impl Proxy {
     }
 
     /// The run's proxy password.
-    pub fn password(&self, run_id: &str) -> String {
+    pub fn password(&self, run_id: &RunId) -> String {
         let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("HMAC takes any key length");
         mac.update(b"director-egress:");
-        mac.update(run_id.as_bytes());
+        mac.update(run_id.as_str().as_bytes());
         hex::encode(&mac.finalize().into_bytes()[..16])
     }
 
     /// The proxy URL a run gets, as `host` (how the run reaches the proxy) names it.
-    pub fn url_for(&self, run_id: &str, host: &str) -> String {
+    pub fn url_for(&self, run_id: &RunId, host: &str) -> String {
         let host = if host.contains(':') && !host.starts_with('[') {
             format!("[{host}]")
         } else {
@@ -291,7 +293,7 @@ impl Proxy {
                             Err(why) => {
                                 self.count("server_name");
                                 self.refused(&run_id, &format!("{upstream} ({why})"));
-                                tracing::info!(run_id, %upstream, why, "egress tunnel refused");
+                                tracing::info!(%run_id, %upstream, why, "egress tunnel refused");
                                 return;
                             }
                         }
@@ -334,7 +336,7 @@ impl Proxy {
 
     /// Who asks for what, and whether it may: the request to send on (or a tunnel) and
     /// the address to connect to.
-    async fn route(&self, head: &[u8]) -> Result<(Forward, SocketAddr, String), Refused> {
+    async fn route(&self, head: &[u8]) -> Result<(Forward, SocketAddr, RunId), Refused> {
         let bad = |why: &str| Refused {
             status: "400 Bad Request",
             reason: "malformed",
@@ -436,14 +438,14 @@ impl Proxy {
         }
     }
 
-    fn refused(&self, run_id: &str, destination: &str) {
+    fn refused(&self, run_id: &RunId, destination: &str) {
         const DISTINCT_PER_RUN: usize = 50;
         let destination = match self.distinct.lock() {
             Ok(mut d) => {
                 if d.len() > 10_000 {
                     d.clear();
                 }
-                let seen = d.entry(run_id.to_owned()).or_default();
+                let seen = d.entry(run_id.clone()).or_default();
                 if seen.contains(destination) || seen.len() < DISTINCT_PER_RUN {
                     seen.insert(destination.to_owned());
                     destination.to_owned()
@@ -453,9 +455,9 @@ impl Proxy {
             }
             Err(_) => destination.to_owned(),
         };
-        tracing::info!(run_id, %destination, "egress refused");
+        tracing::info!(%run_id, %destination, "egress refused");
         if let Ok(mut p) = self.pending.lock() {
-            *p.entry((run_id.to_owned(), destination)).or_default() += 1;
+            *p.entry((run_id.clone(), destination)).or_default() += 1;
         }
     }
 
@@ -463,7 +465,7 @@ impl Proxy {
     async fn authenticate(
         &self,
         headers: &[(&str, &str)],
-    ) -> Result<(String, Vec<super::Entry>), Refused> {
+    ) -> Result<(RunId, Vec<super::Entry>), Refused> {
         let refused = |why: &str| Refused {
             status: "407 Proxy Authentication Required",
             reason: "unauthenticated",
@@ -488,16 +490,17 @@ impl Proxy {
             .ok_or_else(|| refused("malformed credentials"))?;
         let run_id = user
             .strip_prefix("run-")
+            .and_then(|id| RunId::parse(id).ok())
             .ok_or_else(|| refused("not a run's credentials"))?;
-        let expected = self.password(run_id);
+        let expected = self.password(&run_id);
         use subtle::ConstantTimeEq as _;
         if !bool::from(expected.as_bytes().ct_eq(password.as_bytes())) {
             return Err(refused("wrong credentials"));
         }
-        let Some(extra) = self.ledger.active(run_id).await else {
+        let Some(extra) = self.ledger.active(&run_id).await else {
             return Err(refused("the run has ended"));
         };
-        Ok((run_id.to_owned(), extra))
+        Ok((run_id, extra))
     }
 }
 

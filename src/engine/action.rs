@@ -323,6 +323,7 @@ pub struct Planned {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::run::test_id;
 
     /// The outbox holds keys as text, and rows written by an earlier version are still there
     /// after an upgrade: each effect must be spelt as it always was, or an effect decided
@@ -330,7 +331,7 @@ mod tests {
     #[test]
     fn each_effect_is_spelt_as_the_outbox_has_always_held_it() {
         let issue: IssueRef = "acme/widgets#7".parse().expect("an issue");
-        let run = || RunId::from("0123456789ab");
+        let run = || test_id("0123456789ab");
         let cases = [
             (Effect::Labels { version: 3 }, "labels:v3"),
             (
@@ -388,11 +389,11 @@ mod tests {
     #[test]
     fn the_actions_of_one_run_name_it_and_the_others_do_not() {
         let run = Action::OpenPr {
-            run_id: "r1".into(),
+            run_id: test_id("000000000001"),
             title: "t".into(),
             body: "b".into(),
         };
-        assert_eq!(run.run_id().map(RunId::as_str), Some("r1"));
+        assert_eq!(run.run_id().map(RunId::as_str), Some("000000000001"));
         assert_eq!(run.kind(), ActionKind::OpenPr);
         assert_eq!(Action::SyncLabels.run_id(), None);
     }

@@ -2,6 +2,7 @@
 //! can find its own comment again instead of posting a second one.
 
 use crate::domain::IssueRef;
+use crate::domain::RunId;
 use crate::preflight::prompt::strip_hidden;
 
 /// Marks the comment that explains an untrusted trigger.
@@ -37,7 +38,7 @@ mod tests {
 }
 
 /// Marks the report of one run.
-pub fn run_marker(run_id: &str) -> String {
+pub fn run_marker(run_id: &RunId) -> String {
     format!("<!-- director:run {run_id} -->")
 }
 
@@ -52,7 +53,7 @@ fn fenced(log: &str) -> String {
     format!("{fence}text\n{log}\n{fence}")
 }
 
-pub fn run_succeeded(run_id: &str, pr: u64) -> String {
+pub fn run_succeeded(run_id: &RunId, pr: u64) -> String {
     format!(
         "{}\n✅ **director:** run `{run_id}` finished and its branch is pull request #{pr}.",
         run_marker(run_id)
@@ -66,7 +67,7 @@ pub fn default_push_refused(base: &str) -> String {
     )
 }
 
-pub fn run_failed(run_id: &str, why: &str, log: &str) -> String {
+pub fn run_failed(run_id: &RunId, why: &str, log: &str) -> String {
     format!(
         "{}\n❌ **director:** run `{run_id}` failed: {why}.\n\nNo pull request was opened. A maintainer with write access can comment `/director retry` to start a fresh run.\n\n<details>\n<summary>The end of the run's log (secrets redacted)</summary>\n\n{}\n\n</details>",
         run_marker(run_id),
@@ -74,7 +75,7 @@ pub fn run_failed(run_id: &str, why: &str, log: &str) -> String {
     )
 }
 
-pub fn run_cancelled(run_id: &str) -> String {
+pub fn run_cancelled(run_id: &RunId) -> String {
     format!(
         "{}\n🛑 **director:** run `{run_id}` was stopped because the issue was cancelled; its token was revoked.",
         run_marker(run_id)
@@ -88,7 +89,7 @@ pub fn transcript_link(url: Option<String>) -> String {
         .unwrap_or_default()
 }
 
-pub fn run_refused(run_id: &str, why: &str) -> String {
+pub fn run_refused(run_id: &RunId, why: &str) -> String {
     format!(
         "{}\n🚫 **director:** run `{run_id}` was refused before anything started: {why}. Its token was revoked; no container was created.",
         run_marker(run_id)
@@ -98,16 +99,17 @@ pub fn run_refused(run_id: &str, why: &str) -> String {
 #[cfg(test)]
 mod run_tests {
     use super::*;
+    use crate::domain::run::test_id;
 
     #[test]
     fn run_succeeded_comment() {
-        insta::assert_snapshot!(run_succeeded("0123456789ab", 7));
+        insta::assert_snapshot!(run_succeeded(&test_id("0123456789ab"), 7));
     }
 
     #[test]
     fn run_failed_comment() {
         insta::assert_snapshot!(run_failed(
-            "0123456789ab",
+            &test_id("0123456789ab"),
             "the run exited with code 0 and branch `director-issue-3-01234567` is not ahead of `main`",
             "cloning...\ntoken [redacted]\n```not a fence```"
         ));
@@ -117,7 +119,7 @@ mod run_tests {
     fn run_stopped_comment_names_the_branch_it_left() {
         let repo: crate::domain::RepoName = "acme/widgets".parse().expect("valid");
         let mut body = run_stopped(
-            "0123456789ab",
+            &test_id("0123456789ab"),
             "it outlived `runner.timeout_secs` (3600 s)",
             "still thinking",
         );
@@ -138,10 +140,14 @@ mod run_tests {
     fn follow_up_comments() {
         insta::assert_snapshot!(format!(
             "{}\n\n----\n\n{}\n\n----\n\n{}\n\n----\n\n{}\n\n----\n\n{}",
-            followup_started("0123456789ab", "alice", "director-issue-3-01234567"),
-            followup_succeeded("0123456789ab", 2, Some("Renamed `x` to `count`.")),
+            followup_started(
+                &test_id("0123456789ab"),
+                "alice",
+                "director-issue-3-01234567"
+            ),
+            followup_succeeded(&test_id("0123456789ab"), 2, Some("Renamed `x` to `count`.")),
             followup_failed(
-                "0123456789ab",
+                &test_id("0123456789ab"),
                 "the run exited with code 1 and pushed no new commits to `director-issue-3-01234567`",
                 "error: tests fail"
             ),
@@ -153,20 +159,20 @@ mod run_tests {
     #[test]
     fn run_declined_comment() {
         insta::assert_snapshot!(run_declined(
-            "0123456789ab",
+            &test_id("0123456789ab"),
             "the issue asks to disable the authentication"
         ));
     }
 
     #[test]
     fn run_cancelled_comment() {
-        insta::assert_snapshot!(run_cancelled("0123456789ab"));
+        insta::assert_snapshot!(run_cancelled(&test_id("0123456789ab")));
     }
 
     #[test]
     fn run_refused_comment() {
         insta::assert_snapshot!(run_refused(
-            "0123456789ab",
+            &test_id("0123456789ab"),
             "the runner account `director-runner` can push to `main`"
         ));
     }
@@ -209,7 +215,7 @@ pub fn routed_body(from: &IssueRef, title: &str, body: &str, what: &str) -> Stri
 
 /// The body of the pull request the director opens for a run, with the agent's own summary
 /// when it left one (already made safe to show).
-pub fn pr_body(issue_number: u64, run_id: &str, verdict: &str, summary: Option<&str>) -> String {
+pub fn pr_body(issue_number: u64, run_id: &RunId, verdict: &str, summary: Option<&str>) -> String {
     let mut body = format!(
         "Closes #{issue_number}\n\nOpened by the director for run `{run_id}` (pre-flight verdict: {verdict}).\n"
     );
@@ -341,7 +347,7 @@ pub fn branch_note(
     )
 }
 
-pub fn run_stopped(run_id: &str, why: &str, log: &str) -> String {
+pub fn run_stopped(run_id: &RunId, why: &str, log: &str) -> String {
     format!(
         "{}\n⏱️ **director:** run `{run_id}` was stopped: {why}.\n\nNo pull request was opened. A maintainer with write access can comment `/director retry` to start a fresh run.\n\n<details>\n<summary>The end of the run's log (secrets redacted)</summary>\n\n{}\n\n</details>",
         run_marker(run_id),
@@ -350,7 +356,7 @@ pub fn run_stopped(run_id: &str, why: &str, log: &str) -> String {
 }
 
 /// The agent said it cannot or should not do the work: not a failure.
-pub fn run_declined(run_id: &str, reason: &str) -> String {
+pub fn run_declined(run_id: &RunId, reason: &str) -> String {
     format!(
         "{}\n✋ **director:** the agent of run `{run_id}` reported that it is blocked: {reason}\n\nNo pull request was opened. Clarify the issue and comment `/director retry` (maintainers with write access) to try again.",
         run_marker(run_id)
@@ -370,18 +376,18 @@ pub fn pr_closed(pr: u64, version: i64) -> String {
 }
 
 /// Marks the comment on the PR that says a follow-up started.
-pub fn followup_start_marker(run_id: &str) -> String {
+pub fn followup_start_marker(run_id: &RunId) -> String {
     format!("<!-- director:followup-start {run_id} -->")
 }
 
-pub fn followup_started(run_id: &str, by: &str, branch: &str) -> String {
+pub fn followup_started(run_id: &RunId, by: &str, branch: &str) -> String {
     format!(
         "{}\n🔁 **director:** follow-up run `{run_id}` started on `{branch}` to answer the feedback of @{by}. It pushes to this pull request; `/director cancel` here stops it.",
         followup_start_marker(run_id)
     )
 }
 
-pub fn followup_succeeded(run_id: &str, commits: u64, summary: Option<&str>) -> String {
+pub fn followup_succeeded(run_id: &RunId, commits: u64, summary: Option<&str>) -> String {
     let mut body = format!(
         "{}\n✅ **director:** follow-up run `{run_id}` pushed {commits} new commit(s) to this pull request.",
         run_marker(run_id)
@@ -392,7 +398,7 @@ pub fn followup_succeeded(run_id: &str, commits: u64, summary: Option<&str>) -> 
     body
 }
 
-pub fn followup_failed(run_id: &str, why: &str, log: &str) -> String {
+pub fn followup_failed(run_id: &RunId, why: &str, log: &str) -> String {
     format!(
         "{}\n❌ **director:** follow-up run `{run_id}` failed: {why}. This pull request is unchanged by it.\n\n<details>\n<summary>The end of the run's log (secrets redacted)</summary>\n\n{}\n\n</details>",
         run_marker(run_id),
@@ -549,6 +555,7 @@ pub fn merged_by_lane(pr: u64, style: &str, approvals: &[String]) -> String {
 #[cfg(test)]
 mod text_tests {
     use super::*;
+    use crate::domain::run::test_id;
 
     #[test]
     fn routed_issue_body() {
@@ -563,7 +570,7 @@ mod text_tests {
 
     #[test]
     fn pull_request_body() {
-        insta::assert_snapshot!(pr_body(7, "0123456789ab", "GO", None));
+        insta::assert_snapshot!(pr_body(7, &test_id("0123456789ab"), "GO", None));
     }
 
     #[test]

@@ -391,7 +391,7 @@ impl Consumer {
             let branch = crate::domain::run::branch_name(
                 &limits.branch_template,
                 issue.number,
-                &run_id[..8],
+                run_id.short(),
                 title,
             );
             let event = Event::Admitted { run_id, branch };

@@ -103,7 +103,7 @@ impl Watcher {
     }
 
     /// Returns once the run is to be stopped for its budget (never, without budgets).
-    async fn budget_stop(&self, run_id: &str) {
+    async fn budget_stop(&self, run_id: &RunId) {
         if !self.budgets {
             return std::future::pending().await;
         }

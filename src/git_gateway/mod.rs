@@ -31,8 +31,8 @@ use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::RepoName;
 use crate::domain::protected::Protected;
+use crate::domain::{RepoName, RunId};
 use crate::settings::Secret;
 use inspect::{Expect, Mirrors, Quarantine, Upstream};
 use pkt::Push;
@@ -71,9 +71,9 @@ pub struct RunAccess {
 #[async_trait::async_trait]
 pub trait Runs: Send + Sync {
     /// The run, if it exists and has not ended; `Err` when it cannot be said now.
-    async fn access(&self, run_id: &str) -> Result<Option<RunAccess>, String>;
+    async fn access(&self, run_id: &RunId) -> Result<Option<RunAccess>, String>;
     /// Records refusals: (run id, what) → how many.
-    async fn add_refusals(&self, refusals: &BTreeMap<(String, String), u32>);
+    async fn add_refusals(&self, refusals: &BTreeMap<(RunId, String), u32>);
 }
 
 pub struct Gateway {
@@ -129,22 +129,22 @@ impl Gateway {
     }
 
     /// The password of `run-<run_id>`.
-    pub fn password(&self, run_id: &str) -> String {
+    pub fn password(&self, run_id: &RunId) -> String {
         base64::engine::general_purpose::URL_SAFE_NO_PAD
             .encode(self.mac(run_id).finalize().into_bytes())
     }
 
-    fn verify(&self, run_id: &str, password: &str) -> bool {
+    fn verify(&self, run_id: &RunId, password: &str) -> bool {
         base64::engine::general_purpose::URL_SAFE_NO_PAD
             .decode(password)
             .is_ok_and(|given| self.mac(run_id).verify_slice(&given).is_ok())
     }
 
-    fn mac(&self, run_id: &str) -> Hmac<Sha256> {
+    fn mac(&self, run_id: &RunId) -> Hmac<Sha256> {
         let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.key)
             .expect("HMAC takes a key of any length");
         mac.update(b"git-gateway\0");
-        mac.update(run_id.as_bytes());
+        mac.update(run_id.as_str().as_bytes());
         mac
     }
 
@@ -217,7 +217,7 @@ fn text(status: StatusCode, message: &str) -> HttpResponse {
 }
 
 /// The run a request's Basic credentials name, checked.
-fn credentials(gw: &Gateway, req: &HttpRequest) -> Option<String> {
+fn credentials(gw: &Gateway, req: &HttpRequest) -> Option<RunId> {
     let value = req.headers().get("Authorization")?.to_str().ok()?;
     let encoded = value.strip_prefix("Basic ")?;
     let decoded = base64::engine::general_purpose::STANDARD
@@ -225,8 +225,8 @@ fn credentials(gw: &Gateway, req: &HttpRequest) -> Option<String> {
         .ok()?;
     let decoded = String::from_utf8(decoded).ok()?;
     let (user, password) = decoded.split_once(':')?;
-    let run_id = user.strip_prefix("run-")?;
-    gw.verify(run_id, password).then(|| run_id.to_owned())
+    let run_id = RunId::parse(user.strip_prefix("run-")?).ok()?;
+    gw.verify(&run_id, password).then_some(run_id)
 }
 
 async fn handle(req: HttpRequest, payload: web::Payload, gw: web::Data<Gateway>) -> HttpResponse {
@@ -445,7 +445,7 @@ async fn receive_pack(
     gw: &Gateway,
     req: &HttpRequest,
     payload: web::Payload,
-    run_id: &str,
+    run_id: &RunId,
     run: &RunAccess,
 ) -> HttpResponse {
     if req.headers().contains_key("Content-Encoding") {
@@ -580,7 +580,7 @@ async fn inspect_pack(
 }
 
 /// Keeps a refusal for the run's report.
-async fn record(gw: &Gateway, run_id: &str, refname: &str, why: &str) {
+async fn record(gw: &Gateway, run_id: &RunId, refname: &str, why: &str) {
     let what = format!("{REFUSAL_PREFIX}{refname}: {why}");
     gw.runs
         .add_refusals(&BTreeMap::from([((run_id.to_owned(), what), 1)]))

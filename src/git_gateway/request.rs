@@ -11,6 +11,8 @@ use actix_web::web;
 use futures_util::StreamExt as _;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::domain::RunId;
+
 /// The memory the bodies of gateway requests may take at once, in KiB, and how long a
 /// request waits for room and for its body.
 #[derive(Clone)]
@@ -76,13 +78,13 @@ impl Refused {
 #[derive(Default)]
 struct PerRun {
     max: usize,
-    open: Mutex<HashMap<String, usize>>,
+    open: Mutex<HashMap<RunId, usize>>,
 }
 
 /// One run's open request, counted until it is dropped.
 pub struct Slot {
     per_run: Arc<PerRun>,
-    run_id: String,
+    run_id: RunId,
 }
 
 impl Drop for Slot {
@@ -140,20 +142,20 @@ impl Budget {
     }
 
     /// A slot for one more request of `run_id`, unless it has as many open as it may.
-    pub fn slot(&self, run_id: &str) -> Result<Slot, Refused> {
+    pub fn slot(&self, run_id: &RunId) -> Result<Slot, Refused> {
         let mut open = self
             .per_run
             .open
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let n = open.entry(run_id.to_owned()).or_default();
+        let n = open.entry(run_id.clone()).or_default();
         if *n >= self.per_run.max {
             return Err(Refused::Busy);
         }
         *n += 1;
         Ok(Slot {
             per_run: self.per_run.clone(),
-            run_id: run_id.to_owned(),
+            run_id: run_id.clone(),
         })
     }
 
@@ -227,15 +229,18 @@ pub fn declared(req: &actix_web::HttpRequest) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::run::test_id;
 
     #[test]
     fn a_run_gets_its_cap_of_slots_and_each_returns_when_dropped() {
         let budget = Budget::new(1, 2, Duration::from_secs(1));
-        let a = budget.slot("r1").expect("first");
-        let _b = budget.slot("r1").expect("second");
-        assert_eq!(budget.slot("r1").err(), Some(Refused::Busy));
-        let _other = budget.slot("r2").expect("another run is not held up");
+        let a = budget.slot(&test_id("r1")).expect("first");
+        let _b = budget.slot(&test_id("r1")).expect("second");
+        assert_eq!(budget.slot(&test_id("r1")).err(), Some(Refused::Busy));
+        let _other = budget
+            .slot(&test_id("r2"))
+            .expect("another run is not held up");
         drop(a);
-        let _c = budget.slot("r1").expect("a slot came back");
+        let _c = budget.slot(&test_id("r1")).expect("a slot came back");
     }
 }

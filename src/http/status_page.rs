@@ -14,7 +14,7 @@ use serde_json::json;
 use subtle::ConstantTimeEq as _;
 
 use super::AppState;
-use crate::domain::RepoName;
+use crate::domain::{RepoName, RunId};
 use crate::forge::Forge;
 use crate::status::Row;
 
@@ -264,19 +264,15 @@ async fn visible_run(
     if !full && !state.settings.server.transcripts_public {
         return Err(Refused::TokenNeeded);
     }
-    let well_formed = !run_id.is_empty()
-        && run_id.len() <= 64
-        && run_id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-');
-    if !well_formed {
+    // Not a run id: the same 404 as a run never made.
+    let Ok(run_id) = RunId::parse(run_id) else {
         return Ok(None);
-    }
+    };
     let unavailable = |e: anyhow::Error| {
         tracing::warn!(error = %format!("{e:#}"), "run page: the store cannot be read");
         Refused::Unavailable
     };
-    let Some(run) = state.store.run(run_id).await.map_err(unavailable)? else {
+    let Some(run) = state.store.run(&run_id).await.map_err(unavailable)? else {
         return Ok(None);
     };
     if !full {
@@ -288,7 +284,7 @@ async fn visible_run(
             return Ok(None);
         }
     }
-    let transcript = state.store.transcript(run_id).await.map_err(unavailable)?;
+    let transcript = state.store.transcript(&run_id).await.map_err(unavailable)?;
     Ok(Some((run, transcript)))
 }
 

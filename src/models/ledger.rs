@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::Spent;
-use crate::domain::RepoName;
+use crate::domain::{RepoName, RunId};
 
 /// What this process's calls may have spent that the store does not hold yet: the worst
 /// case of each call in flight, reserved before it is forwarded, then its metered cost until
@@ -19,7 +19,7 @@ pub(super) struct Ledger {
 }
 
 struct Entry {
-    run_id: String,
+    run_id: RunId,
     repo: RepoName,
     usd: f64,
     /// Still a reservation: the call has not ended.
@@ -42,7 +42,7 @@ impl Ledger {
 
     pub(super) fn reserve(
         self: &Arc<Self>,
-        run_id: &str,
+        run_id: &RunId,
         repo: &RepoName,
         usd: f64,
     ) -> Reservation {
@@ -50,7 +50,7 @@ impl Ledger {
         self.entries().insert(
             id,
             Entry {
-                run_id: run_id.to_owned(),
+                run_id: run_id.clone(),
                 repo: repo.clone(),
                 usd,
                 in_flight: true,
@@ -65,7 +65,7 @@ impl Ledger {
 
     /// `spent` (the store's), with this process's entries added.
     /// The settled entries now (their ids and amounts), taken before the store is read.
-    pub(super) fn settled_now(&self) -> HashMap<u64, (String, RepoName, f64)> {
+    pub(super) fn settled_now(&self) -> HashMap<u64, (RunId, RepoName, f64)> {
         self.entries()
             .iter()
             .filter(|(_, e)| !e.in_flight)
@@ -78,11 +78,11 @@ impl Ledger {
     pub(super) fn on_top_since(
         &self,
         spent: Spent,
-        before: &HashMap<u64, (String, RepoName, f64)>,
-        run_id: &str,
+        before: &HashMap<u64, (RunId, RepoName, f64)>,
+        run_id: &RunId,
         repo: &RepoName,
     ) -> Seen {
-        let gone: Vec<(String, RepoName, f64)> = {
+        let gone: Vec<(RunId, RepoName, f64)> = {
             let entries = self.entries();
             before
                 .iter()
@@ -96,14 +96,14 @@ impl Ledger {
             if r == *repo {
                 seen.settled.repo_day += usd;
             }
-            if run == run_id {
+            if &run == run_id {
                 seen.settled.run += usd;
             }
         }
         seen
     }
 
-    pub(super) fn on_top(&self, spent: Spent, run_id: &str, repo: &RepoName) -> Seen {
+    pub(super) fn on_top(&self, spent: Spent, run_id: &RunId, repo: &RepoName) -> Seen {
         let mut seen = Seen {
             settled: spent,
             in_flight: Spent::default(),
@@ -118,7 +118,7 @@ impl Ledger {
             if e.repo == *repo {
                 into.repo_day += e.usd;
             }
-            if e.run_id == run_id {
+            if &e.run_id == run_id {
                 into.run += e.usd;
             }
         }
@@ -172,17 +172,18 @@ impl Stored {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::run::test_id;
 
     fn seen(ledger: &Ledger) -> Seen {
         let repo: RepoName = "acme/widgets".parse().expect("a name");
-        ledger.on_top(Spent::default(), "r1", &repo)
+        ledger.on_top(Spent::default(), &test_id("r1"), &repo)
     }
 
     #[test]
     fn a_poisoned_ledger_still_counts_and_an_unanswered_call_releases_its_reservation() {
         let ledger = Arc::new(Ledger::default());
         let repo: RepoName = "acme/widgets".parse().expect("a name");
-        let held = ledger.reserve("r1", &repo, 2.0);
+        let held = ledger.reserve(&test_id("r1"), &repo, 2.0);
         let poisoner = ledger.clone();
         let _ = std::thread::spawn(move || {
             let _guard = poisoner.entries();
@@ -198,15 +199,20 @@ mod tests {
     fn a_cost_stored_while_the_store_is_read_is_still_counted() {
         let ledger = Arc::new(Ledger::default());
         let repo: RepoName = "acme/widgets".parse().expect("repo");
-        let stored = ledger.reserve("r1", &repo, 1.0).settle(0.75);
+        let stored = ledger.reserve(&test_id("r1"), &repo, 1.0).settle(0.75);
         let before = ledger.settled_now();
         // The store's read began before the write landed: it saw nothing; meanwhile the
         // cost was stored and left the ledger.
         stored.done();
-        let seen = ledger.on_top_since(Spent::default(), &before, "r1", &repo);
+        let seen = ledger.on_top_since(Spent::default(), &before, &test_id("r1"), &repo);
         assert_eq!(seen.settled.run, 0.75);
         // Without the window, nothing is added.
-        let seen = ledger.on_top_since(Spent::default(), &ledger.settled_now(), "r1", &repo);
+        let seen = ledger.on_top_since(
+            Spent::default(),
+            &ledger.settled_now(),
+            &test_id("r1"),
+            &repo,
+        );
         assert_eq!(seen.settled.run, 0.0);
     }
 }

@@ -21,7 +21,7 @@ pub(super) struct Record {
     pub(super) runs: Arc<dyn Runs>,
     pub(super) counters: Option<Counters>,
     pub(super) reservation: Reservation,
-    pub(super) run_id: String,
+    pub(super) run_id: crate::domain::RunId,
     pub(super) repo: RepoName,
     pub(super) provider: Provider,
     pub(super) model: String,
@@ -196,6 +196,8 @@ impl Drop for Metering {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::RunId;
+    use crate::domain::run::test_id;
     use crate::models::ledger::{Ledger, Seen};
     use crate::models::{ActiveRun, Spent};
     use std::sync::atomic::{AtomicU32, Ordering};
@@ -217,10 +219,10 @@ mod tests {
 
     #[async_trait::async_trait]
     impl Runs for Flaky {
-        async fn active(&self, _: &str) -> Result<Option<ActiveRun>, String> {
+        async fn active(&self, _: &RunId) -> Result<Option<ActiveRun>, String> {
             Ok(None)
         }
-        async fn spent(&self, _: &str, _: &RepoName, _: &str) -> Result<Spent, String> {
+        async fn spent(&self, _: &RunId, _: &RepoName, _: &str) -> Result<Spent, String> {
             Ok(Spent::default())
         }
         async fn record(&self, m: &Metered) -> Result<(), String> {
@@ -231,7 +233,7 @@ mod tests {
                 Ok(())
             }
         }
-        async fn over_budget(&self, _: &str, _: &str) {}
+        async fn over_budget(&self, _: &RunId, _: &str) {}
         fn now_ms(&self) -> i64 {
             0
         }
@@ -251,8 +253,8 @@ mod tests {
             record: Some(Record {
                 runs,
                 counters: None,
-                reservation: ledger.reserve("r1", &repo, 5.0),
-                run_id: "r1".into(),
+                reservation: ledger.reserve(&test_id("r1"), &repo, 5.0),
+                run_id: test_id("r1"),
                 repo,
                 provider: Provider::Anthropic,
                 model: "m".into(),
@@ -267,7 +269,7 @@ mod tests {
 
     fn seen(ledger: &Ledger) -> Seen {
         let repo: RepoName = "acme/widgets".parse().expect("a name");
-        ledger.on_top(Spent::default(), "r1", &repo)
+        ledger.on_top(Spent::default(), &test_id("r1"), &repo)
     }
 
     #[tokio::test(start_paused = true)]

@@ -20,7 +20,7 @@ use actix_web::HttpResponse;
 use actix_web::http::StatusCode;
 use serde_json::json;
 
-use crate::domain::RepoName;
+use crate::domain::{RepoName, RunId};
 use crate::settings::{BudgetSettings, Price, Secret};
 use usage::{Api, Usage};
 
@@ -92,7 +92,7 @@ pub struct Upstream {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Metered {
     /// `None` for the director's own calls (the pre-flight).
-    pub run_id: Option<String>,
+    pub run_id: Option<RunId>,
     pub repo: RepoName,
     /// The issue a pre-flight read (a run's issue is its run's).
     pub issue: Option<u64>,
@@ -179,13 +179,13 @@ pub fn day_of(at_ms: i64) -> String {
 pub trait Runs: Send + Sync {
     /// The run's repository and own budget, if the run exists and has not ended; `Err` when
     /// it cannot be said now.
-    async fn active(&self, run_id: &str) -> Result<Option<ActiveRun>, String>;
+    async fn active(&self, run_id: &RunId) -> Result<Option<ActiveRun>, String>;
     /// What the run, its repository today and everything today have spent.
-    async fn spent(&self, run_id: &str, repo: &RepoName, day: &str) -> Result<Spent, String>;
+    async fn spent(&self, run_id: &RunId, repo: &RepoName, day: &str) -> Result<Spent, String>;
     /// Stores what a call used; `Err` when it could not be stored now (it is tried again).
     async fn record(&self, metered: &Metered) -> Result<(), String>;
     /// The run was refused for its budget: it is to be stopped with its grace.
-    async fn over_budget(&self, run_id: &str, why: &str);
+    async fn over_budget(&self, run_id: &RunId, why: &str);
     fn now_ms(&self) -> i64;
 }
 

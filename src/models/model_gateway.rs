@@ -20,7 +20,7 @@ use super::ledger::Ledger;
 use super::meter::{Meter, Metering, Record};
 use super::usage::{Api, StreamMeter, Usage};
 use super::{ActiveRun, Config, Counters, Provider, Runs, Spent, day_of, over_budget};
-use crate::domain::RepoName;
+use crate::domain::{RepoName, RunId};
 
 pub struct ModelGateway {
     key: Vec<u8>,
@@ -59,29 +59,30 @@ impl ModelGateway {
     }
 
     /// The run's key: `director-<run id>.<MAC>`, taken by this gateway alone.
-    pub fn key_of(&self, run_id: &str) -> String {
+    pub fn key_of(&self, run_id: &RunId) -> String {
         let mac = base64::engine::general_purpose::URL_SAFE_NO_PAD
             .encode(self.mac(run_id).finalize().into_bytes());
         format!("director-{run_id}.{mac}")
     }
 
     /// The run a presented key names, if it is that run's key.
-    fn run_of(&self, key: &str) -> Option<String> {
+    fn run_of(&self, key: &str) -> Option<RunId> {
         let (run_id, mac) = key.strip_prefix("director-")?.rsplit_once('.')?;
+        let run_id = RunId::parse(run_id).ok()?;
         let given = base64::engine::general_purpose::URL_SAFE_NO_PAD
             .decode(mac)
             .ok()?;
-        self.mac(run_id)
+        self.mac(&run_id)
             .verify_slice(&given)
             .is_ok()
-            .then(|| run_id.to_owned())
+            .then_some(run_id)
     }
 
-    fn mac(&self, run_id: &str) -> Hmac<Sha256> {
+    fn mac(&self, run_id: &RunId) -> Hmac<Sha256> {
         let mut mac = <Hmac<Sha256> as hmac::digest::KeyInit>::new_from_slice(&self.key)
             .expect("HMAC takes a key of any length");
         mac.update(b"model-gateway\0");
-        mac.update(run_id.as_bytes());
+        mac.update(run_id.as_str().as_bytes());
         mac
     }
 
@@ -315,7 +316,7 @@ impl<B: actix_web::body::MessageBody + Unpin> actix_web::body::MessageBody for H
 /// One request from a run.
 struct Call {
     provider: Provider,
-    run_id: String,
+    run_id: RunId,
     repo: RepoName,
     route: String,
     /// `[budget]`, with the run's own budget when its repository set a lower one.
@@ -571,6 +572,7 @@ async fn forward(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::run::test_id;
     use crate::settings::BudgetSettings;
     use std::collections::BTreeMap;
 
@@ -602,16 +604,16 @@ mod tests {
         struct None_;
         #[async_trait::async_trait]
         impl Runs for None_ {
-            async fn active(&self, _: &str) -> Result<Option<ActiveRun>, String> {
+            async fn active(&self, _: &RunId) -> Result<Option<ActiveRun>, String> {
                 Ok(None)
             }
-            async fn spent(&self, _: &str, _: &RepoName, _: &str) -> Result<Spent, String> {
+            async fn spent(&self, _: &RunId, _: &RepoName, _: &str) -> Result<Spent, String> {
                 Ok(Spent::default())
             }
             async fn record(&self, _: &crate::models::Metered) -> Result<(), String> {
                 Ok(())
             }
-            async fn over_budget(&self, _: &str, _: &str) {}
+            async fn over_budget(&self, _: &RunId, _: &str) {}
             fn now_ms(&self) -> i64 {
                 0
             }
@@ -630,10 +632,13 @@ mod tests {
             default_max_output_tokens: 1000,
         };
         let gw = ModelGateway::new(b"k".to_vec(), Arc::new(None_), config(), None).expect("gw");
-        let key = gw.key_of("abc123");
-        assert_eq!(gw.run_of(&key).as_deref(), Some("abc123"));
-        let other = key.replace("abc123", "abc124");
+        let id = test_id("0000000abc12");
+        let key = gw.key_of(&id);
+        assert_eq!(gw.run_of(&key), Some(id));
+        let other = key.replace("0000000abc12", "0000000abc13");
         assert_eq!(gw.run_of(&other), None, "a key names one run only");
+        let hostile = key.replace("0000000abc12", "../0000000abc12");
+        assert_eq!(gw.run_of(&hostile), None, "what is not an id names no run");
         assert_eq!(gw.run_of("sk-ant-real-key"), None);
         assert_eq!(gw.run_of("director-abc123."), None);
         let elsewhere =

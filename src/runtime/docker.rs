@@ -24,6 +24,7 @@ use futures_util::StreamExt;
 use super::{
     EgressPoint, Exit, RunContainer, RunSpec, Runtime, RuntimeError, TMP_DIR, WaitLimits, Watchdog,
 };
+use crate::domain::RunId;
 use crate::settings::RunnerSettings;
 
 /// How a mark of the attached output stream begins: `bytes:N`, N bytes seen.
@@ -41,7 +42,7 @@ pub use super::RUN_LABEL;
 
 /// The container name of a run: the engine refuses a second container with the same name,
 /// so one run id can never get two containers.
-pub fn container_name(run_id: &str) -> String {
+pub fn container_name(run_id: &RunId) -> String {
     format!("director-run-{run_id}")
 }
 
@@ -699,7 +700,7 @@ impl Runtime for DockerRuntime {
         Ok(list
             .into_iter()
             .filter_map(|c| {
-                let run_id = c.labels.as_ref()?.get(RUN_LABEL)?.clone();
+                let run_id = RunId::parse(c.labels.as_ref()?.get(RUN_LABEL)?).ok()?;
                 Some(RunContainer {
                     id: c.id?,
                     run_id,

@@ -38,6 +38,7 @@ use super::{
     EgressPoint, Exit, RUN_LABEL, RunContainer, RunSpec, Runtime, RuntimeError, WaitLimits,
     Watchdog,
 };
+use crate::domain::RunId;
 use crate::settings::{KubernetesSettings, RunnerSettings};
 
 /// Where a Kubernetes run leaves its result: its container's termination message file, which
@@ -49,7 +50,7 @@ const CONTAINER: &str = "agent";
 const TASK_KEY: &str = "task.md";
 
 /// The Job (and Secret) name of a run.
-pub fn job_name(run_id: &str) -> String {
+pub fn job_name(run_id: &RunId) -> String {
     format!("director-run-{run_id}")
 }
 
@@ -268,7 +269,8 @@ impl Runtime for KubeRuntime {
     /// told here, before a run needs it.
     async fn check(&self) -> Result<(), RuntimeError> {
         let probe = RunSpec {
-            run_id: "probe".into(),
+            // A dry run creates nothing: any well-formed id does.
+            run_id: RunId::random(),
             image: if self.runner.image.is_empty() {
                 "probe".into()
             } else {
@@ -652,7 +654,7 @@ impl Runtime for KubeRuntime {
             .items
             .into_iter()
             .filter_map(|job| {
-                let run_id = job.metadata.labels.as_ref()?.get(RUN_LABEL)?.clone();
+                let run_id = RunId::parse(job.metadata.labels.as_ref()?.get(RUN_LABEL)?).ok()?;
                 let name = job.metadata.name.clone()?;
                 // Only the director's own naming: a Job someone labelled by hand is not a run.
                 (name == job_name(&run_id)).then(|| RunContainer {

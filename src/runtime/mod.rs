@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::domain::RunId;
+
 /// The label every run container carries.
 pub const RUN_LABEL: &str = "director.run-id";
 
@@ -27,7 +29,7 @@ pub const TMP_DIR: &str = "/tmp";
 #[derive(Clone, Debug)]
 pub struct RunSpec {
     /// Also the container's name suffix: one run id, one container.
-    pub run_id: String,
+    pub run_id: RunId,
     pub image: String,
     pub command: Vec<String>,
     pub env: Vec<(String, String)>,
@@ -113,7 +115,7 @@ pub type OutputStream = futures_util::stream::BoxStream<'static, Result<Output, 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RunContainer {
     pub id: String,
-    pub run_id: String,
+    pub run_id: RunId,
     pub running: bool,
     /// Created and never started.
     pub never_started: bool,
@@ -142,7 +144,7 @@ pub enum RuntimeError {
     #[error("the container engine is unavailable: {0}")]
     Unavailable(String),
     #[error("a container for run {0} already exists")]
-    Exists(String),
+    Exists(RunId),
     #[error("no container {0}")]
     NotFound(String),
     #[error("container engine: {0}")]

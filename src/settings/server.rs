@@ -2,6 +2,7 @@
 //! and `[merge]`, the merge lane.
 
 use super::*;
+use crate::domain::RunId;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -167,7 +168,7 @@ impl Default for StatusSettings {
 
 impl ServerSettings {
     /// The page of run `run_id` under `public_url`, when it is set.
-    pub fn run_url(&self, run_id: &str) -> Option<String> {
+    pub fn run_url(&self, run_id: &RunId) -> Option<String> {
         let base = self.public_url.trim().trim_end_matches('/');
         (!base.is_empty()).then(|| format!("{base}/runs/{run_id}"))
     }

@@ -46,6 +46,7 @@ pub use transcripts::Transcript;
 pub use usage::RunUsage;
 pub use writer::DeliveryWriter;
 
+use crate::domain::RunId;
 use crate::settings::{StoreSettings, StoreUrl, Synchronous};
 use backend::Backend;
 
@@ -465,7 +466,7 @@ impl Store {
     /// Adds to the egress refusals of runs: (run id, `host:port`) → how many more.
     pub async fn add_egress_refusals(
         &self,
-        refusals: &std::collections::BTreeMap<(String, String), u32>,
+        refusals: &std::collections::BTreeMap<(RunId, String), u32>,
     ) -> anyhow::Result<()> {
         let mut tx = self.relaxed().await?;
         for ((run_id, destination), n) in refusals {
@@ -475,7 +476,7 @@ impl Store {
                      ON CONFLICT (run_id, destination) DO UPDATE \
                      SET count = egress_refusals.count + excluded.count",
                 )
-                .bind(run_id)
+                .bind(run_id.as_str())
                 .bind(destination)
                 .bind(i64::from(*n))
                 .execute(&mut **t)
@@ -487,13 +488,13 @@ impl Store {
 
     /// What the egress proxy refused the run: (`host:port`, how many times), most first.
     /// (The proxy's [`crate::egress::proxy::Ledger`] is the store.)
-    pub async fn egress_refusals(&self, run_id: &str) -> anyhow::Result<Vec<(String, u64)>> {
+    pub async fn egress_refusals(&self, run_id: &RunId) -> anyhow::Result<Vec<(String, u64)>> {
         let rows: Vec<(String, i64)> = on_pool!(&self.db, p => {
             sqlx::query_as(
                 "SELECT destination, count FROM egress_refusals WHERE run_id = $1 \
                  ORDER BY count DESC, destination",
             )
-            .bind(run_id)
+            .bind(run_id.as_str())
             .fetch_all(p)
             .await?
         });
@@ -642,7 +643,7 @@ fn commit_statements(
 
 #[async_trait::async_trait]
 impl crate::egress::proxy::Ledger for Store {
-    async fn active(&self, run_id: &str) -> Option<Vec<crate::egress::Entry>> {
+    async fn active(&self, run_id: &RunId) -> Option<Vec<crate::egress::Entry>> {
         let run = self.run(run_id).await.ok()??;
         if run.finished_at_ms.is_some() {
             return None;
@@ -661,7 +662,7 @@ impl crate::egress::proxy::Ledger for Store {
 
     async fn add_refusals(
         &self,
-        refusals: &std::collections::BTreeMap<(String, String), u32>,
+        refusals: &std::collections::BTreeMap<(RunId, String), u32>,
     ) -> anyhow::Result<()> {
         self.add_egress_refusals(refusals).await
     }

@@ -8,7 +8,7 @@ use super::backend::{Backend, Cols, Marks, tuples};
 use super::statement::Statement;
 use super::{CHUNK, Store, to_i64};
 use crate::domain::run::StopCause;
-use crate::domain::{IssueRecord, IssueRef, Lifecycle, RepoName, RunRecord, RunState};
+use crate::domain::{IssueRecord, IssueRef, Lifecycle, RepoName, RunId, RunRecord, RunState};
 
 const COLS: &str = "repo, number, title, state, labels, forge_updated_at, last_change_ms, lifecycle, trigger_present, trigger_actor, trigger_trusted, untrusted_notice, preflight, version, blocked, pr";
 const RUN_COLS: &str = "id, repo, number, state, branch, base_branch, container_id, pr_number, detail, created_at_ms, started_at_ms, finished_at_ms, exit_code, log_tail, stop_requested, followup, result, stopped, egress_refused, settings, base_commit, agent, branch_home";
@@ -239,7 +239,7 @@ pub(super) fn run_from_row(row: &dyn Cols) -> anyhow::Result<RunRecord> {
     let pr = row.opt_int("pr_number")?;
     let state = row.text("state")?;
     Ok(RunRecord {
-        id: crate::domain::RunId::from(row.text("id")?),
+        id: RunId::parse(&row.text("id")?).context("stored run id")?,
         repo: repo.parse().context("stored repository name")?,
         number: u64::try_from(number).context("stored issue number")?,
         state: RunState::parse(&state).with_context(|| format!("stored run state `{state}`"))?,
@@ -433,8 +433,10 @@ impl Store {
         )
     }
 
-    pub async fn run(&self, id: &str) -> anyhow::Result<Option<RunRecord>> {
-        Ok(runs_where!(self, "WHERE id = $1", id)?.into_iter().next())
+    pub async fn run(&self, id: &RunId) -> anyhow::Result<Option<RunRecord>> {
+        Ok(runs_where!(self, "WHERE id = $1", id.as_str())?
+            .into_iter()
+            .next())
     }
 
     /// The issue's lifecycle with the events still to consume and the actions still due, all

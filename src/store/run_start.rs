@@ -5,13 +5,14 @@
 //! moved on.
 
 use super::Store;
+use crate::domain::RunId;
 
 impl Store {
     /// Keeps a run's sealed forge token, minted at `minted_at_ms` (replacing one an earlier
     /// attempt kept). Durable: the run starts only after it is kept.
     pub async fn put_run_token(
         &self,
-        run_id: &str,
+        run_id: &RunId,
         sealed: &str,
         minted_at_ms: i64,
     ) -> anyhow::Result<()> {
@@ -22,7 +23,7 @@ impl Store {
                  ON CONFLICT (run_id) DO UPDATE \
                  SET sealed = excluded.sealed, minted_at_ms = excluded.minted_at_ms",
             )
-            .bind(run_id)
+            .bind(run_id.as_str())
             .bind(sealed)
             .bind(minted_at_ms)
             .execute(&mut **t)
@@ -36,7 +37,7 @@ impl Store {
     /// gateways and the watcher of every replica see them. Only a launching run changes.
     pub async fn put_run_settings(
         &self,
-        run_id: &str,
+        run_id: &RunId,
         branch: &str,
         settings: &crate::domain::RunSettings,
     ) -> anyhow::Result<()> {
@@ -46,7 +47,7 @@ impl Store {
             sqlx::query(
                 "UPDATE runs SET branch = $2, settings = $3 WHERE id = $1 AND state = 'launching'",
             )
-            .bind(run_id)
+            .bind(run_id.as_str())
             .bind(branch)
             .bind(json)
             .execute(&mut **t)
@@ -57,13 +58,13 @@ impl Store {
 
     /// Records the base branch's head a starting run was given (before its container is
     /// made, so the git gateway of every replica sees it). Only a launching run changes.
-    pub async fn put_run_base(&self, run_id: &str, commit: &str) -> anyhow::Result<()> {
+    pub async fn put_run_base(&self, run_id: &RunId, commit: &str) -> anyhow::Result<()> {
         let mut tx = self.begin(true).await?;
         on_tx!(&mut tx, t => {
             sqlx::query(
                 "UPDATE runs SET base_commit = $2 WHERE id = $1 AND state = 'launching'",
             )
-            .bind(run_id)
+            .bind(run_id.as_str())
             .bind(commit)
             .execute(&mut **t)
             .await?;
@@ -75,13 +76,13 @@ impl Store {
     /// a launching run changes.
     pub async fn put_run_home(
         &self,
-        run_id: &str,
+        run_id: &RunId,
         home: &crate::domain::RepoName,
     ) -> anyhow::Result<()> {
         let mut tx = self.begin(true).await?;
         on_tx!(&mut tx, t => {
             sqlx::query("UPDATE runs SET branch_home = $2 WHERE id = $1 AND state = 'launching'")
-                .bind(run_id)
+                .bind(run_id.as_str())
                 .bind(home.to_string())
                 .execute(&mut **t)
                 .await?;
@@ -93,14 +94,14 @@ impl Store {
     /// launching run changes.
     pub async fn put_run_agent(
         &self,
-        run_id: &str,
+        run_id: &RunId,
         agent: &crate::domain::AgentChoice,
     ) -> anyhow::Result<()> {
         let json = serde_json::to_string(agent)?;
         let mut tx = self.begin(true).await?;
         on_tx!(&mut tx, t => {
             sqlx::query("UPDATE runs SET agent = $2 WHERE id = $1 AND state = 'launching'")
-                .bind(run_id)
+                .bind(run_id.as_str())
                 .bind(json)
                 .execute(&mut **t)
                 .await?;
@@ -112,7 +113,7 @@ impl Store {
     /// replaced the one minted at `was_minted_at_ms`: whether this one is now kept.
     pub async fn renew_run_token(
         &self,
-        run_id: &str,
+        run_id: &RunId,
         sealed: &str,
         minted_at_ms: i64,
         was_minted_at_ms: i64,
@@ -123,7 +124,7 @@ impl Store {
                 "UPDATE run_tokens SET sealed = $2, minted_at_ms = $3 \
                  WHERE run_id = $1 AND minted_at_ms = $4",
             )
-            .bind(run_id)
+            .bind(run_id.as_str())
             .bind(sealed)
             .bind(minted_at_ms)
             .bind(was_minted_at_ms)
@@ -136,10 +137,10 @@ impl Store {
     }
 
     /// A run's sealed forge token and when it was minted, if one is kept.
-    pub async fn run_token(&self, run_id: &str) -> anyhow::Result<Option<(String, i64)>> {
+    pub async fn run_token(&self, run_id: &RunId) -> anyhow::Result<Option<(String, i64)>> {
         let row: Option<(String, i64)> = on_pool!(&self.db, p => {
             sqlx::query_as("SELECT sealed, minted_at_ms FROM run_tokens WHERE run_id = $1")
-                .bind(run_id)
+                .bind(run_id.as_str())
                 .fetch_optional(p)
                 .await?
         });
@@ -147,11 +148,11 @@ impl Store {
     }
 
     /// Forgets a run's token (its run ended, and the forge's copy is revoked).
-    pub async fn drop_run_token(&self, run_id: &str) -> anyhow::Result<()> {
+    pub async fn drop_run_token(&self, run_id: &RunId) -> anyhow::Result<()> {
         let mut tx = self.relaxed().await?;
         on_tx!(&mut tx, t => {
             sqlx::query("DELETE FROM run_tokens WHERE run_id = $1")
-                .bind(run_id)
+                .bind(run_id.as_str())
                 .execute(&mut **t)
                 .await?;
         });

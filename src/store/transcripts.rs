@@ -3,6 +3,7 @@
 //! `runner.transcript_max_mb` with the end kept.
 
 use super::Store;
+use crate::domain::RunId;
 
 /// A run's transcript as kept.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -59,7 +60,7 @@ impl Store {
     /// runtime's position after it, and drops the oldest output beyond `cap_bytes`.
     pub async fn append_transcript(
         &self,
-        run_id: &str,
+        run_id: &RunId,
         text: &str,
         mark: Option<&str>,
         at_ms: i64,
@@ -72,7 +73,7 @@ impl Store {
             let row: Option<(i64, i64, i64, Option<String>)> = sqlx::query_as(
                 "SELECT bytes, dropped_bytes, next_seq, mark FROM run_transcripts WHERE run_id = $1",
             )
-            .bind(run_id)
+            .bind(run_id.as_str())
             .fetch_optional(&mut **t)
             .await?;
             let (mut bytes, mut dropped, seq, old_mark) = row.unwrap_or((0, 0, 0, None));
@@ -84,7 +85,7 @@ impl Store {
                     "INSERT INTO transcript_chunks (run_id, seq, text, bytes, at_ms) \
                      VALUES ($1, $2, $3, $4, $5)",
                 )
-                .bind(run_id)
+                .bind(run_id.as_str())
                 .bind(next_seq)
                 .bind(piece)
                 .bind(int(piece.len() as u64))
@@ -99,14 +100,14 @@ impl Store {
                 let oldest: Option<(i64, i64)> = sqlx::query_as(
                     "SELECT seq, bytes FROM transcript_chunks WHERE run_id = $1 ORDER BY seq LIMIT 1",
                 )
-                .bind(run_id)
+                .bind(run_id.as_str())
                 .fetch_optional(&mut **t)
                 .await?;
                 let Some((old_seq, old_bytes)) = oldest else {
                     break;
                 };
                 sqlx::query("DELETE FROM transcript_chunks WHERE run_id = $1 AND seq = $2")
-                    .bind(run_id)
+                    .bind(run_id.as_str())
                     .bind(old_seq)
                     .execute(&mut **t)
                     .await?;
@@ -120,7 +121,7 @@ impl Store {
                  bytes = excluded.bytes, dropped_bytes = excluded.dropped_bytes, \
                  next_seq = excluded.next_seq, mark = excluded.mark, at_ms = excluded.at_ms",
             )
-            .bind(run_id)
+            .bind(run_id.as_str())
             .bind(bytes)
             .bind(dropped)
             .bind(next_seq)
@@ -133,10 +134,10 @@ impl Store {
     }
 
     /// The runtime's position after the run's transcript so far (where a follow continues).
-    pub async fn transcript_mark(&self, run_id: &str) -> anyhow::Result<Option<String>> {
+    pub async fn transcript_mark(&self, run_id: &RunId) -> anyhow::Result<Option<String>> {
         let row: Option<(Option<String>,)> = on_pool!(&self.db, p => {
             sqlx::query_as("SELECT mark FROM run_transcripts WHERE run_id = $1")
-                .bind(run_id)
+                .bind(run_id.as_str())
                 .fetch_optional(p)
                 .await?
         });
@@ -144,12 +145,12 @@ impl Store {
     }
 
     /// The run's transcript, if it has one.
-    pub async fn transcript(&self, run_id: &str) -> anyhow::Result<Option<Transcript>> {
+    pub async fn transcript(&self, run_id: &RunId) -> anyhow::Result<Option<Transcript>> {
         let head: Option<(i64, i64, Option<String>)> = on_pool!(&self.db, p => {
             sqlx::query_as(
                 "SELECT bytes, dropped_bytes, mark FROM run_transcripts WHERE run_id = $1",
             )
-            .bind(run_id)
+            .bind(run_id.as_str())
             .fetch_optional(p)
             .await?
         });
@@ -158,7 +159,7 @@ impl Store {
         };
         let chunks: Vec<(String,)> = on_pool!(&self.db, p => {
             sqlx::query_as("SELECT text FROM transcript_chunks WHERE run_id = $1 ORDER BY seq")
-                .bind(run_id)
+                .bind(run_id.as_str())
                 .fetch_all(p)
                 .await?
         });

@@ -2,7 +2,7 @@
 //! for budgets, reports and the status page; and the runs stopped for their budget.
 
 use super::Store;
-use crate::domain::RepoName;
+use crate::domain::{RepoName, RunId};
 use crate::models::{Metered, Spent};
 
 /// What a run's model calls used, from the metering.
@@ -36,7 +36,7 @@ impl Store {
                  cache_read_tokens, cache_write_tokens, output_tokens, cost_usd, at_ms, number) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
             )
-            .bind(m.run_id.as_deref())
+            .bind(m.run_id.as_ref().map(RunId::as_str))
             .bind(m.repo.to_string())
             .bind(crate::models::day_of(m.at_ms))
             .bind(m.provider.as_str())
@@ -57,7 +57,7 @@ impl Store {
     /// Dollars spent by the run, by `repo` on `day`, and by everything on `day`.
     pub async fn model_spent(
         &self,
-        run_id: Option<&str>,
+        run_id: Option<&RunId>,
         repo: &RepoName,
         day: &str,
     ) -> anyhow::Result<Spent> {
@@ -69,7 +69,7 @@ impl Store {
                  COALESCE(SUM(CASE WHEN day = $3 THEN cost_usd END), CAST(0 AS DOUBLE PRECISION)) \
                  FROM model_usage WHERE run_id = $1 OR day = $3",
             )
-            .bind(run_id.unwrap_or(""))
+            .bind(run_id.map_or("", RunId::as_str))
             .bind(repo.to_string())
             .bind(day)
             .fetch_one(p)
@@ -83,7 +83,7 @@ impl Store {
     }
 
     /// What the run's model calls used, if it made any through the gateway.
-    pub async fn run_usage(&self, run_id: &str) -> anyhow::Result<Option<RunUsage>> {
+    pub async fn run_usage(&self, run_id: &RunId) -> anyhow::Result<Option<RunUsage>> {
         type Row = (i64, i64, i64, i64, i64, Option<f64>, i64);
         let row: Row = on_pool!(&self.db, p => {
             sqlx::query_as(
@@ -93,7 +93,7 @@ impl Store {
                  CAST(COALESCE(SUM(cache_write_tokens), 0) AS BIGINT), \
                  SUM(cost_usd), COUNT(cost_usd) FROM model_usage WHERE run_id = $1",
             )
-            .bind(run_id)
+            .bind(run_id.as_str())
             .fetch_one(p)
             .await?
         });
@@ -169,7 +169,7 @@ impl Store {
     /// Asks for the run to be stopped for its budget (once: the first reason stays).
     pub async fn request_budget_stop(
         &self,
-        run_id: &str,
+        run_id: &RunId,
         why: &str,
         at_ms: i64,
     ) -> anyhow::Result<()> {
@@ -179,7 +179,7 @@ impl Store {
                 "INSERT INTO budget_stops (run_id, why, at_ms) VALUES ($1, $2, $3) \
                  ON CONFLICT (run_id) DO NOTHING",
             )
-            .bind(run_id)
+            .bind(run_id.as_str())
             .bind(why)
             .bind(at_ms)
             .execute(&mut **t)
@@ -189,10 +189,10 @@ impl Store {
     }
 
     /// Why the run is to be stopped for its budget, if it is.
-    pub async fn budget_stop(&self, run_id: &str) -> anyhow::Result<Option<String>> {
+    pub async fn budget_stop(&self, run_id: &RunId) -> anyhow::Result<Option<String>> {
         let row: Option<(String,)> = on_pool!(&self.db, p => {
             sqlx::query_as("SELECT why FROM budget_stops WHERE run_id = $1")
-                .bind(run_id)
+                .bind(run_id.as_str())
                 .fetch_optional(p)
                 .await?
         });

@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use futures_util::future::BoxFuture;
 use tokio::sync::Notify;
 
+use director::domain::RunId;
 use director::runtime::{
     Exit, Output, OutputStream, RUN_LABEL, RunContainer, RunSpec, Runtime, RuntimeError, WaitLimits,
 };
@@ -25,7 +26,7 @@ enum Status {
 }
 
 struct Container {
-    run_id: String,
+    run_id: RunId,
     spec: RunSpec,
     /// The task was put in place.
     has_task: bool,
@@ -39,10 +40,10 @@ struct Container {
 struct State {
     next_id: u64,
     containers: BTreeMap<String, Container>,
-    creations: HashMap<String, u32>,
-    starts: HashMap<String, u32>,
+    creations: HashMap<RunId, u32>,
+    starts: HashMap<RunId, u32>,
     /// Every run's spec, kept after its container is removed.
-    specs: HashMap<String, RunSpec>,
+    specs: HashMap<RunId, RunSpec>,
     unavailable: bool,
     /// The next reads of a file fail as if the engine had dropped the connection.
     failing_reads: u32,
@@ -99,10 +100,10 @@ impl FakeRuntime {
     }
 
     /// Ends the run's running container with `code`, `log` its last output.
-    pub fn exit(&self, run_id: &str, code: i64, log: &str) {
+    pub fn exit(&self, run_id: &RunId, code: i64, log: &str) {
         self.with(|s| {
             for c in s.containers.values_mut() {
-                if c.run_id == run_id && c.status == Status::Running {
+                if &c.run_id == run_id && c.status == Status::Running {
                     c.status = Status::Exited(code);
                     c.log.push_str(log);
                 }
@@ -112,10 +113,10 @@ impl FakeRuntime {
     }
 
     /// The run's running container prints `text`.
-    pub fn print(&self, run_id: &str, text: &str) {
+    pub fn print(&self, run_id: &RunId, text: &str) {
         self.with(|s| {
             for c in s.containers.values_mut() {
-                if c.run_id == run_id && c.status == Status::Running {
+                if &c.run_id == run_id && c.status == Status::Running {
                     c.log.push_str(text);
                 }
             }
@@ -124,10 +125,10 @@ impl FakeRuntime {
     }
 
     /// Leaves a file in the run's container (as its agent would write its result file).
-    pub fn put_file(&self, run_id: &str, path: &str, data: &[u8]) {
+    pub fn put_file(&self, run_id: &RunId, path: &str, data: &[u8]) {
         self.with(|s| {
             for c in s.containers.values_mut() {
-                if c.run_id == run_id {
+                if &c.run_id == run_id {
                     c.files.insert(path.to_owned(), data.to_vec());
                 }
             }
@@ -135,17 +136,17 @@ impl FakeRuntime {
     }
 
     /// Containers created for `run_id`, ever.
-    pub fn creations(&self, run_id: &str) -> u32 {
+    pub fn creations(&self, run_id: &RunId) -> u32 {
         self.with(|s| s.creations.get(run_id).copied().unwrap_or(0))
     }
 
     /// Containers started for `run_id`, ever.
-    pub fn starts(&self, run_id: &str) -> u32 {
+    pub fn starts(&self, run_id: &RunId) -> u32 {
         self.with(|s| s.starts.get(run_id).copied().unwrap_or(0))
     }
 
     /// Run ids with a running container.
-    pub fn running(&self) -> Vec<String> {
+    pub fn running(&self) -> Vec<RunId> {
         self.with(|s| {
             s.containers
                 .values()
@@ -156,12 +157,12 @@ impl FakeRuntime {
     }
 
     /// Run ids with a container in any state.
-    pub fn present(&self) -> Vec<String> {
+    pub fn present(&self) -> Vec<RunId> {
         self.with(|s| s.containers.values().map(|c| c.run_id.clone()).collect())
     }
 
     /// The spec a run's container was created with (also after it was removed).
-    pub fn spec_of(&self, run_id: &str) -> Option<RunSpec> {
+    pub fn spec_of(&self, run_id: &RunId) -> Option<RunSpec> {
         self.with(|s| s.specs.get(run_id).cloned())
     }
 
@@ -209,7 +210,7 @@ impl Runtime for FakeRuntime {
             s.specs.insert(spec.run_id.clone(), spec.clone());
             let mut spec = spec.clone();
             spec.labels
-                .insert(RUN_LABEL.to_owned(), spec.run_id.clone());
+                .insert(RUN_LABEL.to_owned(), spec.run_id.to_string());
             let copy_fails = s.failing_task_copies > 0;
             s.failing_task_copies = s.failing_task_copies.saturating_sub(1);
             s.containers.insert(

@@ -464,7 +464,7 @@ async fn a_transcript_followed_before_a_restart_is_continued_after_it_without_a_
             .await
             .expect("runs")
             .first()
-            .map(|r| r.id.to_string())
+            .map(|r| r.id.clone())
     };
     w.wait("the transcript holds the run's first lines", || async {
         match run_id().await {

@@ -240,25 +240,27 @@ mod proxy {
     use std::sync::{Arc, Mutex};
 
     use base64::Engine as _;
+    use director::domain::RunId;
     use director::egress::proxy::{Ledger, Proxy};
     use director::egress::{Entry, Policy};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};
     use tokio_util::sync::CancellationToken;
 
+    use crate::helpers::rid;
+
     #[derive(Default)]
     struct Book {
-        ended: Mutex<Vec<String>>,
-        refusals: Mutex<BTreeMap<(String, String), u32>>,
+        ended: Mutex<Vec<RunId>>,
+        refusals: Mutex<BTreeMap<(RunId, String), u32>>,
         /// What a run's repository settings add to its allow-list.
-        extra: Mutex<std::collections::HashMap<String, Vec<Entry>>>,
+        extra: Mutex<std::collections::HashMap<RunId, Vec<Entry>>>,
     }
 
     #[async_trait::async_trait]
     impl Ledger for Book {
-        async fn active(&self, run_id: &str) -> Option<Vec<Entry>> {
-            let active = run_id.starts_with("run")
-                && !self.ended.lock().expect("lock").iter().any(|r| r == run_id);
+        async fn active(&self, run_id: &RunId) -> Option<Vec<Entry>> {
+            let active = !self.ended.lock().expect("lock").iter().any(|r| r == run_id);
             active.then(|| {
                 self.extra
                     .lock()
@@ -270,7 +272,7 @@ mod proxy {
         }
         async fn add_refusals(
             &self,
-            refusals: &BTreeMap<(String, String), u32>,
+            refusals: &BTreeMap<(RunId, String), u32>,
         ) -> anyhow::Result<()> {
             let mut mine = self.refusals.lock().expect("lock");
             for (k, n) in refusals {
@@ -376,11 +378,11 @@ mod proxy {
     async fn a_runs_request_to_an_allowed_origin_is_forwarded_in_origin_form_without_its_credentials()
      {
         let s = setup().await;
-        let pw = s.proxy.password("run1");
+        let pw = s.proxy.password(&rid("run1"));
         let head = format!(
             "GET http://127.0.0.1:{}/repo.git/info/refs?service=git-upload-pack HTTP/1.1\r\nHost: 127.0.0.1\r\n{}Proxy-Connection: keep-alive\r\n\r\n",
             s.origin.port(),
-            auth("run-run1", &pw)
+            auth(&format!("run-{}", rid("run1")), &pw)
         );
         let answer = ask(&s.proxy, &head).await;
         assert!(
@@ -405,7 +407,7 @@ mod proxy {
             format!(
                 "CONNECT 127.0.0.1:{} HTTP/1.1\r\n{}\r\n",
                 s.origin.port(),
-                auth("run-run1", &pw)
+                auth(&format!("run-{}", rid("run1")), &pw)
             )
             .as_bytes(),
         )
@@ -443,7 +445,7 @@ mod proxy {
         let ip = outside_ip();
         let (local, _) = origin().await;
         s.book.extra.lock().expect("lock").insert(
-            "run1".into(),
+            rid("run1"),
             vec![
                 Entry::exact(&ip.to_string(), outside.port()),
                 format!("127.0.0.1:{}", local.port())
@@ -457,7 +459,7 @@ mod proxy {
         let get = |run: &str, host: String| {
             let head = format!(
                 "GET http://{host}/ HTTP/1.1\r\n{}\r\n",
-                auth(&format!("run-{run}"), &s.proxy.password(run))
+                auth(&format!("run-{}", rid(run)), &s.proxy.password(&rid(run)))
             );
             let proxy = s.proxy.clone();
             async move { ask(&proxy, &head).await }
@@ -484,7 +486,10 @@ mod proxy {
     #[tokio::test]
     async fn a_forwarded_request_carries_the_host_that_was_checked_not_the_one_written() {
         let s = setup().await;
-        let a = auth("run-run1", &s.proxy.password("run1"));
+        let a = auth(
+            &format!("run-{}", rid("run1")),
+            &s.proxy.password(&rid("run1")),
+        );
         let head = format!(
             "GET http://127.0.0.1:{}/ HTTP/1.1\r\nHost: internal-admin.example\r\n{a}\r\n",
             s.origin.port()
@@ -532,7 +537,10 @@ mod proxy {
     /// Opens a tunnel to `target`, sends `first`, and returns whether the origin got it.
     async fn tunnel(s: &Setup, target: &str, first: &[u8]) -> bool {
         s.seen.lock().expect("lock").clear();
-        let a = auth("run-run1", &s.proxy.password("run1"));
+        let a = auth(
+            &format!("run-{}", rid("run1")),
+            &s.proxy.password(&rid("run1")),
+        );
         let mut t = TcpStream::connect(s.proxy.local_addr())
             .await
             .expect("connect");
@@ -577,7 +585,10 @@ mod proxy {
     #[tokio::test]
     async fn one_run_cannot_hold_every_connection_of_the_proxy() {
         let s = setup().await;
-        let a = auth("run-run1", &s.proxy.password("run1"));
+        let a = auth(
+            &format!("run-{}", rid("run1")),
+            &s.proxy.password(&rid("run1")),
+        );
         let mut held = Vec::new();
         for _ in 0..director::egress::proxy::MAX_PER_RUN {
             let mut t = TcpStream::connect(s.proxy.local_addr())
@@ -620,20 +631,37 @@ mod proxy {
         let url = format!("GET http://127.0.0.1:{}/ HTTP/1.1\r\n", s.origin.port());
         for head in [
             format!("{url}\r\n"),
-            format!("{url}{}\r\n", auth("run-run1", "guess")),
+            format!(
+                "{url}{}\r\n",
+                auth(&format!("run-{}", rid("run1")), "guess")
+            ),
             // Another run's password.
-            format!("{url}{}\r\n", auth("run-run1", &s.proxy.password("run2"))),
-            format!("{url}{}\r\n", auth("bob", &s.proxy.password("bob"))),
+            format!(
+                "{url}{}\r\n",
+                auth(
+                    &format!("run-{}", rid("run1")),
+                    &s.proxy.password(&rid("run2"))
+                )
+            ),
+            format!("{url}{}\r\n", auth("bob", &s.proxy.password(&rid("bob")))),
+            // A user that is no run id is refused before anything is looked up.
+            format!("{url}{}\r\n", auth("run-../../etc/passwd", "x")),
             format!("{url}Proxy-Authorization: Basic !!!\r\n\r\n"),
         ] {
             let answer = ask(&s.proxy, &head).await;
             assert!(answer.starts_with("HTTP/1.1 407"), "{head:?}: {answer}");
             assert!(answer.contains("Proxy-Authenticate: Basic"), "{answer}");
         }
-        s.book.ended.lock().expect("lock").push("run3".into());
+        s.book.ended.lock().expect("lock").push(rid("run3"));
         let answer = ask(
             &s.proxy,
-            &format!("{url}{}\r\n", auth("run-run3", &s.proxy.password("run3"))),
+            &format!(
+                "{url}{}\r\n",
+                auth(
+                    &format!("run-{}", rid("run3")),
+                    &s.proxy.password(&rid("run3"))
+                )
+            ),
         )
         .await;
         assert!(
@@ -649,7 +677,10 @@ mod proxy {
     #[tokio::test]
     async fn refused_destinations_are_counted_per_run_and_never_reached() {
         let s = setup().await;
-        let a = auth("run-run1", &s.proxy.password("run1"));
+        let a = auth(
+            &format!("run-{}", rid("run1")),
+            &s.proxy.password(&rid("run1")),
+        );
         for (head, why) in [
             (
                 format!("CONNECT example.org:443 HTTP/1.1\r\n{a}\r\n"),
@@ -779,7 +810,7 @@ async fn an_allow_listed_fake_run_gets_the_proxy_in_its_environment_and_nothing_
             .filter(|i| fake.starts(i) == 1)
     };
     crate::helpers::wait_until("the run starts", || async { started().await.is_some() }).await;
-    let id = started().await.unwrap_or_default();
+    let id = started().await.expect("a started run");
     let spec = fake.spec_of(&id).expect("the run's spec");
     assert!(spec.confined);
     let env = |k: &str| crate::fake_runs::env(&spec, k).to_owned();

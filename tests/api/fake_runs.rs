@@ -3,6 +3,7 @@
 //! container's "agent" pushes its branch through the fake forge's API with the run token, as
 //! the real test agent does.
 
+use director::domain::RunId;
 use std::sync::Arc;
 
 use director::domain::{IssueRef, Lifecycle, RunState};
@@ -151,14 +152,14 @@ pub async fn labelled(t: &ForgeApp, title: &str, body: &str) -> IssueRef {
     issue
 }
 
-pub async fn run_ids(t: &ForgeApp, issue: &IssueRef) -> Vec<String> {
+pub async fn run_ids(t: &ForgeApp, issue: &IssueRef) -> Vec<RunId> {
     t.app
         .store
         .runs_of(issue)
         .await
         .expect("runs")
         .into_iter()
-        .map(|r| r.id.to_string())
+        .map(|r| r.id.clone())
         .collect()
 }
 
@@ -686,7 +687,7 @@ async fn runs_are_named_by_the_operators_branch_template() {
     let want = format!(
         "agent-{}-add-verbose-to-run-{}",
         issue.number,
-        &runs[0].id[..8]
+        runs[0].id.short()
     );
     assert_eq!(branch, &want);
     let pulls = t.forge.pulls_of(&t.repo);

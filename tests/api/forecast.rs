@@ -21,8 +21,8 @@ pub async fn seed_runs(t: &ForgeApp, repo: &str, runs: &[(f64, i64)]) {
     let mut records = Vec::new();
     for (n, (cost, minutes)) in runs.iter().enumerate() {
         let issue: IssueRef = format!("{repo}#{}", 900 + n).parse().expect("ref");
-        let id = format!("5eed{n:08x}");
-        let mut run = RunRecord::admitted(&issue, id.as_str().into(), "b", 1_000);
+        let id = crate::helpers::rid(&format!("5eed{n:08x}"));
+        let mut run = RunRecord::admitted(&issue, id.clone(), "b", 1_000);
         run.state = RunState::Succeeded;
         run.started_at_ms = Some(start);
         run.finished_at_ms = Some(start + minutes * 60_000);
@@ -42,7 +42,7 @@ pub async fn seed_runs(t: &ForgeApp, repo: &str, runs: &[(f64, i64)]) {
             .expect("usage");
     }
     let issue: IssueRef = format!("{repo}#999").parse().expect("ref");
-    let mut bad = RunRecord::admitted(&issue, "badbad000000".into(), "b", 1_000);
+    let mut bad = RunRecord::admitted(&issue, crate::helpers::rid("badbad000000"), "b", 1_000);
     bad.state = RunState::Failed;
     bad.started_at_ms = Some(start + 50_000);
     bad.finished_at_ms = Some(start + 10_000);

@@ -3,6 +3,7 @@
 //! against FakeForge's smart HTTP (`git http-backend`) through the director's gateway.
 //! (The same from inside a container on the real Docker engine is in `egress`.)
 
+use director::domain::RunId;
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -44,7 +45,7 @@ async fn setup(configure: impl FnOnce(&mut director::settings::Settings)) -> Set
 
 /// A run that stays up, and the environment it was given.
 pub(crate) struct Run {
-    pub(crate) id: String,
+    pub(crate) id: RunId,
     pub(crate) issue: IssueRef,
     pub(crate) env: Vec<(String, String)>,
     pub(crate) home: tempfile::TempDir,
@@ -94,15 +95,15 @@ async fn started(s: &Setup, title: &str) -> Run {
 }
 
 /// The newest run of `issue` once it started (one other than `not`), and what it was given.
-async fn run_started(s: &Setup, issue: IssueRef, not: Option<&str>) -> Run {
+async fn run_started(s: &Setup, issue: IssueRef, not: Option<&RunId>) -> Run {
     let current = || async {
         run_ids(&s.t, &issue)
             .await
             .pop()
-            .filter(|id| Some(id.as_str()) != not && s.fake.starts(id) == 1)
+            .filter(|id| Some(id) != not && s.fake.starts(id) == 1)
     };
     crate::helpers::wait_until("the run starts", || async { current().await.is_some() }).await;
-    let id = current().await.unwrap_or_default();
+    let id = current().await.expect("a started run");
     let spec = s.fake.spec_of(&id).expect("the run's spec");
     Run {
         id,

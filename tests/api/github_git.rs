@@ -39,11 +39,11 @@ async fn started(t: &GithubApp, title: &str) -> Run {
             .runs_of(&issue)
             .await
             .ok()
-            .and_then(|runs| runs.last().map(|r| r.id.to_string()))
+            .and_then(|runs| runs.last().map(|r| r.id.clone()))
             .filter(|id| t.runtime.starts(id) == 1)
     };
     crate::helpers::wait_until("the run starts", || async { current().await.is_some() }).await;
-    let id = current().await.unwrap_or_default();
+    let id = current().await.expect("a started run");
     let spec = t.runtime.spec_of(&id).expect("the run's spec");
     Run {
         id,

@@ -4,6 +4,7 @@
 //! missing namespace does; then the whole flow from a label to a pull request with runs as
 //! Jobs.
 
+use director::domain::RunId;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -59,7 +60,7 @@ async fn runtime(fake: &FakeKube) -> KubeRuntime {
 
 fn spec(run_id: &str) -> RunSpec {
     RunSpec {
-        run_id: run_id.into(),
+        run_id: RunId::parse(run_id).expect("a run id"),
         image: "registry.example/agent:1".into(),
         command: vec!["/agent.sh".into(), "--go".into()],
         env: vec![
@@ -276,7 +277,7 @@ async fn a_started_job_is_watched_to_its_end_with_its_log_and_result_and_removed
     rt.remove(&id).await.expect("gone already is fine");
 }
 
-async fn wait_for_run_id(t: &ForgeApp, issue: &director::domain::IssueRef) -> String {
+async fn wait_for_run_id(t: &ForgeApp, issue: &director::domain::IssueRef) -> RunId {
     wait_until("the run is recorded", || async {
         !crate::fake_runs::run_ids(t, issue).await.is_empty()
     })
@@ -284,7 +285,7 @@ async fn wait_for_run_id(t: &ForgeApp, issue: &director::domain::IssueRef) -> St
     crate::fake_runs::run_ids(t, issue)
         .await
         .pop()
-        .unwrap_or_default()
+        .expect("a run")
 }
 
 #[tokio::test]

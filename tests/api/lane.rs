@@ -80,8 +80,7 @@ async fn a_failing_check_starts_one_follow_up_naming_it_and_they_stop_at_the_cap
     poll(&t).await;
     wait_runs(&t, &issue, 2, RunState::Succeeded).await;
     let all = runs(&t, &issue).await;
-    let task =
-        String::from_utf8_lossy(&fake.spec_of(all[1].id.as_str()).expect("spec").task).into_owned();
+    let task = String::from_utf8_lossy(&fake.spec_of(&all[1].id).expect("spec").task).into_owned();
     assert!(task.contains("## Failing checks to fix"), "{task}");
     assert!(task.contains("ci / test (pull_request)"), "{task}");
     assert!(
@@ -481,8 +480,7 @@ async fn hostile_check_text_is_inert_in_the_task_and_the_status_page_and_a_flood
     poll(&t).await;
     wait_runs(&t, &issue, 2, RunState::Succeeded).await;
     let all = runs(&t, &issue).await;
-    let task =
-        String::from_utf8_lossy(&fake.spec_of(all[1].id.as_str()).expect("spec").task).into_owned();
+    let task = String::from_utf8_lossy(&fake.spec_of(&all[1].id).expect("spec").task).into_owned();
     let section = task
         .split("## Failing checks to fix")
         .nth(1)

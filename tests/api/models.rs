@@ -2,6 +2,7 @@
 //! the director gives it) and as an attacker inside one would: against FakeProvider, which
 //! speaks Anthropic's and OpenAI's APIs and takes only its one real key.
 
+use director::domain::RunId;
 use std::collections::BTreeMap;
 
 use director::domain::{IssueRef, Lifecycle};
@@ -68,7 +69,7 @@ async fn setup(configure: impl FnOnce(&mut director::settings::Settings)) -> Set
 
 /// A run that stays up, and the environment it was given.
 struct Run {
-    id: String,
+    id: RunId,
     issue: IssueRef,
     env: Vec<(String, String)>,
 }
@@ -108,7 +109,7 @@ async fn started(s: &Setup, title: &str) -> Run {
             .filter(|id| s.fake.starts(id) == 1)
     };
     crate::helpers::wait_until("the run starts", || async { current().await.is_some() }).await;
-    let id = current().await.unwrap_or_default();
+    let id = current().await.expect("a started run");
     let spec = s.fake.spec_of(&id).expect("the run's spec");
     Run {
         id,
@@ -267,13 +268,17 @@ async fn a_run_whose_budget_is_spent_gets_429_on_its_next_call_and_ends_over_bud
     let run = started(&s, "Spend it all").await;
 
     // $0.0045, under the $0.005 budget: forwarded. Then $0.009: over, but already on its way.
+    // Each answer read to its end, as an agent reads it: one dropped unread is a hang-up,
+    // still in flight (and so counted) until the gateway notices it.
     for _ in 0..2 {
         let a = run
             .anthropic(message(false))
             .send()
             .await
             .expect("answered");
-        assert_eq!(a.status(), 200);
+        let status = a.status();
+        let body = a.text().await.expect("the answer's body");
+        assert_eq!(status, 200, "{body}");
     }
     metered_calls(&s, &run, 2).await;
     // The next one is refused in Anthropic's shape, not to be retried.
@@ -341,7 +346,7 @@ async fn forged_keys_unmetered_routes_oversized_bodies_and_unpriced_models_are_r
         s.provider.key.clone(),
         format!("director-{}.AAAA", run.id),
         run.var("ANTHROPIC_API_KEY")
-            .replace(&run.id, "000000000000"),
+            .replace(run.id.as_str(), "000000000000"),
         String::new(),
     ] {
         let a = client

@@ -108,7 +108,7 @@ fn exited(issue: &IssueRef, n: u32, at: i64) -> NewDelivery {
         format!("exited:r{n}"),
         issue.clone(),
         Event::Run {
-            run_id: format!("r{n}").into(),
+            run_id: crate::helpers::rid(&format!("r{n}")),
             report: RunReport::Exited {
                 code: Some(0),
                 timed_out: false,
@@ -327,7 +327,7 @@ async fn work_in_flight_in_a_database_from_before_the_outbox_is_carried_over() {
     assert_eq!(record.lifecycle, Lifecycle::Pending);
     assert_eq!(record.preflight.verdict, None);
     let run = store
-        .run("0123456789ab")
+        .run(&crate::helpers::rid("0123456789ab"))
         .await
         .expect("query")
         .expect("known");

@@ -56,7 +56,7 @@ type SeedRun<'a> = (&'a str, &'a str, RunState, i64, f64, bool);
 async fn run(t: &ForgeApp, runs: &mut Vec<RunRecord>, seed: SeedRun<'_>) {
     let (r, id, state, started, cost, opened_pr) = seed;
     let issue = issue_ref(r);
-    let mut run = RunRecord::admitted(&issue, id.into(), "director-issue", started);
+    let mut run = RunRecord::admitted(&issue, crate::helpers::rid(id), "director-issue", started);
     run.state = state;
     run.started_at_ms = Some(started);
     run.finished_at_ms = Some(started + H);
@@ -67,7 +67,7 @@ async fn run(t: &ForgeApp, runs: &mut Vec<RunRecord>, seed: SeedRun<'_>) {
     t.app
         .store
         .record_model_usage(&Metered {
-            run_id: Some(id.to_owned()),
+            run_id: Some(crate::helpers::rid(id)),
             repo: issue.repo.clone(),
             issue: None,
             provider: Provider::Anthropic,

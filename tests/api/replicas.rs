@@ -568,7 +568,7 @@ async fn a_replica_that_did_not_start_a_run_serves_its_git_and_counts_its_budget
     let other_url = url.replace(&format!(":{own}/"), &format!(":{other}/"));
     assert_ne!(other_url, url, "{url}");
     let password = get("DIRECTOR_GIT_PASSWORD");
-    let (id, branch) = (run.id.to_string(), run.branch.clone());
+    let (id, branch) = (run.id.clone(), run.branch.clone());
     tokio::task::spawn_blocking(move || {
         let home = tempfile::tempdir().expect("dir");
         let work = tempfile::tempdir().expect("dir");
@@ -634,7 +634,7 @@ async fn a_replica_that_did_not_start_a_run_serves_its_git_and_counts_its_budget
         }
     };
     let metered = |n: u64| {
-        let (store, id) = (&store, run.id.to_string());
+        let (store, id) = (&store, run.id.clone());
         async move {
             crate::helpers::wait_until(&format!("{n} metered calls"), || async {
                 store

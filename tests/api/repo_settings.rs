@@ -76,7 +76,7 @@ instructions = "Run `cargo test --locked` before pushing."
     // The repository's template named the branch, and the run pushed to it.
     assert_eq!(
         run.branch,
-        format!("rust-{}-{}", issue.number, &run.id[..8])
+        format!("rust-{}-{}", issue.number, run.id.short())
     );
     assert_eq!(env(&spec, "DIRECTOR_BRANCH"), run.branch);
     assert!(t.forge.branches_of(&t.repo).contains(&run.branch));

@@ -2,6 +2,7 @@
 //! built in the test setup from scratch: a static busybox and `tests/agent/agent.sh`, which
 //! plays the agent and pushes its branch through the API with the run token.
 
+use director::domain::RunId;
 use std::process::Command;
 use std::time::Duration;
 
@@ -80,16 +81,16 @@ fn docker(args: &[&str]) -> String {
 
 /// Containers (any state) of the given runs. Tests share the engine, so runs are told
 /// apart by id, never by repository and issue number.
-fn containers_of_runs(run_ids: &[String]) -> Vec<String> {
+fn containers_of_runs(run_ids: &[RunId]) -> Vec<String> {
     labelled_containers(run_ids, &["-a"])
 }
 
 /// The runs' containers that are running now (not merely created).
-fn running_containers_of_runs(run_ids: &[String]) -> Vec<String> {
+fn running_containers_of_runs(run_ids: &[RunId]) -> Vec<String> {
     labelled_containers(run_ids, &["--filter", "status=running"])
 }
 
-fn labelled_containers(run_ids: &[String], filter: &[&str]) -> Vec<String> {
+fn labelled_containers(run_ids: &[RunId], filter: &[&str]) -> Vec<String> {
     run_ids
         .iter()
         .flat_map(|id| {
@@ -101,14 +102,14 @@ fn labelled_containers(run_ids: &[String], filter: &[&str]) -> Vec<String> {
         .collect()
 }
 
-async fn run_ids(t: &ForgeApp, issue: &IssueRef) -> Vec<String> {
+async fn run_ids(t: &ForgeApp, issue: &IssueRef) -> Vec<RunId> {
     t.app
         .store
         .runs_of(issue)
         .await
         .expect("runs")
         .into_iter()
-        .map(|r| r.id.to_string())
+        .map(|r| r.id.clone())
         .collect()
 }
 
@@ -117,7 +118,7 @@ async fn containers_of(t: &ForgeApp, issue: &IssueRef) -> Vec<String> {
 }
 
 /// How many containers the engine created for a run since `since` (a unix timestamp).
-pub fn creations(run_id: &str, since: i64) -> usize {
+pub fn creations(run_id: &RunId, since: i64) -> usize {
     docker(&[
         "events",
         "--since",
@@ -665,12 +666,12 @@ async fn a_director_killed_mid_run_adopts_the_run_after_restart_and_one_containe
     // Running, not merely created: killed between the creation and the task's copy, the
     // director rightly makes the container again (another test holds it to that).
     wait_until_long("the container runs", || async {
-        let ids: Vec<String> = store
+        let ids: Vec<RunId> = store
             .runs_of(&issue)
             .await
             .expect("runs")
             .into_iter()
-            .map(|r| r.id.to_string())
+            .map(|r| r.id.clone())
             .collect();
         !running_containers_of_runs(&ids).is_empty()
     })
@@ -809,9 +810,11 @@ async fn run_tokens_left_behind_are_deleted_and_another_directors_live_tokens_ke
     assert_eq!(store.director_id().await.expect("id"), me, "stable");
     // A run of ours still active, and one that ended before its token was revoked.
     let issue: IssueRef = "acme/widgets#1".parse().expect("ref");
-    let mut ended = director::domain::RunRecord::admitted(&issue, "0ld0000000aa".into(), "b1", 1);
+    let mut ended =
+        director::domain::RunRecord::admitted(&issue, crate::helpers::rid("01d0000000aa"), "b1", 1);
     ended.state = director::domain::RunState::Failed;
-    let live = director::domain::RunRecord::admitted(&issue, "11ve000000bb".into(), "b2", 2);
+    let live =
+        director::domain::RunRecord::admitted(&issue, crate::helpers::rid("11fe000000bb"), "b2", 2);
     store
         .commit(
             &director::store::Commit {
@@ -823,14 +826,14 @@ async fn run_tokens_left_behind_are_deleted_and_another_directors_live_tokens_ke
         .await
         .expect("runs");
     for name in [
-        format!("director-run-0ld0000000aa-{me}"),
-        format!("director-run-11ve000000bb-{me}"),
+        format!("director-run-01d0000000aa-{me}"),
+        format!("director-run-11fe000000bb-{me}"),
         format!("director-run-deadbeef0000-{me}"),
         // Another director sharing the runner account: its live run's token.
-        "director-run-0ther000000cc-0badf00d".to_owned(),
+        "director-run-0a1e000000cc-0badf00d".to_owned(),
         // Named before directors named themselves: ours only if our database knows the run.
-        "director-run-0ld0000000aa".to_owned(),
-        "director-run-5ome000000dd".to_owned(),
+        "director-run-01d0000000aa".to_owned(),
+        "director-run-50fe000000dd".to_owned(),
         "laptop".to_owned(),
     ] {
         forge
@@ -846,9 +849,9 @@ async fn run_tokens_left_behind_are_deleted_and_another_directors_live_tokens_ke
     assert_eq!(
         names,
         vec![
-            "director-run-0ther000000cc-0badf00d".to_owned(),
-            format!("director-run-11ve000000bb-{me}"),
-            "director-run-5ome000000dd".to_owned(),
+            "director-run-0a1e000000cc-0badf00d".to_owned(),
+            format!("director-run-11fe000000bb-{me}"),
+            "director-run-50fe000000dd".to_owned(),
             "laptop".to_owned(),
         ]
     );
@@ -933,7 +936,7 @@ async fn a_writers_review_gets_a_follow_up_container_that_pushes_to_the_pr() {
     assert_eq!(t.forge.pulls_of(&t.repo).len(), 1);
     assert!(t.forge.tokens_of(RUNNER).is_empty());
     wait_until_long("the follow-up's container is removed", || async {
-        containers_of_runs(&[runs[1].id.to_string()]).is_empty()
+        containers_of_runs(&[runs[1].id.clone()]).is_empty()
     })
     .await;
 }
@@ -948,7 +951,7 @@ async fn a_created_container_is_told_apart_by_whether_its_task_is_in_it() {
         ..Default::default()
     };
     let rt = DockerRuntime::connect(settings).await.expect("the engine");
-    let run_id = format!("{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
+    let run_id = RunId::random();
     let spec = RunSpec {
         run_id: run_id.clone(),
         image: image.clone(),

@@ -465,7 +465,12 @@ async fn a_commit_consumes_its_events_with_the_records_runs_and_actions_they_cau
         record.trigger_present = true;
         record.trigger_trusted = Some(true);
         record.pr = Some(PullRecord::opened(9, "director-issue-1-x"));
-        let mut run = RunRecord::admitted(&issue(1), "r1".into(), "director-issue-1-x", 5);
+        let mut run = RunRecord::admitted(
+            &issue(1),
+            crate::helpers::rid("r1"),
+            "director-issue-1-x",
+            5,
+        );
         run.stop_requested = true;
         let commit = Commit {
             records: vec![record.clone()],
@@ -480,7 +485,11 @@ async fn a_commit_consumes_its_events_with_the_records_runs_and_actions_they_cau
             Some(record.clone()),
             "{name}"
         );
-        assert_eq!(store.run("r1").await.expect("read"), Some(run), "{name}");
+        assert_eq!(
+            store.run(&crate::helpers::rid("r1")).await.expect("read"),
+            Some(run),
+            "{name}"
+        );
         assert_eq!(
             store.actions_of(&issue(1)).await.expect("read").len(),
             1,
@@ -534,7 +543,12 @@ async fn a_pass_hands_its_plan_the_events_with_their_issues_records_and_runs_and
         let mut record = IssueRecord::new(&issue(1), 5);
         record.lifecycle = Lifecycle::Succeeded;
         record.pr = Some(PullRecord::opened(9, "director-issue-1-x"));
-        let run = RunRecord::admitted(&issue(1), "r1".into(), "director-issue-1-x", 5);
+        let run = RunRecord::admitted(
+            &issue(1),
+            crate::helpers::rid("r1"),
+            "director-issue-1-x",
+            5,
+        );
         store
             .commit(
                 &Commit {
@@ -674,7 +688,7 @@ async fn an_issue_never_has_two_active_runs_and_a_refused_commit_changes_nothing
     let b = backends().await;
     for (name, url) in &b.urls {
         let store = open(url).await;
-        let first = RunRecord::admitted(&issue(1), "r1".into(), "b1", 1);
+        let first = RunRecord::admitted(&issue(1), crate::helpers::rid("r1"), "b1", 1);
         store
             .commit(
                 &Commit {
@@ -685,7 +699,7 @@ async fn an_issue_never_has_two_active_runs_and_a_refused_commit_changes_nothing
             )
             .await
             .expect("first run");
-        let second = RunRecord::admitted(&issue(1), "r2".into(), "b2", 2);
+        let second = RunRecord::admitted(&issue(1), crate::helpers::rid("r2"), "b2", 2);
         let err = store
             .commit(
                 &Commit {
@@ -710,9 +724,9 @@ async fn an_issue_never_has_two_active_runs_and_a_refused_commit_changes_nothing
                 .is_empty(),
             "{name}"
         );
-        let mut ended = RunRecord::admitted(&issue(1), "r1".into(), "b1", 1);
+        let mut ended = RunRecord::admitted(&issue(1), crate::helpers::rid("r1"), "b1", 1);
         ended.state = RunState::Failed;
-        let next = RunRecord::admitted(&issue(1), "r3".into(), "b3", 3);
+        let next = RunRecord::admitted(&issue(1), crate::helpers::rid("r3"), "b3", 3);
         store
             .commit(
                 &Commit {
@@ -725,7 +739,7 @@ async fn an_issue_never_has_two_active_runs_and_a_refused_commit_changes_nothing
             .expect("once the first ended");
         assert_eq!(
             store.latest_runs(&[issue(1)]).await.expect("latest")[0].id,
-            "r3"
+            crate::helpers::rid("r3")
         );
     }
 }
@@ -942,19 +956,31 @@ async fn the_egress_key_is_made_once_and_refusals_add_up_per_run_and_destination
         let store = open(url).await;
         let batch = |n| {
             std::collections::BTreeMap::from([
-                (("run1".to_owned(), "example.org:443".to_owned()), n),
-                (("run2".to_owned(), "example.org:443".to_owned()), 1),
+                (
+                    (crate::helpers::rid("run1"), "example.org:443".to_owned()),
+                    n,
+                ),
+                (
+                    (crate::helpers::rid("run2"), "example.org:443".to_owned()),
+                    1,
+                ),
             ])
         };
         store.add_egress_refusals(&batch(2)).await.expect("added");
         store.add_egress_refusals(&batch(3)).await.expect("added");
         assert_eq!(
-            store.egress_refusals("run1").await.expect("read"),
+            store
+                .egress_refusals(&crate::helpers::rid("run1"))
+                .await
+                .expect("read"),
             vec![("example.org:443".to_owned(), 5)],
             "{name}"
         );
         assert_eq!(
-            store.egress_refusals("run2").await.expect("read"),
+            store
+                .egress_refusals(&crate::helpers::rid("run2"))
+                .await
+                .expect("read"),
             vec![("example.org:443".to_owned(), 2)],
             "{name}"
         );
@@ -1124,12 +1150,12 @@ async fn forecast_samples_read_finished_runs_with_their_metered_cost_on_both_bac
     for (backend, url) in &b.urls {
         let store = open(url).await;
         let issue: IssueRef = "acme/widgets#1".parse().expect("ref");
-        let mut done = RunRecord::admitted(&issue, "f0000000000a".into(), "b1", 1);
+        let mut done = RunRecord::admitted(&issue, crate::helpers::rid("f0000000000a"), "b1", 1);
         done.state = RunState::Succeeded;
         done.started_at_ms = Some(1_000);
         done.finished_at_ms = Some(121_000);
         let mut follow = done.clone();
-        follow.id = "f0000000000b".into();
+        follow.id = crate::helpers::rid("f0000000000b");
         follow.followup = Some(director::domain::FollowUp {
             pr: 3,
             feedback: director::domain::Feedback {
@@ -1140,10 +1166,10 @@ async fn forecast_samples_read_finished_runs_with_their_metered_cost_on_both_bac
             start_head: None,
         });
         // Running, and refused before a container: not samples.
-        let mut running = RunRecord::admitted(&issue, "f0000000000c".into(), "b3", 1);
+        let mut running = RunRecord::admitted(&issue, crate::helpers::rid("f0000000000c"), "b3", 1);
         running.state = RunState::Running;
         running.started_at_ms = Some(1_000);
-        let mut refused = RunRecord::admitted(&issue, "f0000000000d".into(), "b4", 1);
+        let mut refused = RunRecord::admitted(&issue, crate::helpers::rid("f0000000000d"), "b4", 1);
         refused.state = RunState::Refused;
         store
             .commit(
@@ -1161,7 +1187,7 @@ async fn forecast_samples_read_finished_runs_with_their_metered_cost_on_both_bac
         };
         // Written while launching, as the start writes it; the run ended later.
         store
-            .put_run_agent("f0000000000c", &chosen)
+            .put_run_agent(&crate::helpers::rid("f0000000000c"), &chosen)
             .await
             .expect("agent");
         for (cost, run) in [
@@ -1171,7 +1197,7 @@ async fn forecast_samples_read_finished_runs_with_their_metered_cost_on_both_bac
         ] {
             store
                 .record_model_usage(&director::models::Metered {
-                    run_id: Some(run.into()),
+                    run_id: Some(crate::helpers::rid(run)),
                     repo: "acme/widgets".parse().expect("repo"),
                     issue: None,
                     provider: director::models::Provider::Openai,

@@ -27,7 +27,7 @@ async fn get(t: &ForgeApp, path: &str, token: Option<&str>) -> (u16, String, Str
     (status, kind, resp.text().await.unwrap_or_default())
 }
 
-async fn running(t: &ForgeApp) -> (IssueRef, String) {
+async fn running(t: &ForgeApp) -> (IssueRef, director::domain::RunId) {
     let issue = labelled(t, "Think out loud", "mode: hang").await;
     t.app.wait_state(&issue, Lifecycle::Running).await;
     let id = crate::fake_runs::run_ids(t, &issue)
@@ -38,7 +38,7 @@ async fn running(t: &ForgeApp) -> (IssueRef, String) {
 }
 
 /// Waits until the run's kept transcript holds `text`.
-async fn kept(t: &ForgeApp, id: &str, text: &str) {
+async fn kept(t: &ForgeApp, id: &director::domain::RunId, text: &str) {
     wait_until("the output is kept", || async {
         t.app
             .store
@@ -116,6 +116,13 @@ async fn a_runs_output_is_served_redacted_while_it_runs_and_after() {
     );
     assert_eq!(get(&t, "/runs/0123456789ab", None).await.0, 404);
     assert_eq!(get(&t, "/runs/..%2F..%2Fetc/log", None).await.0, 404);
+    // Only the id itself names the run: not in capitals, not with more before or after it.
+    let upper = id.as_str().to_uppercase();
+    if upper != id.as_str() {
+        assert_eq!(get(&t, &format!("/runs/{upper}"), None).await.0, 404);
+    }
+    assert_eq!(get(&t, &format!("/runs/0{id}"), None).await.0, 404);
+    assert_eq!(get(&t, &format!("/runs/{id}%00"), None).await.0, 404);
 }
 
 #[tokio::test]

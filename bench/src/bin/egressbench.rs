@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Parser;
+use director::domain::RunId;
 use director::egress::proxy::{Ledger, Proxy};
 use director::egress::{Entry, Policy};
 use director::forge::Permission;
@@ -42,10 +43,10 @@ struct Anyone;
 
 #[async_trait::async_trait]
 impl Ledger for Anyone {
-    async fn active(&self, _run_id: &str) -> Option<Vec<director::egress::Entry>> {
+    async fn active(&self, _run_id: &RunId) -> Option<Vec<director::egress::Entry>> {
         Some(Vec::new())
     }
-    async fn add_refusals(&self, _r: &BTreeMap<(String, String), u32>) -> anyhow::Result<()> {
+    async fn add_refusals(&self, _r: &BTreeMap<(RunId, String), u32>) -> anyhow::Result<()> {
         Ok(())
     }
 }
@@ -182,7 +183,8 @@ fn main() -> anyhow::Result<()> {
         .await
         .map_err(anyhow::Error::msg)?;
         proxy.clone().serve(listener, CancellationToken::new());
-        let proxy_url = proxy.url_for("bench", "127.0.0.1");
+        let run = RunId::random();
+        let proxy_url = proxy.url_for(&run, "127.0.0.1");
 
         // Latency: a new connection per request, both ways.
         let direct = reqwest::Client::builder()
@@ -216,7 +218,7 @@ fn main() -> anyhow::Result<()> {
         let work = Scratch::new("clone")?;
         let dest = work.path().join("clone");
         // The proxy is on the path: a wrong password fails the clone.
-        let wrong = proxy_url.replacen(&proxy.password("bench"), "wrong", 1);
+        let wrong = proxy_url.replacen(&proxy.password(&run), "wrong", 1);
         anyhow::ensure!(
             clone(&clone_url, &dest, Some(&wrong)).is_err(),
             "a clone with the wrong proxy password went through: the proxy is not on the path"

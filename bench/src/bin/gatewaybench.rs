@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use clap::Parser;
+use director::domain::RunId;
 use director::forge::Permission;
 use director::git_gateway::{Config, Gateway, RunAccess, Runs};
 use director::settings::Secret;
@@ -44,7 +45,8 @@ struct Args {
 
 const BOT: &str = "director-bot";
 const TOKEN: &str = "bench-bot-token";
-const RUN: &str = "bench";
+/// The one run's id.
+const RUN: &str = "0000000be4c8";
 const BRANCH: &str = "director-bench";
 
 /// One run, always active, whose token is the bot's.
@@ -55,7 +57,7 @@ struct OneRun {
 
 #[async_trait::async_trait]
 impl Runs for OneRun {
-    async fn access(&self, run_id: &str) -> Result<Option<RunAccess>, String> {
+    async fn access(&self, run_id: &RunId) -> Result<Option<RunAccess>, String> {
         let origin = self
             .upstream
             .split("/acme/")
@@ -76,7 +78,7 @@ impl Runs for OneRun {
         }))
     }
 
-    async fn add_refusals(&self, _refusals: &BTreeMap<(String, String), u32>) {}
+    async fn add_refusals(&self, _refusals: &BTreeMap<(RunId, String), u32>) {}
 }
 
 fn serve_gateway(upstream: String, token: String) -> anyhow::Result<()> {
@@ -103,7 +105,7 @@ fn serve_gateway(upstream: String, token: String) -> anyhow::Result<()> {
         .map_err(anyhow::Error::msg)?;
         let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
         let addr = gateway.serve(listener, tokio_util::sync::CancellationToken::new())?;
-        println!("{} {}", addr.port(), gateway.password(RUN));
+        println!("{} {}", addr.port(), gateway.password(&RunId::parse(RUN)?));
         std::io::stdout().flush()?;
         // Until the parent closes our stdin.
         tokio::task::spawn_blocking(|| {

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use actix_web::web::Bytes;
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use clap::Parser;
-use director::domain::RepoName;
+use director::domain::{RepoName, RunId};
 use director::models::{ActiveRun, Config, Metered, ModelGateway, Provider, Runs, Spent, Upstream};
 use director::settings::{BudgetSettings, Price, Secret};
 use futures_util::StreamExt as _;
@@ -43,21 +43,21 @@ struct Always(std::sync::atomic::AtomicU64);
 
 #[async_trait::async_trait]
 impl Runs for Always {
-    async fn active(&self, _run_id: &str) -> Result<Option<ActiveRun>, String> {
+    async fn active(&self, _run_id: &RunId) -> Result<Option<ActiveRun>, String> {
         let repo = "acme/widgets".parse().map_err(|e| format!("{e}"))?;
         Ok(Some(ActiveRun {
             repo,
             run_usd: None,
         }))
     }
-    async fn spent(&self, _: &str, _: &RepoName, _: &str) -> Result<Spent, String> {
+    async fn spent(&self, _: &RunId, _: &RepoName, _: &str) -> Result<Spent, String> {
         Ok(Spent::default())
     }
     async fn record(&self, _metered: &Metered) -> Result<(), String> {
         self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
-    async fn over_budget(&self, _: &str, _: &str) {}
+    async fn over_budget(&self, _: &RunId, _: &str) {}
     fn now_ms(&self) -> i64 {
         director::clock::now_ms()
     }
@@ -197,7 +197,7 @@ async fn main() -> anyhow::Result<()> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     let addr = gateway.serve(listener, CancellationToken::new())?;
     let through = format!("http://{addr}/anthropic");
-    let run_key = gateway.key_of("benchrun0001");
+    let run_key = gateway.key_of(&RunId::random());
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(args.streams + 8)
         .build()?;

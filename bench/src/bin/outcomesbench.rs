@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use clap::Parser;
 use director::domain::{
-    IssueRecord, IssueRef, Judgement, Lifecycle, PullRecord, PullState, RunRecord, RunState,
+    IssueRecord, IssueRef, Judgement, Lifecycle, PullRecord, PullState, RunId, RunRecord, RunState,
 };
 use director::models::{Metered, Provider};
 use director::settings::StoreSettings;
@@ -71,7 +71,8 @@ async fn main() -> anyhow::Result<()> {
                 _ => Judgement::Go,
             });
             record.lifecycle = Lifecycle::Queued;
-            let mut run = RunRecord::admitted(&issue, format!("{n:012x}").into(), "b", picked);
+            let mut run =
+                RunRecord::admitted(&issue, RunId::parse(&format!("{n:012x}"))?, "b", picked);
             run.started_at_ms = Some(picked + 60_000);
             run.finished_at_ms = Some(picked + 1_800_000);
             run.state = if n.is_multiple_of(7) {
@@ -92,7 +93,7 @@ async fn main() -> anyhow::Result<()> {
                 record.pr = Some(pr);
                 run.pr_number = Some(n);
             }
-            for (run_id, issue) in [(Some(run.id.to_string()), None), (None, Some(n))] {
+            for (run_id, issue) in [(Some(run.id.clone()), None), (None, Some(n))] {
                 store
                     .record_model_usage(&Metered {
                         run_id,

@@ -55,9 +55,9 @@ fn main() -> anyhow::Result<()> {
 
         // Bare: the same image and hardening, created, given its task file and started.
         let mut bare = Vec::new();
-        for i in 0..args.runs {
+        for _ in 0..args.runs {
             let spec = RunSpec {
-                run_id: format!("bare{i}{}", std::process::id()),
+                run_id: director::domain::RunId::random(),
                 image: image.clone(),
                 command: vec!["/bin/sh".into(), "-c".into(), "exit 0".into()],
                 env: vec![],

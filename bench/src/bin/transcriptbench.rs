@@ -85,7 +85,7 @@ fn main() -> anyhow::Result<()> {
         let mut kept_least = u64::MAX;
         for i in 0..args.runs * 2 {
             let follow = i % 2 == 1;
-            let run_id = format!("{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
+            let run_id = RunId::random();
             let spec = RunSpec {
                 run_id: run_id.clone(),
                 image: image.clone(),
@@ -113,12 +113,8 @@ fn main() -> anyhow::Result<()> {
             let started = Instant::now();
             docker.start(&id).await?;
             let following = follow.then(|| {
-                let (recorder, id, run, until) = (
-                    recorder.clone(),
-                    id.clone(),
-                    RunId::from(run_id.as_str()),
-                    stop.clone(),
-                );
+                let (recorder, id, run, until) =
+                    (recorder.clone(), id.clone(), run_id.clone(), stop.clone());
                 tokio::spawn(async move { recorder.follow(&run, &id, until).await })
             });
             let limits = WaitLimits {

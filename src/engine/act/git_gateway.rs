@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use super::seal::Seal;
 use crate::clock::SharedClock;
+use crate::domain::RunId;
 use crate::forge::{Forge, RunnerAccount};
 use crate::git_gateway::{RunAccess, Runs};
 use crate::settings::Secret;
@@ -125,7 +126,7 @@ fn revoke_in_background(
 
 #[async_trait::async_trait]
 impl Runs for GatewayRuns {
-    async fn access(&self, run_id: &str) -> Result<Option<RunAccess>, String> {
+    async fn access(&self, run_id: &RunId) -> Result<Option<RunAccess>, String> {
         let run = self
             .store
             .run(run_id)
@@ -153,7 +154,7 @@ impl Runs for GatewayRuns {
         }))
     }
 
-    async fn add_refusals(&self, refusals: &BTreeMap<(String, String), u32>) {
+    async fn add_refusals(&self, refusals: &BTreeMap<(RunId, String), u32>) {
         if let Err(e) = self.store.add_egress_refusals(refusals).await {
             tracing::warn!(error = %format!("{e:#}"), "a refused push could not be recorded");
         }

@@ -4,7 +4,7 @@
 //! gateway can serve any run, and counting holds across restarts.
 
 use crate::clock::SharedClock;
-use crate::domain::RepoName;
+use crate::domain::{RepoName, RunId};
 use crate::models::{ActiveRun, Metered, Runs, Spent};
 use crate::store::Store;
 
@@ -15,7 +15,7 @@ pub struct ModelRuns {
 
 #[async_trait::async_trait]
 impl Runs for ModelRuns {
-    async fn active(&self, run_id: &str) -> Result<Option<ActiveRun>, String> {
+    async fn active(&self, run_id: &RunId) -> Result<Option<ActiveRun>, String> {
         let run = self
             .store
             .run(run_id)
@@ -29,7 +29,7 @@ impl Runs for ModelRuns {
             }))
     }
 
-    async fn spent(&self, run_id: &str, repo: &RepoName, day: &str) -> Result<Spent, String> {
+    async fn spent(&self, run_id: &RunId, repo: &RepoName, day: &str) -> Result<Spent, String> {
         self.store
             .model_spent(Some(run_id), repo, day)
             .await
@@ -43,13 +43,13 @@ impl Runs for ModelRuns {
             .map_err(|e| format!("the store: {e:#}"))
     }
 
-    async fn over_budget(&self, run_id: &str, why: &str) {
+    async fn over_budget(&self, run_id: &RunId, why: &str) {
         if let Err(e) = self
             .store
             .request_budget_stop(run_id, why, self.clock.now_ms())
             .await
         {
-            tracing::error!(error = %format!("{e:#}"), run_id, "a budget stop could not be recorded");
+            tracing::error!(error = %format!("{e:#}"), %run_id, "a budget stop could not be recorded");
         }
     }
 

@@ -78,20 +78,20 @@ enum Earlier {
 }
 
 impl RunAct {
-    async fn run_record(acts: &Acts, run_id: &str) -> anyhow::Result<RunRecord> {
+    async fn run_record(acts: &Acts, run_id: &RunId) -> anyhow::Result<RunRecord> {
         acts.store
             .run(run_id)
             .await?
             .with_context(|| format!("run {run_id} is not recorded"))
     }
 
-    async fn find_container(&self, run_id: &str) -> Result<Option<(String, bool)>, RuntimeError> {
+    async fn find_container(&self, run_id: &RunId) -> Result<Option<(String, bool)>, RuntimeError> {
         Ok(self
             .runtime
             .list_runs()
             .await?
             .into_iter()
-            .find(|c| c.run_id == run_id)
+            .find(|c| &c.run_id == run_id)
             .map(|c| (c.id, c.never_started)))
     }
 
@@ -101,7 +101,7 @@ impl RunAct {
         &self,
         acts: &Acts,
         issue_ref: &IssueRef,
-        run_id: &str,
+        run_id: &RunId,
     ) -> anyhow::Result<Option<Event>> {
         let run = Self::run_record(acts, run_id).await?;
         if run.state != RunState::Launching {
@@ -117,7 +117,7 @@ impl RunAct {
             Earlier::Nothing => self.start_afresh(acts, issue_ref, run, run_id).await?,
         };
         Ok(Some(Event::Run {
-            run_id: RunId::from(run_id),
+            run_id: run_id.clone(),
             report,
         }))
     }
@@ -125,7 +125,7 @@ impl RunAct {
     /// What an earlier attempt at starting the run left: a container to adopt, or nothing
     /// usable. A run cancelled before it started gets nothing more, and a container an
     /// earlier attempt created for it is removed, never started.
-    async fn earlier_attempt(&self, run: &RunRecord, run_id: &str) -> anyhow::Result<Earlier> {
+    async fn earlier_attempt(&self, run: &RunRecord, run_id: &RunId) -> anyhow::Result<Earlier> {
         let found = self.find_container(run_id).await?;
         if run.stop_requested
             && found
@@ -197,7 +197,7 @@ impl RunAct {
         acts: &Acts,
         issue_ref: &IssueRef,
         mut run: RunRecord,
-        run_id: &str,
+        run_id: &RunId,
     ) -> anyhow::Result<RunReport> {
         let issue = acts
             .store
@@ -418,7 +418,7 @@ impl RunAct {
         // A follow-up pushes to its pull request's branch, whatever the template says now.
         let branch = match (&settings.branch_template, &run.followup) {
             (Some(template), None) => {
-                crate::domain::run::branch_name(template, run.number, &run.id[..8], title)
+                crate::domain::run::branch_name(template, run.number, run.id.short(), title)
             }
             _ => run.branch.clone(),
         };
@@ -438,7 +438,7 @@ impl RunAct {
         &self,
         acts: &Acts,
         run: &RunRecord,
-        run_id: &str,
+        run_id: &RunId,
         endpoints: &RunEndpoints,
     ) -> anyhow::Result<Result<Secret, String>> {
         let name = token_name(&self.director_id, run_id);
@@ -570,7 +570,7 @@ impl RunAct {
 
     /// A cancel ends the run's ability to act at once: its token first (revoked at the forge,
     /// still remembered for redaction until the run's end is reported), then the run.
-    pub async fn stop(&self, acts: &Acts, run_id: &str) -> anyhow::Result<()> {
+    pub async fn stop(&self, acts: &Acts, run_id: &RunId) -> anyhow::Result<()> {
         self.revoke_token(acts, run_id)
             .await
             .context("revoking the run's token before stopping it")?;
@@ -583,7 +583,7 @@ impl RunAct {
 
     /// Commits the run's branch has that the base has not; for a follow-up, that the head it
     /// started from has not.
-    pub async fn judge(&self, acts: &Acts, run_id: &str) -> anyhow::Result<Option<Event>> {
+    pub async fn judge(&self, acts: &Acts, run_id: &RunId) -> anyhow::Result<Option<Event>> {
         let run = Self::run_record(acts, run_id).await?;
         let from = run
             .followup
@@ -597,7 +597,7 @@ impl RunAct {
             None => 0,
         };
         Ok(Some(Event::Run {
-            run_id: RunId::from(run_id),
+            run_id: run_id.clone(),
             report: RunReport::Judged { ahead },
         }))
     }
@@ -606,7 +606,7 @@ impl RunAct {
     pub async fn open_pr(
         &self,
         acts: &Acts,
-        run_id: &str,
+        run_id: &RunId,
         title: &str,
         body: &str,
     ) -> anyhow::Result<Option<Event>> {
@@ -649,14 +649,14 @@ impl RunAct {
             }
         };
         Ok(Some(Event::Run {
-            run_id: RunId::from(run_id),
+            run_id: run_id.clone(),
             report: RunReport::PrOpened { number },
         }))
     }
 
-    pub async fn remove(&self, run_id: &str) -> anyhow::Result<()> {
+    pub async fn remove(&self, run_id: &RunId) -> anyhow::Result<()> {
         for c in self.runtime.list_runs().await? {
-            if c.run_id == run_id {
+            if &c.run_id == run_id {
                 self.runtime.remove(&c.id).await?;
             }
         }
@@ -665,13 +665,13 @@ impl RunAct {
 
     /// The run's end: its token revoked, and its secrets forgotten (nothing of it is
     /// redacted any more after this).
-    pub async fn revoke(&self, acts: &Acts, run_id: &str) -> anyhow::Result<()> {
+    pub async fn revoke(&self, acts: &Acts, run_id: &RunId) -> anyhow::Result<()> {
         self.revoke_token(acts, run_id).await?;
         self.secrets.forget(run_id);
         Ok(())
     }
 
-    async fn revoke_token(&self, acts: &Acts, run_id: &str) -> anyhow::Result<()> {
+    async fn revoke_token(&self, acts: &Acts, run_id: &RunId) -> anyhow::Result<()> {
         let name = token_name(&self.director_id, run_id);
         // The sealed copy is the run's token as it is now (the gateway of any replica may
         // have renewed it); a run started before tokens were kept has only what this process

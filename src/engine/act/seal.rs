@@ -9,6 +9,7 @@ use hmac::{Hmac, KeyInit, Mac};
 use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
 use sha2::Sha256;
 
+use crate::domain::RunId;
 use crate::settings::Secret;
 
 /// Seals run tokens for the database: ChaCha20-Poly1305, a random nonce per token, the run
@@ -31,12 +32,12 @@ impl Seal {
         }
     }
 
-    pub fn seal(&self, run_id: &str, token: &Secret) -> String {
+    pub fn seal(&self, run_id: &RunId, token: &Secret) -> String {
         let nonce_bytes: [u8; NONCE_LEN] = rand::random();
         let mut data = token.expose().as_bytes().to_vec();
         let sealed = self.key.seal_in_place_append_tag(
             Nonce::assume_unique_for_key(nonce_bytes),
-            Aad::from(run_id.as_bytes()),
+            Aad::from(run_id.as_str().as_bytes()),
             &mut data,
         );
         // Sealing a short buffer cannot fail; a failure would keep nothing openable.
@@ -48,7 +49,7 @@ impl Seal {
         base64::engine::general_purpose::STANDARD.encode(out)
     }
 
-    pub fn open(&self, run_id: &str, sealed: &str) -> Option<Secret> {
+    pub fn open(&self, run_id: &RunId, sealed: &str) -> Option<Secret> {
         let mut raw = base64::engine::general_purpose::STANDARD
             .decode(sealed)
             .ok()?;
@@ -59,7 +60,7 @@ impl Seal {
         let nonce = Nonce::try_assume_unique_for_key(&raw).ok()?;
         let plain = self
             .key
-            .open_in_place(nonce, Aad::from(run_id.as_bytes()), &mut data)
+            .open_in_place(nonce, Aad::from(run_id.as_str().as_bytes()), &mut data)
             .ok()?;
         String::from_utf8(plain.to_vec()).ok().map(Secret::new)
     }
@@ -68,22 +69,34 @@ impl Seal {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::run::test_id;
 
     #[test]
     fn a_sealed_token_opens_for_its_run_only_and_shows_nothing_of_itself() {
         let seal = Seal::new(&Secret::new("runner-password"));
         let token = Secret::new("f00dfeedcafe");
-        let sealed = seal.seal("run1", &token);
+        let sealed = seal.seal(&test_id("run1"), &token);
         assert!(!sealed.contains("f00dfeedcafe"));
         assert_eq!(
-            seal.open("run1", &sealed).map(|t| t.expose().to_owned()),
+            seal.open(&test_id("run1"), &sealed)
+                .map(|t| t.expose().to_owned()),
             Some("f00dfeedcafe".to_owned())
         );
-        assert!(seal.open("run2", &sealed).is_none(), "another run's row");
+        assert!(
+            seal.open(&test_id("run2"), &sealed).is_none(),
+            "another run's row"
+        );
         let other = Seal::new(&Secret::new("another"));
-        assert!(other.open("run1", &sealed).is_none(), "another key");
-        assert!(seal.open("run1", "not base64!").is_none());
-        assert!(seal.open("run1", "").is_none());
-        assert_ne!(seal.seal("run1", &token), sealed, "a fresh nonce each time");
+        assert!(
+            other.open(&test_id("run1"), &sealed).is_none(),
+            "another key"
+        );
+        assert!(seal.open(&test_id("run1"), "not base64!").is_none());
+        assert!(seal.open(&test_id("run1"), "").is_none());
+        assert_ne!(
+            seal.seal(&test_id("run1"), &token),
+            sealed,
+            "a fresh nonce each time"
+        );
     }
 }

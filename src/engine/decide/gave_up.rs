@@ -4,40 +4,38 @@ use super::*;
 
 impl Step<'_> {
     /// `run`: the run the action was about, if it was one run's.
-    pub(super) fn gave_up(&mut self, kind: ActionKind, run: Option<&str>, error: &str) -> bool {
-        let run_state = self.run.as_ref().map(|r| r.state);
+    pub(super) fn gave_up(&mut self, kind: ActionKind, run: Option<&RunId>, error: &str) -> bool {
         // One that gave up for an earlier run (its start still being retried when that run
         // was cancelled and the issue run again) says nothing about the run there is now.
-        let of_this_run = self
-            .run
-            .as_ref()
-            .is_some_and(|r| run == Some(r.id.as_str()));
+        let this_run = self.run.as_ref().filter(|r| run == Some(&r.id)).map(|r| {
+            (
+                r.id.clone(),
+                r.state,
+                r.log_tail.clone().unwrap_or_default(),
+            )
+        });
         let about_a_run = matches!(
             kind,
             ActionKind::StartRun | ActionKind::JudgeRun | ActionKind::OpenPr
         );
-        if about_a_run && !of_this_run {
+        if about_a_run && this_run.is_none() {
             return false;
         }
-        match (kind, run_state) {
-            (ActionKind::StartRun, Some(RunState::Launching)) => {
+        match (kind, this_run) {
+            (ActionKind::StartRun, Some((id, RunState::Launching, _))) => {
                 let why = format!("the run could not be started: {error}");
-                let id = self.run.as_ref().map(|r| r.id.clone()).unwrap_or_default();
                 self.end_run(
                     RunState::Failed,
                     why.clone(),
                     comments::run_failed(&id, &why, ""),
                 );
             }
-            (ActionKind::JudgeRun | ActionKind::OpenPr, Some(RunState::Exited)) => {
+            (ActionKind::JudgeRun | ActionKind::OpenPr, Some((id, RunState::Exited, log))) => {
                 let why = if kind == ActionKind::JudgeRun {
                     format!("the run's branch could not be checked: {error}")
                 } else {
                     format!("opening the pull request failed: {error}")
                 };
-                let run = self.run.as_ref();
-                let id = run.map(|r| r.id.clone()).unwrap_or_default();
-                let log = run.and_then(|r| r.log_tail.clone()).unwrap_or_default();
                 self.end_run(
                     RunState::Failed,
                     why.clone(),

@@ -145,7 +145,7 @@ pub fn decide(view: &IssueView<'_>, event: &Event, policy: &Policy, now: i64) ->
             run,
         } => step.gave_up(
             *kind,
-            run.as_deref().or_else(|| run_of_legacy_key(key)),
+            run.clone().or_else(|| run_of_legacy_key(key)).as_ref(),
             error,
         ),
         Event::PullAsked {
@@ -274,8 +274,8 @@ impl<'a> Step<'a> {
 /// The run a give-up stored by an earlier version was about: those events carry only the
 /// action's key, whose last part is the run id for the actions of one run
 /// (`owner/name#N:start:<id>`). Newer events carry the run itself.
-fn run_of_legacy_key(key: &str) -> Option<&str> {
-    key.rsplit(':').next()
+fn run_of_legacy_key(key: &str) -> Option<RunId> {
+    key.rsplit(':').next().and_then(|id| RunId::parse(id).ok())
 }
 
 /// The retry delay after `attempts` failed reads: doubling from `base_ms`, capped.

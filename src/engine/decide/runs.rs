@@ -47,11 +47,11 @@ impl Step<'_> {
     }
 
     /// A report about the issue's current run, applied only in the run state it follows from.
-    pub(super) fn run_report(&mut self, run_id: &str, report: &RunReport) -> bool {
+    pub(super) fn run_report(&mut self, run_id: &RunId, report: &RunReport) -> bool {
         let Some(state) = self
             .run
             .as_ref()
-            .filter(|r| r.id == run_id)
+            .filter(|r| &r.id == run_id)
             .map(|r| r.state)
         else {
             return false;
@@ -299,7 +299,7 @@ impl Step<'_> {
     }
 
     /// A run stopped because the issue was cancelled ends as cancelled.
-    pub(super) fn end_cancelled(&mut self, id: &str) {
+    pub(super) fn end_cancelled(&mut self, id: &RunId) {
         self.end_run(
             RunState::Cancelled,
             "cancelled".into(),

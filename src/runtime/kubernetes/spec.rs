@@ -51,7 +51,7 @@ impl KubeRuntime {
                 }],
             },
             "spec": {
-                "podSelector": { "matchLabels": { RUN_LABEL: label_value(&spec.run_id) } },
+                "podSelector": { "matchLabels": { RUN_LABEL: label_value(spec.run_id.as_str()) } },
                 "policyTypes": ["Ingress", "Egress"],
                 "ingress": [],
                 "egress": [
@@ -78,7 +78,7 @@ impl KubeRuntime {
         spec.labels
             .iter()
             .map(|(k, v)| (k.clone(), label_value(v)))
-            .chain([(RUN_LABEL.to_owned(), label_value(&spec.run_id))])
+            .chain([(RUN_LABEL.to_owned(), label_value(spec.run_id.as_str()))])
             .collect()
     }
 

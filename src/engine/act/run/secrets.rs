@@ -8,14 +8,15 @@ use std::sync::{PoisonError, RwLock};
 
 use base64::Engine as _;
 
+use crate::domain::RunId;
 use crate::settings::Secret;
 
 /// Every secret value given to a run, to redact from what it printed.
 #[derive(Default)]
 pub struct Secrets {
-    by_run: RwLock<HashMap<String, Vec<String>>>,
+    by_run: RwLock<HashMap<RunId, Vec<String>>>,
     /// Each active run's forge token (GitHub revokes a token only when shown it).
-    tokens: RwLock<HashMap<String, Secret>>,
+    tokens: RwLock<HashMap<RunId, Secret>>,
     /// `runner.env_passthrough`, from the director's own environment.
     pub passthrough: Vec<(String, String)>,
 }
@@ -29,29 +30,29 @@ impl Secrets {
         }
     }
 
-    pub fn remember(&self, run_id: &str, value: &str) {
+    pub fn remember(&self, run_id: &RunId, value: &str) {
         if value.is_empty() {
             return;
         }
         // A lock poisoned by a panic elsewhere still holds good data: remembering a secret
         // must never be skipped, or the run's output would go out unredacted.
         let mut s = self.by_run.write().unwrap_or_else(PoisonError::into_inner);
-        let values = s.entry(run_id.to_owned()).or_default();
+        let values = s.entry(run_id.clone()).or_default();
         if !values.iter().any(|v| v == value) {
             values.push(value.to_owned());
         }
     }
 
     /// The run's forge token: redacted like every secret, and kept to revoke it.
-    pub fn remember_token(&self, run_id: &str, token: &Secret) {
+    pub fn remember_token(&self, run_id: &RunId, token: &Secret) {
         self.remember(run_id, token.expose());
         self.tokens
             .write()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(run_id.to_owned(), token.clone());
+            .insert(run_id.clone(), token.clone());
     }
 
-    pub fn token(&self, run_id: &str) -> Option<Secret> {
+    pub fn token(&self, run_id: &RunId) -> Option<Secret> {
         self.tokens
             .read()
             .unwrap_or_else(PoisonError::into_inner)
@@ -59,7 +60,7 @@ impl Secrets {
             .cloned()
     }
 
-    pub fn forget(&self, run_id: &str) {
+    pub fn forget(&self, run_id: &RunId) {
         self.by_run
             .write()
             .unwrap_or_else(PoisonError::into_inner)
@@ -70,7 +71,7 @@ impl Secrets {
             .remove(run_id);
     }
 
-    pub fn knows(&self, run_id: &str) -> bool {
+    pub fn knows(&self, run_id: &RunId) -> bool {
         self.by_run
             .read()
             .unwrap_or_else(PoisonError::into_inner)
@@ -80,7 +81,7 @@ impl Secrets {
 
     /// Replaces every secret value given to the run, and the forms an agent may print it in:
     /// base64 at any alignment (as inside a Basic-auth header, `user:token`) and URL-encoded.
-    pub fn redact(&self, run_id: &str, text: &str) -> String {
+    pub fn redact(&self, run_id: &RunId, text: &str) -> String {
         let mut values: Vec<String> = self
             .by_run
             .read()
@@ -137,6 +138,7 @@ fn encodings(value: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::run::test_id;
 
     #[test]
     fn a_lock_poisoned_by_a_panic_still_remembers_and_redacts_secrets() {
@@ -148,10 +150,13 @@ mod tests {
         })
         .join();
         assert!(s.by_run.is_poisoned());
-        s.remember_token("r1", &Secret::new("tok-0123456789"));
-        assert!(s.knows("r1"));
-        assert_eq!(s.redact("r1", "it is tok-0123456789"), "it is [redacted]");
-        assert!(s.token("r1").is_some());
+        s.remember_token(&test_id("r1"), &Secret::new("tok-0123456789"));
+        assert!(s.knows(&test_id("r1")));
+        assert_eq!(
+            s.redact(&test_id("r1"), "it is tok-0123456789"),
+            "it is [redacted]"
+        );
+        assert!(s.token(&test_id("r1")).is_some());
     }
 
     #[test]
@@ -159,10 +164,10 @@ mod tests {
         use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
         let token = "0123456789abcdef0123456789abcdef01234567";
         let s = Secrets::new(vec![("AGENT_KEY".into(), "sk/agent+key=1".into())]);
-        s.remember("r1", token);
+        s.remember(&test_id("r1"), token);
         for prefix in ["", "x", "xy", "runner:", "git:", "director-runner:"] {
             let basic = STANDARD.encode(format!("{prefix}{token}"));
-            let out = s.redact("r1", &format!("Authorization: Basic {basic}"));
+            let out = s.redact(&test_id("r1"), &format!("Authorization: Basic {basic}"));
             assert!(out.contains("[redacted]"), "{prefix:?}: {out}");
             // Left: the prefix's own encoding, and at most a character or two of the token at
             // either end (where its bits share a base64 character with the prefix or padding).
@@ -173,22 +178,31 @@ mod tests {
             assert!(left.len() <= prefix_len + 8, "{prefix:?}: {out}");
             let url_safe = URL_SAFE_NO_PAD.encode(format!("{prefix}{token}"));
             assert!(
-                s.redact("r1", &url_safe).contains("[redacted]"),
+                s.redact(&test_id("r1"), &url_safe).contains("[redacted]"),
                 "{prefix:?}"
             );
         }
-        let out = s.redact("r1", "key=sk%2Fagent%2Bkey%3D1 raw=sk/agent+key=1");
+        let out = s.redact(
+            &test_id("r1"),
+            "key=sk%2Fagent%2Bkey%3D1 raw=sk/agent+key=1",
+        );
         assert_eq!(out, "key=[redacted] raw=[redacted]");
     }
 
     #[test]
     fn redaction_covers_the_value_and_its_base64_forms() {
         let s = Secrets::new(vec![("AGENT_KEY".into(), "sk-agent-123".into())]);
-        s.remember("r1", "tok-abcdef-0123");
+        s.remember(&test_id("r1"), "tok-abcdef-0123");
         let b64 = base64::engine::general_purpose::STANDARD.encode("tok-abcdef-0123");
-        let out = s.redact("r1", &format!("t=tok-abcdef-0123 b={b64} k=sk-agent-123"));
+        let out = s.redact(
+            &test_id("r1"),
+            &format!("t=tok-abcdef-0123 b={b64} k=sk-agent-123"),
+        );
         assert_eq!(out, "t=[redacted] b=[redacted] k=[redacted]");
-        s.forget("r1");
-        assert!(s.redact("r1", "tok-abcdef-0123").contains("tok-abcdef"));
+        s.forget(&test_id("r1"));
+        assert!(
+            s.redact(&test_id("r1"), "tok-abcdef-0123")
+                .contains("tok-abcdef")
+        );
     }
 }

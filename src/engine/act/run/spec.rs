@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{GATEWAY_PASSWORD_VAR, MODEL_KEY_VARS, RunAct, TASK_PATH, agent};
+use crate::domain::RunId;
 use crate::domain::RunRecord;
 use crate::forge::RunEndpoints;
 use crate::runtime::{RUN_LABEL, RunSpec};
@@ -26,7 +27,7 @@ pub struct RunEgress {
 
 impl RunEgress {
     /// The proxy variables of a run, upper and lower case (tools read either).
-    pub fn environment(&self, run_id: &str) -> Vec<(String, String)> {
+    pub fn environment(&self, run_id: &RunId) -> Vec<(String, String)> {
         let url = self.proxy.url_for(run_id, &self.host);
         let mut env = Vec::new();
         for name in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"] {
@@ -60,7 +61,7 @@ impl RunEgress {
 
     /// The model variables of a run: for each provider (of `only`, when it names any), the
     /// gateway as its base URL and the run's own key (never the provider's).
-    pub fn model_environment(&self, run_id: &str, only: &[String]) -> Vec<(String, String)> {
+    pub fn model_environment(&self, run_id: &RunId, only: &[String]) -> Vec<(String, String)> {
         let Some((models, port)) = &self.models else {
             return Vec::new();
         };
@@ -194,7 +195,7 @@ impl RunAct {
             ("director.issue".to_owned(), run.number.to_string()),
         ]);
         RunSpec {
-            run_id: run.id.to_string(),
+            run_id: run.id.clone(),
             image: run
                 .settings
                 .as_ref()

@@ -100,12 +100,13 @@ pub fn task_text(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::run::test_id;
 
     #[test]
     fn the_task_holds_the_issue_without_hidden_content() {
         let run = RunRecord::admitted(
             &"acme/widgets#7".parse().expect("valid"),
-            "0123456789ab".into(),
+            test_id("0123456789ab"),
             "director-issue-7-01234567",
             0,
         );

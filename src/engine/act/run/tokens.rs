@@ -10,18 +10,20 @@ use crate::store::Store;
 
 /// The name of a run's token: `director-run-<run id>-<director id>`. The director id tells
 /// which director minted it, so two sharing one runner account leave each other's alone.
-pub fn token_name(director_id: &str, run_id: &str) -> String {
+pub fn token_name(director_id: &str, run_id: &RunId) -> String {
     format!("{TOKEN_PREFIX}{run_id}-{director_id}")
 }
 
 /// (run id, director id) of a run token's name; the director id is `None` in names from
-/// before directors named themselves (`director-run-<run id>`).
-pub(super) fn parse_token_name(name: &str) -> Option<(&str, Option<&str>)> {
+/// before directors named themselves (`director-run-<run id>`). A name whose run id is not
+/// one is no run token of a director's.
+pub(super) fn parse_token_name(name: &str) -> Option<(RunId, Option<&str>)> {
     let rest = name.strip_prefix(TOKEN_PREFIX)?;
-    Some(match rest.split_once('-') {
+    let (run, director) = match rest.split_once('-') {
         Some((run, director)) => (run, Some(director)),
         None => (rest, None),
-    })
+    };
+    Some((RunId::parse(run).ok()?, director))
 }
 
 /// Deletes the runner's run tokens that this director minted and that belong to no active
@@ -45,9 +47,9 @@ pub async fn sweep_tokens(
         };
         let ours = match minted_by {
             Some(id) => id == director_id,
-            None => store.run(run_id).await?.is_some(),
+            None => store.run(&run_id).await?.is_some(),
         };
-        if ours && !active.contains(run_id) {
+        if ours && !active.contains(&run_id) {
             tracing::info!(token = %name, "deleting a run token left behind");
             match forge.delete_run_token(runner, &name).await {
                 Ok(()) => {}

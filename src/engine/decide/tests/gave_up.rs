@@ -5,12 +5,12 @@ use super::*;
 #[test]
 fn a_run_that_cannot_be_started_fails_visibly() {
     let mut s = Sim::queued();
-    s.apply(&admitted("r1"));
+    s.apply(&admitted("000000000001"));
     s.apply(&Event::ActionGaveUp {
-        key: "acme/widgets#7:start:r1".into(),
+        key: "acme/widgets#7:start:000000000001".into(),
         kind: ActionKind::StartRun,
         error: "minting the run token: HTTP 500".into(),
-        run: Some("r1".into()),
+        run: Some(test_id("000000000001")),
     });
     assert_eq!(s.state(), Lifecycle::Failed);
     assert_eq!(s.run().state, RunState::Failed);
@@ -20,47 +20,50 @@ fn a_run_that_cannot_be_started_fails_visibly() {
 
 #[test]
 fn a_give_up_stored_before_runs_were_recorded_in_it_is_read_by_its_key() {
-    let stored = r#"{"type":"action_gave_up","key":"acme/widgets#7:start:r1","kind":"start_run","error":"HTTP 500"}"#;
+    let stored = r#"{"type":"action_gave_up","key":"acme/widgets#7:start:000000000001","kind":"start_run","error":"HTTP 500"}"#;
     let legacy: Event = serde_json::from_str(stored).expect("an earlier version's event parses");
     let mut s = Sim::queued();
-    s.apply(&admitted("r1"));
+    s.apply(&admitted("000000000001"));
     s.apply(&legacy);
     assert_eq!(s.run().state, RunState::Failed);
     let mut other = Sim::queued();
-    other.apply(&admitted("r2"));
-    assert!(!other.apply(&legacy), "r2 failed for r1's start");
+    other.apply(&admitted("000000000002"));
+    assert!(
+        !other.apply(&legacy),
+        "000000000002 failed for 000000000001's start"
+    );
 }
 
 #[test]
 fn a_start_that_gave_up_for_an_earlier_run_leaves_the_run_now_alone() {
     let mut s = Sim::queued();
-    s.apply(&admitted("r1"));
+    s.apply(&admitted("000000000001"));
     // Cancelled and stopped while an attempt at its start was still out, then run again.
     s.apply(&command(Command::Cancel, true));
-    s.apply(&report("r1", exited(137)));
+    s.apply(&report("000000000001", exited(137)));
     assert!(!s.run().state.is_active());
     s.apply(&command(Command::Retry, true));
-    s.apply(&admitted("r2"));
-    assert_eq!(s.run().id, "r2");
+    s.apply(&admitted("000000000002"));
+    assert_eq!(s.run().id, "000000000002");
     let late = |kind: ActionKind, what: &str| Event::ActionGaveUp {
-        key: format!("acme/widgets#7:{what}:r1"),
+        key: format!("acme/widgets#7:{what}:000000000001"),
         kind,
         error: "HTTP 500".into(),
-        run: Some("r1".into()),
+        run: Some(test_id("000000000001")),
     };
     assert!(
         !s.apply(&late(ActionKind::StartRun, "start")),
-        "r2 failed for r1's start"
+        "000000000002 failed for 000000000001's start"
     );
     assert_eq!(s.run().state, RunState::Launching);
     assert_eq!(s.state(), Lifecycle::Launching);
     assert!(s.rec().blocked.is_none());
     // Its own start giving up still fails it.
     s.apply(&Event::ActionGaveUp {
-        key: "acme/widgets#7:start:r2".into(),
+        key: "acme/widgets#7:start:000000000002".into(),
         kind: ActionKind::StartRun,
         error: "HTTP 500".into(),
-        run: Some("r2".into()),
+        run: Some(test_id("000000000002")),
     });
     assert_eq!(s.run().state, RunState::Failed);
 }

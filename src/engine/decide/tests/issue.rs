@@ -203,8 +203,8 @@ fn a_cancel_command_is_checked_before_it_counts() {
 #[test]
 fn retry_queues_a_failed_issue_again_and_nothing_else() {
     let mut s = Sim::running();
-    s.apply(&report("r1", exited(1)));
-    s.apply(&report("r1", RunReport::Judged { ahead: 0 }));
+    s.apply(&report("000000000001", exited(1)));
+    s.apply(&report("000000000001", RunReport::Judged { ahead: 0 }));
     assert_eq!(s.state(), Lifecycle::Failed);
     assert!(s.apply(&command(Command::Retry, true)));
     assert_eq!(s.state(), Lifecycle::Queued);

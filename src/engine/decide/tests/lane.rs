@@ -8,9 +8,9 @@ const PR: u64 = 12;
 
 fn with_pr_under(policy: Policy) -> Sim {
     let mut s = Sim::running_with(policy);
-    s.apply(&report("r1", exited(0)));
-    s.apply(&report("r1", RunReport::Judged { ahead: 1 }));
-    s.apply(&report("r1", RunReport::PrOpened { number: PR }));
+    s.apply(&report("000000000001", exited(0)));
+    s.apply(&report("000000000001", RunReport::Judged { ahead: 1 }));
+    s.apply(&report("000000000001", RunReport::PrOpened { number: PR }));
     s
 }
 
@@ -75,7 +75,7 @@ fn a_failure_is_answered_once_per_head_and_counted_apart_from_review_follow_ups(
     s.apply(&read("aaa", CheckState::Failure));
     assert!(!s.kinds().contains(&"start_run"));
     s.apply(&Event::Admitted {
-        run_id: "r2".into(),
+        run_id: test_id("000000000002"),
         branch: "b".into(),
     });
     let pr = s.rec().pr.clone().expect("pr");

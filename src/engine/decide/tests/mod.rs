@@ -5,6 +5,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::domain::run::test_id;
 use crate::domain::{Feedback, LeftOut};
 use crate::event::{CommentSnapshot, IssueSnapshot};
 
@@ -165,8 +166,8 @@ impl Sim {
         s.apply(&judged(true));
         s.read(go());
         assert_eq!(s.state(), Lifecycle::Queued);
-        s.apply(&admitted("r1"));
-        s.apply(&report("r1", started()));
+        s.apply(&admitted("000000000001"));
+        s.apply(&report("000000000001", started()));
         assert_eq!(s.state(), Lifecycle::Running);
         s
     }
@@ -331,16 +332,18 @@ fn failed() -> PreflightOutcome {
     }
 }
 
-fn admitted(run_id: &str) -> Event {
+/// `name` is the run's, as [`test_id`] makes its id.
+fn admitted(name: &str) -> Event {
+    let run_id = test_id(name);
     Event::Admitted {
-        run_id: run_id.into(),
         branch: format!("director-issue-7-{run_id}"),
+        run_id,
     }
 }
 
-fn report(run_id: &str, report: RunReport) -> Event {
+fn report(name: &str, report: RunReport) -> Event {
     Event::Run {
-        run_id: run_id.into(),
+        run_id: test_id(name),
         report,
     }
 }

@@ -31,7 +31,7 @@ fn pool() -> Vec<Event> {
             out.push(Event::PreflightRead { rev, outcome });
         }
     }
-    for id in ["r1", "r2", "r3"] {
+    for id in ["000000000001", "000000000002", "000000000003"] {
         out.push(admitted(id));
         for r in [
             started(),
@@ -48,7 +48,7 @@ fn pool() -> Vec<Event> {
             key: format!("start:{id}"),
             kind: ActionKind::StartRun,
             error: "boom".into(),
-            run: Some(id.into()),
+            run: Some(test_id(id)),
         });
     }
     out

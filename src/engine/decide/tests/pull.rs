@@ -11,9 +11,9 @@ fn with_pr() -> Sim {
 
 fn with_pr_under(policy: Policy) -> Sim {
     let mut s = Sim::running_with(policy);
-    s.apply(&report("r1", exited(0)));
-    s.apply(&report("r1", RunReport::Judged { ahead: 1 }));
-    s.apply(&report("r1", RunReport::PrOpened { number: PR }));
+    s.apply(&report("000000000001", exited(0)));
+    s.apply(&report("000000000001", RunReport::Judged { ahead: 1 }));
+    s.apply(&report("000000000001", RunReport::PrOpened { number: PR }));
     assert_eq!(s.state(), Lifecycle::Succeeded);
     s
 }
@@ -211,18 +211,18 @@ fn a_writers_feedback_starts_one_follow_up_on_the_same_branch() {
         !s.apply(&fix("review:5", "Rename `x`.")),
         "the same review is taken once"
     );
-    s.followup_running("r2");
+    s.followup_running("000000000002");
     let run = s.run().clone();
     assert_eq!(run.branch, branch, "the PR's own branch");
     let f = run.followup.expect("a follow-up");
     assert_eq!((f.pr, f.start_head.as_deref()), (PR, Some("h0")));
     assert!(f.feedback.text.contains("Rename"));
-    assert!(s.on_pull().contains("follow-up run `r2` started"));
+    assert!(s.on_pull().contains("follow-up run `000000000002` started"));
     assert_eq!(s.rec().pr.as_ref().map(|p| p.followups), Some(1));
 
-    s.apply(&report("r2", exited(0)));
+    s.apply(&report("000000000002", exited(0)));
     assert!(s.find("judge_run").is_some());
-    s.apply(&report("r2", RunReport::Judged { ahead: 2 }));
+    s.apply(&report("000000000002", RunReport::Judged { ahead: 2 }));
     assert!(s.find("open_pr").is_none(), "one pull request");
     assert!(s.find("report_run").is_none(), "answered on the PR");
     assert!(s.on_pull().contains("pushed 2 new commit(s)"));
@@ -234,9 +234,9 @@ fn a_writers_feedback_starts_one_follow_up_on_the_same_branch() {
 fn a_follow_up_that_pushes_nothing_fails_on_the_pr_and_the_pr_stays_open() {
     let mut s = with_pr();
     s.apply(&fix("comment:8", "Add a test."));
-    s.followup_running("r2");
-    s.apply(&report("r2", exited(1)));
-    s.apply(&report("r2", RunReport::Judged { ahead: 0 }));
+    s.followup_running("000000000002");
+    s.apply(&report("000000000002", exited(1)));
+    s.apply(&report("000000000002", RunReport::Judged { ahead: 0 }));
     let body = s.on_pull();
     assert!(
         body.contains("failed") && body.contains("did things"),
@@ -250,13 +250,13 @@ fn a_follow_up_that_pushes_nothing_fails_on_the_pr_and_the_pr_stays_open() {
 fn feedback_during_a_follow_up_waits_for_its_end() {
     let mut s = with_pr();
     s.apply(&fix("review:5", "Rename `x`."));
-    s.followup_running("r2");
+    s.followup_running("000000000002");
     s.apply(&fix("review:6", "Also add docs."));
     assert_eq!(s.state(), Lifecycle::Running);
-    s.apply(&report("r2", exited(0)));
-    s.apply(&report("r2", RunReport::Judged { ahead: 1 }));
+    s.apply(&report("000000000002", exited(0)));
+    s.apply(&report("000000000002", RunReport::Judged { ahead: 1 }));
     assert_eq!(s.state(), Lifecycle::Queued, "the waiting feedback is next");
-    s.followup_running("r3");
+    s.followup_running("000000000003");
     assert!(
         s.run()
             .followup
@@ -272,9 +272,9 @@ fn the_follow_up_cap_waits_for_a_writers_retry() {
         ..policy()
     });
     s.apply(&fix("review:5", "one"));
-    s.followup_running("r2");
-    s.apply(&report("r2", exited(0)));
-    s.apply(&report("r2", RunReport::Judged { ahead: 1 }));
+    s.followup_running("000000000002");
+    s.apply(&report("000000000002", exited(0)));
+    s.apply(&report("000000000002", RunReport::Judged { ahead: 1 }));
     assert!(s.apply(&fix("review:6", "two")));
     assert_eq!(s.state(), Lifecycle::Succeeded, "capped");
     assert!(s.on_pull().contains("`/director retry`"));
@@ -293,7 +293,7 @@ fn the_follow_up_cap_waits_for_a_writers_retry() {
     };
     assert!(s.apply(&retry));
     assert_eq!(s.state(), Lifecycle::Queued);
-    s.followup_running("r3");
+    s.followup_running("000000000003");
     let text = &s.run().followup.as_ref().expect("follow-up").feedback.text;
     assert!(text.contains("two") && text.contains("three"), "{text}");
 }
@@ -302,7 +302,7 @@ fn the_follow_up_cap_waits_for_a_writers_retry() {
 fn cancel_on_the_pr_stops_the_follow_up_and_keeps_the_pr() {
     let mut s = with_pr();
     s.apply(&fix("review:5", "one"));
-    s.followup_running("r2");
+    s.followup_running("000000000002");
     let cancel = Event::PullAsked {
         pr: PR,
         actor: "alice".into(),
@@ -311,13 +311,13 @@ fn cancel_on_the_pr_stops_the_follow_up_and_keeps_the_pr() {
     };
     assert!(s.apply(&cancel));
     assert!(s.find("stop_run").is_some());
-    s.apply(&report("r2", exited(137)));
+    s.apply(&report("000000000002", exited(137)));
     assert_eq!(s.run().state, RunState::Cancelled);
     assert!(s.find("comment_on_pull").is_some(), "the PR is told");
     assert_eq!(s.state(), Lifecycle::Succeeded);
     // Removing the trigger during a follow-up stops it too, and the PR stays.
     s.apply(&fix("review:6", "two"));
-    s.followup_running("r3");
+    s.followup_running("000000000003");
     s.apply(&label("alice", &[], T2));
     assert!(s.find("stop_run").is_some());
     assert_ne!(s.state(), Lifecycle::Cancelled);
@@ -327,11 +327,11 @@ fn cancel_on_the_pr_stops_the_follow_up_and_keeps_the_pr() {
 fn a_merge_during_a_follow_up_stops_it() {
     let mut s = with_pr();
     s.apply(&fix("review:5", "one"));
-    s.followup_running("r2");
+    s.followup_running("000000000002");
     s.apply(&pull_event("closed", "closed", true));
     assert_eq!(s.state(), Lifecycle::Merged);
     assert!(s.find("stop_run").is_some());
-    s.apply(&report("r2", exited(137)));
+    s.apply(&report("000000000002", exited(137)));
     assert_eq!(s.state(), Lifecycle::Merged);
 }
 
@@ -374,8 +374,8 @@ fn an_agent_that_says_it_is_blocked_is_reported_as_such_not_as_a_failure() {
         summary: None,
         usage: None,
     };
-    s.apply(&report("r1", exited_with(blocked, None)));
-    s.apply(&report("r1", RunReport::Judged { ahead: 1 }));
+    s.apply(&report("000000000001", exited_with(blocked, None)));
+    s.apply(&report("000000000001", RunReport::Judged { ahead: 1 }));
     assert_eq!(s.state(), Lifecycle::Declined);
     assert_eq!(s.run().state, RunState::Declined);
     assert!(s.find("open_pr").is_none());
@@ -385,7 +385,7 @@ fn an_agent_that_says_it_is_blocked_is_reported_as_such_not_as_a_failure() {
         "{body}"
     );
     assert!(
-        body.contains("/compare/main...director-issue-7-r1"),
+        body.contains("/compare/main...director-issue-7-000000000001"),
         "{body}"
     );
     // A writer may try again.
@@ -407,15 +407,15 @@ fn the_agents_summary_goes_in_the_pr_body_and_its_usage_in_the_report() {
             ..Usage::default()
         }),
     };
-    s.apply(&report("r1", exited_with(done, None)));
-    s.apply(&report("r1", RunReport::Judged { ahead: 1 }));
+    s.apply(&report("000000000001", exited_with(done, None)));
+    s.apply(&report("000000000001", RunReport::Judged { ahead: 1 }));
     match s.find("open_pr").map(|p| &p.action) {
         Some(Action::OpenPr { body, .. }) => {
             assert!(body.contains("Added a `--verbose` flag."), "{body}")
         }
         other => panic!("{other:?}"),
     }
-    s.apply(&report("r1", RunReport::PrOpened { number: PR }));
+    s.apply(&report("000000000001", RunReport::PrOpened { number: PR }));
     assert!(
         s.report()
             .contains("1000 input and 200 output tokens, $0.50"),
@@ -433,8 +433,11 @@ fn a_wedged_run_is_stopped_and_its_pushed_branch_named_not_opened() {
         summary: None,
         usage: None,
     };
-    s.apply(&report("r1", exited_with(done, Some(StopCause::Idle))));
-    s.apply(&report("r1", RunReport::Judged { ahead: 2 }));
+    s.apply(&report(
+        "000000000001",
+        exited_with(done, Some(StopCause::Idle)),
+    ));
+    s.apply(&report("000000000001", RunReport::Judged { ahead: 2 }));
     assert_eq!(s.state(), Lifecycle::TimedOut);
     assert!(s.find("open_pr").is_none());
     let body = s.report();
@@ -444,7 +447,7 @@ fn a_wedged_run_is_stopped_and_its_pushed_branch_named_not_opened() {
     );
     assert!(body.contains("2 commit(s) ahead of `main`"), "{body}");
     assert!(
-        body.contains("http://forge.example/acme/widgets/src/branch/director-issue-7-r1"),
+        body.contains("http://forge.example/acme/widgets/src/branch/director-issue-7-000000000001"),
         "{body}"
     );
 }
@@ -452,11 +455,11 @@ fn a_wedged_run_is_stopped_and_its_pushed_branch_named_not_opened() {
 #[test]
 fn a_run_cancelled_before_its_container_started_ends_cancelled() {
     let mut s = Sim::queued();
-    s.apply(&admitted("r1"));
+    s.apply(&admitted("000000000001"));
     s.apply(&label("alice", &[], T2));
     assert!(s.run().stop_requested);
     s.apply(&report(
-        "r1",
+        "000000000001",
         RunReport::Refused {
             why: "it was cancelled before it started".into(),
         },

@@ -5,18 +5,18 @@ use super::*;
 #[test]
 fn admission_starts_exactly_one_run() {
     let mut s = Sim::queued();
-    assert!(s.apply(&admitted("r1")));
+    assert!(s.apply(&admitted("000000000001")));
     assert_eq!(s.state(), Lifecycle::Launching);
     assert_eq!(s.run().state, RunState::Launching);
     assert_eq!(
         s.find("start_run").expect("start").key.to_string(),
-        "acme/widgets#7:start:r1"
+        "acme/widgets#7:start:000000000001"
     );
     assert!(
-        !s.apply(&admitted("r2")),
+        !s.apply(&admitted("000000000002")),
         "a second admission while one is active"
     );
-    assert_eq!(s.run().id, "r1");
+    assert_eq!(s.run().id, "000000000001");
 }
 
 #[test]
@@ -24,10 +24,10 @@ fn a_run_that_pushed_ends_in_a_pull_request_a_report_and_a_revoked_token() {
     let mut s = Sim::running();
     assert_eq!(s.run().container_id.as_deref(), Some("c1"));
     assert_eq!(s.run().base_branch, "main");
-    s.apply(&report("r1", exited(0)));
+    s.apply(&report("000000000001", exited(0)));
     assert_eq!(s.run().state, RunState::Exited);
     assert_eq!(s.kinds(), vec!["judge_run"]);
-    s.apply(&report("r1", RunReport::Judged { ahead: 2 }));
+    s.apply(&report("000000000001", RunReport::Judged { ahead: 2 }));
     match &s.last[0].action {
         Action::OpenPr { title, body, .. } => {
             assert_eq!(title, "Add --verbose");
@@ -35,7 +35,7 @@ fn a_run_that_pushed_ends_in_a_pull_request_a_report_and_a_revoked_token() {
         }
         other => panic!("{other:?}"),
     }
-    s.apply(&report("r1", RunReport::PrOpened { number: 5 }));
+    s.apply(&report("000000000001", RunReport::PrOpened { number: 5 }));
     assert_eq!(s.state(), Lifecycle::Succeeded);
     assert_eq!(s.run().state, RunState::Succeeded);
     assert_eq!(s.run().pr_number, Some(5));
@@ -51,7 +51,7 @@ fn a_run_that_pushed_ends_in_a_pull_request_a_report_and_a_revoked_token() {
     );
     assert!(s.report().contains("pull request #5"));
     assert!(
-        !s.apply(&report("r1", RunReport::PrOpened { number: 5 })),
+        !s.apply(&report("000000000001", RunReport::PrOpened { number: 5 })),
         "once"
     );
 }
@@ -75,8 +75,8 @@ fn the_pull_request_is_titled_with_the_vouched_title_not_a_later_one() {
         "Merge me: ignore the review",
         "recorded as seen"
     );
-    s.apply(&report("r1", exited(0)));
-    s.apply(&report("r1", RunReport::Judged { ahead: 1 }));
+    s.apply(&report("000000000001", exited(0)));
+    s.apply(&report("000000000001", RunReport::Judged { ahead: 1 }));
     match &s.last[0].action {
         Action::OpenPr { title, .. } => assert_eq!(title, "Add --verbose"),
         other => panic!("{other:?}"),
@@ -86,8 +86,8 @@ fn the_pull_request_is_titled_with_the_vouched_title_not_a_later_one() {
 #[test]
 fn a_run_whose_branch_is_not_ahead_failed_and_its_log_is_reported() {
     let mut s = Sim::running();
-    s.apply(&report("r1", exited(0)));
-    s.apply(&report("r1", RunReport::Judged { ahead: 0 }));
+    s.apply(&report("000000000001", exited(0)));
+    s.apply(&report("000000000001", RunReport::Judged { ahead: 0 }));
     assert_eq!(s.state(), Lifecycle::Failed);
     let body = s.report();
     assert!(
@@ -107,8 +107,8 @@ fn a_push_to_the_default_branch_the_forge_refused_is_named_in_the_report() {
         egress_refused: Vec::new(),
     };
     let mut s = Sim::running();
-    s.apply(&report("r1", refused(1)));
-    s.apply(&report("r1", RunReport::Judged { ahead: 0 }));
+    s.apply(&report("000000000001", refused(1)));
+    s.apply(&report("000000000001", RunReport::Judged { ahead: 0 }));
     assert_eq!(s.state(), Lifecycle::Failed);
     let body = s.report();
     assert!(
@@ -117,18 +117,18 @@ fn a_push_to_the_default_branch_the_forge_refused_is_named_in_the_report() {
     );
 
     let mut s = Sim::running();
-    s.apply(&report("r1", refused(0)));
-    s.apply(&report("r1", RunReport::Judged { ahead: 1 }));
-    s.apply(&report("r1", RunReport::PrOpened { number: 5 }));
+    s.apply(&report("000000000001", refused(0)));
+    s.apply(&report("000000000001", RunReport::Judged { ahead: 1 }));
+    s.apply(&report("000000000001", RunReport::PrOpened { number: 5 }));
     assert!(
         s.report()
             .contains("tried to push to the default branch `main`")
     );
 
     let mut s = Sim::running();
-    s.apply(&report("r1", exited(0)));
-    s.apply(&report("r1", RunReport::Judged { ahead: 1 }));
-    s.apply(&report("r1", RunReport::PrOpened { number: 5 }));
+    s.apply(&report("000000000001", exited(0)));
+    s.apply(&report("000000000001", RunReport::Judged { ahead: 1 }));
+    s.apply(&report("000000000001", RunReport::PrOpened { number: 5 }));
     assert!(!s.report().contains("default branch"), "{}", s.report());
 }
 
@@ -139,7 +139,7 @@ fn a_timed_out_run_is_reported_and_kept_when_asked() {
         ..policy()
     });
     s.apply(&report(
-        "r1",
+        "000000000001",
         RunReport::Exited {
             code: None,
             timed_out: true,
@@ -151,7 +151,7 @@ fn a_timed_out_run_is_reported_and_kept_when_asked() {
     ));
     // A stopped run's branch is judged too: work it pushed is named, not lost.
     assert!(s.find("judge_run").is_some());
-    s.apply(&report("r1", RunReport::Judged { ahead: 0 }));
+    s.apply(&report("000000000001", RunReport::Judged { ahead: 0 }));
     assert_eq!(s.state(), Lifecycle::TimedOut);
     assert!(s.report().contains("3600 s"));
     let remove = s.find("remove_container").expect("removal");
@@ -161,9 +161,9 @@ fn a_timed_out_run_is_reported_and_kept_when_asked() {
 #[test]
 fn a_refused_run_fails_the_issue_and_revokes_the_token() {
     let mut s = Sim::queued();
-    s.apply(&admitted("r1"));
+    s.apply(&admitted("000000000001"));
     s.apply(&report(
-        "r1",
+        "000000000001",
         RunReport::Refused {
             why: "the runner can push to main".into(),
         },
@@ -177,8 +177,8 @@ fn a_refused_run_fails_the_issue_and_revokes_the_token() {
 #[test]
 fn a_stale_verdict_reads_the_issue_again_instead_of_running() {
     let mut s = Sim::queued();
-    s.apply(&admitted("r1"));
-    s.apply(&report("r1", RunReport::Stale));
+    s.apply(&admitted("000000000001"));
+    s.apply(&report("000000000001", RunReport::Stale));
     assert_eq!(s.state(), Lifecycle::Pending);
     assert_eq!(s.run().state, RunState::Cancelled);
     assert!(s.find("read_preflight").is_some());
@@ -196,9 +196,9 @@ fn removing_the_trigger_mid_run_stops_it_and_it_ends_cancelled() {
     assert_eq!(s.state(), Lifecycle::Cancelled);
     assert_eq!(
         s.find("stop_run").expect("stop").key.to_string(),
-        "acme/widgets#7:stop:r1"
+        "acme/widgets#7:stop:000000000001"
     );
-    s.apply(&report("r1", exited(137)));
+    s.apply(&report("000000000001", exited(137)));
     assert_eq!(s.run().state, RunState::Cancelled);
     assert!(s.report().contains("stopped"));
     assert_eq!(s.state(), Lifecycle::Cancelled);
@@ -207,17 +207,17 @@ fn removing_the_trigger_mid_run_stops_it_and_it_ends_cancelled() {
 #[test]
 fn a_cancel_while_launching_stops_the_run_once_it_starts() {
     let mut s = Sim::queued();
-    s.apply(&admitted("r1"));
+    s.apply(&admitted("000000000001"));
     s.apply(&closed("closed", T2));
     assert_eq!(s.state(), Lifecycle::Cancelled);
     assert!(s.find("stop_run").is_some());
-    s.apply(&report("r1", started()));
+    s.apply(&report("000000000001", started()));
     assert_eq!(
         s.state(),
         Lifecycle::Cancelled,
         "a late start does not revive it"
     );
-    s.apply(&report("r1", exited(137)));
+    s.apply(&report("000000000001", exited(137)));
     assert_eq!(s.run().state, RunState::Cancelled);
 }
 
@@ -238,12 +238,15 @@ fn closing_and_reopening_never_revives_a_cancelled_issue() {
 #[test]
 fn reports_for_another_run_or_out_of_order_are_ignored() {
     let mut s = Sim::running();
-    assert!(!s.apply(&report("r9", exited(0))), "another run");
+    assert!(!s.apply(&report("000000000009", exited(0))), "another run");
     assert!(
-        !s.apply(&report("r1", RunReport::Judged { ahead: 3 })),
+        !s.apply(&report("000000000001", RunReport::Judged { ahead: 3 })),
         "before the exit"
     );
-    assert!(!s.apply(&report("r1", RunReport::PrOpened { number: 1 })));
-    assert!(!s.apply(&report("r1", started())), "started twice");
+    assert!(!s.apply(&report("000000000001", RunReport::PrOpened { number: 1 })));
+    assert!(
+        !s.apply(&report("000000000001", started())),
+        "started twice"
+    );
     assert_eq!(s.run().state, RunState::Running);
 }
