@@ -213,24 +213,18 @@ impl Drop for Director {
     }
 }
 
-/// When the forge received the first comment on issue `number` (ms since the epoch).
+/// When the forge received the first comment on issue `number` (µs since the epoch): woken
+/// by each call the forge records, so the wait neither polls nor holds the forge's lock.
 async fn comment_posted(forge: &FakeForge, number: u64) -> anyhow::Result<i64> {
     let suffix = format!("/issues/{number}/comments");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(c) = forge
-            .calls()
-            .into_iter()
-            .find(|c| c.method == "POST" && c.path.ends_with(&suffix))
-        {
-            return Ok(c.at_ms);
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "no pre-flight comment on #{number}"
-        );
-        tokio::time::sleep(Duration::from_micros(200)).await;
-    }
+    forge
+        .first_call(
+            |c| c.method == "POST" && c.path.ends_with(&suffix),
+            Duration::from_secs(30),
+        )
+        .await
+        .map(|c| c.at_us)
+        .ok_or_else(|| anyhow::anyhow!("no pre-flight comment on #{number}"))
 }
 
 /// When the engine started the run container of issue `number` (µs since the epoch).
@@ -308,7 +302,7 @@ fn main() -> anyhow::Result<()> {
                 let t0 = chrono::Utc::now().timestamp_micros();
                 forge.label("alice", &issue, "headless").await;
                 let posted = comment_posted(&forge, issue.number).await?;
-                preflight.push((posted * 1000 - t0) as f64 / 1000.0);
+                preflight.push((posted - t0) as f64 / 1000.0);
             }
         }
         common::percentiles(
@@ -333,9 +327,9 @@ fn main() -> anyhow::Result<()> {
                     )
                     .await;
                 forge.label("alice", &issue, "headless").await;
-                let go_ms = comment_posted(&forge, issue.number).await?;
+                let go_us = comment_posted(&forge, issue.number).await?;
                 let (id, started_us) = container_started(&docker, issue.number).await?;
-                launch.push((started_us - go_ms * 1000) as f64 / 1000.0);
+                launch.push((started_us - go_us) as f64 / 1000.0);
                 // One at a time: wait for the run's end (the container is removed).
                 let deadline = Instant::now() + Duration::from_secs(60);
                 while docker.inspect_container(&id, None).await.is_ok() {

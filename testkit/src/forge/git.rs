@@ -531,15 +531,20 @@ fn cgi_response(out: &[u8]) -> (StatusCode, HttpResponse) {
 }
 
 fn record(forge: &FakeForge, method: &str, path: &str, status: u16, login: Option<&str>) {
-    forge.state().calls.push(Call {
+    let at_us = chrono::Utc::now().timestamp_micros();
+    let mut state = forge.state();
+    state.calls.push(Call {
         method: method.to_owned(),
         path: path.to_owned(),
         query: Vec::new(),
         body: None,
         status,
         login: login.map(str::to_owned),
-        at_ms: director::clock::now_ms(),
+        at_ms: at_us / 1000,
+        at_us,
     });
+    let recorded = state.calls.len();
+    state.called.send_replace(recorded);
 }
 
 impl FakeForge {

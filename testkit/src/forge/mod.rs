@@ -47,6 +47,8 @@ pub struct Call {
     pub login: Option<String>,
     /// When it arrived (wall clock, milliseconds since the epoch).
     pub at_ms: i64,
+    /// The same, in microseconds.
+    pub at_us: i64,
 }
 
 #[derive(Clone, Debug)]
@@ -286,6 +288,8 @@ pub(crate) struct State {
     /// Every token ever minted: (login, name, value), for tests that look for leaks.
     pub minted: Vec<(String, String, String)>,
     pub calls: Vec<Call>,
+    /// Told each time a call is recorded (how many so far), for those who wait for one.
+    pub called: tokio::sync::watch::Sender<usize>,
     pub fail_next: VecDeque<u16>,
     /// Requests whose path holds the text to fail with the status, each once, in order.
     pub fail_paths: VecDeque<(String, u16)>,

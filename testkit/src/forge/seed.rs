@@ -481,6 +481,27 @@ impl FakeForge {
         self.state().calls.clone()
     }
 
+    /// The first call received that `wanted` accepts, waiting for it up to `within`: woken
+    /// by each call as it is recorded, never by a timer.
+    pub async fn first_call(
+        &self,
+        wanted: impl Fn(&Call) -> bool,
+        within: std::time::Duration,
+    ) -> Option<Call> {
+        let deadline = tokio::time::Instant::now() + within;
+        // Subscribed before looking: a call recorded after the look wakes the wait below.
+        let mut recorded = self.state().called.subscribe();
+        loop {
+            if let Some(call) = self.state().calls.iter().find(|c| wanted(c)) {
+                return Some(call.clone());
+            }
+            match tokio::time::timeout_at(deadline, recorded.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return None,
+            }
+        }
+    }
+
     pub fn clear_calls(&self) {
         self.state().calls.clear();
     }

@@ -184,6 +184,8 @@ async fn handle(req: HttpRequest, body: web::Bytes, forge: web::Data<FakeForge>)
     if super::git::is_git_path(req.path()) {
         return super::git::serve(req, body, forge.get_ref()).await;
     }
+    // When it arrived, before it is answered.
+    let at_us = chrono::Utc::now().timestamp_micros();
     let method = req.method().as_str().to_owned();
     let raw_path = req.path().to_owned();
     let segments: Vec<String> = raw_path
@@ -301,8 +303,11 @@ async fn handle(req: HttpRequest, body: web::Bytes, forge: web::Data<FakeForge>)
             body: json_body.clone(),
             status: status.as_u16(),
             login: login.as_ref().map(|c| c.login().to_owned()),
-            at_ms: director::clock::now_ms(),
+            at_ms: at_us / 1000,
+            at_us,
         });
+        let recorded = state.calls.len();
+        state.called.send_replace(recorded);
         let mut resp = if status == StatusCode::NO_CONTENT {
             HttpResponse::NoContent().finish()
         } else {
