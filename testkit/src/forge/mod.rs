@@ -321,6 +321,10 @@ pub(crate) fn rfc3339(secs: i64) -> String {
 #[derive(Clone, Default)]
 pub struct FakeForge {
     inner: Arc<Mutex<State>>,
+    /// What webhooks go out through, made once: a client reads every root certificate of
+    /// the machine as it is made, tens of milliseconds that would stall the fake's one
+    /// worker on each delivery.
+    webhooks: Arc<std::sync::OnceLock<reqwest::Client>>,
 }
 
 /// What a fake API method can answer besides success.

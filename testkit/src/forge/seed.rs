@@ -15,6 +15,19 @@ impl FakeForge {
         forge
     }
 
+    /// The client webhooks are sent with. It keeps no idle connection: a forge made under
+    /// one test's runtime may deliver under another's.
+    fn webhook_client(&self) -> reqwest::Client {
+        self.webhooks
+            .get_or_init(|| {
+                reqwest::Client::builder()
+                    .pool_max_idle_per_host(0)
+                    .build()
+                    .unwrap_or_default()
+            })
+            .clone()
+    }
+
     pub(crate) fn state(&self) -> MutexGuard<'_, State> {
         // A test that panicked while holding the lock has failed already; keep the data.
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
@@ -285,7 +298,7 @@ impl FakeForge {
             .as_ref()
             .map(|w| (w.url.clone(), w.secret.clone()));
         match target {
-            Some((url, secret)) => send_webhook(&reqwest::Client::new(), &url, &secret, out).await,
+            Some((url, secret)) => send_webhook(&self.webhook_client(), &url, &secret, out).await,
             None => 0,
         }
     }
@@ -300,7 +313,7 @@ impl FakeForge {
             .map(|w| w.secret.clone())
             .unwrap_or_default();
         let delivery = format!("{:032x}", rand::random::<u128>());
-        let client = reqwest::Client::new();
+        let client = self.webhook_client();
         let sends = urls
             .iter()
             .map(|url| send_delivery(&client, url, &secret, out, &delivery));
@@ -323,7 +336,7 @@ impl FakeForge {
         let Some((url, secret)) = target else {
             return Vec::new();
         };
-        let client = reqwest::Client::new();
+        let client = self.webhook_client();
         let mut statuses = Vec::new();
         for out in outbox {
             statuses.push(send_webhook(&client, &url, &secret, &out).await);
