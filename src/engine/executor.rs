@@ -164,24 +164,30 @@ impl Executor {
         } else {
             (self.read_lease_ms, 300_000)
         };
+        // A look first, without the writer's turn: a wake with nothing to take (a freed slot,
+        // a pass that made no action) costs one read, and never queues behind a commit.
+        let due = store.due_now(READ, now).await?;
         let free_reads = self
             .read_slots
             .saturating_sub(self.reads.load(Ordering::SeqCst));
-        let reads = store
-            .claim_actions(&self.owner, Lane::Only(READ), free_reads, read_lease, now)
-            .await?;
         let free_others = self
             .other_slots
             .saturating_sub(self.others.load(Ordering::SeqCst));
-        let others = store
-            .claim_actions(
-                &self.owner,
+        let lanes = [
+            (
+                Lane::Only(READ),
+                if due.kind > 0 { free_reads } else { 0 },
+                read_lease,
+            ),
+            (
                 Lane::Except(READ),
-                free_others,
+                if due.others > 0 { free_others } else { 0 },
                 other_lease,
-                now,
-            )
-            .await?;
+            ),
+        ];
+        let mut claimed = store.claim_lanes(&self.owner, &lanes, now).await?;
+        let others = claimed.pop().unwrap_or_default();
+        let reads = claimed.pop().unwrap_or_default();
         for (claimed, counter) in reads
             .into_iter()
             .map(|c| (c, self.reads.clone()))
@@ -202,12 +208,13 @@ impl Executor {
                 }
             });
         }
-        let next = store.next_action_due_ms().await?;
-        Ok(match next {
-            Some(at) if at > now => {
-                Duration::from_millis(u64::try_from(at - now).unwrap_or(0)).min(IDLE_POLL)
+        // What is due now and was not taken waits for a freed slot (the recorder wakes this
+        // loop); what is due later, for its time.
+        Ok(match due.next_at_ms {
+            Some(at) => {
+                Duration::from_millis(u64::try_from(at - now).unwrap_or(0).max(1)).min(IDLE_POLL)
             }
-            _ => IDLE_POLL,
+            None => IDLE_POLL,
         })
     }
 

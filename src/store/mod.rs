@@ -39,7 +39,7 @@ use sqlx::{ConnectOptions as _, SqlitePool};
 pub use crate::domain::{IssueRecord, PreflightState, RunRecord};
 pub use events::{NewDelivery, ReadyDelivery, StoredEvent};
 pub use leases::Fence;
-pub use outbox::{ActionRow, ClaimedAction, Finished, Lane, NewAction};
+pub use outbox::{ActionRow, ClaimedAction, DueNow, Finished, Lane, NewAction};
 pub use pass::{PassInput, Passed};
 pub use records::CallWindow;
 pub use transcripts::Transcript;

@@ -78,6 +78,21 @@ pub enum Lane<'a> {
 /// the partial index `actions_due_by_issue`).
 const HEADS: &str = "SELECT MIN(id) AS id FROM actions WHERE state = 'due' GROUP BY repo, number";
 
+/// An issue's next action that may be claimed at `$1`: due, and no claim on it still running.
+const CLAIMABLE: &str =
+    "(a.not_before_ms <= $1 AND (a.lease_until_ms IS NULL OR a.lease_until_ms < $1))";
+
+/// What [`Store::due_now`] found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DueNow {
+    /// Claimable now, of the kind asked about.
+    pub kind: u32,
+    /// Claimable now, of any other kind.
+    pub others: u32,
+    /// When the next one not claimable now will be (ms), if any.
+    pub next_at_ms: Option<i64>,
+}
+
 pub(super) fn insert_actions(
     actions: &[NewAction],
     now_ms: i64,
@@ -148,61 +163,110 @@ impl Store {
         lease_ms: i64,
         now_ms: i64,
     ) -> anyhow::Result<Vec<ClaimedAction>> {
-        if limit == 0 {
-            return Ok(Vec::new());
+        let mut claimed = self
+            .claim_lanes(owner, &[(lane, limit, lease_ms)], now_ms)
+            .await?;
+        Ok(claimed.pop().unwrap_or_default())
+    }
+
+    /// [`Store::claim_actions`] for several lanes, each `(lane, limit, lease_ms)`, in one
+    /// transaction (one turn of the writer for the lot); what each lane got, in order.
+    pub async fn claim_lanes(
+        &self,
+        owner: &str,
+        lanes: &[(Lane<'_>, usize, i64)],
+        now_ms: i64,
+    ) -> anyhow::Result<Vec<Vec<ClaimedAction>>> {
+        if lanes.iter().all(|(_, limit, _)| *limit == 0) {
+            return Ok(vec![Vec::new(); lanes.len()]);
         }
-        let (op, kind) = match lane {
-            Lane::Only(k) => ("=", k),
-            Lane::Except(k) => ("<>", k),
-        };
         // Several replicas claim at once on PostgreSQL: rows another is claiming are skipped,
         // never claimed twice (SQLite has one writer at a time).
         let lock = match self.db {
             Db::Postgres(_) => " FOR UPDATE OF a SKIP LOCKED",
             Db::Sqlite(_) => "",
         };
-        let sql = format!(
-            "SELECT a.id, a.key, a.repo, a.number, a.kind, a.action, a.schema, a.attempts, a.max_attempts \
-             FROM actions a JOIN ({HEADS}) h ON a.id = h.id \
-             WHERE a.not_before_ms <= $1 AND a.kind {op} $2 \
-             AND (a.lease_until_ms IS NULL OR a.lease_until_ms < $1) \
-             ORDER BY a.id LIMIT $3{lock}"
-        );
         let mut tx = self.relaxed().await?;
-        let claimed = on_tx!(&mut tx, t => {
-            let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+        let mut all = Vec::with_capacity(lanes.len());
+        for (lane, limit, lease_ms) in lanes {
+            if *limit == 0 {
+                all.push(Vec::new());
+                continue;
+            }
+            let (op, kind) = match lane {
+                Lane::Only(k) => ("=", *k),
+                Lane::Except(k) => ("<>", *k),
+            };
+            let sql = format!(
+                "SELECT a.id, a.key, a.repo, a.number, a.kind, a.action, a.schema, a.attempts, a.max_attempts \
+                 FROM actions a JOIN ({HEADS}) h ON a.id = h.id \
+                 WHERE a.not_before_ms <= $1 AND a.kind {op} $2 \
+                 AND (a.lease_until_ms IS NULL OR a.lease_until_ms < $1) \
+                 ORDER BY a.id LIMIT $3{lock}"
+            );
+            let claimed = on_tx!(&mut tx, t => {
+                let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+                    .bind(now_ms)
+                    .bind(kind)
+                    .bind(i64::try_from(*limit).unwrap_or(i64::MAX))
+                    .fetch_all(&mut **t)
+                    .await?;
+                let claimed = rows
+                    .iter()
+                    .map(|row| {
+                        Ok(ClaimedAction {
+                            id: row.int("id")?,
+                            key: row.text("key")?,
+                            issue: row_issue(row)?,
+                            kind: row.text("kind")?,
+                            payload: row.text("action")?,
+                            schema: row.int("schema")?,
+                            attempts: count(row.int("attempts")?),
+                            max_attempts: count(row.int("max_attempts")?),
+                        })
+                    })
+                    .collect::<anyhow::Result<Vec<_>>>()?;
+                for c in &claimed {
+                    sqlx::query("UPDATE actions SET lease_owner = $1, lease_until_ms = $2 WHERE id = $3")
+                        .bind(owner)
+                        .bind(now_ms.saturating_add(*lease_ms))
+                        .bind(c.id)
+                        .execute(&mut **t)
+                        .await?;
+                }
+                claimed
+            });
+            all.push(claimed);
+        }
+        tx.commit().await?;
+        Ok(all)
+    }
+
+    /// What could be claimed now, read without the writer's turn (so looking when there is
+    /// nothing to take never queues behind a commit): how many issues' next actions of kind
+    /// `kind` and of the other kinds are due and unclaimed, and when the next one that is not
+    /// (a retry's back-off, another's claim running out) will be.
+    pub async fn due_now(&self, kind: &str, now_ms: i64) -> anyhow::Result<DueNow> {
+        let sql = format!(
+            "SELECT \
+             COALESCE(SUM(CASE WHEN {CLAIMABLE} AND a.kind = $2 THEN 1 ELSE 0 END), 0), \
+             COALESCE(SUM(CASE WHEN {CLAIMABLE} AND a.kind <> $2 THEN 1 ELSE 0 END), 0), \
+             MIN(CASE WHEN {CLAIMABLE} THEN NULL WHEN a.lease_owner IS NULL THEN a.not_before_ms \
+             WHEN a.lease_until_ms > a.not_before_ms THEN a.lease_until_ms ELSE a.not_before_ms END) \
+             FROM actions a JOIN ({HEADS}) h ON a.id = h.id"
+        );
+        let (kind_due, other_due, next): (i64, i64, Option<i64>) = on_pool!(&self.db, p => {
+            sqlx::query_as(sqlx::AssertSqlSafe(sql))
                 .bind(now_ms)
                 .bind(kind)
-                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-                .fetch_all(&mut **t)
-                .await?;
-            let claimed = rows
-                .iter()
-                .map(|row| {
-                    Ok(ClaimedAction {
-                        id: row.int("id")?,
-                        key: row.text("key")?,
-                        issue: row_issue(row)?,
-                        kind: row.text("kind")?,
-                        payload: row.text("action")?,
-                        schema: row.int("schema")?,
-                        attempts: count(row.int("attempts")?),
-                        max_attempts: count(row.int("max_attempts")?),
-                    })
-                })
-                .collect::<anyhow::Result<Vec<_>>>()?;
-            for c in &claimed {
-                sqlx::query("UPDATE actions SET lease_owner = $1, lease_until_ms = $2 WHERE id = $3")
-                    .bind(owner)
-                    .bind(now_ms.saturating_add(lease_ms))
-                    .bind(c.id)
-                    .execute(&mut **t)
-                    .await?;
-            }
-            claimed
+                .fetch_one(p)
+                .await?
         });
-        tx.commit().await?;
-        Ok(claimed)
+        Ok(DueNow {
+            kind: count(kind_due),
+            others: count(other_due),
+            next_at_ms: next,
+        })
     }
 
     /// Extends `owner`'s claim on action `id` to `until_ms` while it is being performed;
@@ -303,22 +367,6 @@ impl Store {
         });
         tx.commit().await?;
         Ok(done)
-    }
-
-    /// When the next action that can be claimed becomes due: the earliest of each issue's
-    /// oldest due action (a later one waits for it, whatever its own time), or the end of the
-    /// lease on one that is claimed.
-    pub async fn next_action_due_ms(&self) -> anyhow::Result<Option<i64>> {
-        // A claimed action becomes claimable again when its lease runs out (its holder may
-        // have died): that is when another replica must look.
-        let sql = format!(
-            "SELECT MIN(CASE WHEN a.lease_owner IS NULL THEN a.not_before_ms \
-             WHEN a.lease_until_ms > a.not_before_ms THEN a.lease_until_ms ELSE a.not_before_ms END) \
-             FROM actions a JOIN ({HEADS}) h ON a.id = h.id"
-        );
-        Ok(on_pool!(&self.db, p => {
-            sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).fetch_one(p).await?
-        }))
     }
 
     /// Every action of one issue, oldest first.
