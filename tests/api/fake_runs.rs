@@ -229,12 +229,13 @@ async fn with_a_limit_of_one_queued_issues_run_one_at_a_time_in_queue_order() {
     for _ in 0..3 {
         // Exactly one runs; every other issue not yet run waits, queued.
         let waiting = 2 - ended.len();
-        wait_until("one run at a time", || async {
-            let all = t.app.store.list_issues().await.expect("list");
-            let count = |state| all.iter().filter(|r| r.lifecycle == state).count();
-            count(Lifecycle::Running) == 1 && count(Lifecycle::Queued) == waiting
-        })
-        .await;
+        t.app
+            .wait_for("one run at a time", || async {
+                let all = t.app.store.list_issues().await.expect("list");
+                let count = |state| all.iter().filter(|r| r.lifecycle == state).count();
+                count(Lifecycle::Running) == 1 && count(Lifecycle::Queued) == waiting
+            })
+            .await;
         let all = t.app.store.list_issues().await.expect("list");
         let running = all
             .iter()
@@ -290,16 +291,17 @@ async fn removing_the_trigger_mid_run_stops_it_and_reports_once() {
     t.app.wait_state(&issue, Lifecycle::Running).await;
     t.forge.unlabel(WRITER, &issue, TRIGGER).await;
     let id = run_ids(&t, &issue).await.pop().expect("a run");
-    wait_until("the run ends cancelled", || async {
-        t.app
-            .store
-            .run(&id)
-            .await
-            .ok()
-            .flatten()
-            .is_some_and(|r| r.state == RunState::Cancelled)
-    })
-    .await;
+    t.app
+        .wait_for("the run ends cancelled", || async {
+            t.app
+                .store
+                .run(&id)
+                .await
+                .ok()
+                .flatten()
+                .is_some_and(|r| r.state == RunState::Cancelled)
+        })
+        .await;
     t.app.wait_processed().await;
     assert!(fake.present().is_empty(), "stopped and removed");
     assert!(t.forge.tokens_of(RUNNER).is_empty());
@@ -318,10 +320,11 @@ async fn a_failed_run_retried_by_a_writer_gets_a_fresh_run_id_and_one_start_each
     let issue = labelled(&t, "Try twice", "mode: nobranch").await;
     t.app.wait_state(&issue, Lifecycle::Failed).await;
     t.forge.comment(WRITER, &issue, "/director retry").await;
-    wait_until("a second run", || async {
-        run_ids(&t, &issue).await.len() == 2
-    })
-    .await;
+    t.app
+        .wait_for("a second run", || async {
+            run_ids(&t, &issue).await.len() == 2
+        })
+        .await;
     t.app.wait_state(&issue, Lifecycle::Failed).await;
     t.app.wait_processed().await;
     let ids = run_ids(&t, &issue).await;
@@ -419,17 +422,18 @@ async fn a_run_cancelled_before_its_container_started_is_never_started() {
     .await;
     fake.set_unavailable(true);
     t.forge.unlabel(WRITER, &issue, TRIGGER).await;
-    wait_until("the cancel is decided", || async {
-        t.record(&issue)
-            .await
-            .is_some_and(|r| r.lifecycle == Lifecycle::Cancelled)
-            || t.app
-                .store
-                .runs_of(&issue)
+    t.app
+        .wait_for("the cancel is decided", || async {
+            t.record(&issue)
                 .await
-                .is_ok_and(|runs| runs.iter().any(|r| r.stop_requested))
-    })
-    .await;
+                .is_some_and(|r| r.lifecycle == Lifecycle::Cancelled)
+                || t.app
+                    .store
+                    .runs_of(&issue)
+                    .await
+                    .is_ok_and(|runs| runs.iter().any(|r| r.stop_requested))
+        })
+        .await;
     fake.set_unavailable(false);
     wait_until("the issue is cancelled and the container gone", || async {
         t.record(&issue)
@@ -466,13 +470,16 @@ async fn an_engine_that_stays_down_fails_the_run_visibly_after_its_attempts() {
     fake.set_unavailable(true);
     let issue = labelled(&t, "No engine", "").await;
     // Not `wait_state`: the container removal keeps failing, so the outbox is never quiet.
-    wait_until("the run fails", || async {
-        t.record(&issue)
-            .await
-            .is_some_and(|r| r.lifecycle == Lifecycle::Failed)
-    })
-    .await;
-    wait_until("the report", || async { reports(&t, &issue).len() == 1 }).await;
+    t.app
+        .wait_for("the run fails", || async {
+            t.record(&issue)
+                .await
+                .is_some_and(|r| r.lifecycle == Lifecycle::Failed)
+        })
+        .await;
+    t.app
+        .wait_for("the report", || async { reports(&t, &issue).len() == 1 })
+        .await;
     let record = t.record(&issue).await.expect("known");
     assert!(
         record
@@ -499,16 +506,17 @@ async fn an_engine_that_stays_down_fails_the_run_visibly_after_its_attempts() {
     assert_eq!(row["failing"][0]["action"], "start_run");
     assert_eq!(row["failing"][0]["state"], "failed");
     // The container removal fails too, and is retried rather than given up at once.
-    wait_until("the removal is being retried", || async {
-        t.app
-            .store
-            .troubled_actions()
-            .await
-            .expect("query")
-            .iter()
-            .any(|a| a.kind == "remove_container" && a.state == "due" && a.attempts >= 1)
-    })
-    .await;
+    t.app
+        .wait_for("the removal is being retried", || async {
+            t.app
+                .store
+                .troubled_actions()
+                .await
+                .expect("query")
+                .iter()
+                .any(|a| a.kind == "remove_container" && a.state == "due" && a.attempts >= 1)
+        })
+        .await;
 }
 
 #[tokio::test]
@@ -531,12 +539,13 @@ async fn a_forge_that_fails_for_a_while_fails_one_action_which_is_retried() {
 
 /// The run was refused: no container, its token (if one was minted) revoked, the issue told.
 async fn assert_refused(t: &ForgeApp, fake: &FakeRuntime, issue: &IssueRef, why: &str) {
-    wait_until("the run is refused", || async {
-        t.record(issue)
-            .await
-            .is_some_and(|r| r.lifecycle == Lifecycle::Failed)
-    })
-    .await;
+    t.app
+        .wait_for("the run is refused", || async {
+            t.record(issue)
+                .await
+                .is_some_and(|r| r.lifecycle == Lifecycle::Failed)
+        })
+        .await;
     t.app.wait_processed().await;
     let run = &t.app.store.runs_of(issue).await.expect("runs")[0];
     assert_eq!(run.state, RunState::Refused);
@@ -594,12 +603,13 @@ async fn a_readers_edit_after_the_go_never_reaches_the_model_or_the_run() {
     t.forge
         .edit_body(crate::forge_helpers::READER, &issue, evil)
         .await;
-    wait_until("the edit is read and left out", || async {
-        t.preflight_comments(&issue)
-            .first()
-            .is_some_and(|c| c.body.contains("as edited since a writer vouched"))
-    })
-    .await;
+    t.app
+        .wait_for("the edit is read and left out", || async {
+            t.preflight_comments(&issue)
+                .first()
+                .is_some_and(|c| c.body.contains("as edited since a writer vouched"))
+        })
+        .await;
     t.app.wait_state(&issue, Lifecycle::Queued).await;
     let blocker_run = run_ids(&t, &blocker).await.pop().expect("a run");
     fake.exit(&blocker_run, 0, "");

@@ -249,10 +249,11 @@ async fn a_readers_label_gets_no_preflight() {
     let t = GithubApp::spawn(|s| s.runner.enabled = false).await;
     let n = t.gh.open_issue(REPO, READER, "Do my homework", "Please.");
     t.gh.label(READER, REPO, n, TRIGGER);
-    wait_until("the explanation is posted", || async {
-        !t.gh.comments(REPO, n).is_empty()
-    })
-    .await;
+    t.app
+        .wait_for("the explanation is posted", || async {
+            !t.gh.comments(REPO, n).is_empty()
+        })
+        .await;
     t.app.wait_processed().await;
     let record = t.record(n).await;
     assert_eq!(record.lifecycle, Lifecycle::Untracked);
@@ -387,12 +388,13 @@ async fn an_unprotected_default_branch_refuses_the_run_and_says_why() {
     t.gh.ruleset(REPO, "evaluate", 1, false);
     t.gh.protect(REPO, 1, &[fake_github::APP_SLUG]);
     let n = t.labelled("Add --verbose", "Print each step.");
-    wait_until("the refusal is told", || async {
-        t.gh.comments(REPO, n)
-            .iter()
-            .any(|(_, b)| b.contains("protect the default branch"))
-    })
-    .await;
+    t.app
+        .wait_for("the refusal is told", || async {
+            t.gh.comments(REPO, n)
+                .iter()
+                .any(|(_, b)| b.contains("protect the default branch"))
+        })
+        .await;
     t.app.wait_processed().await;
     let runs = t.app.store.runs_of(&t.issue(n)).await.expect("runs");
     assert_eq!(runs.len(), 1);
@@ -706,11 +708,12 @@ async fn review_feedback_starts_a_follow_up_and_a_merge_is_told_on_the_issue() {
         "CHANGES_REQUESTED",
         "Rename the flag to --loud.",
     );
-    wait_until("a follow-up ran and ended", || async {
-        let runs = t.app.store.runs_of(&t.issue(n)).await.expect("runs");
-        runs.len() == 2 && runs.iter().all(|r| r.finished_at_ms.is_some())
-    })
-    .await;
+    t.app
+        .wait_for("a follow-up ran and ended", || async {
+            let runs = t.app.store.runs_of(&t.issue(n)).await.expect("runs");
+            runs.len() == 2 && runs.iter().all(|r| r.finished_at_ms.is_some())
+        })
+        .await;
     t.app.wait_processed().await;
     assert_eq!(t.gh.pulls(REPO).len(), 1, "the same pull request");
     assert_ne!(
@@ -779,12 +782,13 @@ async fn a_token_github_refuses_is_told_on_the_issue_and_counted() {
     // The App was granted `contents: read` only: a run token with write is refused (422).
     t.gh.set_permission(t.installation, "contents", "read");
     let n = t.labelled("Add --verbose", "Print each step.");
-    wait_until("the failure is told on the issue", || async {
-        t.gh.comments(REPO, n)
-            .iter()
-            .any(|(_, b)| b.contains("not granted"))
-    })
-    .await;
+    t.app
+        .wait_for("the failure is told on the issue", || async {
+            t.gh.comments(REPO, n)
+                .iter()
+                .any(|(_, b)| b.contains("not granted"))
+        })
+        .await;
     t.app
         .wait_for_metric(
             r#"endpoint="/app/installations/{installation_id}/access_tokens",status="422""#,
@@ -797,15 +801,16 @@ async fn a_token_github_refuses_is_told_on_the_issue_and_counted() {
     // (The webhooks arrive after the fake answers: wait for the reader's label to be judged.)
     t.gh.unlabel(READER, REPO, n, TRIGGER);
     t.gh.label(READER, REPO, n, TRIGGER);
-    wait_until("the reader's label is judged", || async {
-        t.app
-            .store
-            .issue(&t.issue(n))
-            .await
-            .expect("query")
-            .is_some_and(|r| r.trigger_actor.as_deref() == Some(READER))
-    })
-    .await;
+    t.app
+        .wait_for("the reader's label is judged", || async {
+            t.app
+                .store
+                .issue(&t.issue(n))
+                .await
+                .expect("query")
+                .is_some_and(|r| r.trigger_actor.as_deref() == Some(READER))
+        })
+        .await;
     t.app.wait_processed().await;
     let record = t.record(n).await;
     assert_eq!(record.trigger_trusted, Some(false));

@@ -244,10 +244,11 @@ async fn reviews_and_fixes_from_readers_and_the_runner_account_start_nothing() {
         .review(WRITER, &t.repo, pr, ReviewEvent::Approve, "LGTM", &[])
         .await;
     t.app.wait_processed().await;
-    wait_until("the feedback is read", || async {
-        t.app.store.ready_actions(i64::MAX).await.unwrap_or(1) == 0
-    })
-    .await;
+    t.app
+        .wait_for("the feedback is read", || async {
+            t.app.store.ready_actions(i64::MAX).await.unwrap_or(1) == 0
+        })
+        .await;
     assert_eq!(runs(&t, &issue).await.len(), 1, "no follow-up");
     assert_eq!(
         t.record(&issue).await.expect("known").lifecycle,
