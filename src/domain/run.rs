@@ -108,10 +108,10 @@ impl PartialEq<&str> for RunId {
     }
 }
 
-/// A well-formed id for a unit test: an id itself, or a name of up to six bytes as their hex,
-/// zero-padded (`"r1"` is `000000007231`).
-#[cfg(test)]
-pub(crate) fn test_id(name: &str) -> RunId {
+/// A well-formed id for a test: an id itself, or a name of up to six bytes as their hex,
+/// zero-padded (`"r1"` is `000000007231`). Made through [`RunId::parse`] like any other.
+#[cfg(any(test, feature = "testkit"))]
+pub fn test_id(name: &str) -> RunId {
     RunId::parse(name)
         .or_else(|_| RunId::parse(&format!("{:0>12}", hex::encode(name))))
         .expect("an id, or a name of at most six bytes")

@@ -446,11 +446,7 @@ pub fn comment_payload(
     serde_json::to_string_pretty(&body).expect("serialises")
 }
 
-/// A well-formed run id for a test: an id itself, or a name of up to six bytes as their hex,
-/// zero-padded (`"r1"` is `000000007231`).
+/// A well-formed run id for a test (see [`director::domain::run::test_id`]).
 pub fn rid(name: &str) -> director::domain::RunId {
-    use director::domain::RunId;
-    RunId::parse(name)
-        .or_else(|_| RunId::parse(&format!("{:0>12}", hex::encode(name))))
-        .expect("an id, or a name of at most six bytes")
+    director::domain::run::test_id(name)
 }
