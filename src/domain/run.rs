@@ -294,6 +294,22 @@ pub enum StopCause {
 }
 
 impl RunRecord {
+    /// What its model calls cost, as the director's model gateway metered them (what an agent
+    /// reports of itself is not a cost).
+    pub fn metered_cost_usd(&self) -> Option<f64> {
+        self.result
+            .as_ref()
+            .and_then(|r| r.usage.as_ref())
+            .filter(|u| u.metered)
+            .and_then(|u| u.cost_usd)
+    }
+
+    /// Whether it ended since `before` (the run the issue had before this decision).
+    pub fn ended_since(&self, before: Option<&RunRecord>) -> bool {
+        self.finished_at_ms.is_some()
+            && before.is_none_or(|b| b.id != self.id || b.finished_at_ms.is_none())
+    }
+
     /// Why the agent said it is blocked, when its result file says so.
     pub fn declined_reason(&self) -> Option<&str> {
         match self.result.as_ref().map(|r| &r.outcome) {

@@ -315,11 +315,7 @@ pub fn forecast_line(
     );
     let time = range(f.secs_median.map(duration), f.secs_high.map(duration));
     let actual_cost = run
-        .result
-        .as_ref()
-        .and_then(|r| r.usage.as_ref())
-        .filter(|u| u.metered)
-        .and_then(|u| u.cost_usd)
+        .metered_cost_usd()
         .map_or("not metered".to_owned(), |c| {
             dollars((c.max(0.0) * 1e6).round() as u64)
         });

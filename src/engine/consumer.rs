@@ -594,20 +594,14 @@ impl Views {
 /// GO comment forecast (`director_forecast_ratio`), so the forecast's error can be watched.
 fn observe_forecast(metrics: &Metrics, before: Option<&RunRecord>, decision: &Decision) {
     let Some(run) = &decision.run else { return };
-    let ended_now = run.finished_at_ms.is_some()
-        && before.is_none_or(|b| b.id != run.id || b.finished_at_ms.is_none());
+    let ended_now = run.ended_since(before);
     let Some(forecast) = decision.record.preflight.forecast.as_ref() else {
         return;
     };
     if !ended_now || run.followup.is_some() {
         return;
     }
-    let cost = run
-        .result
-        .as_ref()
-        .and_then(|r| r.usage.as_ref())
-        .filter(|u| u.metered)
-        .and_then(|u| u.cost_usd);
+    let cost = run.metered_cost_usd();
     if let (Some(cost), Some(median)) = (cost, forecast.cost_median_micros.filter(|m| *m > 0)) {
         metrics
             .forecast_ratio
@@ -634,26 +628,18 @@ fn observe_outcome(
     before: Option<&crate::domain::IssueRecord>,
     decision: &Decision,
 ) {
-    if let Some(run) = &decision.run {
-        let ended_now = run.finished_at_ms.is_some()
-            && before_run.is_none_or(|b| b.id != run.id || b.finished_at_ms.is_none());
-        if ended_now {
-            let outcome = crate::domain::outcomes::run_outcome(run.state);
-            if let (Some(start), Some(end)) = (run.started_at_ms, run.finished_at_ms) {
-                metrics
-                    .run_duration
-                    .with_label_values(&[outcome])
-                    .observe(((end - start).max(0) as f64) / 1000.0);
-            }
-            let cost = run
-                .result
-                .as_ref()
-                .and_then(|r| r.usage.as_ref())
-                .filter(|u| u.metered)
-                .and_then(|u| u.cost_usd);
-            if let Some(cost) = cost {
-                metrics.run_cost.with_label_values(&[outcome]).observe(cost);
-            }
+    if let Some(run) = &decision.run
+        && run.ended_since(before_run)
+    {
+        let outcome = crate::domain::outcomes::run_outcome(run.state);
+        if let (Some(start), Some(end)) = (run.started_at_ms, run.finished_at_ms) {
+            metrics
+                .run_duration
+                .with_label_values(&[outcome])
+                .observe(((end - start).max(0) as f64) / 1000.0);
+        }
+        if let Some(cost) = run.metered_cost_usd() {
+            metrics.run_cost.with_label_values(&[outcome]).observe(cost);
         }
     }
     let was = before.and_then(|b| b.pr.as_ref());

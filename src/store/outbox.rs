@@ -200,8 +200,7 @@ impl Store {
             let sql = format!(
                 "SELECT a.id, a.key, a.repo, a.number, a.kind, a.action, a.schema, a.attempts, a.max_attempts \
                  FROM actions a JOIN ({HEADS}) h ON a.id = h.id \
-                 WHERE a.not_before_ms <= $1 AND a.kind {op} $2 \
-                 AND (a.lease_until_ms IS NULL OR a.lease_until_ms < $1) \
+                 WHERE {CLAIMABLE} AND a.kind {op} $2 \
                  ORDER BY a.id LIMIT $3{lock}"
             );
             let claimed = on_tx!(&mut tx, t => {
