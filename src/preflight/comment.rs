@@ -147,13 +147,61 @@ fn agent_line(agent: Option<&crate::domain::agent::AgentLine>) -> String {
 
 pub fn render(input: &CommentInput<'_>) -> String {
     let shown = input.shown;
-    let short_hash: String = input.hash.chars().take(12).collect();
     let mut out = format!(
         "{MARKER} verdict={} hash={} -->\n",
         shown.verdict(),
         input.hash
     );
-    let (header, reason, next) = match shown {
+    let (header, reason, next) = headline(input);
+    out.push_str(&format!("### 🛫 pre-flight: {header}\n\n"));
+    // A bare `NO-GO` has no reason on its line: no empty quote (the full read is below).
+    if let Some(reason) = reason.filter(|r| !one_line(r).trim().is_empty()) {
+        out.push_str(&format!("> {}\n\n", one_line(&reason)));
+    }
+    out.push_str(&format!("**{next}**\n\n"));
+    if let (Shown::Go, Some(ApprovalNote::Waiting(why))) = (shown, input.approval) {
+        out.push_str(&format!(
+            "It waits because {}. **To approve this plan and this text, a maintainer with write access comments `/director go`**; the run starts then. An edit of the issue reads it again and asks again; a `/director go` by an account without write access is ignored.\n\n",
+            one_line(why)
+        ));
+    }
+    if matches!(shown, Shown::Go) {
+        out.push_str(&plan_section(input.plan));
+    }
+    if matches!(shown, Shown::Go | Shown::Skipped { .. }) {
+        out.push_str(&agent_line(input.agent));
+        if let Some(f) = input.forecast {
+            out.push_str(&format!("**Forecast:** {}.\n\n", f.describe()));
+        }
+    }
+    if let Shown::NeedsInfo { questions, waiting } = shown {
+        out.push_str(&questions_section(questions, waiting));
+    }
+    out.push_str(&what_next(input));
+    if let Some(reading) = input.reading {
+        out.push_str(&format!(
+            "<details>\n<summary>The full read</summary>\n\n{}\n\n</details>\n\n",
+            quote_reading(reading)
+        ));
+    }
+    out.push_str(&left_out_section(input.left_out, input.trigger));
+    out.push_str(&hidden_section(input.hidden));
+    let model = if input.model.is_empty() {
+        "no model".to_owned()
+    } else {
+        format!("model `{}`", one_line(input.model))
+    };
+    let short_hash: String = input.hash.chars().take(12).collect();
+    out.push_str(&format!(
+        "<sub>director {} · {model} · read of text {short_hash}</sub>\n",
+        env!("CARGO_PKG_VERSION")
+    ));
+    out
+}
+
+/// The comment's heading word, the reason quoted under it (if any), and what happens next.
+fn headline(input: &CommentInput<'_>) -> (&'static str, Option<String>, String) {
+    match input.shown {
         Shown::Go => (
             "GO",
             None,
@@ -199,134 +247,115 @@ pub fn render(input: &CommentInput<'_>) -> String {
                 "No container was launched; the issue waits.".to_owned()
             },
         ),
-    };
-    out.push_str(&format!("### 🛫 pre-flight: {header}\n\n"));
-    // A bare `NO-GO` has no reason on its line: no empty quote (the full read is below).
-    if let Some(reason) = reason.filter(|r| !one_line(r).trim().is_empty()) {
-        out.push_str(&format!("> {}\n\n", one_line(&reason)));
     }
-    out.push_str(&format!("**{next}**\n\n"));
-    if let (Shown::Go, Some(ApprovalNote::Waiting(why))) = (shown, input.approval) {
+}
+
+/// A link to one comment by its author.
+fn comment_link(l: &LeftOut) -> String {
+    format!("[comment by @{}](#issuecomment-{})", l.author, l.comment_id)
+}
+
+/// The model's questions, numbered, and the answers waiting for a writer to vouch for them.
+fn questions_section(questions: &[String], waiting: &[LeftOut]) -> String {
+    let mut out = String::new();
+    for (n, q) in questions.iter().enumerate() {
+        out.push_str(&format!("{}. {}\n", n + 1, question(q)));
+    }
+    out.push('\n');
+    if !waiting.is_empty() {
+        let list: Vec<String> = waiting.iter().map(comment_link).collect();
         out.push_str(&format!(
-            "It waits because {}. **To approve this plan and this text, a maintainer with write access comments `/director go`**; the run starts then. An edit of the issue reads it again and asks again; a `/director go` by an account without write access is ignored.\n\n",
-            one_line(why)
+            "<details>\n<summary>Answers waiting for a writer ({})</summary>\n\n{} by accounts without write access: the director reads them once a maintainer with write access comments after them (any text, or `/director go`), vouching for the thread up to there.\n\n</details>\n\n",
+            list.len(),
+            list.join(", ")
         ));
     }
-    if matches!(shown, Shown::Go) {
-        out.push_str(&plan_section(input.plan));
-    }
-    if matches!(shown, Shown::Go | Shown::Skipped { .. }) {
-        out.push_str(&agent_line(input.agent));
-        if let Some(f) = input.forecast {
-            out.push_str(&format!("**Forecast:** {}.\n\n", f.describe()));
-        }
-    }
+    out
+}
+
+/// What a maintainer can do now: answer, cancel, or have the issue read again.
+fn what_next(input: &CommentInput<'_>) -> String {
     let skip = format!(
         "To skip the gate, a maintainer with write access comments `/director go` or adds the label `{}`.",
         input.skip_label
     );
-    if let Shown::NeedsInfo { questions, waiting } = shown {
-        for (n, q) in questions.iter().enumerate() {
-            out.push_str(&format!("{}. {}\n", n + 1, question(q)));
-        }
-        out.push('\n');
-        if !waiting.is_empty() {
-            let list: Vec<String> = waiting
-                .iter()
-                .map(|l| format!("[comment by @{}](#issuecomment-{})", l.author, l.comment_id))
-                .collect();
-            out.push_str(&format!(
-                "<details>\n<summary>Answers waiting for a writer ({})</summary>\n\n{} by accounts without write access: the director reads them once a maintainer with write access comments after them (any text, or `/director go`), vouching for the thread up to there.\n\n</details>\n\n",
-                list.len(),
-                list.join(", ")
-            ));
-        }
-    }
-    match shown {
-        Shown::NeedsInfo { .. } => out.push_str(&format!(
+    match input.shown {
+        Shown::NeedsInfo { .. } => format!(
             "Answer in a comment: a maintainer's answer (or a maintainer's comment after an answer, vouching for it) makes the director read the issue again, with the questions and the answers. After {} rounds of questions it says NO-GO. {skip}\n\n",
             input.max_question_rounds
-        )),
-        Shown::Go | Shown::Skipped { .. } => out.push_str(&format!(
+        ),
+        Shown::Go | Shown::Skipped { .. } => format!(
             "Removing the `{}` label or closing the issue cancels. A trusted edit or comment makes the director read it again.\n\n",
             input.trigger
-        )),
-        _ => out.push_str(&format!(
+        ),
+        _ => format!(
             "To re-dispatch, a maintainer with write access edits the issue or adds a comment: the director reads it again. {skip}\n\n"
-        )),
+        ),
     }
-    if let Some(reading) = input.reading {
-        out.push_str(&format!(
-            "<details>\n<summary>The full read</summary>\n\n{}\n\n</details>\n\n",
-            quote_reading(reading)
+}
+
+/// What was not read because no writer vouched for it: the issue's text, comments, and
+/// answers edited after a writer replied.
+fn left_out_section(left_out: &[LeftOut], trigger: &str) -> String {
+    if left_out.is_empty() {
+        return String::new();
+    }
+    let list: Vec<String> = left_out
+        .iter()
+        .filter(|l| !l.issue_text && !l.edited_after_vouched)
+        .map(comment_link)
+        .collect();
+    let edited_answers: Vec<String> = left_out
+        .iter()
+        .filter(|l| l.edited_after_vouched)
+        .map(comment_link)
+        .collect();
+    let edited = left_out.iter().find(|l| l.issue_text);
+    let mut lines = Vec::new();
+    if let Some(e) = edited.filter(|e| e.never_vouched) {
+        lines.push(format!(
+            "The issue's title and body are by @{}, who has no write access, and no writer has vouched for any version of them: they are not read. A writer vouches for them by applying `{trigger}` again, by editing the issue, or by commenting `/director go`.",
+            e.author
+        ));
+    } else if let Some(e) = edited {
+        lines.push(format!(
+            "The issue's title and body as edited since a writer vouched for them (the issue is by @{}, who has no write access) are not read; the text as it was then is. A writer vouches for the new text by applying `{trigger}` again or commenting `/director go`.",
+            e.author
         ));
     }
-    if !input.left_out.is_empty() {
-        let list: Vec<String> = input
-            .left_out
-            .iter()
-            .filter(|l| !l.issue_text && !l.edited_after_vouched)
-            .map(|l| format!("[comment by @{}](#issuecomment-{})", l.author, l.comment_id))
-            .collect();
-        let edited_answers: Vec<String> = input
-            .left_out
-            .iter()
-            .filter(|l| l.edited_after_vouched)
-            .map(|l| format!("[comment by @{}](#issuecomment-{})", l.author, l.comment_id))
-            .collect();
-        let edited = input.left_out.iter().find(|l| l.issue_text);
-        let mut lines = Vec::new();
-        if let Some(e) = edited.filter(|e| e.never_vouched) {
-            lines.push(format!(
-                "The issue's title and body are by @{}, who has no write access, and no writer has vouched for any version of them: they are not read. A writer vouches for them by applying `{}` again, by editing the issue, or by commenting `/director go`.",
-                e.author, input.trigger
-            ));
-        } else if let Some(e) = edited {
-            lines.push(format!(
-                "The issue's title and body as edited since a writer vouched for them (the issue is by @{}, who has no write access) are not read; the text as it was then is. A writer vouches for the new text by applying `{}` again or commenting `/director go`.",
-                e.author, input.trigger
-            ));
-        }
-        if !list.is_empty() {
-            lines.push(format!(
-                "Comments by accounts without write access are not read: {}.",
-                list.join(", ")
-            ));
-        }
-        if !edited_answers.is_empty() {
-            lines.push(format!(
-                "Answers edited after a writer replied to them are not read (the writer vouched for them as they were): {}. A writer vouches for the new text by replying again.",
-                edited_answers.join(", ")
-            ));
-        }
-        out.push_str(&format!(
-            "<details>\n<summary>Left out as untrusted ({})</summary>\n\n{}\n\n</details>\n\n",
-            list.len() + edited_answers.len() + usize::from(edited.is_some()),
-            lines.join("\n\n")
+    if !list.is_empty() {
+        lines.push(format!(
+            "Comments by accounts without write access are not read: {}.",
+            list.join(", ")
         ));
     }
-    if !input.hidden.is_empty() {
-        let lines: Vec<String> = input
-            .hidden
-            .iter()
-            .map(|h| format!("- {}", one_line(h)))
-            .collect();
-        out.push_str(&format!(
-            "<details>\n<summary>Hidden from readers, so not read ({})</summary>\n\n{}\n\n</details>\n\n",
-            lines.len(),
-            lines.join("\n")
+    if !edited_answers.is_empty() {
+        lines.push(format!(
+            "Answers edited after a writer replied to them are not read (the writer vouched for them as they were): {}. A writer vouches for the new text by replying again.",
+            edited_answers.join(", ")
         ));
     }
-    let model = if input.model.is_empty() {
-        "no model".to_owned()
-    } else {
-        format!("model `{}`", one_line(input.model))
-    };
-    out.push_str(&format!(
-        "<sub>director {} · {model} · read of text {short_hash}</sub>\n",
-        env!("CARGO_PKG_VERSION")
-    ));
-    out
+    format!(
+        "<details>\n<summary>Left out as untrusted ({})</summary>\n\n{}\n\n</details>\n\n",
+        list.len() + edited_answers.len() + usize::from(edited.is_some()),
+        lines.join("\n\n")
+    )
+}
+
+/// The parts of the issue hidden from its readers (so not read either).
+fn hidden_section(hidden: &[String]) -> String {
+    if hidden.is_empty() {
+        return String::new();
+    }
+    let lines: Vec<String> = hidden
+        .iter()
+        .map(|h| format!("- {}", one_line(h)))
+        .collect();
+    format!(
+        "<details>\n<summary>Hidden from readers, so not read ({})</summary>\n\n{}\n\n</details>\n\n",
+        lines.len(),
+        lines.join("\n")
+    )
 }
 
 /// The verdict and hash a marker carries, if `body` is a pre-flight comment.
