@@ -115,75 +115,11 @@ impl Step<'_> {
         let mut approval = None;
         let (shown, lifecycle, judgement) = match verdict {
             Verdict::Go => {
-                // A writer's go approves the GO that showed exactly this text (and plan).
-                let approved = read.approved_by.is_some()
-                    && p.awaiting.as_ref().is_some_and(|a| a.hash == read.hash);
-                let waits = crate::domain::approval::needs(
-                    self.policy.approval,
-                    read.repo_approval,
-                    read.forecast.as_ref(),
-                    self.policy.run_usd,
-                );
-                if approved {
-                    p.awaiting = None;
-                    p.approved_by = read.approved_by.clone();
-                    approval = read.approved_by.clone().map(ApprovalNote::Approved);
-                    (Shown::Go, Lifecycle::Queued, Judgement::Go)
-                } else if let Some(why) = waits {
-                    if let Some(by) = &read.approved_by {
-                        tracing::info!(by, "a go for a GO whose text changed since: asking again");
-                    }
-                    p.awaiting = Some(crate::domain::approval::Awaiting {
-                        hash: read.hash.clone(),
-                        why: why.clone(),
-                    });
-                    p.approved_by = None;
-                    approval = Some(ApprovalNote::Waiting(why));
-                    (Shown::Go, Lifecycle::AwaitingApproval, Judgement::Go)
-                } else {
-                    p.awaiting = None;
-                    (Shown::Go, Lifecycle::Queued, Judgement::Go)
-                }
+                let (lifecycle, note) = self.go_approval(read);
+                approval = note;
+                (Shown::Go, lifecycle, Judgement::Go)
             }
-            Verdict::NeedsInfo { questions } => {
-                if !same_round {
-                    p.question_rounds += 1;
-                    p.asked_after = read.newest_comment_id;
-                }
-                let questions = if same_round {
-                    p.questions.clone()
-                } else {
-                    questions.clone()
-                };
-                if p.question_rounds >= self.policy.max_question_rounds {
-                    let open: Vec<String> = questions
-                        .iter()
-                        .enumerate()
-                        .map(|(n, q)| format!("{}) {q}", n + 1))
-                        .collect();
-                    let reason = format!(
-                        "still needs information after {} rounds of questions (preflight.max_question_rounds); open: {}",
-                        self.policy.max_question_rounds,
-                        open.join(" ")
-                    );
-                    p.questions = questions;
-                    (Shown::NoGo { reason }, Lifecycle::NoGo, Judgement::NoGo)
-                } else {
-                    let asked_after = p.asked_after;
-                    p.questions = questions.clone();
-                    let waiting = read
-                        .left_out
-                        .iter()
-                        .filter(|l| !l.issue_text && l.comment_id > asked_after)
-                        .cloned()
-                        .collect();
-                    (
-                        Shown::NeedsInfo { questions, waiting },
-                        Lifecycle::NeedsInfo,
-                        Judgement::NeedsInfo,
-                    )
-                }
-            }
+            Verdict::NeedsInfo { questions } => self.questions(questions, same_round, read),
             Verdict::NoGo { reason } => (
                 Shown::NoGo {
                     reason: reason.clone(),
@@ -192,38 +128,7 @@ impl Step<'_> {
                 Judgement::NoGo,
             ),
             Verdict::WrongRepo { repo, what } if self.trusted_owner(repo) => {
-                self.record.preflight.verdict = Some(Judgement::WrongRepo);
-                self.record.preflight.reason = Some(what.clone());
-                self.set_lifecycle(Lifecycle::Routed);
-                let draft = StickyDraft {
-                    reading: Some(reading.to_owned()),
-                    model: model.to_owned(),
-                    read: read.clone(),
-                    what: what.clone(),
-                    target: repo.clone(),
-                };
-                match self.record.preflight.routed_to.clone() {
-                    // Filed there by an earlier read of this issue: say so again.
-                    Some(filed) if filed.starts_with(&format!("{repo}#")) => {
-                        self.routed_sticky(&filed, &draft);
-                    }
-                    _ => {
-                        self.record.preflight.routed_to = None;
-                        let from = self.record.issue_ref();
-                        let rev = self.record.preflight.rev;
-                        self.act(
-                            Effect::Routed { rev },
-                            Action::FileRouted {
-                                rev,
-                                target: repo.clone(),
-                                title: comments::routed_title(&read.title),
-                                body: comments::routed_body(&from, &read.title, &read.body, what),
-                                marker: comments::routed_marker(&from),
-                                sticky: Box::new(draft),
-                            },
-                        );
-                    }
-                }
+                self.route(repo, what, reading, model, read);
                 return;
             }
             Verdict::WrongRepo { repo, what } => {
@@ -252,6 +157,136 @@ impl Step<'_> {
         }
         self.sticky_with(&shown, Some(reading), model, read, approval.as_ref());
         self.set_lifecycle(lifecycle);
+    }
+
+    /// Whether a GO waits for a maintainer's approval, or was approved, or needs none: its
+    /// lifecycle, and the note the comment shows. A writer's go approves the GO that showed
+    /// exactly this text (and plan).
+    fn go_approval(&mut self, read: &ReadContext) -> (Lifecycle, Option<ApprovalNote>) {
+        let p = &mut self.record.preflight;
+        let approved =
+            read.approved_by.is_some() && p.awaiting.as_ref().is_some_and(|a| a.hash == read.hash);
+        let waits = crate::domain::approval::needs(
+            self.policy.approval,
+            read.repo_approval,
+            read.forecast.as_ref(),
+            self.policy.run_usd,
+        );
+        if approved {
+            p.awaiting = None;
+            p.approved_by = read.approved_by.clone();
+            (
+                Lifecycle::Queued,
+                read.approved_by.clone().map(ApprovalNote::Approved),
+            )
+        } else if let Some(why) = waits {
+            if let Some(by) = &read.approved_by {
+                tracing::info!(by, "a go for a GO whose text changed since: asking again");
+            }
+            p.awaiting = Some(crate::domain::approval::Awaiting {
+                hash: read.hash.clone(),
+                why: why.clone(),
+            });
+            p.approved_by = None;
+            (
+                Lifecycle::AwaitingApproval,
+                Some(ApprovalNote::Waiting(why)),
+            )
+        } else {
+            p.awaiting = None;
+            (Lifecycle::Queued, None)
+        }
+    }
+
+    /// NEEDS-INFO: a new round of questions (the same round when the text the last ones were
+    /// asked of is read again), or NO-GO after `preflight.max_question_rounds` rounds.
+    fn questions(
+        &mut self,
+        questions: &[String],
+        same_round: bool,
+        read: &ReadContext,
+    ) -> (Shown, Lifecycle, Judgement) {
+        let max_rounds = self.policy.max_question_rounds;
+        let p = &mut self.record.preflight;
+        if !same_round {
+            p.question_rounds += 1;
+            p.asked_after = read.newest_comment_id;
+        }
+        let questions = if same_round {
+            p.questions.clone()
+        } else {
+            questions.to_vec()
+        };
+        if p.question_rounds >= max_rounds {
+            let open: Vec<String> = questions
+                .iter()
+                .enumerate()
+                .map(|(n, q)| format!("{}) {q}", n + 1))
+                .collect();
+            let reason = format!(
+                "still needs information after {max_rounds} rounds of questions (preflight.max_question_rounds); open: {}",
+                open.join(" ")
+            );
+            p.questions = questions;
+            return (Shown::NoGo { reason }, Lifecycle::NoGo, Judgement::NoGo);
+        }
+        let asked_after = p.asked_after;
+        p.questions = questions.clone();
+        let waiting = read
+            .left_out
+            .iter()
+            .filter(|l| !l.issue_text && l.comment_id > asked_after)
+            .cloned()
+            .collect();
+        (
+            Shown::NeedsInfo { questions, waiting },
+            Lifecycle::NeedsInfo,
+            Judgement::NeedsInfo,
+        )
+    }
+
+    /// WRONG-REPO to a trusted owner's repository: the issue is filed there (once; an
+    /// earlier read's filing is named again) and this one is routed.
+    fn route(
+        &mut self,
+        repo: &RepoName,
+        what: &str,
+        reading: &str,
+        model: &str,
+        read: &ReadContext,
+    ) {
+        self.record.preflight.verdict = Some(Judgement::WrongRepo);
+        self.record.preflight.reason = Some(what.to_owned());
+        self.set_lifecycle(Lifecycle::Routed);
+        let draft = StickyDraft {
+            reading: Some(reading.to_owned()),
+            model: model.to_owned(),
+            read: read.clone(),
+            what: what.to_owned(),
+            target: repo.clone(),
+        };
+        match self.record.preflight.routed_to.clone() {
+            // Filed there by an earlier read of this issue: say so again.
+            Some(filed) if filed.starts_with(&format!("{repo}#")) => {
+                self.routed_sticky(&filed, &draft);
+            }
+            _ => {
+                self.record.preflight.routed_to = None;
+                let from = self.record.issue_ref();
+                let rev = self.record.preflight.rev;
+                self.act(
+                    Effect::Routed { rev },
+                    Action::FileRouted {
+                        rev,
+                        target: repo.clone(),
+                        title: comments::routed_title(&read.title),
+                        body: comments::routed_body(&from, &read.title, &read.body, what),
+                        marker: comments::routed_marker(&from),
+                        sticky: Box::new(draft),
+                    },
+                );
+            }
+        }
     }
 
     pub(super) fn trusted_owner(&self, repo: &RepoName) -> bool {
