@@ -12,7 +12,7 @@ use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::SharedClock;
-use crate::domain::ActionKind;
+use crate::domain::{ActionKind, RunId};
 use crate::engine::act::Acts;
 use crate::engine::action::Action;
 use crate::engine::settled::Settled;
@@ -266,118 +266,132 @@ impl Executor {
             }
         };
         let result = match parsed {
-            Ok(action) => {
-                // A panic (a bug) fails this attempt like any error: it must not end the task
-                // that holds the action's slot, or the executor would run one slot short for
-                // good.
-                use futures_util::FutureExt as _;
-                let performed = tracing::Instrument::instrument(
-                    self.acts.perform(&claimed.issue, &action),
-                    span.clone(),
-                );
-                match std::panic::AssertUnwindSafe(performed).catch_unwind().await {
-                    Ok(result) => result,
-                    Err(panic) => {
-                        let what = panic
-                            .downcast_ref::<&str>()
-                            .map(|s| (*s).to_owned())
-                            .or_else(|| panic.downcast_ref::<String>().cloned())
-                            .unwrap_or_else(|| "no message".to_owned());
-                        span.in_scope(|| tracing::error!(panic = what, "the action panicked"));
-                        Err(anyhow::anyhow!("the action panicked: {what}"))
-                    }
-                }
-            }
+            Ok(action) => self.caught(&claimed, &action, &span).await,
             Err(e) => Err(anyhow::anyhow!("the stored action does not parse: {e}")),
         };
         let now = self.clock.now_ms();
-        let run_id = run.as_ref().map(|r| r.as_str());
         let times = (started, now);
-        match result {
-            Ok(outcome) => {
-                self.count(&claimed.kind, "done");
-                let reported = outcome.as_ref().map(Event::kind_str);
-                self.traces.action(
-                    &claimed.issue,
-                    &claimed.kind,
-                    run_id,
-                    "done",
-                    reported,
-                    None,
-                    times,
-                );
-                Finished::Done {
-                    id: claimed.id,
-                    event: outcome.map(|e| {
-                        NewDelivery::internal(
-                            format!("outcome:{}", claimed.key),
-                            claimed.issue.clone(),
-                            e,
-                            now,
-                        )
-                    }),
-                }
+        let outcome = match result {
+            Ok(outcome) => outcome,
+            Err(error) => return self.failed(&claimed, error, kind, run, &span, times),
+        };
+        self.count(&claimed.kind, "done");
+        let reported = outcome.as_ref().map(Event::kind_str);
+        let run_id = run.as_ref().map(|r| r.as_str());
+        self.traces.action(
+            &claimed.issue,
+            &claimed.kind,
+            run_id,
+            "done",
+            reported,
+            None,
+            times,
+        );
+        Finished::Done {
+            id: claimed.id,
+            event: outcome.map(|e| {
+                NewDelivery::internal(
+                    format!("outcome:{}", claimed.key),
+                    claimed.issue.clone(),
+                    e,
+                    now,
+                )
+            }),
+        }
+    }
+
+    /// Performs `action`. A panic (a bug) fails this attempt like any error: it must not end
+    /// the task that holds the action's slot, or the executor would run one slot short for
+    /// good.
+    async fn caught(
+        &self,
+        claimed: &ClaimedAction,
+        action: &Action,
+        span: &tracing::Span,
+    ) -> anyhow::Result<Option<Event>> {
+        use futures_util::FutureExt as _;
+        let performed = tracing::Instrument::instrument(
+            self.acts.perform(&claimed.issue, action),
+            span.clone(),
+        );
+        match std::panic::AssertUnwindSafe(performed).catch_unwind().await {
+            Ok(result) => result,
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "no message".to_owned());
+                span.in_scope(|| tracing::error!(panic = what, "the action panicked"));
+                Err(anyhow::anyhow!("the action panicked: {what}"))
             }
-            Err(error) => {
-                let error = format!("{error:#}");
-                let attempt = claimed.attempts + 1;
-                if attempt >= claimed.max_attempts {
-                    self.count(&claimed.kind, "gave_up");
-                    self.traces.action(
-                        &claimed.issue,
-                        &claimed.kind,
-                        run_id,
-                        "gave_up",
-                        Some("action_gave_up"),
-                        Some(&error),
-                        times,
-                    );
-                    span.in_scope(|| {
-                        tracing::error!(
-                            attempt,
-                            error,
-                            "action failed on every attempt; the issue waits"
-                        )
-                    });
-                    Finished::GaveUp {
-                        id: claimed.id,
-                        event: NewDelivery::internal(
-                            format!("gave-up:{}", claimed.key),
-                            claimed.issue.clone(),
-                            Event::ActionGaveUp {
-                                key: claimed.key.clone(),
-                                kind,
-                                error: error.clone(),
-                                run,
-                            },
-                            now,
-                        ),
-                        error,
-                    }
-                } else {
-                    self.count(&claimed.kind, "retried");
-                    self.traces.action(
-                        &claimed.issue,
-                        &claimed.kind,
-                        run_id,
-                        "retried",
-                        None,
-                        Some(&error),
-                        times,
-                    );
-                    span.in_scope(|| {
-                        tracing::warn!(attempt, error, "action failed; retried later")
-                    });
-                    Finished::Retry {
-                        id: claimed.id,
-                        not_before_ms: now.saturating_add(crate::engine::decide::backoff_ms(
-                            attempt,
-                            RETRY_BASE_MS,
-                        )),
-                        error,
-                    }
-                }
-            }
+        }
+    }
+
+    /// A failed attempt: retried later with a backoff, or, on the last attempt, given up and
+    /// told to `decide` (the kind, and the run for the actions of one run).
+    fn failed(
+        &self,
+        claimed: &ClaimedAction,
+        error: anyhow::Error,
+        kind: ActionKind,
+        run: Option<RunId>,
+        span: &tracing::Span,
+        (started, now): (i64, i64),
+    ) -> Finished {
+        let error = format!("{error:#}");
+        let attempt = claimed.attempts + 1;
+        let run_id = run.as_ref().map(|r| r.as_str());
+        if attempt < claimed.max_attempts {
+            self.count(&claimed.kind, "retried");
+            self.traces.action(
+                &claimed.issue,
+                &claimed.kind,
+                run_id,
+                "retried",
+                None,
+                Some(&error),
+                (started, now),
+            );
+            span.in_scope(|| tracing::warn!(attempt, error, "action failed; retried later"));
+            return Finished::Retry {
+                id: claimed.id,
+                not_before_ms: now
+                    .saturating_add(crate::engine::decide::backoff_ms(attempt, RETRY_BASE_MS)),
+                error,
+            };
+        }
+        self.count(&claimed.kind, "gave_up");
+        self.traces.action(
+            &claimed.issue,
+            &claimed.kind,
+            run_id,
+            "gave_up",
+            Some("action_gave_up"),
+            Some(&error),
+            (started, now),
+        );
+        span.in_scope(|| {
+            tracing::error!(
+                attempt,
+                error,
+                "action failed on every attempt; the issue waits"
+            )
+        });
+        Finished::GaveUp {
+            id: claimed.id,
+            event: NewDelivery::internal(
+                format!("gave-up:{}", claimed.key),
+                claimed.issue.clone(),
+                Event::ActionGaveUp {
+                    key: claimed.key.clone(),
+                    kind,
+                    error: error.clone(),
+                    run,
+                },
+                now,
+            ),
+            error,
         }
     }
 

@@ -205,43 +205,9 @@ impl Watcher {
             return Ok(gone());
         };
         if !self.secrets.knows(&run.id) {
-            // Adopted after a restart: what the run was given is in its environment. Until it
-            // can be read, nothing of the run's output can be redacted, so nothing is
-            // reported: the watch is tried again.
-            let env = self.runtime.env(&container).await?;
-            for (k, v) in env {
-                if k == "DIRECTOR_TOKEN" {
-                    self.secrets
-                        .remember_token(&run.id, &crate::settings::Secret::new(v));
-                } else if k == crate::engine::act::run::GATEWAY_PASSWORD_VAR
-                    || crate::engine::act::run::MODEL_KEY_VARS.contains(&k.as_str())
-                {
-                    self.secrets.remember(&run.id, &v);
-                }
-            }
-            if let Some(proxy) = &self.egress {
-                self.secrets.remember(&run.id, &proxy.password(&run.id));
-            }
+            self.learn_secrets(&run.id, &container).await?;
         }
-        // A repository's own limit is only ever lower (checked when its file was read).
-        let limit = Duration::from_secs(
-            run.settings
-                .as_ref()
-                .and_then(|s| s.timeout_secs)
-                .map_or(self.settings.timeout_secs, |t| {
-                    t.min(self.settings.timeout_secs)
-                }),
-        );
-        let elapsed_ms = run
-            .started_at_ms
-            .map_or(0, |s| (self.clock.now_ms() - s).max(0));
-        let elapsed = Duration::from_millis(u64::try_from(elapsed_ms).unwrap_or(0));
-        let limits = WaitLimits {
-            timeout: limit.saturating_sub(elapsed).max(Duration::from_millis(1)),
-            idle: (self.settings.idle_timeout_secs > 0)
-                .then(|| Duration::from_secs(self.settings.idle_timeout_secs)),
-            grace: Duration::from_secs(self.settings.stop_grace_secs),
-        };
+        let limits = self.limits(run);
         // The transcript is recorded beside the wait, now that every secret of the run is
         // known to the redaction; the follower stops when this watch ends, however it ends.
         let recording = self.recorder().map(|recorder| {
@@ -253,7 +219,11 @@ impl Watcher {
                 }
                 None
             });
-            (task, stop.clone().drop_guard(), stop)
+            Recording {
+                task,
+                _guard: stop.clone().drop_guard(),
+                stop,
+            }
         });
         let waiting = self.runtime.wait(&container, limits);
         tokio::pin!(waiting);
@@ -288,55 +258,20 @@ impl Watcher {
                 .flatten()
                 .is_some();
         }
-        if let Some((mut task, _guard, stop)) = recording {
-            // What the run printed last may still be on its way.
-            let ended = match tokio::time::timeout(TRANSCRIPT_DRAIN, &mut task).await {
-                Ok(ended) => ended,
-                Err(_) => {
-                    stop.cancel();
-                    task.await
-                }
-            };
-            if let Ok(Some((recorder, id, container))) = ended {
-                recorder.at_end(&id, &container).await;
-            }
+        if let Some(recording) = recording {
+            recording.finish().await;
         }
-        let log = self
-            .runtime
-            .logs_tail(&container, self.settings.log_tail_lines)
-            .await
-            .unwrap_or_default();
-        let log = self.secrets.redact(&run.id, &log);
-        // The run's own account of itself; unreadable or absent is simply not reported.
-        // An absent result file is no result; one that cannot be read is not taken for
-        // absent (a run that said `blocked` would get a pull request): the watch is tried
-        // again. Every text in it is redacted before it can be posted.
-        let result = self
-            .runtime
-            .read_file(&container, self.runtime.result_path(), RESULT_MAX_BYTES)
-            .await?
-            .and_then(|bytes| parse_result(&bytes, |text| self.secrets.redact(&run.id, text)));
-        let result = if self.metered {
-            self.metered(&run.id, result).await?
-        } else {
-            result
-        };
-        let egress_refused = match &self.egress {
-            Some(proxy) => {
-                proxy.flush().await;
-                self.store.egress_refusals(&run.id).await.unwrap_or_else(|e| {
-                    tracing::warn!(error = %format!("{e:#}"), "cannot read the run's egress refusals");
-                    Vec::new()
-                })
-            }
-            None => Vec::new(),
-        };
         let (code, stopped) = match exit {
             _ if over_budget => (None, Some(StopCause::Budget)),
             Exit::Code(code) => (Some(code), None),
             Exit::TimedOut => (None, Some(StopCause::Timeout)),
             Exit::Idle => (None, Some(StopCause::Idle)),
         };
+        let LeftBehind {
+            log,
+            result,
+            egress_refused,
+        } = self.left_behind(&run.id, &container).await?;
         Ok(RunReport::Exited {
             code,
             timed_out: stopped == Some(StopCause::Timeout),
@@ -345,6 +280,127 @@ impl Watcher {
             result,
             egress_refused,
         })
+    }
+
+    /// Adopted after a restart: what the run was given is in its environment. Until it can
+    /// be read, nothing of the run's output can be redacted, so nothing is reported: the
+    /// watch is tried again.
+    async fn learn_secrets(&self, run_id: &RunId, container: &str) -> Result<(), RuntimeError> {
+        let env = self.runtime.env(container).await?;
+        for (k, v) in env {
+            if k == "DIRECTOR_TOKEN" {
+                self.secrets
+                    .remember_token(run_id, &crate::settings::Secret::new(v));
+            } else if k == crate::engine::act::run::GATEWAY_PASSWORD_VAR
+                || crate::engine::act::run::MODEL_KEY_VARS.contains(&k.as_str())
+            {
+                self.secrets.remember(run_id, &v);
+            }
+        }
+        if let Some(proxy) = &self.egress {
+            self.secrets.remember(run_id, &proxy.password(run_id));
+        }
+        Ok(())
+    }
+
+    /// The rest of the run's time, its idle limit and its grace. A repository's own limit
+    /// is only ever lower (checked when its file was read).
+    fn limits(&self, run: &RunRecord) -> WaitLimits {
+        let limit = Duration::from_secs(
+            run.settings
+                .as_ref()
+                .and_then(|s| s.timeout_secs)
+                .map_or(self.settings.timeout_secs, |t| {
+                    t.min(self.settings.timeout_secs)
+                }),
+        );
+        let elapsed_ms = run
+            .started_at_ms
+            .map_or(0, |s| (self.clock.now_ms() - s).max(0));
+        let elapsed = Duration::from_millis(u64::try_from(elapsed_ms).unwrap_or(0));
+        WaitLimits {
+            timeout: limit.saturating_sub(elapsed).max(Duration::from_millis(1)),
+            idle: (self.settings.idle_timeout_secs > 0)
+                .then(|| Duration::from_secs(self.settings.idle_timeout_secs)),
+            grace: Duration::from_secs(self.settings.stop_grace_secs),
+        }
+    }
+
+    /// What an ended run left: the end of its log and its result file, both redacted, and
+    /// what the egress proxy refused it.
+    async fn left_behind(
+        &self,
+        run_id: &RunId,
+        container: &str,
+    ) -> Result<LeftBehind, RuntimeError> {
+        let log = self
+            .runtime
+            .logs_tail(container, self.settings.log_tail_lines)
+            .await
+            .unwrap_or_default();
+        let log = self.secrets.redact(run_id, &log);
+        // The run's own account of itself; unreadable or absent is simply not reported.
+        // An absent result file is no result; one that cannot be read is not taken for
+        // absent (a run that said `blocked` would get a pull request): the watch is tried
+        // again. Every text in it is redacted before it can be posted.
+        let result = self
+            .runtime
+            .read_file(container, self.runtime.result_path(), RESULT_MAX_BYTES)
+            .await?
+            .and_then(|bytes| parse_result(&bytes, |text| self.secrets.redact(run_id, text)));
+        let result = if self.metered {
+            self.metered(run_id, result).await?
+        } else {
+            result
+        };
+        let egress_refused = match &self.egress {
+            Some(proxy) => {
+                proxy.flush().await;
+                self.store.egress_refusals(run_id).await.unwrap_or_else(|e| {
+                    tracing::warn!(error = %format!("{e:#}"), "cannot read the run's egress refusals");
+                    Vec::new()
+                })
+            }
+            None => Vec::new(),
+        };
+        Ok(LeftBehind {
+            log,
+            result,
+            egress_refused,
+        })
+    }
+}
+
+/// What an ended run left behind, ready to report.
+struct LeftBehind {
+    log: String,
+    result: Option<crate::domain::run::RunResult>,
+    egress_refused: Vec<(String, u64)>,
+}
+
+/// A run's transcript being recorded beside the wait for its end.
+struct Recording {
+    /// Gives the recorder back when the run's output ended before the follower was stopped.
+    task: tokio::task::JoinHandle<Option<(crate::engine::transcript::Recorder, RunId, String)>>,
+    /// Stops the follower however the watch ends.
+    _guard: tokio_util::sync::DropGuard,
+    stop: CancellationToken,
+}
+
+impl Recording {
+    /// Waits for what the run printed last, which may still be on its way, and closes the
+    /// transcript.
+    async fn finish(mut self) {
+        let ended = match tokio::time::timeout(TRANSCRIPT_DRAIN, &mut self.task).await {
+            Ok(ended) => ended,
+            Err(_) => {
+                self.stop.cancel();
+                (&mut self.task).await
+            }
+        };
+        if let Ok(Some((recorder, id, container))) = ended {
+            recorder.at_end(&id, &container).await;
+        }
     }
 }
 

@@ -138,8 +138,9 @@ pub(super) async fn try_merge(
     outcome(tried?)
 }
 
+/// One merge attempt: each gate in turn (the pull request open, the label, the checks, the
+/// approvals, mergeability), then an update of a branch that is behind, or the merge.
 async fn attempt(acts: &Acts, issue: &IssueRef, pr: u64) -> anyhow::Result<MergeOutcome> {
-    let settings = &acts.lane.settings;
     let repo = &issue.repo;
     let pull = acts
         .forge
@@ -169,93 +170,128 @@ async fn attempt(acts: &Acts, issue: &IssueRef, pr: u64) -> anyhow::Result<Merge
             &[],
         ));
     }
-    let checks = acts
-        .forge
-        .checks(repo, &pull.head_sha)
-        .await
-        .context("reading the checks")?;
-    let state = checks.state();
-    if state != CheckState::Success {
-        let why = match state {
-            CheckState::None => {
-                return Ok(polled("no check has reported on its head", &[]));
-            }
-            CheckState::Failure => format!(
-                "checks are failing: {}",
-                contexts(
-                    checks
-                        .checks
-                        .iter()
-                        .filter(|c| c.state == CheckState::Failure)
-                )
-            ),
-            _ if checks.held > 0 => HELD.to_owned(),
-            other => format!("checks are {}", other.as_str()),
-        };
-        return Ok(waiting(&why, &[]));
+    if let Some(not_green) = checks_gate(acts, repo, &pull.head_sha).await? {
+        return Ok(not_green);
     }
-    let reviews = acts
-        .forge
-        .reviews(repo, pr)
-        .await
-        .context("reading reviews")?;
-    let verdicts = writers_verdicts(acts, repo, &reviews).await?;
-    let approved: Vec<String> = verdicts
-        .iter()
-        .filter(|(_, r)| r.state == "APPROVED" && r.commit_id == pull.head_sha)
-        .map(|(user, _)| user.clone())
-        .collect();
-    // Two people for a merge: who asked for the run does not also approve its result.
-    let requesters = if settings.requester_may_approve {
-        Vec::new()
-    } else {
-        requesters(acts, issue).await?
+    let approvals = match approvals_gate(acts, issue, pr, &pull).await? {
+        Ok(approvals) => approvals,
+        Err(short) => return Ok(short),
     };
-    let (approvals, by_requester): (Vec<String>, Vec<String>) =
-        approved.into_iter().partition(|user| {
-            !requesters
-                .iter()
-                .any(|r| crate::domain::same_login(r, user))
-        });
-    let blocking: Vec<String> = verdicts
-        .iter()
-        .filter(|(_, r)| r.state == "REQUEST_CHANGES")
-        .map(|(user, _)| format!("@{user}"))
-        .collect();
-    if !blocking.is_empty() {
-        return Ok(waiting(
-            &format!("changes requested by {}", blocking.join(", ")),
-            &approvals,
-        ));
-    }
-    let needed = usize::try_from(settings.required_approvals).unwrap_or(usize::MAX);
-    if approvals.len() < needed {
-        let requester_note = if by_requester.is_empty() {
-            String::new()
-        } else {
-            let who: Vec<String> = by_requester.iter().map(|u| format!("@{u}")).collect();
-            format!(
-                "; the approval by {} does not count: they asked for the run, and another writer must approve its result (merge.requester_may_approve)",
-                who.join(", ")
-            )
-        };
-        return Ok(waiting(
-            &format!(
-                "{} of {} approvals of the current head by writers{requester_note}",
-                approvals.len(),
-                settings.required_approvals
-            ),
-            &approvals,
-        ));
-    }
     if pull.mergeable == Some(false) {
         return Ok(polled(
             "the forge cannot merge it yet (conflicts, or still checking)",
             &approvals,
         ));
     }
-    // A head in the runner's fork is updated by the runner, who owns it: Forgejo lets a
-    // trusted writer's push to a fork's pull request run its workflows unapproved.
+    update_or_merge(acts, repo, pr, pull, approvals).await
+}
+
+/// What the lane waits for while the head's checks are not all green (`None`: they are).
+async fn checks_gate(
+    acts: &Acts,
+    repo: &RepoName,
+    head: &str,
+) -> anyhow::Result<Option<MergeOutcome>> {
+    let checks = acts
+        .forge
+        .checks(repo, head)
+        .await
+        .context("reading the checks")?;
+    let why = match checks.state() {
+        CheckState::Success => return Ok(None),
+        CheckState::None => {
+            return Ok(Some(polled("no check has reported on its head", &[])));
+        }
+        CheckState::Failure => format!(
+            "checks are failing: {}",
+            contexts(
+                checks
+                    .checks
+                    .iter()
+                    .filter(|c| c.state == CheckState::Failure)
+            )
+        ),
+        _ if checks.held > 0 => HELD.to_owned(),
+        other => format!("checks are {}", other.as_str()),
+    };
+    Ok(Some(waiting(&why, &[])))
+}
+
+/// The writers' approvals of the current head that count (`Err`: what the lane waits for
+/// instead: changes requested, or too few approvals). Two people for a merge: who asked for
+/// the run does not also approve its result.
+async fn approvals_gate(
+    acts: &Acts,
+    issue: &IssueRef,
+    pr: u64,
+    pull: &PullRequest,
+) -> anyhow::Result<Result<Vec<String>, MergeOutcome>> {
+    let settings = &acts.lane.settings;
+    let reviews = acts
+        .forge
+        .reviews(&issue.repo, pr)
+        .await
+        .context("reading reviews")?;
+    let verdicts = writers_verdicts(acts, &issue.repo, &reviews).await?;
+    let approved: Vec<String> = verdicts
+        .iter()
+        .filter(|(_, r)| r.state == "APPROVED" && r.commit_id == pull.head_sha)
+        .map(|(user, _)| user.clone())
+        .collect();
+    let requesters = if settings.requester_may_approve {
+        Vec::new()
+    } else {
+        requesters(acts, issue).await?
+    };
+    let (approvals, by_requester): (Vec<String>, Vec<String>) = approved
+        .into_iter()
+        .partition(|user| !requesters.iter().any(|r| same_login(r, user)));
+    let blocking: Vec<String> = verdicts
+        .iter()
+        .filter(|(_, r)| r.state == "REQUEST_CHANGES")
+        .map(|(user, _)| format!("@{user}"))
+        .collect();
+    if !blocking.is_empty() {
+        return Ok(Err(waiting(
+            &format!("changes requested by {}", blocking.join(", ")),
+            &approvals,
+        )));
+    }
+    let needed = usize::try_from(settings.required_approvals).unwrap_or(usize::MAX);
+    if approvals.len() >= needed {
+        return Ok(Ok(approvals));
+    }
+    let requester_note = if by_requester.is_empty() {
+        String::new()
+    } else {
+        let who: Vec<String> = by_requester.iter().map(|u| format!("@{u}")).collect();
+        format!(
+            "; the approval by {} does not count: they asked for the run, and another writer must approve its result (merge.requester_may_approve)",
+            who.join(", ")
+        )
+    };
+    Ok(Err(waiting(
+        &format!(
+            "{} of {} approvals of the current head by writers{requester_note}",
+            approvals.len(),
+            settings.required_approvals
+        ),
+        &approvals,
+    )))
+}
+
+/// Updates a branch the base moved past, or merges it (a merged branch in the runner's fork
+/// is deleted by the runner). A head in the runner's fork is updated by the runner, who owns
+/// it: Forgejo lets a trusted writer's push to a fork's pull request run its workflows
+/// unapproved.
+async fn update_or_merge(
+    acts: &Acts,
+    repo: &RepoName,
+    pr: u64,
+    pull: PullRequest,
+    approvals: Vec<String>,
+) -> anyhow::Result<MergeOutcome> {
+    let settings = &acts.lane.settings;
     let runner = acts.runs.as_ref().map(|r| &r.runner);
     let fork = pull.fork(repo).cloned();
     if behind(acts, repo, &pull).await? {
