@@ -124,44 +124,19 @@ fn hooks(action: HooksAction) -> ExitCode {
         Ok(s) => s,
         Err(code) => return code,
     };
-    let refuse = |key: &str, why: &str| {
-        eprintln!("error: configuration key `{key}`: {why}");
-        ExitCode::from(2)
+    let secret = match hooks_secret(&settings) {
+        Ok(secret) => secret,
+        Err(code) => return code,
     };
-    if settings.forge.kind == crate::settings::ForgeKind::Github {
-        return refuse(
-            "forge.kind",
-            "`director hooks` manages Forgejo repository webhooks; a GitHub App has one webhook, set in the App's settings (Webhook URL: this director's /webhooks/github, with a secret from webhook.secrets)",
-        );
-    }
-    if settings.webhook.public_url.is_empty() {
-        return refuse(
-            "webhook.public_url",
-            "required by `director hooks`: the URL Forgejo posts to, e.g. https://director.example.org/webhooks/forgejo",
-        );
-    }
-    let Some(secret) = settings.webhook.secrets.first().cloned() else {
-        return refuse(
-            "webhook.secrets",
-            "required by `director hooks`: the hooks are signed with the first",
-        );
-    };
-    if settings.scan.repos.is_empty() && settings.scan.orgs.is_empty() {
-        return refuse(
-            "scan.repos",
-            "nothing is watched: set scan.repos or scan.orgs",
-        );
-    }
     let _ = rustls::crypto::ring::default_provider().install_default();
     let forge = match crate::startup::forge_client(&settings, None) {
         Ok(Some(f)) => f,
-        Ok(None) => return refuse("forge.url", "required by `director hooks`"),
+        Ok(None) => return refuse_key("forge.url", "required by `director hooks`"),
         Err(e) => {
             eprintln!("error: {e:#}");
             return ExitCode::from(2);
         }
     };
-    let url = settings.webhook.public_url.clone();
     // The hooks prove themselves before their bodies are read: with `webhook.authorization`,
     // or with a token derived from the secret they sign with.
     let authorization = if settings.webhook.authorization.is_empty() {
@@ -169,46 +144,14 @@ fn hooks(action: HooksAction) -> ExitCode {
     } else {
         settings.webhook.authorization.clone()
     };
-    let authorization = Some(&authorization);
+    let install = install.then_some((&secret, &authorization, rotate));
     let mut attention = false;
     let code = run_async(async {
-        let (repos, mut rows) =
-            crate::hooks::watched(forge.as_ref(), &settings.scan.repos, &settings.scan.orgs).await;
-        for repo in repos {
-            let outcome = if install {
-                crate::hooks::install_repo(
-                    forge.as_ref(),
-                    &repo,
-                    &url,
-                    &secret,
-                    authorization,
-                    rotate,
-                )
-                .await
-            } else {
-                crate::hooks::check_repo(forge.as_ref(), &repo, &url).await
-            };
-            let runner = if settings.runs_configured() {
-                crate::hooks::runner_problem(
-                    forge.as_ref(),
-                    &repo,
-                    &settings.runner,
-                    &settings.forge.runner_login,
-                )
-                .await
-            } else {
-                None
-            };
-            rows.push(crate::hooks::RepoHook {
-                repo: repo.to_string(),
-                outcome,
-                runner,
-            });
-        }
+        let rows = hook_rows(forge.as_ref(), &settings, install).await;
         // `install` fails for what it could not do; `check` for anything that needs a
         // person (a runner that would defeat the approval gate among it).
         attention = rows.iter().any(|r| {
-            if install {
+            if install.is_some() {
                 matches!(r.outcome, crate::hooks::Outcome::Failed { .. })
             } else {
                 r.outcome.needs_attention() || r.runner.is_some()
@@ -229,6 +172,81 @@ fn hooks(action: HooksAction) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// Exit status 2, naming the configuration key that is wrong and why.
+fn refuse_key(key: &str, why: &str) -> ExitCode {
+    eprintln!("error: configuration key `{key}`: {why}");
+    ExitCode::from(2)
+}
+
+/// The secret the hooks are signed with, once the settings `director hooks` needs are there
+/// (or exit status 2 naming the first that is not).
+fn hooks_secret(settings: &Settings) -> Result<crate::settings::Secret, ExitCode> {
+    if settings.forge.kind == crate::settings::ForgeKind::Github {
+        return Err(refuse_key(
+            "forge.kind",
+            "`director hooks` manages Forgejo repository webhooks; a GitHub App has one webhook, set in the App's settings (Webhook URL: this director's /webhooks/github, with a secret from webhook.secrets)",
+        ));
+    }
+    if settings.webhook.public_url.is_empty() {
+        return Err(refuse_key(
+            "webhook.public_url",
+            "required by `director hooks`: the URL Forgejo posts to, e.g. https://director.example.org/webhooks/forgejo",
+        ));
+    }
+    let Some(secret) = settings.webhook.secrets.first().cloned() else {
+        return Err(refuse_key(
+            "webhook.secrets",
+            "required by `director hooks`: the hooks are signed with the first",
+        ));
+    };
+    if settings.scan.repos.is_empty() && settings.scan.orgs.is_empty() {
+        return Err(refuse_key(
+            "scan.repos",
+            "nothing is watched: set scan.repos or scan.orgs",
+        ));
+    }
+    Ok(secret)
+}
+
+/// Each watched repository's hook, checked, or installed with `install` (the secret, the
+/// authorization, and whether to rotate); and, when runs are configured, a runner account
+/// that would defeat the approval gate there.
+async fn hook_rows(
+    forge: &dyn crate::forge::Forge,
+    settings: &Settings,
+    install: Option<(&crate::settings::Secret, &crate::settings::Secret, bool)>,
+) -> Vec<crate::hooks::RepoHook> {
+    let url = &settings.webhook.public_url;
+    let (repos, mut rows) =
+        crate::hooks::watched(forge, &settings.scan.repos, &settings.scan.orgs).await;
+    for repo in repos {
+        let outcome = match install {
+            Some((secret, authorization, rotate)) => {
+                crate::hooks::install_repo(forge, &repo, url, secret, Some(authorization), rotate)
+                    .await
+            }
+            None => crate::hooks::check_repo(forge, &repo, url).await,
+        };
+        let runner = if settings.runs_configured() {
+            crate::hooks::runner_problem(
+                forge,
+                &repo,
+                &settings.runner,
+                &settings.forge.runner_login,
+            )
+            .await
+        } else {
+            None
+        };
+        rows.push(crate::hooks::RepoHook {
+            repo: repo.to_string(),
+            outcome,
+            runner,
+        });
+    }
+    rows
 }
 
 /// `director report`: the outcomes of the last `since` (`30d`), for one repository or all.
@@ -292,103 +310,14 @@ fn load(config: Option<&PathBuf>) -> Result<Settings, ExitCode> {
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::CheckConfig { config } => match load(config.as_ref()) {
-            Ok(settings) => {
-                for w in settings.warnings() {
-                    eprintln!("warning: {w}");
-                }
-                print!("{}", settings.to_masked_toml());
-                ExitCode::SUCCESS
-            }
-            Err(code) => code,
-        },
-        Command::Scan { once: _, config } => {
-            let settings = match load(config.as_ref()) {
-                Ok(s) => s,
-                Err(code) => return code,
-            };
-            crate::telemetry::init(settings.server.log_format);
-            let _ = rustls::crypto::ring::default_provider().install_default();
-            run_async(async move {
-                let report = crate::startup::scan_once(settings).await?;
-                println!("{}", serde_json::to_string_pretty(&report)?);
-                Ok(())
-            })
-        }
+        Command::CheckConfig { config } => check_config(config.as_ref()),
+        Command::Scan { once: _, config } => scan(config.as_ref()),
         Command::Preflight {
             issue,
             dry_run: _,
             config,
-        } => {
-            let (issue, settings) = match argument::<crate::domain::IssueRef>(&issue)
-                .and_then(|i| Ok((i, load(config.as_ref())?)))
-            {
-                Ok(both) => both,
-                Err(code) => return code,
-            };
-            let _ = rustls::crypto::ring::default_provider().install_default();
-            run_async(async move {
-                let run = crate::startup::preflight_dry_run(settings, issue).await?;
-                println!("=== prompt ===\n{}\n", run.prompt);
-                if !run.left_out.is_empty() {
-                    println!(
-                        "=== left out as untrusted ===\n{}\n",
-                        run.left_out.join("\n")
-                    );
-                }
-                println!("=== read ({}) ===\n{}\n", run.model, run.reading.trim());
-                match run.verdict {
-                    Some(v) => {
-                        println!("=== verdict ===\n{}", serde_json::to_string(&v)?);
-                        if let crate::domain::verdict::Verdict::NeedsInfo { questions } = &v {
-                            println!("\n=== questions ===");
-                            for (n, q) in questions.iter().enumerate() {
-                                println!("{}. {q}", n + 1);
-                            }
-                        }
-                    }
-                    None => println!(
-                        "=== verdict ===\nunclear: no GO, NO-GO or WRONG-REPO line, nor NEEDS-INFO with numbered questions"
-                    ),
-                }
-                Ok(())
-            })
-        }
-        Command::CheckRepo { repo, config } => {
-            let (repo, settings) = match argument::<crate::domain::RepoName>(&repo)
-                .and_then(|r| Ok((r, load(config.as_ref())?)))
-            {
-                Ok(both) => both,
-                Err(code) => return code,
-            };
-            if !settings.repo_settings.enabled() {
-                println!(
-                    "repo_settings.allow is empty: repositories set nothing, and `{}` is not read; runs in {repo} get the operator's settings",
-                    crate::settings::repo::FILE
-                );
-                return ExitCode::SUCCESS;
-            }
-            let _ = rustls::crypto::ring::default_provider().install_default();
-            let mut usable = true;
-            let code = run_async(async {
-                match crate::startup::check_repo(&settings, &repo).await? {
-                    Ok(s) => println!("{}", toml::to_string_pretty(&s)?),
-                    Err(unusable) => {
-                        usable = false;
-                        eprintln!(
-                            "error: `{}` at {} cannot be used; no run would start:",
-                            crate::settings::repo::FILE,
-                            unusable.commit
-                        );
-                        for p in &unusable.problems {
-                            eprintln!("  - {p}");
-                        }
-                    }
-                }
-                Ok(())
-            });
-            if usable { code } else { ExitCode::from(1) }
-        }
+        } => preflight(&issue, config.as_ref()),
+        Command::CheckRepo { repo, config } => check_repo(&repo, config.as_ref()),
         Command::Hooks { action } => hooks(action),
         Command::Report {
             since,
@@ -396,50 +325,159 @@ pub fn run() -> ExitCode {
             format,
             config,
         } => report(&since, repo.as_deref(), &format, config.as_ref()),
-        Command::Status { json, config } => {
-            let settings = match load(config.as_ref()) {
-                Ok(s) => s,
-                Err(code) => return code,
-            };
-            run_async(async move {
-                let store = crate::store::Store::connect(&settings.store).await?;
-                let rows = crate::status::collect(
-                    &store,
-                    settings.forge.links().as_ref(),
-                    &crate::status::Queueing::from_settings(&settings),
-                    crate::clock::now_ms(),
-                )
-                .await?;
-                print!("{}", crate::status::render(&rows, json)?);
-                Ok(())
-            })
-        }
-        Command::Serve { config, log_format } => {
-            let mut settings = match load(config.as_ref()) {
-                Ok(s) => s,
-                Err(code) => return code,
-            };
-            match log_format.as_deref() {
-                Some("pretty") => settings.server.log_format = LogFormat::Pretty,
-                Some("json") => settings.server.log_format = LogFormat::Json,
-                _ => {}
+        Command::Status { json, config } => status(json, config.as_ref()),
+        Command::Serve { config, log_format } => serve(config.as_ref(), log_format.as_deref()),
+    }
+}
+
+/// `director check-config`: the settings as read, secrets masked, and their warnings.
+fn check_config(config: Option<&PathBuf>) -> ExitCode {
+    match load(config) {
+        Ok(settings) => {
+            for w in settings.warnings() {
+                eprintln!("warning: {w}");
             }
-            crate::telemetry::init(settings.server.log_format);
-            let _ = rustls::crypto::ring::default_provider().install_default();
-            let result = actix_web::rt::System::new().block_on(async move {
-                Application::build(settings)
-                    .await?
-                    .run_until_stopped()
-                    .await
-            });
-            match result {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    tracing::error!(error = %format!("{e:#}"), "director stopped");
-                    eprintln!("error: {e:#}");
-                    ExitCode::FAILURE
+            print!("{}", settings.to_masked_toml());
+            ExitCode::SUCCESS
+        }
+        Err(code) => code,
+    }
+}
+
+/// `director scan --once`: one scan, its report as JSON.
+fn scan(config: Option<&PathBuf>) -> ExitCode {
+    let settings = match load(config) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    crate::telemetry::init(settings.server.log_format);
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    run_async(async move {
+        let report = crate::startup::scan_once(settings).await?;
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        Ok(())
+    })
+}
+
+/// `director preflight --dry-run`: the prompt, what was left out, the read and its verdict;
+/// nothing is posted.
+fn preflight(issue: &str, config: Option<&PathBuf>) -> ExitCode {
+    let (issue, settings) =
+        match argument::<crate::domain::IssueRef>(issue).and_then(|i| Ok((i, load(config)?))) {
+            Ok(both) => both,
+            Err(code) => return code,
+        };
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    run_async(async move {
+        let run = crate::startup::preflight_dry_run(settings, issue).await?;
+        println!("=== prompt ===\n{}\n", run.prompt);
+        if !run.left_out.is_empty() {
+            println!(
+                "=== left out as untrusted ===\n{}\n",
+                run.left_out.join("\n")
+            );
+        }
+        println!("=== read ({}) ===\n{}\n", run.model, run.reading.trim());
+        match run.verdict {
+            Some(v) => {
+                println!("=== verdict ===\n{}", serde_json::to_string(&v)?);
+                if let crate::domain::verdict::Verdict::NeedsInfo { questions } = &v {
+                    println!("\n=== questions ===");
+                    for (n, q) in questions.iter().enumerate() {
+                        println!("{}. {q}", n + 1);
+                    }
                 }
             }
+            None => println!(
+                "=== verdict ===\nunclear: no GO, NO-GO or WRONG-REPO line, nor NEEDS-INFO with numbered questions"
+            ),
+        }
+        Ok(())
+    })
+}
+
+/// `director check-repo`: the settings a run in the repository would get from its file, or
+/// why it would get none (exit 1).
+fn check_repo(repo: &str, config: Option<&PathBuf>) -> ExitCode {
+    let (repo, settings) =
+        match argument::<crate::domain::RepoName>(repo).and_then(|r| Ok((r, load(config)?))) {
+            Ok(both) => both,
+            Err(code) => return code,
+        };
+    if !settings.repo_settings.enabled() {
+        println!(
+            "repo_settings.allow is empty: repositories set nothing, and `{}` is not read; runs in {repo} get the operator's settings",
+            crate::settings::repo::FILE
+        );
+        return ExitCode::SUCCESS;
+    }
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut usable = true;
+    let code = run_async(async {
+        match crate::startup::check_repo(&settings, &repo).await? {
+            Ok(s) => println!("{}", toml::to_string_pretty(&s)?),
+            Err(unusable) => {
+                usable = false;
+                eprintln!(
+                    "error: `{}` at {} cannot be used; no run would start:",
+                    crate::settings::repo::FILE,
+                    unusable.commit
+                );
+                for p in &unusable.problems {
+                    eprintln!("  - {p}");
+                }
+            }
+        }
+        Ok(())
+    });
+    if usable { code } else { ExitCode::from(1) }
+}
+
+/// `director status`: the issues and runs as the store holds them.
+fn status(json: bool, config: Option<&PathBuf>) -> ExitCode {
+    let settings = match load(config) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    run_async(async move {
+        let store = crate::store::Store::connect(&settings.store).await?;
+        let rows = crate::status::collect(
+            &store,
+            settings.forge.links().as_ref(),
+            &crate::status::Queueing::from_settings(&settings),
+            crate::clock::now_ms(),
+        )
+        .await?;
+        print!("{}", crate::status::render(&rows, json)?);
+        Ok(())
+    })
+}
+
+/// `director serve`: the service, until it is stopped.
+fn serve(config: Option<&PathBuf>, log_format: Option<&str>) -> ExitCode {
+    let mut settings = match load(config) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    match log_format {
+        Some("pretty") => settings.server.log_format = LogFormat::Pretty,
+        Some("json") => settings.server.log_format = LogFormat::Json,
+        _ => {}
+    }
+    crate::telemetry::init(settings.server.log_format);
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let result = actix_web::rt::System::new().block_on(async move {
+        Application::build(settings)
+            .await?
+            .run_until_stopped()
+            .await
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "director stopped");
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
         }
     }
 }

@@ -13,7 +13,8 @@ use crate::clock::SharedClock;
 use crate::engine::act::run::Secrets;
 use crate::engine::act::{Acts, RunAct};
 use crate::engine::checks_poll::ChecksPoll;
-use crate::engine::consumer::Limits;
+use crate::engine::consumer::{Consumer, Limits, Wakes};
+use crate::engine::decide::Policy;
 use crate::engine::executor::Executor;
 use crate::engine::scanner::Scanner;
 use crate::engine::settled::Settled;
@@ -67,6 +68,58 @@ impl RunsStarted {
 }
 
 impl Engine<'_> {
+    /// The consumer of events, which runs `decide` and commits its outcome (as one replica
+    /// of several when the database is shared).
+    pub(super) fn consumer(&self, deliveries_wake: Arc<Notify>, replica: &str) -> Consumer {
+        let consumer = Consumer::new(
+            self.store.clone(),
+            Policy::from_settings(self.settings),
+            self.clock.clone(),
+            self.consumer_wake.clone(),
+        )
+        .gathering(deliveries_wake)
+        .with_metrics(self.metrics.clone())
+        .with_traces(self.traces.clone())
+        .with_settled(self.settled.clone());
+        if self.store.is_shared() {
+            tracing::info!(%replica, "sharing the database with any other replicas");
+            return consumer.as_replica(replica);
+        }
+        consumer
+    }
+
+    /// With a forge: the runs and the executor, each woken through `listeners` and by the
+    /// consumer, which admits runs within the runner's limits. Without one, nothing is
+    /// ever performed, so nothing is in hand.
+    pub(super) async fn start_acting(
+        &self,
+        overrides: &Overrides,
+        forge: Option<&Arc<dyn Forge>>,
+        bot_login: &Arc<RwLock<Option<String>>>,
+        mut consumer: Consumer,
+        listeners: &mut crate::store::Listeners,
+    ) -> anyhow::Result<(Consumer, RunsStarted)> {
+        let Some(forge) = forge else {
+            self.settled.executor_round(true);
+            return Ok((consumer, RunsStarted::none()));
+        };
+        let mut wakes = Wakes::default();
+        let mut runs = self.start_runs(overrides, forge).await?;
+        if let Some(watcher) = &runs.watcher_wake {
+            wakes.watcher = Some(watcher.clone());
+            listeners.runs = Some(watcher.clone());
+        }
+        if let Some(limits) = runs.limits.take() {
+            consumer = consumer.with_admission(limits);
+        }
+        let executor_wake = self
+            .start_executor(forge, bot_login, runs.act.take())
+            .await?;
+        wakes.executor = Some(executor_wake.clone());
+        listeners.actions = Some(executor_wake);
+        Ok((consumer.with_wakes(wakes), runs))
+    }
+
     /// Connects the container runtime and, when it answers, starts the egress proxy, the
     /// runtime's health check and the run watcher.
     pub(super) async fn start_runs(
@@ -94,29 +147,7 @@ impl Engine<'_> {
         };
         let seal = crate::engine::act::seal::Seal::new(seal_material(settings));
         let egress = if settings.egress_confined() {
-            let gateway_runs = crate::engine::act::git_gateway::GatewayRuns {
-                store: self.store.clone(),
-                forge: forge.clone(),
-                runner: runner.clone(),
-                seal: seal.clone(),
-                clock: self.clock.clone(),
-                director_id: self.store.director_id().await?,
-            };
-            Some(
-                egress_proxy(
-                    settings,
-                    runtime.as_ref(),
-                    self.store,
-                    self.metrics,
-                    self.shutdown,
-                    Arc::new(gateway_runs),
-                    Arc::new(crate::engine::act::models::ModelRuns {
-                        store: self.store.clone(),
-                        clock: self.clock.clone(),
-                    }),
-                )
-                .await,
-            )
+            Some(self.egress(runtime.as_ref(), forge, &runner, &seal).await?)
         } else {
             None
         };
@@ -134,31 +165,7 @@ impl Engine<'_> {
             Duration::from_secs(30),
             self.shutdown.clone(),
         );
-        let watcher_wake = Arc::new(Notify::new());
-        let watcher = Watcher::new(
-            self.store.clone(),
-            runtime.clone(),
-            self.clock.clone(),
-            settings.runner.clone(),
-            secrets.clone(),
-            watcher_wake.clone(),
-            self.consumer_wake.clone(),
-        )
-        .with_egress(match &egress {
-            Some(Ok(e)) => Some(e.proxy.clone()),
-            _ => None,
-        })
-        .with_models(
-            matches!(&egress, Some(Ok(e)) if e.models.is_some()),
-            settings.budget.any(),
-        )
-        .with_transcripts(
-            settings
-                .runner
-                .transcript_max_mb
-                .saturating_mul(1024 * 1024),
-        );
-        tokio::spawn(Arc::new(watcher).run(self.shutdown.clone()));
+        let watcher_wake = self.start_watcher(&runtime, &secrets, egress.as_ref());
         started.watcher_wake = Some(watcher_wake);
         started.limits = Some(Limits {
             max_concurrent: settings.runner.max_concurrent.max(1),
@@ -186,6 +193,75 @@ impl Engine<'_> {
             agents: settings.agents.clone(),
         });
         Ok(started)
+    }
+
+    /// The egress proxy allow-listed runs reach the outside through, with the git and model
+    /// gateways behind it (`Err`: why it could not be had; then no run starts).
+    async fn egress(
+        &self,
+        runtime: &dyn crate::runtime::Runtime,
+        forge: &Arc<dyn Forge>,
+        runner: &RunnerAccount,
+        seal: &crate::engine::act::seal::Seal,
+    ) -> anyhow::Result<Result<crate::engine::act::run::RunEgress, String>> {
+        let gateway_runs = crate::engine::act::git_gateway::GatewayRuns {
+            store: self.store.clone(),
+            forge: forge.clone(),
+            runner: runner.clone(),
+            seal: seal.clone(),
+            clock: self.clock.clone(),
+            director_id: self.store.director_id().await?,
+        };
+        Ok(egress_proxy(
+            self.settings,
+            runtime,
+            self.store,
+            self.metrics,
+            self.shutdown,
+            Arc::new(gateway_runs),
+            Arc::new(crate::engine::act::models::ModelRuns {
+                store: self.store.clone(),
+                clock: self.clock.clone(),
+            }),
+        )
+        .await)
+    }
+
+    /// Starts the run watcher (with the proxy's refusals, the metered usage and the
+    /// transcripts when those are on); returns its wake-up.
+    fn start_watcher(
+        &self,
+        runtime: &Arc<dyn crate::runtime::Runtime>,
+        secrets: &Arc<Secrets>,
+        egress: Option<&Result<crate::engine::act::run::RunEgress, String>>,
+    ) -> Arc<Notify> {
+        let settings = self.settings;
+        let watcher_wake = Arc::new(Notify::new());
+        let watcher = Watcher::new(
+            self.store.clone(),
+            runtime.clone(),
+            self.clock.clone(),
+            settings.runner.clone(),
+            secrets.clone(),
+            watcher_wake.clone(),
+            self.consumer_wake.clone(),
+        )
+        .with_egress(match egress {
+            Some(Ok(e)) => Some(e.proxy.clone()),
+            _ => None,
+        })
+        .with_models(
+            matches!(egress, Some(Ok(e)) if e.models.is_some()),
+            settings.budget.any(),
+        )
+        .with_transcripts(
+            settings
+                .runner
+                .transcript_max_mb
+                .saturating_mul(1024 * 1024),
+        );
+        tokio::spawn(Arc::new(watcher).run(self.shutdown.clone()));
+        watcher_wake
     }
 
     /// Starts the executor, which performs the outbox's actions (after the start-up sweeps);

@@ -13,8 +13,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::SharedClock;
 use crate::engine::checks_poll::ChecksPoll;
-use crate::engine::consumer::{Consumer, Wakes};
-use crate::engine::decide::Policy;
 use crate::engine::scanner::Scanner;
 use crate::engine::settled::Settled;
 use crate::forge::Forge;
@@ -30,7 +28,7 @@ mod oneshot;
 mod parts;
 mod schedules;
 
-use engine::{Engine, RunsStarted, start_checks_poll, start_scans};
+use engine::{Engine, start_checks_poll, start_scans};
 pub use oneshot::{DryRun, check_repo, preflight_dry_run, scan_once};
 pub use parts::{Overrides, forge_client, model_counters, scanner};
 use schedules::{learn_bot_login, prune_periodically, replica_name};
@@ -74,24 +72,6 @@ impl Application {
         let settled = Settled::default();
         let replica = replica_name();
         let traces = Traces::start(&settings.telemetry, &settings.forge.url, &replica, &metrics)?;
-        let mut consumer = Consumer::new(
-            store.clone(),
-            Policy::from_settings(&settings),
-            clock.clone(),
-            consumer_wake.clone(),
-        )
-        .gathering(deliveries_wake)
-        .with_metrics(metrics.clone())
-        .with_traces(traces.clone())
-        .with_settled(settled.clone());
-        if store.is_shared() {
-            tracing::info!(%replica, "sharing the database with any other replicas");
-            consumer = consumer.as_replica(&replica);
-        }
-        let mut listeners = crate::store::Listeners {
-            events: Some(consumer_wake.clone()),
-            ..Default::default()
-        };
         let engine = Engine {
             settings: &settings,
             store: &store,
@@ -102,28 +82,20 @@ impl Application {
             settled: &settled,
             traces: &traces,
         };
-        let mut runs = RunsStarted::none();
-        match &forge {
-            Some(forge) => {
-                let mut wakes = Wakes::default();
-                runs = engine.start_runs(&overrides, forge).await?;
-                if let Some(watcher) = &runs.watcher_wake {
-                    wakes.watcher = Some(watcher.clone());
-                    listeners.runs = Some(watcher.clone());
-                }
-                if let Some(limits) = runs.limits.take() {
-                    consumer = consumer.with_admission(limits);
-                }
-                let executor_wake = engine
-                    .start_executor(forge, &bot_login, runs.act.take())
-                    .await?;
-                wakes.executor = Some(executor_wake.clone());
-                listeners.actions = Some(executor_wake);
-                consumer = consumer.with_wakes(wakes);
-            }
-            // No forge, no executor: nothing is ever performed, so nothing is in hand.
-            None => settled.executor_round(true),
-        }
+        let consumer = engine.consumer(deliveries_wake, &replica);
+        let mut listeners = crate::store::Listeners {
+            events: Some(consumer_wake.clone()),
+            ..Default::default()
+        };
+        let (consumer, runs) = engine
+            .start_acting(
+                &overrides,
+                forge.as_ref(),
+                &bot_login,
+                consumer,
+                &mut listeners,
+            )
+            .await?;
         tokio::spawn(consumer.run(shutdown.clone()));
         store.listen(listeners, shutdown.clone());
         let scanner = start_scans(
