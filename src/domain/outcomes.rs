@@ -304,22 +304,11 @@ impl Days {
 /// pick-ups, runs and spend by when they happened, pull requests opened or ended in it).
 pub fn compute(facts: &Facts, days: u32, until_ms: i64) -> Outcomes {
     let since_ms = until_ms - i64::from(days) * DAY_MS;
-    let within = |t: Option<i64>| t.is_some_and(|t| t >= since_ms && t <= until_ms);
     let mut absurd = 0u64;
     let mut groups = Groups::default();
     let mut daily = Days::new(since_ms, until_ms);
     for p in &facts.picked_up {
-        groups.each(&p.repo, None, |a| {
-            let f = &mut a.figures;
-            f.picked_up += p.count;
-            match p.verdict {
-                Some(Judgement::Go | Judgement::Skipped) => f.go += p.count,
-                Some(Judgement::NoGo) => f.no_go += p.count,
-                Some(Judgement::WrongRepo) => f.wrong_repo += p.count,
-                Some(Judgement::NeedsInfo) => f.needs_info += p.count,
-                _ => {}
-            }
-        });
+        groups.picked_up(p);
     }
     for sp in &facts.spend {
         absurd += sp.absurd_costs;
@@ -337,70 +326,13 @@ pub fn compute(facts: &Facts, days: u32, until_ms: i64) -> Outcomes {
             .cost_usd += sp.cost_usd;
     }
     for r in &facts.runs {
-        groups.each(&r.repo, Some(r.agent.as_str()), |a| {
-            let f = &mut a.figures;
-            f.runs_started += r.count;
-            match r.state {
-                RunState::Failed => f.runs_failed += r.count,
-                RunState::TimedOut => f.runs_timed_out += r.count,
-                RunState::OverBudget => f.runs_over_budget += r.count,
-                RunState::Cancelled => f.runs_cancelled += r.count,
-                _ => {}
-            }
-        });
+        groups.runs(r);
         if let Some(d) = daily.on(r.day) {
             *daily.days[d].runs.entry(run_outcome(r.state)).or_default() += r.count;
         }
     }
     for pr in &facts.prs {
-        let agent = pr.agent.as_deref();
-        if within(pr.opened_at_ms) {
-            let waited = pr
-                .picked_at_ms
-                .zip(pr.opened_at_ms)
-                .map(|(p, o)| span(p, o));
-            if waited == Some(None) {
-                absurd += 1;
-            }
-            groups.each(&pr.repo, agent, |a| {
-                a.figures.prs_opened += 1;
-                if let Some(Some(secs)) = waited {
-                    a.to_pr.push(secs);
-                }
-            });
-        }
-        if !within(pr.ended_at_ms) {
-            continue;
-        }
-        match pr.state {
-            PullState::Merged => {
-                let followups = u64::from(pr.followups) + u64::from(pr.ci_followups);
-                let ended = pr.ended_at_ms.unwrap_or(until_ms);
-                let took = pr.opened_at_ms.map(|o| span(o, ended));
-                if took == Some(None) {
-                    absurd += 1;
-                }
-                groups.each(&pr.repo, agent, |a| {
-                    a.figures.merged += 1;
-                    a.figures.reverted += u64::from(pr.reverted);
-                    a.merged_cost += pr.cost_usd;
-                    a.merged_followups += followups;
-                    if let Some(Some(secs)) = took {
-                        a.to_merge.push(secs);
-                    }
-                });
-                if let Some(d) = daily.at(ended) {
-                    daily.days[d].merged += 1;
-                    if let Some(Some(secs)) = took {
-                        daily.merge_secs[d].push(secs);
-                    }
-                }
-            }
-            PullState::Closed => {
-                groups.each(&pr.repo, agent, |a| a.figures.closed_unmerged += 1);
-            }
-            PullState::Open => {}
-        }
+        absurd += pull_request(&mut groups, &mut daily, pr, (since_ms, until_ms));
     }
     let mut models: BTreeMap<String, ModelFigures> = BTreeMap::new();
     for m in &facts.model_spend {
@@ -430,6 +362,100 @@ pub fn compute(facts: &Facts, days: u32, until_ms: i64) -> Outcomes {
         daily: daily.days,
         absurd,
     }
+}
+
+impl<'a> Groups<'a> {
+    /// Issues picked up, by their verdict.
+    fn picked_up(&mut self, p: &'a PickedUp) {
+        self.each(&p.repo, None, |a| {
+            let f = &mut a.figures;
+            f.picked_up += p.count;
+            match p.verdict {
+                Some(Judgement::Go | Judgement::Skipped) => f.go += p.count,
+                Some(Judgement::NoGo) => f.no_go += p.count,
+                Some(Judgement::WrongRepo) => f.wrong_repo += p.count,
+                Some(Judgement::NeedsInfo) => f.needs_info += p.count,
+                _ => {}
+            }
+        });
+    }
+
+    /// Runs started, and how those that did not succeed ended.
+    fn runs(&mut self, r: &'a RunGroup) {
+        self.each(&r.repo, Some(r.agent.as_str()), |a| {
+            let f = &mut a.figures;
+            f.runs_started += r.count;
+            match r.state {
+                RunState::Failed => f.runs_failed += r.count,
+                RunState::TimedOut => f.runs_timed_out += r.count,
+                RunState::OverBudget => f.runs_over_budget += r.count,
+                RunState::Cancelled => f.runs_cancelled += r.count,
+                _ => {}
+            }
+        });
+    }
+}
+
+/// Counts one pull request: opened in `window` (and how long after its pick-up), merged or
+/// closed in it (how long its merge took, on the day it ended). Returns how many of its
+/// durations were impossible, and left out.
+fn pull_request<'a>(
+    groups: &mut Groups<'a>,
+    daily: &mut Days,
+    pr: &'a PrFacts,
+    (since_ms, until_ms): (i64, i64),
+) -> u64 {
+    let within = |t: Option<i64>| t.is_some_and(|t| t >= since_ms && t <= until_ms);
+    let mut absurd = 0;
+    let agent = pr.agent.as_deref();
+    if within(pr.opened_at_ms) {
+        let waited = pr
+            .picked_at_ms
+            .zip(pr.opened_at_ms)
+            .map(|(p, o)| span(p, o));
+        if waited == Some(None) {
+            absurd += 1;
+        }
+        groups.each(&pr.repo, agent, |a| {
+            a.figures.prs_opened += 1;
+            if let Some(Some(secs)) = waited {
+                a.to_pr.push(secs);
+            }
+        });
+    }
+    if !within(pr.ended_at_ms) {
+        return absurd;
+    }
+    match pr.state {
+        PullState::Merged => {
+            let followups = u64::from(pr.followups) + u64::from(pr.ci_followups);
+            let ended = pr.ended_at_ms.unwrap_or(until_ms);
+            let took = pr.opened_at_ms.map(|o| span(o, ended));
+            if took == Some(None) {
+                absurd += 1;
+            }
+            groups.each(&pr.repo, agent, |a| {
+                a.figures.merged += 1;
+                a.figures.reverted += u64::from(pr.reverted);
+                a.merged_cost += pr.cost_usd;
+                a.merged_followups += followups;
+                if let Some(Some(secs)) = took {
+                    a.to_merge.push(secs);
+                }
+            });
+            if let Some(d) = daily.at(ended) {
+                daily.days[d].merged += 1;
+                if let Some(Some(secs)) = took {
+                    daily.merge_secs[d].push(secs);
+                }
+            }
+        }
+        PullState::Closed => {
+            groups.each(&pr.repo, agent, |a| a.figures.closed_unmerged += 1);
+        }
+        PullState::Open => {}
+    }
+    absurd
 }
 
 /// Whether a cost can be one run's or one call's.

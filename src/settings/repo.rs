@@ -194,88 +194,9 @@ pub fn resolve(
         std::str::from_utf8(text).map_err(|_| vec![format!("`{FILE}` is not UTF-8 text")])?;
     let file: RepoFile = toml::from_str(text).map_err(|e| vec![parse_error(&e)])?;
     let mut problems = Vec::new();
-    let ceiling = &operator.ceiling;
-    let mut may = |key: &str, set: bool| {
-        let ok = !set || ceiling.allows(key);
-        if !ok {
-            problems.push(format!(
-                "`{key}` may not be set by a repository here (the operator's repo_settings.allow does not name it)"
-            ));
-        }
-        set && ok
-    };
-    let r = file.runner;
-    let image = may("runner.image", r.image.is_some());
-    let agent = may("runner.agent", r.agent.is_some());
-    let egress = may("runner.egress_allow", r.egress_allow.is_some());
-    let timeout = may("runner.timeout_secs", r.timeout_secs.is_some());
-    let branch = may("runner.branch_template", r.branch_template.is_some());
-    let budget = may("budget.run_usd", file.budget.run_usd.is_some());
-    let instructions = may("task.instructions", file.task.instructions.is_some());
-    if image && let Some(name) = r.image {
-        let name = name.trim().to_owned();
-        if name.is_empty() {
-            problems.push("`runner.image` is empty".to_owned());
-        } else if !ceiling.images.iter().any(|g| glob(g, &name)) {
-            problems.push(format!(
-                "`runner.image` `{name}` is not among the images the operator allows (repo_settings.images)"
-            ));
-        } else {
-            out.image = Some(name);
-        }
-    }
-    if agent && let Some(name) = r.agent {
-        let name = name.trim().to_owned();
-        if ceiling.agents.iter().any(|a| a.trim() == name) {
-            out.agent = Some(name);
-        } else {
-            let allowed: Vec<String> = ceiling
-                .agents
-                .iter()
-                .map(|a| format!("`{}`", a.trim()))
-                .collect();
-            problems.push(format!(
-                "`runner.agent` `{name}` is not among the agents the operator allows repositories (repo_settings.agents: {})",
-                if allowed.is_empty() { "none".to_owned() } else { allowed.join(", ") }
-            ));
-        }
-    }
-    if egress && let Some(entries) = r.egress_allow {
-        for entry in entries {
-            match entry.parse::<crate::egress::Entry>() {
-                Err(why) => problems.push(format!("`runner.egress_allow`: {why}")),
-                Ok(e) => {
-                    let e = e.to_string();
-                    if ceiling.egress_allow_max.iter().any(|g| glob(g, &e)) {
-                        out.egress_allow.push(e);
-                    } else {
-                        problems.push(format!(
-                            "`runner.egress_allow` `{e}` is outside what the operator allows (repo_settings.egress_allow_max)"
-                        ));
-                    }
-                }
-            }
-        }
-    }
-    if timeout && let Some(secs) = r.timeout_secs {
-        if secs == 0 {
-            problems.push("`runner.timeout_secs` must be at least 1".to_owned());
-        } else if secs > operator.timeout_secs {
-            out.capped.push(format!(
-                "runner.timeout_secs {secs} is capped at the operator's {}",
-                operator.timeout_secs
-            ));
-        } else {
-            out.timeout_secs = Some(secs);
-        }
-    }
-    if branch && let Some(template) = r.branch_template {
-        match crate::domain::run::check_branch_template(&template) {
-            Ok(()) => out.branch_template = Some(template),
-            Err(why) => problems.push(format!("`runner.branch_template` {why}")),
-        }
-    }
-    if budget && let Some(usd) = file.budget.run_usd {
+    let file = permitted(&operator.ceiling, file, &mut problems);
+    runner_part(operator, file.runner, &mut out, &mut problems);
+    if let Some(usd) = file.budget.run_usd {
         if !usd.is_finite() || usd <= 0.0 {
             problems.push("`budget.run_usd` must be a positive number of dollars".to_owned());
         } else if operator.run_usd > 0.0 && usd > operator.run_usd {
@@ -299,7 +220,7 @@ pub fn resolve(
             ));
         }
     }
-    if instructions && let Some(text) = file.task.instructions {
+    if let Some(text) = file.task.instructions {
         let text = text.trim();
         if !text.is_empty() {
             out.instructions = Some(text.to_owned());
@@ -309,6 +230,130 @@ pub fn resolve(
         Ok(out)
     } else {
         Err(problems)
+    }
+}
+
+/// The file without the keys the operator's `repo_settings.allow` does not name, each one
+/// set named in `problems`.
+fn permitted(
+    ceiling: &RepoSettingsCeiling,
+    mut file: RepoFile,
+    problems: &mut Vec<String>,
+) -> RepoFile {
+    fn keep<T>(
+        ceiling: &RepoSettingsCeiling,
+        key: &str,
+        value: &mut Option<T>,
+        problems: &mut Vec<String>,
+    ) {
+        if value.is_some() && !ceiling.allows(key) {
+            problems.push(format!(
+                "`{key}` may not be set by a repository here (the operator's repo_settings.allow does not name it)"
+            ));
+            *value = None;
+        }
+    }
+    let r = &mut file.runner;
+    keep(ceiling, "runner.image", &mut r.image, problems);
+    keep(ceiling, "runner.agent", &mut r.agent, problems);
+    keep(
+        ceiling,
+        "runner.egress_allow",
+        &mut r.egress_allow,
+        problems,
+    );
+    keep(
+        ceiling,
+        "runner.timeout_secs",
+        &mut r.timeout_secs,
+        problems,
+    );
+    keep(
+        ceiling,
+        "runner.branch_template",
+        &mut r.branch_template,
+        problems,
+    );
+    keep(
+        ceiling,
+        "budget.run_usd",
+        &mut file.budget.run_usd,
+        problems,
+    );
+    let instructions = &mut file.task.instructions;
+    keep(ceiling, "task.instructions", instructions, problems);
+    file
+}
+
+/// `[runner]` of the file, each value within what the operator allows: the image, the
+/// agent, egress destinations, the time limit and the branch template.
+fn runner_part(
+    operator: &Operator,
+    r: RunnerPart,
+    out: &mut RunSettings,
+    problems: &mut Vec<String>,
+) {
+    let ceiling = &operator.ceiling;
+    if let Some(name) = r.image {
+        let name = name.trim().to_owned();
+        if name.is_empty() {
+            problems.push("`runner.image` is empty".to_owned());
+        } else if !ceiling.images.iter().any(|g| glob(g, &name)) {
+            problems.push(format!(
+                "`runner.image` `{name}` is not among the images the operator allows (repo_settings.images)"
+            ));
+        } else {
+            out.image = Some(name);
+        }
+    }
+    if let Some(name) = r.agent {
+        let name = name.trim().to_owned();
+        if ceiling.agents.iter().any(|a| a.trim() == name) {
+            out.agent = Some(name);
+        } else {
+            let allowed: Vec<String> = ceiling
+                .agents
+                .iter()
+                .map(|a| format!("`{}`", a.trim()))
+                .collect();
+            problems.push(format!(
+                "`runner.agent` `{name}` is not among the agents the operator allows repositories (repo_settings.agents: {})",
+                if allowed.is_empty() { "none".to_owned() } else { allowed.join(", ") }
+            ));
+        }
+    }
+    for entry in r.egress_allow.into_iter().flatten() {
+        match entry.parse::<crate::egress::Entry>() {
+            Err(why) => problems.push(format!("`runner.egress_allow`: {why}")),
+            Ok(e) => {
+                let e = e.to_string();
+                if ceiling.egress_allow_max.iter().any(|g| glob(g, &e)) {
+                    out.egress_allow.push(e);
+                } else {
+                    problems.push(format!(
+                        "`runner.egress_allow` `{e}` is outside what the operator allows (repo_settings.egress_allow_max)"
+                    ));
+                }
+            }
+        }
+    }
+    if let Some(secs) = r.timeout_secs {
+        if secs == 0 {
+            problems.push("`runner.timeout_secs` must be at least 1".to_owned());
+        } else if secs > operator.timeout_secs {
+            out.capped.push(format!(
+                "runner.timeout_secs {secs} is capped at the operator's {}",
+                operator.timeout_secs
+            ));
+        } else {
+            out.timeout_secs = Some(secs);
+        }
+    }
+    if let Some(template) = r.branch_template {
+        match crate::domain::run::check_branch_template(&template) {
+            Ok(()) => out.branch_template = Some(template),
+            Err(why) => problems.push(format!("`runner.branch_template` {why}")),
+        }
     }
 }
 

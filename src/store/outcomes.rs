@@ -15,9 +15,26 @@ macro_rules! sane {
     };
 }
 
+/// A count the database gave, as a count (a negative one cannot be: none).
+fn count(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
 impl Store {
     /// Everything that counts toward the window `[since_ms, until_ms]`.
     pub async fn outcome_facts(&self, since_ms: i64, until_ms: i64) -> anyhow::Result<Facts> {
+        Ok(Facts {
+            picked_up: self.picked_up(since_ms, until_ms).await?,
+            prs: self.pr_facts(since_ms).await?,
+            runs: self.run_groups(since_ms, until_ms).await?,
+            spend: self.spend_days(since_ms, until_ms).await?,
+            agent_spend: self.agent_spend(since_ms, until_ms).await?,
+            model_spend: self.model_spend(since_ms, until_ms).await?,
+        })
+    }
+
+    /// Issues first picked up in the window, by repository and verdict.
+    async fn picked_up(&self, since_ms: i64, until_ms: i64) -> anyhow::Result<Vec<PickedUp>> {
         type PickedRow = (String, Option<String>, i64);
         let picked: Vec<PickedRow> = on_pool!(&self.db, p => {
             sqlx::query_as(
@@ -29,6 +46,21 @@ impl Store {
             .fetch_all(p)
             .await?
         });
+        Ok(picked
+            .into_iter()
+            .filter_map(|(repo, verdict, n)| {
+                Some(PickedUp {
+                    repo: repo.parse().ok()?,
+                    verdict: verdict.as_deref().and_then(Judgement::parse),
+                    count: count(n),
+                })
+            })
+            .collect())
+    }
+
+    /// Each pull request that changed since `since_ms`: its course, and (once merged) what
+    /// its runs and pre-flights cost.
+    async fn pr_facts(&self, since_ms: i64) -> anyhow::Result<Vec<PrFacts>> {
         type PrRow = (
             String,
             Option<i64>,
@@ -55,6 +87,30 @@ impl Store {
             .fetch_all(p)
             .await?
         });
+        Ok(prs
+            .into_iter()
+            .filter_map(
+                |(repo, picked_at_ms, pr, runs_cost, preflight_cost, agent)| {
+                    let pr = serde_json::from_str::<PullRecord>(&pr).ok()?;
+                    Some(PrFacts {
+                        repo: repo.parse().ok()?,
+                        picked_at_ms,
+                        state: pr.state,
+                        opened_at_ms: pr.opened_at_ms,
+                        ended_at_ms: pr.ended_at_ms,
+                        reverted: pr.reverted.is_some(),
+                        followups: pr.followups,
+                        ci_followups: pr.ci_followups,
+                        cost_usd: runs_cost.unwrap_or(0.0) + preflight_cost.unwrap_or(0.0),
+                        agent: Some(agent_name(agent)),
+                    })
+                },
+            )
+            .collect())
+    }
+
+    /// Runs started in the window, by repository, agent, state and day.
+    async fn run_groups(&self, since_ms: i64, until_ms: i64) -> anyhow::Result<Vec<RunGroup>> {
         type RunRow = (String, Option<String>, String, i64, i64);
         let runs: Vec<RunRow> = on_pool!(&self.db, p => {
             sqlx::query_as(
@@ -68,8 +124,23 @@ impl Store {
             .fetch_all(p)
             .await?
         });
-        // What was spent in the window, by repository and day (runs' calls and pre-flights'),
-        // and by the agent of the run that spent it.
+        Ok(runs
+            .into_iter()
+            .filter_map(|(repo, agent, state, day, n)| {
+                Some(RunGroup {
+                    repo: repo.parse().ok()?,
+                    agent: agent_name(agent),
+                    state: RunState::parse(&state)?,
+                    day,
+                    count: count(n),
+                })
+            })
+            .collect())
+    }
+
+    /// What was spent in the window (runs' calls and pre-flights'), by repository and day;
+    /// costs no call can have are counted apart.
+    async fn spend_days(&self, since_ms: i64, until_ms: i64) -> anyhow::Result<Vec<SpendDay>> {
         type SpendRow = (String, i64, f64, i64);
         let spend: Vec<SpendRow> = on_pool!(&self.db, p => {
             sqlx::query_as(concat!(
@@ -84,6 +155,21 @@ impl Store {
             .fetch_all(p)
             .await?
         });
+        Ok(spend
+            .into_iter()
+            .filter_map(|(repo, day, cost, absurd)| {
+                Some(SpendDay {
+                    repo: repo.parse().ok()?,
+                    day,
+                    cost_usd: cost,
+                    absurd_costs: count(absurd),
+                })
+            })
+            .collect())
+    }
+
+    /// What runs spent in the window, by repository and the run's agent.
+    async fn agent_spend(&self, since_ms: i64, until_ms: i64) -> anyhow::Result<Vec<AgentSpend>> {
         type AgentRow = (String, Option<String>, f64);
         let by_agent: Vec<AgentRow> = on_pool!(&self.db, p => {
             sqlx::query_as(concat!(
@@ -97,6 +183,20 @@ impl Store {
             .fetch_all(p)
             .await?
         });
+        Ok(by_agent
+            .into_iter()
+            .filter_map(|(repo, agent, cost)| {
+                Some(AgentSpend {
+                    repo: repo.parse().ok()?,
+                    agent: agent_name(agent),
+                    cost_usd: cost,
+                })
+            })
+            .collect())
+    }
+
+    /// Model calls in the window and what they cost, by repository and model.
+    async fn model_spend(&self, since_ms: i64, until_ms: i64) -> anyhow::Result<Vec<ModelSpend>> {
         type ModelRow = (String, String, i64, f64);
         let by_model: Vec<ModelRow> = on_pool!(&self.db, p => {
             sqlx::query_as(concat!(
@@ -109,72 +209,17 @@ impl Store {
             .fetch_all(p)
             .await?
         });
-        let count = |n: i64| u64::try_from(n).unwrap_or(0);
-        let mut facts = Facts::default();
-        for (repo, verdict, n) in picked {
-            let Ok(repo) = repo.parse() else { continue };
-            facts.picked_up.push(PickedUp {
-                repo,
-                verdict: verdict.as_deref().and_then(Judgement::parse),
-                count: count(n),
-            });
-        }
-        for (repo, picked_at_ms, pr, runs_cost, preflight_cost, agent) in prs {
-            let (Ok(repo), Ok(pr)) = (repo.parse(), serde_json::from_str::<PullRecord>(&pr)) else {
-                continue;
-            };
-            facts.prs.push(PrFacts {
-                repo,
-                picked_at_ms,
-                state: pr.state,
-                opened_at_ms: pr.opened_at_ms,
-                ended_at_ms: pr.ended_at_ms,
-                reverted: pr.reverted.is_some(),
-                followups: pr.followups,
-                ci_followups: pr.ci_followups,
-                cost_usd: runs_cost.unwrap_or(0.0) + preflight_cost.unwrap_or(0.0),
-                agent: Some(agent_name(agent)),
-            });
-        }
-        for (repo, agent, state, day, n) in runs {
-            let (Ok(repo), Some(state)) = (repo.parse(), RunState::parse(&state)) else {
-                continue;
-            };
-            facts.runs.push(RunGroup {
-                repo,
-                agent: agent_name(agent),
-                state,
-                day,
-                count: count(n),
-            });
-        }
-        for (repo, day, cost, absurd) in spend {
-            let Ok(repo) = repo.parse() else { continue };
-            facts.spend.push(SpendDay {
-                repo,
-                day,
-                cost_usd: cost,
-                absurd_costs: count(absurd),
-            });
-        }
-        for (repo, agent, cost) in by_agent {
-            let Ok(repo) = repo.parse() else { continue };
-            facts.agent_spend.push(AgentSpend {
-                repo,
-                agent: agent_name(agent),
-                cost_usd: cost,
-            });
-        }
-        for (repo, model, calls, cost) in by_model {
-            let Ok(repo) = repo.parse() else { continue };
-            facts.model_spend.push(ModelSpend {
-                repo,
-                model,
-                calls: count(calls),
-                cost_usd: cost,
-            });
-        }
-        Ok(facts)
+        Ok(by_model
+            .into_iter()
+            .filter_map(|(repo, model, calls, cost)| {
+                Some(ModelSpend {
+                    repo: repo.parse().ok()?,
+                    model,
+                    calls: count(calls),
+                    cost_usd: cost,
+                })
+            })
+            .collect())
     }
 }
 
