@@ -1,7 +1,9 @@
 //! What this process's model calls may have spent that the store does not hold yet: each
 //! call's worst case while it runs, then its metered cost until the store has it. Budgets are
 //! checked against the store plus this ledger, so neither parallel calls nor a store write
-//! that fails lets spend escape them.
+//! that fails lets spend escape them; and a cost is stored and leaves the ledger only between
+//! budget checks' reads, so each check counts it once (never twice, which would stop a run
+//! under its budget).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,6 +18,9 @@ use crate::domain::{RepoName, RunId};
 pub(super) struct Ledger {
     next: std::sync::atomic::AtomicU64,
     entries: std::sync::Mutex<HashMap<u64, Entry>>,
+    /// Budget checks' reads of the store and the writes of metered costs take turns: a cost
+    /// is in the store or in the ledger whenever a check reads, never in both or neither.
+    turns: tokio::sync::RwLock<()>,
 }
 
 struct Entry {
@@ -63,46 +68,20 @@ impl Ledger {
         }
     }
 
-    /// `spent` (the store's), with this process's entries added.
-    /// The settled entries now (their ids and amounts), taken before the store is read.
-    pub(super) fn settled_now(&self) -> HashMap<u64, (RunId, RepoName, f64)> {
-        self.entries()
-            .iter()
-            .filter(|(_, e)| !e.in_flight)
-            .map(|(id, e)| (*id, (e.run_id.clone(), e.repo.clone(), e.usd)))
-            .collect()
+    /// A budget check's turn to read the store: no metered cost is stored (and taken off
+    /// the ledger) until it ends.
+    pub(super) async fn reading(&self) -> tokio::sync::RwLockReadGuard<'_, ()> {
+        self.turns.read().await
     }
 
-    /// [`Ledger::on_top`], also counting what was settled `before` the store was read and
-    /// has left the ledger since (stored meanwhile: the read may or may not have seen it).
-    pub(super) fn on_top_since(
-        &self,
-        spent: Spent,
-        before: &HashMap<u64, (RunId, RepoName, f64)>,
-        run_id: &RunId,
-        repo: &RepoName,
-    ) -> Seen {
-        let gone: Vec<(RunId, RepoName, f64)> = {
-            let entries = self.entries();
-            before
-                .iter()
-                .filter(|(id, _)| !entries.contains_key(id))
-                .map(|(_, e)| e.clone())
-                .collect()
-        };
-        let mut seen = self.on_top(spent, run_id, repo);
-        for (run, r, usd) in gone {
-            seen.settled.day += usd;
-            if r == *repo {
-                seen.settled.repo_day += usd;
-            }
-            if &run == run_id {
-                seen.settled.run += usd;
-            }
-        }
-        seen
+    /// A metered cost's turn to be stored and taken off the ledger: no budget check reads
+    /// the store meanwhile.
+    pub(super) async fn storing(&self) -> tokio::sync::RwLockWriteGuard<'_, ()> {
+        self.turns.write().await
     }
 
+    /// `spent` (the store's, read in a [`Ledger::reading`] turn), with this process's entries
+    /// added.
     pub(super) fn on_top(&self, spent: Spent, run_id: &RunId, repo: &RepoName) -> Seen {
         let mut seen = Seen {
             settled: spent,
@@ -164,6 +143,12 @@ pub(super) struct Stored {
 }
 
 impl Stored {
+    /// The ledger it waits in, for a [`Ledger::storing`] turn.
+    pub(super) fn ledger(&self) -> Arc<Ledger> {
+        self.ledger.clone()
+    }
+
+    /// Stored: off the ledger (in the same [`Ledger::storing`] turn as the write).
     pub(super) fn done(self) {
         self.ledger.entries().remove(&self.id);
     }
@@ -195,24 +180,29 @@ mod tests {
         assert_eq!(seen(&ledger).in_flight.run, 0.0);
     }
 
-    #[test]
-    fn a_cost_stored_while_the_store_is_read_is_still_counted() {
+    #[tokio::test]
+    async fn a_cost_is_stored_between_budget_reads_so_each_counts_it_once() {
         let ledger = Arc::new(Ledger::default());
         let repo: RepoName = "acme/widgets".parse().expect("repo");
         let stored = ledger.reserve(&test_id("r1"), &repo, 1.0).settle(0.75);
-        let before = ledger.settled_now();
-        // The store's read began before the write landed: it saw nothing; meanwhile the
-        // cost was stored and left the ledger.
-        stored.done();
-        let seen = ledger.on_top_since(Spent::default(), &before, &test_id("r1"), &repo);
-        assert_eq!(seen.settled.run, 0.75);
-        // Without the window, nothing is added.
-        let seen = ledger.on_top_since(
-            Spent::default(),
-            &ledger.settled_now(),
-            &test_id("r1"),
-            &repo,
-        );
-        assert_eq!(seen.settled.run, 0.0);
+        // A budget check is reading the store, which does not hold the cost yet.
+        let reading = ledger.reading().await;
+        let writer = {
+            let ledger = stored.ledger();
+            tokio::spawn(async move {
+                let _turn = ledger.storing().await;
+                // The store write would land here, then:
+                stored.done();
+            })
+        };
+        tokio::task::yield_now().await;
+        assert!(!writer.is_finished(), "the cost was stored during a read");
+        // So the read counts it once, from the ledger.
+        assert_eq!(seen(&ledger).settled.run, 0.75);
+        drop(reading);
+        writer.await.expect("stored");
+        // The next read finds it in the store (not shown here) and no longer in the ledger.
+        let _next = ledger.reading().await;
+        assert_eq!(seen(&ledger).settled.run, 0.0);
     }
 }

@@ -139,19 +139,22 @@ impl Meter {
         let stored = r.reservation.settle(metered.cost_usd.unwrap_or(0.0));
         let runs = r.runs;
         tokio::spawn(async move {
+            let ledger = stored.ledger();
             let mut wait = std::time::Duration::from_millis(200);
             for attempt in 1..=STORE_ATTEMPTS {
-                match runs.record(&metered).await {
-                    Ok(()) => return stored.done(),
-                    Err(e) if attempt == STORE_ATTEMPTS => {
-                        // Still counted against the budgets by this process, never dropped.
-                        tracing::error!(run_id = ?metered.run_id, error = %e, "a model call's usage could not be stored; this process keeps counting it");
-                    }
-                    Err(e) => {
-                        tracing::warn!(run_id = ?metered.run_id, attempt, error = %e, "a model call's usage could not be stored yet");
-                        tokio::time::sleep(wait).await;
-                        wait *= 2;
-                    }
+                // Stored and off the ledger in one turn no budget check reads in.
+                let turn = ledger.storing().await;
+                let Err(e) = runs.record(&metered).await else {
+                    return stored.done();
+                };
+                drop(turn);
+                if attempt == STORE_ATTEMPTS {
+                    // Still counted against the budgets by this process, never dropped.
+                    tracing::error!(run_id = ?metered.run_id, error = %e, "a model call's usage could not be stored; this process keeps counting it");
+                } else {
+                    tracing::warn!(run_id = ?metered.run_id, attempt, error = %e, "a model call's usage could not be stored yet");
+                    tokio::time::sleep(wait).await;
+                    wait *= 2;
                 }
             }
         });

@@ -170,38 +170,9 @@ async fn handle(
 ) -> HttpResponse {
     let path = req.path().trim_start_matches('/').to_owned();
     let (name, route) = path.split_once('/').unwrap_or((path.as_str(), ""));
-    let Some(provider) = Provider::parse(name).filter(|p| gw.config.upstreams.contains_key(p))
-    else {
-        return HttpResponse::NotFound()
-            .content_type("text/plain; charset=utf-8")
-            .body("no such model provider here\n");
-    };
-    let Some(run_id) = presented(&req).and_then(|k| gw.run_of(k)) else {
-        gw.refuse("credential");
-        return provider.error(
-            StatusCode::UNAUTHORIZED,
-            "authentication_error",
-            "a run's own key is required (the run's environment has it)",
-        );
-    };
-    let ActiveRun { repo, run_usd } = match gw.runs.active(&run_id).await {
-        Ok(Some(active)) => active,
-        Ok(None) => {
-            gw.refuse("ended");
-            return provider.error(
-                StatusCode::UNAUTHORIZED,
-                "authentication_error",
-                "the run has ended: its key opens nothing",
-            );
-        }
-        Err(e) => {
-            tracing::warn!(run_id = %run_id, error = %e, "the model gateway cannot look up a run");
-            return provider.error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "api_error",
-                "the director cannot say now",
-            );
-        }
+    let (provider, run_id, ActiveRun { repo, run_usd }) = match caller(&req, &gw, name).await {
+        Ok(caller) => caller,
+        Err(refused) => return refused,
     };
     let api = if req.method() == actix_web::http::Method::POST {
         provider.metered(route)
@@ -267,6 +238,49 @@ async fn handle(
     answer
         .map_body(move |_, body| Held { body, _slot: slot })
         .map_into_boxed_body()
+}
+
+/// Who calls: a configured provider named by the path's first part, and an active run by
+/// the key it presents; or the answer that refuses the call.
+async fn caller(
+    req: &HttpRequest,
+    gw: &ModelGateway,
+    name: &str,
+) -> Result<(Provider, RunId, ActiveRun), HttpResponse> {
+    let Some(provider) = Provider::parse(name).filter(|p| gw.config.upstreams.contains_key(p))
+    else {
+        return Err(HttpResponse::NotFound()
+            .content_type("text/plain; charset=utf-8")
+            .body("no such model provider here\n"));
+    };
+    let Some(run_id) = presented(req).and_then(|k| gw.run_of(k)) else {
+        gw.refuse("credential");
+        return Err(provider.error(
+            StatusCode::UNAUTHORIZED,
+            "authentication_error",
+            "a run's own key is required (the run's environment has it)",
+        ));
+    };
+    let active = match gw.runs.active(&run_id).await {
+        Ok(Some(active)) => active,
+        Ok(None) => {
+            gw.refuse("ended");
+            return Err(provider.error(
+                StatusCode::UNAUTHORIZED,
+                "authentication_error",
+                "the run has ended: its key opens nothing",
+            ));
+        }
+        Err(e) => {
+            tracing::warn!(run_id = %run_id, error = %e, "the model gateway cannot look up a run");
+            return Err(provider.error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "api_error",
+                "the director cannot say now",
+            ));
+        }
+    };
+    Ok((provider, run_id, active))
 }
 
 /// A request the gateway did not read, answered in the provider's own error shape.
@@ -393,46 +407,8 @@ async fn metered(
             ),
         );
     }
-    let now = gw.runs.now_ms();
-    // What the ledger holds settled before the store is read: a cost stored (and so taken
-    // off the ledger) while the store is read may be in neither read, so it is counted
-    // from here (at worst twice, which errs on the budget's side).
-    let before = gw.ledger.settled_now();
-    let seen = match gw.runs.spent(&call.run_id, &call.repo, &day_of(now)).await {
-        Ok(s) => gw.ledger.on_top_since(s, &before, &call.run_id, &call.repo),
-        Err(e) => {
-            tracing::warn!(run_id = %call.run_id, error = %e, "the model gateway cannot read what was spent");
-            return p.error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "api_error",
-                "the director cannot say now",
-            );
-        }
-    };
-    if let Some((key, why)) = over_budget(&call.budget, &seen.settled) {
-        gw.refuse("budget");
-        tracing::info!(run_id = %call.run_id, budget = key, "a run's model call was refused: budget spent");
-        gw.runs.over_budget(&call.run_id, &why).await;
-        return p.error(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", &why);
-    }
-    // What calls in flight may still spend counts too: the budget is crossed by one call
-    // at most, never by as many as run at once. Such a wait is not the budget's end.
-    let with_in_flight = Spent {
-        run: seen.settled.run + seen.in_flight.run,
-        repo_day: seen.settled.repo_day + seen.in_flight.repo_day,
-        day: seen.settled.day + seen.in_flight.day,
-    };
-    if let Some((key, _)) = over_budget(&call.budget, &with_in_flight) {
-        gw.refuse("budget_in_flight");
-        let mut answer = p.error(
-            StatusCode::TOO_MANY_REQUESTS,
-            "rate_limit_error",
-            &format!("calls in flight may spend the rest of {key}: retry when they have ended"),
-        );
-        answer
-            .headers_mut()
-            .insert(actix_web::http::header::RETRY_AFTER, 2.into());
-        return answer;
+    if let Some(refused) = budget_refusal(gw, &call).await {
+        return refused;
     }
     let worst = Usage {
         output: shape.max_output(gw.config.default_max_output_tokens),
@@ -473,6 +449,54 @@ async fn metered(
     forward(gw, req, body, &call, Some(meter))
         .await
         .unwrap_or_else(|r| r)
+}
+
+/// The answer that refuses a call because a budget is spent (a stop for the run), or
+/// because calls in flight may spend the rest of it (retry later); `None`: it may go.
+async fn budget_refusal(gw: &ModelGateway, call: &Call) -> Option<HttpResponse> {
+    let p = call.provider;
+    let now = gw.runs.now_ms();
+    // In a reading turn: a metered cost is in the store or in the ledger, counted once.
+    let seen = {
+        let _turn = gw.ledger.reading().await;
+        match gw.runs.spent(&call.run_id, &call.repo, &day_of(now)).await {
+            Ok(s) => gw.ledger.on_top(s, &call.run_id, &call.repo),
+            Err(e) => {
+                tracing::warn!(run_id = %call.run_id, error = %e, "the model gateway cannot read what was spent");
+                return Some(p.error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "api_error",
+                    "the director cannot say now",
+                ));
+            }
+        }
+    };
+    if let Some((key, why)) = over_budget(&call.budget, &seen.settled) {
+        gw.refuse("budget");
+        tracing::info!(run_id = %call.run_id, budget = key, "a run's model call was refused: budget spent");
+        gw.runs.over_budget(&call.run_id, &why).await;
+        return Some(p.error(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", &why));
+    }
+    // What calls in flight may still spend counts too: the budget is crossed by one call
+    // at most, never by as many as run at once. Such a wait is not the budget's end.
+    let with_in_flight = Spent {
+        run: seen.settled.run + seen.in_flight.run,
+        repo_day: seen.settled.repo_day + seen.in_flight.repo_day,
+        day: seen.settled.day + seen.in_flight.day,
+    };
+    if let Some((key, _)) = over_budget(&call.budget, &with_in_flight) {
+        gw.refuse("budget_in_flight");
+        let mut answer = p.error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            &format!("calls in flight may spend the rest of {key}: retry when they have ended"),
+        );
+        answer
+            .headers_mut()
+            .insert(actix_web::http::header::RETRY_AFTER, 2.into());
+        return Some(answer);
+    }
+    None
 }
 
 /// An OpenAI chat request that streams, made to end with its usage (`stream_options:
