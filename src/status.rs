@@ -374,18 +374,7 @@ pub fn rows(
         .iter()
         .map(|r| ((r.repo.to_string(), r.number), r))
         .collect();
-    let mut queued: Vec<&IssueRecord> = issues
-        .iter()
-        .filter(|r| r.lifecycle == Lifecycle::Queued)
-        .collect();
-    queued.sort_by_key(|r| {
-        (
-            priority_rank(&queueing.priority, &r.labels),
-            r.last_change_ms,
-            r.repo.to_string(),
-            r.number,
-        )
-    });
+    let positions = queue_positions(issues, queueing);
     let mut open_prs: HashMap<&RepoName, usize> = HashMap::new();
     for r in issues {
         if r.pr
@@ -395,41 +384,6 @@ pub fn rows(
             *open_prs.entry(&r.repo).or_default() += 1;
         }
     }
-    let paced = |r: &IssueRecord| {
-        let open = open_prs.get(&r.repo).copied().unwrap_or(0);
-        let followup =
-            r.pr.as_ref()
-                .is_some_and(crate::domain::PullRecord::is_open);
-        (r.lifecycle == Lifecycle::Queued && !followup && open >= queueing.max_open_prs_per_repo)
-            .then(|| {
-                format!(
-                    "{open} open pull request(s) from the director in {} (`runner.max_open_prs_per_repo` = {}): waits for one to be merged or closed",
-                    r.repo, queueing.max_open_prs_per_repo
-                )
-            })
-    };
-    // A repository whose day's model budget is spent starts nothing until the next day.
-    let budget_spent = |r: &IssueRecord| {
-        if r.lifecycle != Lifecycle::Queued || !queueing.budget.any() {
-            return None;
-        }
-        let spent = crate::models::Spent {
-            run: 0.0,
-            repo_day: queueing
-                .spent
-                .get(&r.repo.to_string())
-                .copied()
-                .unwrap_or(0.0),
-            day: queueing.spent_today,
-        };
-        crate::models::day_spent(&queueing.budget, &spent, &r.repo)
-            .map(|why| format!("{why}: waits for the next day (UTC)"))
-    };
-    let positions: HashMap<(String, u64), usize> = queued
-        .iter()
-        .enumerate()
-        .map(|(i, r)| ((r.repo.to_string(), r.number), i + 1))
-        .collect();
     issues
         .iter()
         .filter(|r| {
@@ -450,7 +404,12 @@ pub fn rows(
                 trigger_trusted: r.trigger_trusted,
                 queue_position: positions.get(&key).copied(),
                 last_change: when(r.last_change_ms),
-                waiting: waiting(r).or_else(|| budget_spent(r)).or_else(|| paced(r)),
+                waiting: waiting(r)
+                    .or_else(|| budget_spent(r, queueing))
+                    .or_else(|| {
+                        let open = open_prs.get(&r.repo).copied().unwrap_or(0);
+                        paced(r, open, queueing)
+                    }),
                 verdict: r.preflight.verdict.map(|v| v.as_str().to_owned()),
                 verdict_reason: r.preflight.reason.clone(),
                 open_questions: (r.lifecycle == Lifecycle::NeedsInfo)
@@ -465,6 +424,63 @@ pub fn rows(
             }
         })
         .collect()
+}
+
+/// Each queued issue's place in the queue (from 1): by priority label, then the oldest
+/// change first.
+fn queue_positions(issues: &[IssueRecord], queueing: &Queueing) -> HashMap<(String, u64), usize> {
+    let mut queued: Vec<&IssueRecord> = issues
+        .iter()
+        .filter(|r| r.lifecycle == Lifecycle::Queued)
+        .collect();
+    queued.sort_by_key(|r| {
+        (
+            priority_rank(&queueing.priority, &r.labels),
+            r.last_change_ms,
+            r.repo.to_string(),
+            r.number,
+        )
+    });
+    queued
+        .iter()
+        .enumerate()
+        .map(|(i, r)| ((r.repo.to_string(), r.number), i + 1))
+        .collect()
+}
+
+/// Why a queued issue waits for its repository's open pull requests (`open` of them) to be
+/// merged or closed, if it does; a follow-up of an open one never waits for them.
+fn paced(r: &IssueRecord, open: usize, queueing: &Queueing) -> Option<String> {
+    let followup =
+        r.pr.as_ref()
+            .is_some_and(crate::domain::PullRecord::is_open);
+    (r.lifecycle == Lifecycle::Queued && !followup && open >= queueing.max_open_prs_per_repo).then(
+        || {
+            format!(
+                "{open} open pull request(s) from the director in {} (`runner.max_open_prs_per_repo` = {}): waits for one to be merged or closed",
+                r.repo, queueing.max_open_prs_per_repo
+            )
+        },
+    )
+}
+
+/// Why a queued issue waits for the next day: its repository's (or the director's) day's
+/// model budget is spent.
+fn budget_spent(r: &IssueRecord, queueing: &Queueing) -> Option<String> {
+    if r.lifecycle != Lifecycle::Queued || !queueing.budget.any() {
+        return None;
+    }
+    let spent = crate::models::Spent {
+        run: 0.0,
+        repo_day: queueing
+            .spent
+            .get(&r.repo.to_string())
+            .copied()
+            .unwrap_or(0.0),
+        day: queueing.spent_today,
+    };
+    crate::models::day_spent(&queueing.budget, &spent, &r.repo)
+        .map(|why| format!("{why}: waits for the next day (UTC)"))
 }
 
 /// `director status`: a table for people, or one JSON array.

@@ -268,6 +268,31 @@ impl CommandProvider {
     }
 }
 
+impl CommandProvider {
+    /// The command failed: its exit status and the end of what it printed to stderr,
+    /// redacted before it is shortened (a cut must not leave half a key behind).
+    fn failed(&self, status: std::process::ExitStatus, err: &[u8]) -> PreflightError {
+        let keys: Vec<String> = std::iter::once(self.api_key.expose().to_owned())
+            .chain(
+                self.env
+                    .iter()
+                    .filter(|(k, _)| k != "PATH" && k != "HOME")
+                    .map(|(_, v)| v.clone()),
+            )
+            .collect();
+        let redacted = redact_keys(&String::from_utf8_lossy(err), &keys);
+        let tail: String = redacted
+            .chars()
+            .rev()
+            .take(crate::limits::ERROR_TEXT_CHARS)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        PreflightError::Command(format!("exited with {status}: {}", tail.trim()))
+    }
+}
+
 #[async_trait]
 impl Preflight for CommandProvider {
     async fn read(&self, prompt: &str) -> Result<Reading, PreflightError> {
@@ -342,28 +367,7 @@ impl Preflight for CommandProvider {
             .map_err(|_| PreflightError::Timeout(self.timeout.as_secs()))?
             .map_err(|e| PreflightError::Command(e.to_string()))?;
         if !status.success() {
-            // Redacted before it is shortened: a cut must not leave half a key behind.
-            let keys: Vec<String> = std::iter::once(self.api_key.expose().to_owned())
-                .chain(
-                    self.env
-                        .iter()
-                        .filter(|(k, _)| k != "PATH" && k != "HOME")
-                        .map(|(_, v)| v.clone()),
-                )
-                .collect();
-            let redacted = redact_keys(&String::from_utf8_lossy(&err), &keys);
-            let tail: String = redacted
-                .chars()
-                .rev()
-                .take(crate::limits::ERROR_TEXT_CHARS)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect();
-            return Err(PreflightError::Command(format!(
-                "exited with {status}: {}",
-                tail.trim()
-            )));
+            return Err(self.failed(status, &err));
         }
         Ok(Reading {
             text: String::from_utf8_lossy(&out).into_owned(),

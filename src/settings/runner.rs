@@ -437,6 +437,13 @@ impl Settings {
                 ),
             ));
         }
+        self.validate_gateway_limits()?;
+        self.validate_egress_network()
+    }
+
+    /// The git and model gateways' limits on what one run may ask of them.
+    fn validate_gateway_limits(&self) -> Result<(), SettingsError> {
+        let r = &self.runner;
         if r.git_timeout_secs == 0 {
             return Err(invalid("runner.git_timeout_secs", "must be at least 1"));
         }
@@ -464,6 +471,13 @@ impl Settings {
         if r.max_push_mb == 0 {
             return Err(invalid("runner.max_push_mb", "must be at least 1"));
         }
+        Ok(())
+    }
+
+    /// Where an allow-listed run is attached: Docker's egress network, or the Kubernetes
+    /// Service and pod labels its NetworkPolicy names.
+    fn validate_egress_network(&self) -> Result<(), SettingsError> {
+        let r = &self.runner;
         if r.kind == RunnerKind::Docker && r.network != "bridge" {
             return Err(invalid(
                 "runner.network",
@@ -597,7 +611,33 @@ impl Settings {
                 ),
             ));
         }
-        for name in &r.env_passthrough {
+        self.validate_passthrough(env)?;
+        if r.git_author_email.contains(['<', '>', '\n'])
+            || r.git_author_name.contains(['<', '>', '\n'])
+        {
+            return Err(invalid(
+                "runner.git_author_name",
+                "an author name or email may not hold `<`, `>` or a line break".to_owned(),
+            ));
+        }
+        validate_mounts(&r.mounts)?;
+        if !self.forge.url.is_empty()
+            && self.forge.kind == ForgeKind::Forgejo
+            && self.runs_configured()
+            && (self.forge.runner_login.is_empty() || self.forge.runner_password.is_empty())
+        {
+            return Err(invalid(
+                "forge.runner_login",
+                "runs need the runner account and its password (forge.runner_password)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `runner.env_passthrough`: never the director's own configuration, git's credentials
+    /// or identity, or a variable that holds one of the director's secrets.
+    fn validate_passthrough(&self, env: &[(String, String)]) -> Result<(), SettingsError> {
+        for name in &self.runner.env_passthrough {
             if name.to_ascii_uppercase().starts_with("DIRECTOR_") {
                 return Err(invalid(
                     "runner.env_passthrough",
@@ -626,45 +666,31 @@ impl Settings {
                 ));
             }
         }
-        if r.git_author_email.contains(['<', '>', '\n'])
-            || r.git_author_name.contains(['<', '>', '\n'])
-        {
-            return Err(invalid(
-                "runner.git_author_name",
-                "an author name or email may not hold `<`, `>` or a line break".to_owned(),
-            ));
-        }
-        for m in &r.mounts {
-            let parts: Vec<&str> = m.split(':').collect();
-            if !(2..=3).contains(&parts.len())
-                || parts[0].is_empty()
-                || !parts[1].starts_with('/')
-                || (parts.len() == 3 && parts[2] != "ro" && parts[2] != "rw")
-            {
-                return Err(invalid(
-                    "runner.mounts",
-                    format!("`{m}` is not source:/target[:ro|rw]"),
-                ));
-            }
-            if binds_docker_socket(parts[0])
-                || parts[1].trim_end_matches('/').ends_with("docker.sock")
-            {
-                return Err(invalid(
-                    "runner.mounts",
-                    format!("`{m}` would hand the run the Docker socket (root on the host)"),
-                ));
-            }
-        }
-        if !self.forge.url.is_empty()
-            && self.forge.kind == ForgeKind::Forgejo
-            && self.runs_configured()
-            && (self.forge.runner_login.is_empty() || self.forge.runner_password.is_empty())
-        {
-            return Err(invalid(
-                "forge.runner_login",
-                "runs need the runner account and its password (forge.runner_password)",
-            ));
-        }
         Ok(())
     }
+}
+
+/// `runner.mounts`: `source:/target[:ro|rw]`, never the Docker socket.
+fn validate_mounts(mounts: &[String]) -> Result<(), SettingsError> {
+    for m in mounts {
+        let parts: Vec<&str> = m.split(':').collect();
+        if !(2..=3).contains(&parts.len())
+            || parts[0].is_empty()
+            || !parts[1].starts_with('/')
+            || (parts.len() == 3 && parts[2] != "ro" && parts[2] != "rw")
+        {
+            return Err(invalid(
+                "runner.mounts",
+                format!("`{m}` is not source:/target[:ro|rw]"),
+            ));
+        }
+        if binds_docker_socket(parts[0]) || parts[1].trim_end_matches('/').ends_with("docker.sock")
+        {
+            return Err(invalid(
+                "runner.mounts",
+                format!("`{m}` would hand the run the Docker socket (root on the host)"),
+            ));
+        }
+    }
+    Ok(())
 }

@@ -237,6 +237,19 @@ pub fn run_html(
         esc(&row.id),
         esc(&row.id)
     ));
+    let facts = run_facts(run, &row, web);
+    for (name, value) in facts {
+        out.push_str(&format!("<dt>{name}</dt><dd>{value}</dd>\n"));
+    }
+    out.push_str("</dl>\n<h2>Transcript</h2>\n");
+    out.push_str(&transcript_html(transcript, &row.id, live));
+    out.push_str("</body>\n</html>\n");
+    out
+}
+
+/// The run's facts, as (name, HTML) pairs: its issue, state, branch, pull request, times,
+/// outcome, usage, refusals, agent and repository settings.
+fn run_facts(run: &RunRecord, row: &RunRow, web: Option<&WebLinks>) -> Vec<(&'static str, String)> {
     let issue = format!("{}#{}", run.repo, run.number);
     let issue = match web {
         Some(w) => format!(
@@ -286,10 +299,13 @@ pub fn run_html(
     if let Some(settings) = &row.settings {
         facts.push(("Repository settings", esc(&settings.describe())));
     }
-    for (name, value) in facts {
-        out.push_str(&format!("<dt>{name}</dt><dd>{value}</dd>\n"));
-    }
-    out.push_str("</dl>\n<h2>Transcript</h2>\n");
+    facts
+}
+
+/// The transcript's end (at most `PAGE_TRANSCRIPT_MAX` bytes), escaped, with a link to the
+/// whole text, or why there is none.
+fn transcript_html(transcript: Option<&crate::store::Transcript>, id: &str, live: bool) -> String {
+    let mut out = String::new();
     match transcript {
         None => out.push_str(&format!(
             "<p class=\"muted\">{}</p>\n",
@@ -314,17 +330,16 @@ pub fn run_html(
                     } else {
                         String::new()
                     },
-                    esc(&row.id)
+                    esc(id)
                 ));
             } else {
                 out.push_str(&format!(
                     "<p class=\"muted\"><a href=\"{}/log\">The transcript as text</a>.</p>\n",
-                    esc(&row.id)
+                    esc(id)
                 ));
             }
             out.push_str(&format!("<pre>{}</pre>\n", shown_output(&text[start..])));
         }
     }
-    out.push_str("</body>\n</html>\n");
     out
 }

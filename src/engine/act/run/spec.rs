@@ -120,7 +120,57 @@ impl RunAct {
             ("HOME".to_owned(), self.settings.workspace.clone()),
             ("TMPDIR".to_owned(), crate::runtime::TMP_DIR.to_owned()),
         ];
+        env.extend(self.git_environment(run, token, endpoints));
+        if let Some(f) = &run.followup {
+            env.push(("DIRECTOR_PR".to_owned(), f.pr.to_string()));
+            env.push((
+                "DIRECTOR_START_HEAD".to_owned(),
+                f.start_head.clone().unwrap_or_default(),
+            ));
+        }
+        env.extend(self.secrets.passthrough.iter().cloned());
+        let profile = self.profile(run.agent.as_ref());
+        if let (Some(chosen), Some(profile)) = (&run.agent, profile) {
+            let own = agent::profile_environment(chosen, profile);
+            env.retain(|(k, _)| !own.iter().any(|(o, _)| o == k));
+            env.extend(own);
+        }
+        let providers: &[String] = profile.map_or(&[], |p| &p.providers);
+        let confined = self.confined_environment(run, providers, &mut env);
+        let labels = HashMap::from([
+            (RUN_LABEL.to_owned(), run.id.to_string()),
+            ("director.repo".to_owned(), repo),
+            ("director.issue".to_owned(), run.number.to_string()),
+        ]);
+        RunSpec {
+            run_id: run.id.clone(),
+            image: run
+                .settings
+                .as_ref()
+                .and_then(|s| s.image.clone())
+                .or_else(|| profile.map(|p| p.image.clone()))
+                .unwrap_or_else(|| self.settings.image.clone()),
+            command: profile.map_or_else(|| self.settings.command.clone(), |p| p.command.clone()),
+            env,
+            labels,
+            task_path: TASK_PATH.to_owned(),
+            task: task.into_bytes(),
+            mounts: self.mounts.clone(),
+            result_path: Some(self.runtime.result_path().to_owned()),
+            confined,
+        }
+    }
+    /// How git in the run reaches the repository: through the git gateway with the run's
+    /// own credential (confined), or the forge itself with the run's token (open egress).
+    fn git_environment(
+        &self,
+        run: &RunRecord,
+        token: &Secret,
+        endpoints: &RunEndpoints,
+    ) -> Vec<(String, String)> {
+        let repo = run.repo.to_string();
         let (name, email) = self.git_identity(endpoints);
+        let mut env = Vec::new();
         match &self.egress {
             // Confined: git goes through the director's gateway with the run's own
             // credential, which nothing but the gateway takes; the forge token stays here.
@@ -155,22 +205,18 @@ impl RunAct {
                 ));
             }
         }
-        if let Some(f) = &run.followup {
-            env.push(("DIRECTOR_PR".to_owned(), f.pr.to_string()));
-            env.push((
-                "DIRECTOR_START_HEAD".to_owned(),
-                f.start_head.clone().unwrap_or_default(),
-            ));
-        }
-        env.extend(self.secrets.passthrough.iter().cloned());
-        let profile = self.profile(run.agent.as_ref());
-        if let (Some(chosen), Some(profile)) = (&run.agent, profile) {
-            let own = agent::profile_environment(chosen, profile);
-            env.retain(|(k, _)| !own.iter().any(|(o, _)| o == k));
-            env.extend(own);
-        }
-        let providers: &[String] = profile.map_or(&[], |p| &p.providers);
-        let confined = match &self.egress {
+        env
+    }
+
+    /// A confined run's proxy and model gateway in its environment (the providers' variables
+    /// replace whatever else held those names); `false` for open egress.
+    fn confined_environment(
+        &self,
+        run: &RunRecord,
+        providers: &[String],
+        env: &mut Vec<(String, String)>,
+    ) -> bool {
+        match &self.egress {
             Some(Ok(egress)) => {
                 self.secrets
                     .remember(&run.id, &egress.proxy.password(&run.id));
@@ -188,28 +234,6 @@ impl RunAct {
                 true
             }
             _ => false,
-        };
-        let labels = HashMap::from([
-            (RUN_LABEL.to_owned(), run.id.to_string()),
-            ("director.repo".to_owned(), repo),
-            ("director.issue".to_owned(), run.number.to_string()),
-        ]);
-        RunSpec {
-            run_id: run.id.clone(),
-            image: run
-                .settings
-                .as_ref()
-                .and_then(|s| s.image.clone())
-                .or_else(|| profile.map(|p| p.image.clone()))
-                .unwrap_or_else(|| self.settings.image.clone()),
-            command: profile.map_or_else(|| self.settings.command.clone(), |p| p.command.clone()),
-            env,
-            labels,
-            task_path: TASK_PATH.to_owned(),
-            task: task.into_bytes(),
-            mounts: self.mounts.clone(),
-            result_path: Some(self.runtime.result_path().to_owned()),
-            confined,
         }
     }
 }
