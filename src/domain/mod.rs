@@ -6,6 +6,7 @@ pub mod action_kind;
 pub mod agent;
 pub mod approval;
 pub mod command;
+pub mod commit;
 pub mod forecast;
 pub mod git_env;
 pub mod issue;
@@ -19,6 +20,7 @@ pub mod verdict;
 pub use action_kind::ActionKind;
 pub use agent::{AgentChoice, AgentSource};
 pub use command::Command;
+pub use commit::{BadCommitSha, CommitSha};
 pub use issue::{IssueRecord, Judgement, LeftOut, PreflightState, Vouched};
 pub use pull::{
     Check, CheckState, Feedback, FollowUp, MergeLane, MergeStyle, PullChecks, PullRecord, PullState,

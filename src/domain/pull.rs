@@ -308,7 +308,7 @@ impl Feedback {
     pub fn merged_with(self, later: Feedback) -> Feedback {
         Feedback {
             key: later.key,
-            by: if self.by == later.by {
+            by: if super::same_login(&self.by, &later.by) {
                 later.by
             } else {
                 format!("{}, {}", self.by, later.by)

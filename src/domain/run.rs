@@ -227,7 +227,7 @@ pub struct RunRecord {
     /// The base branch's head when a first run started, written as it starts (before its
     /// container exists): its pushes must descend from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub base_commit: Option<String>,
+    pub base_commit: Option<crate::domain::CommitSha>,
     /// The agent it was given, and why, written as it starts (before its container exists);
     /// `None`: `runner.image` and `runner.command`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -12,7 +12,7 @@ pub use pulls::*;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{IssueRef, RepoName};
+use crate::domain::{CommitSha, IssueRef, RepoName};
 
 /// An issue as the API returns it, reduced to what the director reads.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -531,14 +531,14 @@ pub trait Forge: Send + Sync {
     async fn reviews(&self, repo: &RepoName, number: u64) -> Result<Vec<Review>, ForgeError>;
     /// The checks of commit `sha`: its commit statuses, latest per context (and on GitHub its
     /// check runs), at most [`MAX_CHECKS`] of them.
-    async fn checks(&self, repo: &RepoName, sha: &str) -> Result<Checks, ForgeError>;
+    async fn checks(&self, repo: &RepoName, sha: &CommitSha) -> Result<Checks, ForgeError>;
     /// Merges pull request `number` in `style`, only if its head is still `head_sha`.
     async fn merge_pull(
         &self,
         repo: &RepoName,
         number: u64,
         style: MergeStyle,
-        head_sha: &str,
+        head_sha: &CommitSha,
         delete_branch: bool,
     ) -> Result<MergeAnswer, ForgeError>;
     /// Brings pull request `number`'s branch up to its base (the forge's update, merging the

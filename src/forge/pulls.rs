@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::ForgeError;
-use crate::domain::RepoName;
+use crate::domain::{CommitSha, RepoName};
 
 pub use crate::domain::{Check, CheckState, MergeStyle};
 
@@ -20,9 +20,9 @@ pub struct PullRequest {
     pub state: String,
     pub merged: bool,
     pub updated_at: Option<String>,
-    /// The head commit.
+    /// The head commit (`None`: the forge gave no commit id).
     #[serde(default)]
-    pub head_sha: String,
+    pub head_sha: Option<CommitSha>,
     /// The head branch's name.
     #[serde(default)]
     pub head_ref: String,
@@ -142,9 +142,9 @@ pub struct Review {
     pub state: String,
     pub body: String,
     pub submitted_at: Option<String>,
-    /// The commit the review was made on.
+    /// The commit the review was made on (`None`: not said).
     #[serde(default)]
-    pub commit_id: String,
+    pub commit_id: Option<CommitSha>,
     /// Dismissed by a person or by the forge (a newer review by the same user, a push).
     #[serde(default)]
     pub dismissed: bool,

@@ -13,8 +13,8 @@ use base64::Engine as _;
 use tokio::io::AsyncWriteExt;
 
 use super::pkt::Command;
-use crate::domain::RepoName;
 use crate::domain::protected::Protected;
+use crate::domain::{CommitSha, RepoName};
 
 /// The most commits one push may add: more is not an agent's work on one issue.
 pub const MAX_NEW_COMMITS: usize = 2000;
@@ -26,7 +26,7 @@ pub struct Expect<'a> {
     /// A follow-up: the branch only fast-forwards.
     pub follow_up: bool,
     /// The base's head when a first run started.
-    pub base_commit: Option<&'a str>,
+    pub base_commit: Option<&'a crate::domain::CommitSha>,
 }
 
 /// Mirrors of the forge's repositories (their branches only), one per repository, each
@@ -310,7 +310,7 @@ impl Quarantine {
                 _ => Err("the branch's tip is not in the mirror".into()),
             };
         }
-        let Some(start) = expect.base_commit else {
+        let Some(start) = expect.base_commit.map(CommitSha::as_str) else {
             return Ok(None);
         };
         match self

@@ -56,7 +56,7 @@ pub struct RunAccess {
     /// A follow-up run: its branch exists and only fast-forwards.
     pub follow_up: bool,
     /// The base's head when a first run started: its branch must descend from it.
-    pub base_commit: Option<String>,
+    pub base_commit: Option<crate::domain::CommitSha>,
     /// The repository's git URL on the forge.
     pub upstream: String,
     /// `scheme://host:port` of `upstream`.
@@ -567,7 +567,7 @@ async fn inspect_pack(
     let expect = Expect {
         base: &run.base_branch,
         follow_up: run.follow_up,
-        base_commit: run.base_commit.as_deref(),
+        base_commit: run.base_commit.as_ref(),
     };
     let mut reasons = Vec::with_capacity(push.commands.len());
     for c in &push.commands {

@@ -267,7 +267,11 @@ pub(super) fn run_from_row(row: &dyn Cols) -> anyhow::Result<RunRecord> {
         },
         egress_refused: json_column(row, "egress_refused")?.unwrap_or_default(),
         settings: json_column(row, "settings")?,
-        base_commit: row.opt_text("base_commit")?,
+        base_commit: row
+            .opt_text("base_commit")?
+            .map(|c| crate::domain::CommitSha::parse(&c))
+            .transpose()
+            .context("stored base commit")?,
         agent: json_column(row, "agent")?,
         home: row.opt_text("branch_home")?.and_then(|h| h.parse().ok()),
     })

@@ -58,14 +58,18 @@ impl Store {
 
     /// Records the base branch's head a starting run was given (before its container is
     /// made, so the git gateway of every replica sees it). Only a launching run changes.
-    pub async fn put_run_base(&self, run_id: &RunId, commit: &str) -> anyhow::Result<()> {
+    pub async fn put_run_base(
+        &self,
+        run_id: &RunId,
+        commit: &crate::domain::CommitSha,
+    ) -> anyhow::Result<()> {
         let mut tx = self.begin(true).await?;
         on_tx!(&mut tx, t => {
             sqlx::query(
                 "UPDATE runs SET base_commit = $2 WHERE id = $1 AND state = 'launching'",
             )
             .bind(run_id.as_str())
-            .bind(commit)
+            .bind(commit.as_str())
             .execute(&mut **t)
             .await?;
         });

@@ -1222,3 +1222,52 @@ async fn forecast_samples_read_finished_runs_with_their_metered_cost_on_both_bac
         assert!(samples[1].followup, "{backend}");
     }
 }
+
+#[tokio::test]
+async fn a_runs_base_commit_is_kept_as_a_commit_and_a_stored_non_commit_is_refused() {
+    use director::domain::CommitSha;
+    let b = backends().await;
+    let sha = CommitSha::parse(&"Ab".repeat(20)).expect("a commit");
+    for (backend, url) in &b.urls {
+        let store = open(url).await;
+        let run = RunRecord::admitted(
+            &issue(1),
+            crate::helpers::rid("r1"),
+            "director-issue-1-x",
+            5,
+        );
+        let commit = Commit {
+            runs: vec![run],
+            ..Commit::default()
+        };
+        store.commit(&commit, 10).await.expect("commit");
+        store
+            .put_run_base(&crate::helpers::rid("r1"), &sha)
+            .await
+            .expect("base");
+        let read = store.run(&crate::helpers::rid("r1")).await.expect("read");
+        let base = read.and_then(|r| r.base_commit);
+        assert_eq!(
+            base.as_ref().map(CommitSha::as_str),
+            Some(&*"ab".repeat(20)),
+            "{backend}"
+        );
+    }
+    // A base commit changed under the director (by hand, or a bug) to something git would
+    // take as an option or a branch is not handed on as a commit: reading the run fails,
+    // naming the column.
+    let (_, url) = &b.urls[0];
+    let path = url.strip_prefix("sqlite://").expect("a file");
+    let db = rusqlite::Connection::open(path).expect("open");
+    db.execute(
+        "UPDATE runs SET base_commit = '--upload-pack=touch /tmp/x' WHERE id = ?1",
+        [crate::helpers::rid("r1").as_str()],
+    )
+    .expect("update");
+    let store = open(url).await;
+    let err = store
+        .run(&crate::helpers::rid("r1"))
+        .await
+        .expect_err("not a commit");
+    assert!(format!("{err:#}").contains("stored base commit"), "{err:#}");
+}

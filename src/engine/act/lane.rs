@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context;
 
 use super::Acts;
-use crate::domain::{CheckState, IssueRef, RepoName, same_login};
+use crate::domain::{CheckState, CommitSha, IssueRef, RepoName, same_login};
 use crate::event::{Event, MergeOutcome};
 use crate::forge::{MergeAnswer, PullRequest, Review};
 use crate::settings::MergeSettings;
@@ -62,17 +62,17 @@ pub(super) async fn read_checks(
         .pull(&issue.repo, pr)
         .await
         .context("reading the pull request")?;
-    if pull.state != "open" || pull.head_sha.is_empty() {
+    let Some(head) = pull.head_sha.filter(|_| pull.state == "open") else {
         return Ok(None);
-    }
+    };
     let checks = acts
         .forge
-        .checks(&issue.repo, &pull.head_sha)
+        .checks(&issue.repo, &head)
         .await
         .context("reading the checks of the pull request's head")?;
     Ok(Some(Event::ChecksRead {
         pr,
-        head: pull.head_sha,
+        head: head.to_string(),
         state: checks.state(),
         failing: crate::domain::pull::failing(&checks.checks),
         contexts: checks.checks.len(),
@@ -170,10 +170,16 @@ async fn attempt(acts: &Acts, issue: &IssueRef, pr: u64) -> anyhow::Result<Merge
             &[],
         ));
     }
-    if let Some(not_green) = checks_gate(acts, repo, &pull.head_sha).await? {
+    let Some(head) = pull.head_sha.clone() else {
+        return Ok(polled(
+            "the forge does not say which commit is its head",
+            &[],
+        ));
+    };
+    if let Some(not_green) = checks_gate(acts, repo, &head).await? {
         return Ok(not_green);
     }
-    let approvals = match approvals_gate(acts, issue, pr, &pull).await? {
+    let approvals = match approvals_gate(acts, issue, pr, &head).await? {
         Ok(approvals) => approvals,
         Err(short) => return Ok(short),
     };
@@ -183,14 +189,14 @@ async fn attempt(acts: &Acts, issue: &IssueRef, pr: u64) -> anyhow::Result<Merge
             &approvals,
         ));
     }
-    update_or_merge(acts, repo, pr, pull, approvals).await
+    update_or_merge(acts, repo, pr, pull, &head, approvals).await
 }
 
 /// What the lane waits for while the head's checks are not all green (`None`: they are).
 async fn checks_gate(
     acts: &Acts,
     repo: &RepoName,
-    head: &str,
+    head: &CommitSha,
 ) -> anyhow::Result<Option<MergeOutcome>> {
     let checks = acts
         .forge
@@ -224,7 +230,7 @@ async fn approvals_gate(
     acts: &Acts,
     issue: &IssueRef,
     pr: u64,
-    pull: &PullRequest,
+    head: &CommitSha,
 ) -> anyhow::Result<Result<Vec<String>, MergeOutcome>> {
     let settings = &acts.lane.settings;
     let reviews = acts
@@ -235,7 +241,7 @@ async fn approvals_gate(
     let verdicts = writers_verdicts(acts, &issue.repo, &reviews).await?;
     let approved: Vec<String> = verdicts
         .iter()
-        .filter(|(_, r)| r.state == "APPROVED" && r.commit_id == pull.head_sha)
+        .filter(|(_, r)| r.state == "APPROVED" && r.commit_id.as_ref() == Some(head))
         .map(|(user, _)| user.clone())
         .collect();
     let requesters = if settings.requester_may_approve {
@@ -289,6 +295,7 @@ async fn update_or_merge(
     repo: &RepoName,
     pr: u64,
     pull: PullRequest,
+    head: &CommitSha,
     approvals: Vec<String>,
 ) -> anyhow::Result<MergeOutcome> {
     let settings = &acts.lane.settings;
@@ -302,7 +309,7 @@ async fn update_or_merge(
         return Ok(match updated.context("updating the branch")? {
             MergeAnswer::Done => MergeOutcome::Updated,
             MergeAnswer::Refused { status, message } => MergeOutcome::Refused {
-                head: pull.head_sha,
+                head: head.to_string(),
                 reason: format!(
                     "the forge refused to update the branch (HTTP {status}): {message}"
                 ),
@@ -315,7 +322,7 @@ async fn update_or_merge(
             repo,
             pr,
             settings.style,
-            &pull.head_sha,
+            head,
             // The bot cannot delete a branch in the runner's fork: the runner does, below.
             settings.delete_branch && fork.is_none(),
         )
@@ -335,7 +342,7 @@ async fn update_or_merge(
     Ok(match answer {
         MergeAnswer::Done => MergeOutcome::Merged { approvals },
         MergeAnswer::Refused { status, message } => MergeOutcome::Refused {
-            head: pull.head_sha,
+            head: head.to_string(),
             reason: format!("the forge refused to merge (HTTP {status}): {message}"),
         },
     })

@@ -93,7 +93,7 @@ pub(super) async fn read_feedback(
 fn the_review<'a>(reviews: &'a [Review], sender: &str, body: &str) -> Option<&'a Review> {
     let theirs: Vec<&Review> = reviews
         .iter()
-        .filter(|r| r.user == sender && r.state == "REQUEST_CHANGES")
+        .filter(|r| same_login(&r.user, sender) && r.state == "REQUEST_CHANGES")
         .collect();
     theirs
         .iter()

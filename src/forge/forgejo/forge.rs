@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::wire::*;
 use super::{ForgejoClient, absolute, basic, repo_path, run_endpoints, seg, sensitive};
-use crate::domain::{IssueRef, RepoName};
+use crate::domain::{CommitSha, IssueRef, RepoName};
 use crate::forge::{
     Branch, Check, CheckState, Checks, Comment, CommitSummary, FileAt, Forge, ForgeError, ForkSync,
     Hook, HookSpec, Issue, IssueChanges, Label, MergeAnswer, MergeStyle, MintedToken, Permission,
@@ -397,7 +397,7 @@ impl Forge for ForgejoClient {
             state: w.state,
             merged: w.merged,
             updated_at: w.updated_at,
-            head_sha: head.sha,
+            head_sha: CommitSha::read(&head.sha),
             head_ref: head.name,
             base_ref: base.name,
             merge_base: w.merge_base.unwrap_or_default(),
@@ -410,7 +410,7 @@ impl Forge for ForgejoClient {
 
     /// The combined status, page by page (each page combines only its own contexts, so the
     /// state is worked out here), up to [`crate::forge::MAX_CHECKS`] contexts.
-    async fn checks(&self, repo: &RepoName, sha: &str) -> Result<Checks, ForgeError> {
+    async fn checks(&self, repo: &RepoName, sha: &CommitSha) -> Result<Checks, ForgeError> {
         const LIMIT: usize = 50;
         let path = format!("{}/commits/{sha}/status", repo_path(repo));
         let web = self.api.trim_end_matches("/api/v1").to_owned();
@@ -451,13 +451,13 @@ impl Forge for ForgejoClient {
         repo: &RepoName,
         number: u64,
         style: MergeStyle,
-        head_sha: &str,
+        head_sha: &CommitSha,
         delete_branch: bool,
     ) -> Result<MergeAnswer, ForgeError> {
         let path = format!("{}/pulls/{number}/merge", repo_path(repo));
         let body = serde_json::json!({
             "Do": style.as_str(),
-            "head_commit_id": head_sha,
+            "head_commit_id": head_sha.as_str(),
             "delete_branch_after_merge": delete_branch,
         });
         let sent = self
@@ -494,7 +494,7 @@ impl Forge for ForgejoClient {
                 state: r.state,
                 body: r.body,
                 submitted_at: r.submitted_at,
-                commit_id: r.commit_id,
+                commit_id: CommitSha::read(&r.commit_id),
                 dismissed: r.dismissed,
             })
             .collect())

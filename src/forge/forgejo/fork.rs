@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::wire::*;
 use super::{ForgejoClient, PAGE_SIZE, basic, decode, repo_path, seg};
-use crate::domain::RepoName;
+use crate::domain::{CommitSha, RepoName};
 use crate::forge::{CommitSummary, ForgeError, ForkSync, RunnerAccount};
 
 /// The most workflow runs of one commit read for their approval.
@@ -21,10 +21,14 @@ const RUNS_READ: usize = 50;
 impl ForgejoClient {
     /// How many workflow runs of commit `sha` wait for a maintainer's approval. A repository
     /// without Actions (the list answers 404 or 403) has none.
-    pub(super) async fn held_runs(&self, repo: &RepoName, sha: &str) -> Result<u32, ForgeError> {
+    pub(super) async fn held_runs(
+        &self,
+        repo: &RepoName,
+        sha: &CommitSha,
+    ) -> Result<u32, ForgeError> {
         let path = format!("{}/actions/runs", repo_path(repo));
         let query = [
-            ("head_sha", sha.to_owned()),
+            ("head_sha", sha.to_string()),
             ("limit", RUNS_READ.to_string()),
         ];
         match self

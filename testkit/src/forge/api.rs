@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 
-use director::domain::{IssueRef, RepoName};
+use director::domain::{CommitSha, IssueRef, RepoName};
 use director::forge::{
     Comment, Forge, ForgeError, Hook, HookSpec, Issue, Label, Permission, Repository, TimelineEntry,
 };
@@ -425,9 +425,9 @@ impl Forge for FakeForge {
     async fn checks(
         &self,
         repo: &RepoName,
-        sha: &str,
+        sha: &CommitSha,
     ) -> Result<director::forge::Checks, ForgeError> {
-        checks::checks(&self.state(), repo, sha)
+        checks::checks(&self.state(), repo, sha.as_str())
             .map_err(|e| refused("GET", format!("{repo}/commits/{sha}/status"), e))
     }
 
@@ -436,12 +436,12 @@ impl Forge for FakeForge {
         repo: &RepoName,
         number: u64,
         style: director::forge::MergeStyle,
-        head_sha: &str,
+        head_sha: &CommitSha,
         delete_branch: bool,
     ) -> Result<director::forge::MergeAnswer, ForgeError> {
         let body = serde_json::json!({
             "Do": style.as_str(),
-            "head_commit_id": head_sha,
+            "head_commit_id": head_sha.as_str(),
             "delete_branch_after_merge": delete_branch,
         });
         let bot = self.bot();

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::server::{self, pull_json, review_of, reviews_of};
 use super::{FReview, FReviewComment, FakeForge, Outgoing, Refusal, State, rfc3339};
-use director::domain::{IssueRef, RepoName};
+use director::domain::{CommitSha, IssueRef, RepoName};
 use director::forge::{Permission, PullRequest, Review, ReviewComment};
 
 /// A review as a test submits it.
@@ -258,7 +258,7 @@ pub(super) fn pull(s: &State, repo: &RepoName, number: u64) -> Result<PullReques
         state: v["state"].as_str().unwrap_or_default().to_owned(),
         merged: v["merged"].as_bool().unwrap_or(false),
         updated_at: v["updated_at"].as_str().map(str::to_owned),
-        head_sha: v["head"]["sha"].as_str().unwrap_or_default().to_owned(),
+        head_sha: v["head"]["sha"].as_str().and_then(CommitSha::read),
         head_ref: v["head"]["ref"].as_str().unwrap_or_default().to_owned(),
         base_ref: v["base"]["ref"].as_str().unwrap_or_default().to_owned(),
         merge_base: v["merge_base"].as_str().unwrap_or_default().to_owned(),
@@ -280,7 +280,7 @@ pub(super) fn reviews(s: &State, repo: &RepoName, number: u64) -> Result<Vec<Rev
             state: v.state.clone(),
             body: v.body.clone(),
             submitted_at: Some(rfc3339(v.submitted)),
-            commit_id: v.commit.clone(),
+            commit_id: CommitSha::read(&v.commit),
             dismissed: v.dismissed,
         })
         .collect())

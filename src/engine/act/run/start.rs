@@ -5,7 +5,7 @@
 use anyhow::Context;
 
 use super::{Acts, RunAct, TrustedText, home, questions_text};
-use crate::domain::{IssueRecord, IssueRef, RunId, RunRecord};
+use crate::domain::{CommitSha, IssueRecord, IssueRef, RunId, RunRecord};
 use crate::engine::decide::{BranchSeen, RunnerRole, StartFacts, StartRefusal};
 use crate::event::RunReport;
 use crate::forge::{Branch, RunEndpoints};
@@ -82,9 +82,9 @@ impl RunAct {
         // The commit a first run starts from: the git gateway takes only a branch that
         // descends from it (an older base would bring back older CI definitions).
         if run.followup.is_none()
-            && let Some(commit) = branch.as_ref().map(|b| &b.commit).filter(|c| !c.is_empty())
+            && let Some(commit) = branch.as_ref().and_then(|b| CommitSha::read(&b.commit))
         {
-            acts.store.put_run_base(run_id, commit).await?;
+            acts.store.put_run_base(run_id, &commit).await?;
         }
         self.launch(acts, run, &issue, &trusted, &token, &endpoints)
             .await

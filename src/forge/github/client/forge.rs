@@ -423,7 +423,7 @@ impl Forge for GithubClient {
             state: p.state,
             merged: p.merged || p.merged_at.is_some(),
             updated_at: p.updated_at,
-            head_sha: head.sha,
+            head_sha: CommitSha::read(&head.sha),
             head_ref: head.name,
             base_ref: base.name,
             merge_base: String::new(),
@@ -436,7 +436,7 @@ impl Forge for GithubClient {
     }
 
     /// Commit statuses (latest per context) and check runs, a page of each.
-    async fn checks(&self, repo: &RepoName, sha: &str) -> Result<Checks, ForgeError> {
+    async fn checks(&self, repo: &RepoName, sha: &CommitSha) -> Result<Checks, ForgeError> {
         let who = self.on(repo).await?;
         let combined: RawCombined = self
             .json(
@@ -494,7 +494,7 @@ impl Forge for GithubClient {
         repo: &RepoName,
         number: u64,
         style: MergeStyle,
-        head_sha: &str,
+        head_sha: &CommitSha,
         delete_branch: bool,
     ) -> Result<MergeAnswer, ForgeError> {
         let method = match style {
@@ -515,7 +515,7 @@ impl Forge for GithubClient {
                 Method::PUT,
                 "/repos/{o}/{r}/pulls/{n}/merge",
                 &format!("{}/pulls/{number}/merge", repo_path(repo)),
-                Some(&json!({ "merge_method": method, "sha": head_sha })),
+                Some(&json!({ "merge_method": method, "sha": head_sha.as_str() })),
             )
             .await;
         let answer = crate::forge::refused_or_done(merged, &[405, 409, 422])?;
@@ -570,7 +570,7 @@ impl Forge for GithubClient {
                 state: review_state(&r.state),
                 body: r.body.unwrap_or_default(),
                 submitted_at: r.submitted_at,
-                commit_id: r.commit_id.unwrap_or_default(),
+                commit_id: r.commit_id.as_deref().and_then(CommitSha::read),
             })
             .collect())
     }

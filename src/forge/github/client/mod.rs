@@ -22,7 +22,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::domain::{IssueRef, RepoName};
+use crate::domain::{CommitSha, IssueRef, RepoName};
 use crate::forge::{
     Branch, Check, CheckState, Checks, Comment, Forge, ForgeError, Hook, HookSpec, Issue,
     IssueChanges, Label, MAX_CHECKS, MergeAnswer, MergeStyle, MintedToken, Permission, PullRequest,
