@@ -285,7 +285,9 @@ fn main() -> anyhow::Result<()> {
         let repo: RepoName = forge.add_repo("bench/widgets");
         forge.grant(&repo, "director-bot", Permission::Admin);
         forge.grant(&repo, "alice", Permission::Write);
-        forge.grant(&repo, "director-runner", Permission::Write);
+        // Runs push to the runner's fork (the default): the runner reads the repository
+        // and may not write to it, or no run starts.
+        forge.grant(&repo, "director-runner", Permission::Read);
         forge.set_password("director-runner", "bench-pass");
         forge.define_label(&repo, "headless");
         let server = forge.serve()?;
