@@ -36,11 +36,6 @@ impl CommitSha {
     pub fn as_str(&self) -> &str {
         &self.0
     }
-
-    /// The first twelve digits, as people quote a commit.
-    pub fn short(&self) -> &str {
-        &self.0[..12]
-    }
 }
 
 impl std::fmt::Display for CommitSha {
@@ -71,12 +66,6 @@ impl From<CommitSha> for String {
     }
 }
 
-impl PartialEq<str> for CommitSha {
-    fn eq(&self, other: &str) -> bool {
-        self.0.eq_ignore_ascii_case(other)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,7 +79,6 @@ mod tests {
         assert_eq!(CommitSha::parse(&sha256).expect("sha-256").as_str(), sha256);
         let upper = SHA1.to_ascii_uppercase();
         assert_eq!(CommitSha::parse(&upper).expect("upper case").as_str(), SHA1);
-        assert_eq!(CommitSha::parse(SHA1).expect("sha").short(), "0123456789ab");
     }
 
     #[test]
