@@ -276,12 +276,24 @@ pub async fn poll_until<F, Fut>(
     }
 }
 
-/// A port free on every address of this machine (the runs' network included) just now.
+/// A port free on every address of this machine (the runs' network included) just now,
+/// chosen at random below the kernel's ephemeral range: a port the kernel hands out (`:0`)
+/// may meanwhile become the local end of any outgoing connection of a test running beside
+/// this one, and the server that was to listen on it then cannot (a gateway that cannot
+/// listen starts no run, and the test waits in vain).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("0.0.0.0:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    let (low, high) = (10_000, ephemeral_low.max(10_001));
+    for _ in 0..1_000 {
+        let port = rand::random_range(low..high);
+        if std::net::TcpListener::bind(("0.0.0.0", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {low}..{high}")
 }
 
 pub fn fixture(name: &str) -> String {

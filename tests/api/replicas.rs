@@ -81,10 +81,7 @@ impl Replicas {
     /// Starts one more replica (stopping at `failpoint` if named) and waits for `/healthz`.
     async fn start(&mut self, failpoint: Option<&str>) -> usize {
         let i = self.running.len();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("port");
+        let port = crate::helpers::free_port();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_director"));
         cmd.arg("serve")
             .env("DIRECTOR_SERVER__LISTEN", format!("127.0.0.1:{port}"))

@@ -624,12 +624,7 @@ async fn a_director_killed_mid_run_adopts_the_run_after_restart_and_one_containe
             .spawn()
             .expect("director starts")
     };
-    let free_port = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("port")
-    };
+    let free_port = crate::helpers::free_port;
     let client = crate::helpers::http_client();
     let healthy = |port: u16| {
         let client = client.clone();
