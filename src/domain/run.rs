@@ -96,18 +96,6 @@ impl fmt::Display for RunId {
     }
 }
 
-impl PartialEq<str> for RunId {
-    fn eq(&self, other: &str) -> bool {
-        self.0 == other
-    }
-}
-
-impl PartialEq<&str> for RunId {
-    fn eq(&self, other: &&str) -> bool {
-        self.0 == *other
-    }
-}
-
 /// A well-formed id for a test: an id itself, or a name of up to six bytes as their hex,
 /// zero-padded (`"r1"` is `000000007231`). Made through [`RunId::parse`] like any other.
 #[cfg(any(test, feature = "testkit"))]
@@ -725,7 +713,7 @@ mod id_tests {
         );
         let back: RunId = serde_json::from_str("\"0123456789ab\"").expect("reads back");
         assert_eq!(back, id);
-        assert_eq!(id, "0123456789ab");
+        assert_eq!(id.as_str(), "0123456789ab");
         let set = std::collections::HashSet::from([id.clone()]);
         assert!(set.contains("0123456789ab"), "looked up by its text");
     }

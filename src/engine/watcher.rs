@@ -197,7 +197,7 @@ impl Watcher {
                 .list_runs()
                 .await?
                 .into_iter()
-                .find(|c| run.id == c.run_id.as_str())
+                .find(|c| c.run_id == run.id)
                 .map(|c| c.id),
         };
         let Some(container) = container else {

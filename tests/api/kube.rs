@@ -360,7 +360,7 @@ async fn a_failed_pod_is_its_exit_code_and_a_clash_is_adoption_never_a_second_jo
     let rt = runtime(&fake).await;
     let id = rt.create(&spec("222222222222")).await.expect("created");
     match rt.create(&spec("222222222222")).await {
-        Err(RuntimeError::Exists(run)) => assert_eq!(run, "222222222222"),
+        Err(RuntimeError::Exists(run)) => assert_eq!(run.as_str(), "222222222222"),
         other => panic!("a second Job: {other:?}"),
     }
     assert_eq!(fake.jobs(NS).len(), 1);

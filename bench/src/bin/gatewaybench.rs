@@ -64,7 +64,7 @@ impl Runs for OneRun {
             .next()
             .unwrap_or_default()
             .to_owned();
-        Ok((run_id == RUN).then(|| RunAccess {
+        Ok((run_id.as_str() == RUN).then(|| RunAccess {
             repo: "acme/widgets".parse().expect("a repository name"),
             home: "acme/widgets".parse().expect("a repository name"),
             branch: BRANCH.into(),

@@ -44,7 +44,7 @@ fn a_start_that_gave_up_for_an_earlier_run_leaves_the_run_now_alone() {
     assert!(!s.run().state.is_active());
     s.apply(&command(Command::Retry, true));
     s.apply(&admitted("000000000002"));
-    assert_eq!(s.run().id, "000000000002");
+    assert_eq!(s.run().id.as_str(), "000000000002");
     let late = |kind: ActionKind, what: &str| Event::ActionGaveUp {
         key: format!("acme/widgets#7:{what}:000000000001"),
         kind,

@@ -16,7 +16,7 @@ fn admission_starts_exactly_one_run() {
         !s.apply(&admitted("000000000002")),
         "a second admission while one is active"
     );
-    assert_eq!(s.run().id, "000000000001");
+    assert_eq!(s.run().id.as_str(), "000000000001");
 }
 
 #[test]
