@@ -109,6 +109,18 @@ impl GithubApp {
         n
     }
 
+    /// Waits (on the engine) for a comment on issue `number` that holds `text`.
+    async fn wait_comment(&self, number: u64, what: &str, text: &str) {
+        self.app
+            .wait_for(what, || async {
+                self.gh
+                    .comments(REPO, number)
+                    .iter()
+                    .any(|(_, b)| b.contains(text))
+            })
+            .await;
+    }
+
     async fn record(&self, number: u64) -> director::store::IssueRecord {
         self.app
             .store
@@ -388,12 +400,7 @@ async fn an_unprotected_default_branch_refuses_the_run_and_says_why() {
     t.gh.ruleset(REPO, "evaluate", 1, false);
     t.gh.protect(REPO, 1, &[fake_github::APP_SLUG]);
     let n = t.labelled("Add --verbose", "Print each step.");
-    t.app
-        .wait_for("the refusal is told", || async {
-            t.gh.comments(REPO, n)
-                .iter()
-                .any(|(_, b)| b.contains("protect the default branch"))
-        })
+    t.wait_comment(n, "the refusal is told", "protect the default branch")
         .await;
     t.app.wait_processed().await;
     let runs = t.app.store.runs_of(&t.issue(n)).await.expect("runs");
@@ -782,12 +789,7 @@ async fn a_token_github_refuses_is_told_on_the_issue_and_counted() {
     // The App was granted `contents: read` only: a run token with write is refused (422).
     t.gh.set_permission(t.installation, "contents", "read");
     let n = t.labelled("Add --verbose", "Print each step.");
-    t.app
-        .wait_for("the failure is told on the issue", || async {
-            t.gh.comments(REPO, n)
-                .iter()
-                .any(|(_, b)| b.contains("not granted"))
-        })
+    t.wait_comment(n, "the failure is told on the issue", "not granted")
         .await;
     t.app
         .wait_for_metric(

@@ -155,7 +155,7 @@ fn main() -> anyhow::Result<()> {
                         && c.path
                             .ends_with(&format!("/issues/{}/comments", issue.number))
                 }) {
-                    break c.at_ms;
+                    break c.at_ms();
                 }
                 tokio::time::sleep(Duration::from_millis(2)).await;
             };

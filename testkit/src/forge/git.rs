@@ -540,7 +540,6 @@ fn record(forge: &FakeForge, method: &str, path: &str, status: u16, login: Optio
         body: None,
         status,
         login: login.map(str::to_owned),
-        at_ms: at_us / 1000,
         at_us,
     });
     let recorded = state.calls.len();

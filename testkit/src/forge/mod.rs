@@ -45,10 +45,15 @@ pub struct Call {
     pub status: u16,
     /// The account the call authenticated as.
     pub login: Option<String>,
-    /// When it arrived (wall clock, milliseconds since the epoch).
-    pub at_ms: i64,
-    /// The same, in microseconds.
+    /// When it arrived (wall clock, microseconds since the epoch).
     pub at_us: i64,
+}
+
+impl Call {
+    /// When it arrived, in milliseconds since the epoch.
+    pub fn at_ms(&self) -> i64 {
+        self.at_us / 1000
+    }
 }
 
 #[derive(Clone, Debug)]

@@ -303,7 +303,6 @@ async fn handle(req: HttpRequest, body: web::Bytes, forge: web::Data<FakeForge>)
             body: json_body.clone(),
             status: status.as_u16(),
             login: login.as_ref().map(|c| c.login().to_owned()),
-            at_ms: at_us / 1000,
             at_us,
         });
         let recorded = state.calls.len();
