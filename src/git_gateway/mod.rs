@@ -245,6 +245,16 @@ async fn handle(req: HttpRequest, payload: web::Payload, gw: web::Data<Gateway>)
             .insert_header(("WWW-Authenticate", "Basic realm=\"director git gateway\""))
             .body("a run's credentials are required\n");
     };
+    // Held until the answer is made: one run's parallel requests are capped, and before
+    // anything is looked up for it (the store, the forge), so a run that floods the gateway
+    // waits on its own slots alone.
+    let _slot = match gw.requests.slot(&run_id) {
+        Ok(slot) => slot,
+        Err(refused) => {
+            gw.count("busy");
+            return refusal(&gw, &refused);
+        }
+    };
     let run = match gw.runs.access(&run_id).await {
         Ok(Some(run)) => run,
         Ok(None) => return text(StatusCode::FORBIDDEN, "the run has ended"),
@@ -259,14 +269,6 @@ async fn handle(req: HttpRequest, payload: web::Payload, gw: web::Data<Gateway>)
     if !run.repo.to_string().eq_ignore_ascii_case(&repo.to_string()) {
         return text(StatusCode::NOT_FOUND, "repository not found");
     }
-    // Held until the answer is made: one run's parallel requests are capped.
-    let _slot = match gw.requests.slot(&run_id) {
-        Ok(slot) => slot,
-        Err(refused) => {
-            gw.count("busy");
-            return refusal(&gw, &refused);
-        }
-    };
     match end {
         Endpoint::InfoRefs => {
             if req.query_string() == "service=git-upload-pack" {
@@ -274,7 +276,7 @@ async fn handle(req: HttpRequest, payload: web::Payload, gw: web::Data<Gateway>)
             }
             info_refs(&gw, &req, &run).await
         }
-        Endpoint::UploadPack => upload_pack(&gw, &req, payload, &run).await,
+        Endpoint::UploadPack => upload_pack(&gw, &req, payload, &run_id, &run).await,
         Endpoint::ReceivePack => receive_pack(&gw, &req, payload, &run_id, &run).await,
     }
 }
@@ -307,7 +309,10 @@ fn refusal(gw: &Gateway, refused: &request::Refused) -> HttpResponse {
     let (status, why) = refused.answer(gw.requests.max_per_run());
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
     let mut answer = text(status, &why);
-    if matches!(refused, request::Refused::NoRoom | request::Refused::Busy) {
+    if matches!(
+        refused,
+        request::Refused::NoRoom | request::Refused::Busy | request::Refused::OverShare
+    ) {
         answer
             .headers_mut()
             .insert(actix_web::http::header::RETRY_AFTER, 5.into());
@@ -403,11 +408,12 @@ async fn upload_pack(
     gw: &Gateway,
     req: &HttpRequest,
     payload: web::Payload,
+    run_id: &RunId,
     run: &RunAccess,
 ) -> HttpResponse {
     let (data, _room) = match gw
         .requests
-        .read(payload, request::declared(req), MAX_FETCH_REQUEST)
+        .read(run_id, payload, request::declared(req), MAX_FETCH_REQUEST)
         .await
     {
         Ok((d, false, room)) => (d, room),
@@ -457,7 +463,7 @@ async fn receive_pack(
     // The room stays held while the push is checked and forwarded.
     let (data, over, _room) = match gw
         .requests
-        .read(payload, request::declared(req), gw.max_push)
+        .read(run_id, payload, request::declared(req), gw.max_push)
         .await
     {
         Ok(read) => read,

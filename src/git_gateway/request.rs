@@ -1,7 +1,11 @@
 //! What a run's request to a gateway (git or model) may hold while the director reads it:
-//! room in a memory budget shared by every gateway request, reserved before a byte is read;
-//! a deadline for the whole body; and a cap on one run's requests at once. A run can then
-//! neither exhaust the director's memory with parallel pushes or calls nor hold a body open.
+//! room in a memory budget shared by every gateway request, of which one run may hold at
+//! most its share, reserved as the body arrives (its declared length at once, a chunked body
+//! in steps as it grows); a deadline for the whole body; and a cap on one run's requests at
+//! once. A run can then neither exhaust the director's memory with parallel pushes or calls,
+//! nor hold a body open, nor keep another run's request waiting: room is not handed out in
+//! the order it was asked for (where one large waiter would hold up every small one behind
+//! it) but to any waiter it fits, and a run that holds its share waits on itself alone.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -9,7 +13,7 @@ use std::time::Duration;
 
 use actix_web::web;
 use futures_util::StreamExt as _;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Notify;
 
 use crate::domain::RunId;
 
@@ -17,29 +21,110 @@ use crate::domain::RunId;
 /// request waits for room and for its body.
 #[derive(Clone)]
 pub struct Budget {
-    kib: Arc<Semaphore>,
-    total_kib: u32,
+    pool: Arc<Pool>,
     /// How long a request waits for room before it is answered 503.
     pub wait: Duration,
     /// How long its whole body may take to arrive.
     pub body_timeout: Duration,
     per_run: Arc<PerRun>,
+}
+
+/// The KiB free, and what each run holds.
+struct Pool {
+    total_kib: u32,
+    /// One run's most.
+    share_kib: u32,
+    held: Mutex<Held>,
+    /// Told whenever room is given back.
+    freed: Notify,
     /// `director_gateway_body_memory_bytes`: what the bodies being read hold.
     in_use: Option<prometheus::IntGauge>,
 }
 
+#[derive(Default)]
+struct Held {
+    used_kib: u32,
+    by_run: HashMap<RunId, u32>,
+}
+
+impl Pool {
+    fn held(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Takes `kib` for `run_id` if it fits both the pool and the run's share.
+    fn try_take(&self, run_id: &RunId, kib: u32) -> Result<(), Refused> {
+        let mut held = self.held();
+        let run = held.by_run.get(run_id).copied().unwrap_or(0);
+        if run.saturating_add(kib) > self.share_kib {
+            return Err(Refused::OverShare);
+        }
+        if held.used_kib.saturating_add(kib) > self.total_kib {
+            return Err(Refused::NoRoom);
+        }
+        held.used_kib += kib;
+        *held.by_run.entry(run_id.clone()).or_default() += kib;
+        if let Some(g) = &self.in_use {
+            g.add(i64::from(kib) * 1024);
+        }
+        Ok(())
+    }
+
+    fn give_back(&self, run_id: &RunId, kib: u32) {
+        if kib == 0 {
+            return;
+        }
+        {
+            let mut held = self.held();
+            held.used_kib = held.used_kib.saturating_sub(kib);
+            if let Some(n) = held.by_run.get_mut(run_id) {
+                *n = n.saturating_sub(kib);
+                if *n == 0 {
+                    held.by_run.remove(run_id);
+                }
+            }
+        }
+        if let Some(g) = &self.in_use {
+            g.sub(i64::from(kib) * 1024);
+        }
+        self.freed.notify_waiters();
+    }
+
+    /// Takes `kib` for `run_id`, waiting until `deadline` for room to be given back.
+    async fn take(
+        &self,
+        run_id: &RunId,
+        kib: u32,
+        deadline: tokio::time::Instant,
+    ) -> Result<(), Refused> {
+        loop {
+            // Registered before the look, so a give-back between the two is not missed.
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            let refused = match self.try_take(run_id, kib) {
+                Ok(()) => return Ok(()),
+                Err(refused) => refused,
+            };
+            if tokio::time::timeout_at(deadline, freed).await.is_err() {
+                return Err(refused);
+            }
+        }
+    }
+}
+
 /// Room for one body, held until it is dropped.
 pub struct Room {
-    _permit: OwnedSemaphorePermit,
-    bytes: i64,
-    in_use: Option<prometheus::IntGauge>,
+    pool: Arc<Pool>,
+    run_id: RunId,
+    kib: u32,
 }
 
 impl Drop for Room {
     fn drop(&mut self) {
-        if let Some(g) = &self.in_use {
-            g.sub(self.bytes);
-        }
+        self.pool.give_back(&self.run_id, self.kib);
     }
 }
 
@@ -48,6 +133,9 @@ impl Drop for Room {
 pub enum Refused {
     /// No room came in time (503).
     NoRoom,
+    /// The run's own requests hold its share of the memory (429), or the body alone is
+    /// over it (413).
+    OverShare,
     /// The body did not arrive in time (408).
     TooSlow,
     /// The connection failed while it was read (400).
@@ -63,6 +151,10 @@ impl Refused {
             Self::NoRoom => (
                 503,
                 "the director is reading as many requests as it can hold: retry shortly".into(),
+            ),
+            Self::OverShare => (
+                429,
+                "the run's requests being read hold its share of the director's memory (runner.gateway_memory_per_run_mb): retry when one has ended".into(),
             ),
             Self::TooSlow => (408, "the request body did not arrive in time".into()),
             Self::Unreadable => (400, "the request body could not be read".into()),
@@ -103,15 +195,24 @@ impl Drop for Slot {
     }
 }
 
+/// A chunked body's first reservation, doubled as it grows.
+const FIRST_STEP_KIB: u32 = 64;
+
 impl Budget {
-    /// `memory_mb` shared by all bodies, `per_run` requests of one run at once; a request
-    /// waits at most five seconds for room (less when `body_timeout` is shorter), and
-    /// `body_timeout` for its body.
+    /// `memory_mb` shared by all bodies, a quarter of it at most for one run (see
+    /// [`Budget::with_run_share`]), `per_run` requests of one run at once; a request waits at
+    /// most five seconds for room (less when `body_timeout` is shorter), and `body_timeout`
+    /// for its body.
     pub fn new(memory_mb: u64, per_run: usize, body_timeout: Duration) -> Self {
         let total_kib = u32::try_from(memory_mb.saturating_mul(1024)).unwrap_or(u32::MAX);
         Self {
-            kib: Arc::new(Semaphore::new(total_kib as usize)),
-            total_kib,
+            pool: Arc::new(Pool {
+                total_kib,
+                share_kib: (total_kib / 4).max(1),
+                held: Mutex::default(),
+                freed: Notify::new(),
+                in_use: None,
+            }),
             // Shorter than a body's time: a request that finds no room is told soon, while
             // one that holds room has its whole time.
             wait: body_timeout.min(Duration::from_secs(5)),
@@ -120,20 +221,31 @@ impl Budget {
                 max: per_run.max(1),
                 open: Mutex::default(),
             }),
-            in_use: None,
         }
+    }
+
+    fn pool_mut(&mut self) -> &mut Pool {
+        // Set up before any request is read: nothing else holds the pool yet.
+        Arc::get_mut(&mut self.pool).expect("the budget is set up before it is shared")
+    }
+
+    /// One run holds at most `mb` of the bodies' memory at once (never more than all of it).
+    pub fn with_run_share(mut self, mb: u64) -> Self {
+        let pool = self.pool_mut();
+        let kib = u32::try_from(mb.saturating_mul(1024)).unwrap_or(u32::MAX);
+        pool.share_kib = kib.clamp(1, pool.total_kib.max(1));
+        self
     }
 
     /// Counts the memory the bodies hold in `gauge`, in bytes.
     pub fn with_gauge(mut self, gauge: prometheus::IntGauge) -> Self {
-        self.in_use = Some(gauge);
+        self.pool_mut().in_use = Some(gauge);
         self
     }
 
     /// KiB in use now.
     pub fn in_use_kib(&self) -> u32 {
-        let free = u32::try_from(self.kib.available_permits()).unwrap_or(u32::MAX);
-        self.total_kib.saturating_sub(free)
+        self.pool.held().used_kib
     }
 
     /// The most requests one run may have open.
@@ -159,60 +271,82 @@ impl Budget {
         })
     }
 
-    /// Reads a body of at most `max` bytes: room for its declared length (or `max` when it
-    /// declares none) is reserved first, and the whole body must arrive within
+    /// Reads a body of at most `max` bytes for `run_id`: room for its declared length is
+    /// reserved first (a length over the run's whole share is refused at once), a body that
+    /// declares none reserves as it arrives; the whole body must arrive within
     /// `body_timeout`. Returns the body (cut at `max`), whether there was more (read and
     /// dropped, so the client can read the answer), and the room it holds.
     pub async fn read(
         &self,
+        run_id: &RunId,
         payload: web::Payload,
         declared: Option<usize>,
         max: usize,
     ) -> Result<(Vec<u8>, bool, Room), Refused> {
-        // A body that declares more than the cap is read only up to it.
-        let reserve = declared.map_or(max, |d| d.min(max));
-        let kib = u32::try_from(reserve.div_ceil(1024).max(1))
-            .unwrap_or(u32::MAX)
-            .min(self.total_kib.max(1));
-        let permit = tokio::time::timeout(self.wait, self.kib.clone().acquire_many_owned(kib))
-            .await
-            .map_err(|_| Refused::NoRoom)?
-            .map_err(|_| Refused::NoRoom)?;
-        // Counted from here, and given back however the read ends.
-        let room = Room {
-            _permit: permit,
-            bytes: i64::from(kib) * 1024,
-            in_use: self.in_use.clone(),
+        let kib_of = |bytes: usize| u32::try_from(bytes.div_ceil(1024).max(1)).unwrap_or(u32::MAX);
+        let mut room = Room {
+            pool: self.pool.clone(),
+            run_id: run_id.clone(),
+            kib: 0,
         };
-        if let Some(g) = &room.in_use {
-            g.add(room.bytes);
+        // A body that declares more than the cap is read only up to it.
+        if let Some(d) = declared {
+            let kib = kib_of(d.min(max));
+            if kib > self.pool.share_kib {
+                return Err(Refused::OverShare);
+            }
+            let deadline = tokio::time::Instant::now() + self.wait;
+            self.pool.take(run_id, kib, deadline).await?;
+            room.kib = kib;
         }
-        let (body, over) = tokio::time::timeout(self.body_timeout, capped(payload, reserve))
+        let cap = declared.map_or(max, |d| d.min(max));
+        let read = self.capped(payload, cap, &mut room);
+        let (body, over) = tokio::time::timeout(self.body_timeout, read)
             .await
-            .map_err(|_| Refused::TooSlow)?
-            .map_err(|()| Refused::Unreadable)?;
+            .map_err(|_| Refused::TooSlow)??;
         Ok((body, over || declared.is_some_and(|d| d > max), room))
     }
-}
 
-/// The request's body, at most `max` bytes of it, and whether there was more (the rest is
-/// read and dropped).
-async fn capped(mut payload: web::Payload, max: usize) -> Result<(Vec<u8>, bool), ()> {
-    let mut out = Vec::new();
-    let mut over = false;
-    while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|_| ())?;
-        if over || out.len() + chunk.len() > max {
-            if !over {
-                let room = max.saturating_sub(out.len());
-                out.extend_from_slice(&chunk[..room.min(chunk.len())]);
+    /// The request's body, at most `max` bytes of it, and whether there was more (the rest
+    /// is read and dropped); `room` grows to hold what is kept before it is kept.
+    async fn capped(
+        &self,
+        mut payload: web::Payload,
+        max: usize,
+        room: &mut Room,
+    ) -> Result<(Vec<u8>, bool), Refused> {
+        let mut out = Vec::new();
+        let mut over = false;
+        while let Some(chunk) = payload.next().await {
+            let chunk = chunk.map_err(|_| Refused::Unreadable)?;
+            if over {
+                continue;
             }
-            over = true;
-            continue;
+            let keep = chunk.len().min(max - out.len());
+            self.grow(room, (out.len() + keep).div_ceil(1024)).await?;
+            out.extend_from_slice(&chunk[..keep]);
+            over = keep < chunk.len();
         }
-        out.extend_from_slice(&chunk);
+        Ok((out, over))
     }
-    Ok((out, over))
+
+    /// Makes `room` hold at least `need` KiB, in doubling steps, waiting as a new request
+    /// would.
+    async fn grow(&self, room: &mut Room, need_kib: usize) -> Result<(), Refused> {
+        let need = u32::try_from(need_kib).unwrap_or(u32::MAX);
+        if need <= room.kib {
+            return Ok(());
+        }
+        let target = need
+            .max(room.kib.saturating_mul(2))
+            .max(FIRST_STEP_KIB)
+            .min(self.pool.share_kib.max(need));
+        let more = target - room.kib;
+        let deadline = tokio::time::Instant::now() + self.wait;
+        self.pool.take(&room.run_id, more, deadline).await?;
+        room.kib = target;
+        Ok(())
+    }
 }
 
 /// The `Content-Length` a request declares.

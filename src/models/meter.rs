@@ -1,14 +1,15 @@
 //! A metered call's answer, read as it passes on its way back to the run: its usage from the
-//! provider's own answer (or, when the answer does not say, an estimate of what passed), and
-//! recorded when it ends, is cut, or the client leaves.
+//! provider's own answer, recorded when it ends. The answer is read by a task of its own, not
+//! by the run's connection: a run that hangs up does not end the call at the provider, which
+//! goes on generating (and billing reasoning no text shows), so the task reads on, for
+//! `models.drain_secs`, until the usage arrives. A call whose usage never arrives (cut by
+//! the provider, or still running at that bound) is charged its reservation, the worst case
+//! its request allowed, or what passed when that was more: a budget is a ceiling on what the
+//! provider bills, never on what the run chose to read.
 
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use actix_web::http::StatusCode;
-use actix_web::web::Bytes;
-use futures_util::{Stream, StreamExt as _};
 
 use super::ledger::Reservation;
 use super::usage::{self, Api, StreamMeter, Usage};
@@ -26,6 +27,8 @@ pub(super) struct Record {
     pub(super) provider: Provider,
     pub(super) model: String,
     pub(super) price: Option<Price>,
+    /// What was reserved: the request's output limit and its estimated input.
+    pub(super) worst: Usage,
 }
 
 /// Reads an answer as it passes: a stream event by event, a whole answer kept (bounded; past
@@ -54,7 +57,7 @@ const MAX_TAIL: usize = 1024 * 1024;
 const STORE_ATTEMPTS: u32 = 5;
 
 impl Meter {
-    fn feed(&mut self, chunk: &[u8]) {
+    pub(super) fn feed(&mut self, chunk: &[u8]) {
         self.bytes += chunk.len() as u64;
         if self.streamed {
             self.sse.feed(chunk);
@@ -70,22 +73,24 @@ impl Meter {
 
     /// What the call used, and why it is an estimate when it is one: at the answer's end,
     /// or when it was cut (the provider failed, the client went away).
-    fn usage(&mut self) -> (Usage, Option<&'static str>) {
+    fn usage(&mut self, worst: Usage) -> (Usage, Option<&'static str>) {
         if self.streamed {
             let reported = self.sse.finish();
             let passed = Usage::estimate(self.request_bytes, self.sse.text_bytes());
             return match reported {
                 Some(u) if self.sse.ended() => (u, None),
-                // Cut before its end: the output so far is at least what passed (Anthropic
-                // reports it whole only at the end, OpenAI only in the last chunk).
+                // Ended before its usage: the provider may have generated (and billed) up to
+                // the request's limit, whatever passed (Anthropic reports the output whole
+                // only at the end, OpenAI only in the last chunk).
                 Some(u) => (
                     Usage {
                         output: u.output.max(passed.output),
                         ..u
-                    },
+                    }
+                    .at_least(worst),
                     Some("cut"),
                 ),
-                None => (passed, Some("cut")),
+                None => (passed.at_least(worst), Some("cut")),
             };
         }
         let read = if self.tail {
@@ -96,27 +101,28 @@ impl Meter {
         match read {
             Some(u) => (u, None),
             None => (
-                Usage::estimate(self.request_bytes, self.bytes),
+                Usage::estimate(self.request_bytes, self.bytes).at_least(worst),
                 Some("unreadable"),
             ),
         }
     }
 
     /// Records what the call used. An answer the provider refused (not 2xx) cost nothing; one
-    /// whose usage cannot be read is charged what passed, logged and counted.
-    fn done(&mut self) {
+    /// whose usage cannot be read is charged its reservation (or what passed, when more),
+    /// logged and counted.
+    pub(super) fn done(&mut self) {
         let Some(r) = self.record.take() else {
             return;
         };
         if !self.answered.is_some_and(|s| s.is_success()) {
             return;
         }
-        let (usage, estimated) = self.usage();
+        let (usage, estimated) = self.usage(r.worst);
         if self.sse.skipped() > 0 {
             tracing::warn!(run_id = %r.run_id, lines = self.sse.skipped(), "a model stream had lines too long to meter; they were skipped");
         }
         if let Some(reason) = estimated {
-            tracing::warn!(run_id = %r.run_id, provider = r.provider.as_str(), reason, input = usage.input, output = usage.output, "a model call's usage was not reported whole; it is charged an estimate of what passed");
+            tracing::warn!(run_id = %r.run_id, provider = r.provider.as_str(), reason, input = usage.input, output = usage.output, "a model call's usage was not reported whole; it is charged its reservation");
             if let Some(c) = &r.counters {
                 c.estimated
                     .with_label_values(&[r.provider.as_str(), reason])
@@ -158,41 +164,6 @@ impl Meter {
                 }
             }
         });
-    }
-}
-
-/// The provider's answer, passed on chunk by chunk as it arrives and read by the meter.
-pub(super) struct Metering {
-    pub(super) inner: Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>,
-    pub(super) meter: Meter,
-}
-
-impl Stream for Metering {
-    type Item = Result<Bytes, std::io::Error>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        match self.inner.poll_next_unpin(cx) {
-            Poll::Ready(Some(Ok(chunk))) => {
-                self.meter.feed(&chunk);
-                Poll::Ready(Some(Ok(chunk)))
-            }
-            Poll::Ready(Some(Err(e))) => {
-                self.meter.done();
-                Poll::Ready(Some(Err(std::io::Error::other(e.without_url()))))
-            }
-            Poll::Ready(None) => {
-                self.meter.done();
-                Poll::Ready(None)
-            }
-            Poll::Pending => Poll::Pending,
-        }
-    }
-}
-
-impl Drop for Metering {
-    fn drop(&mut self) {
-        // The client went away mid-answer: what passed so far still counts.
-        self.meter.done();
     }
 }
 
@@ -266,6 +237,7 @@ mod tests {
                     output_per_mtok: 15.0,
                     ..Price::default()
                 }),
+                worst: Usage::default(),
             }),
         }
     }
@@ -310,6 +282,42 @@ mod tests {
         }
         tokio::time::sleep(std::time::Duration::from_secs(60)).await;
         assert_eq!(seen(&ledger).settled.run, 3.0, "never dropped");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_that_ends_without_its_usage_is_charged_its_reservation() {
+        let ledger = Arc::new(Ledger::default());
+        let runs = flaky(0);
+        let mut m = meter(&ledger, runs.clone());
+        m.streamed = true;
+        if let Some(r) = m.record.as_mut() {
+            r.worst = Usage {
+                input: 1000,
+                output: 32_000,
+                ..Usage::default()
+            };
+        }
+        // Thinking, then one visible token, then the provider's stream ends: the thinking
+        // is billed, and no text showed it.
+        m.feed(concat!(
+            "event: message_start\n",
+            "data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":1000,\"output_tokens\":1}}}\n\n",
+            "event: content_block_delta\n",
+            "data: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"text_delta\",\"text\":\"ok\"}}\n\n",
+        ).as_bytes());
+        m.done();
+        while runs.calls.load(Ordering::SeqCst) < 1 {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let charged = runs
+            .last
+            .lock()
+            .expect("not poisoned")
+            .clone()
+            .expect("recorded");
+        assert_eq!((charged.usage.input, charged.usage.output), (1000, 32_000));
+        let cost = charged.cost_usd.expect("priced");
+        assert!((cost - 0.483).abs() < 1e-9, "{cost}");
     }
 
     #[tokio::test(start_paused = true)]

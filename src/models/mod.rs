@@ -9,6 +9,7 @@
 mod ledger;
 mod meter;
 mod model_gateway;
+pub mod policy;
 pub mod usage;
 
 pub use model_gateway::ModelGateway;
@@ -39,7 +40,7 @@ impl Provider {
         }
     }
 
-    fn parse(s: &str) -> Option<Self> {
+    pub fn parse(s: &str) -> Option<Self> {
         match s {
             "anthropic" => Some(Self::Anthropic),
             "openai" => Some(Self::Openai),
@@ -195,6 +196,9 @@ pub struct ActiveRun {
     pub repo: RepoName,
     /// Its repository's `budget.run_usd` (`.director.toml`), when it set one.
     pub run_usd: Option<f64>,
+    /// Its agent's profile and the providers that profile names (`agents.<name>.providers`),
+    /// when it names some: the run's key opens those gateways alone.
+    pub providers: Option<(String, Vec<Provider>)>,
 }
 
 /// Counters the gateway keeps.
@@ -246,6 +250,10 @@ pub struct Config {
     pub requests: crate::git_gateway::request::Budget,
     /// What a call that names no output limit is reserved for, in output tokens.
     pub default_max_output_tokens: u64,
+    /// What a request may ask the provider to do beyond answering.
+    pub policy: policy::Policy,
+    /// How long an answer the run hung up on is still read for its usage.
+    pub drain: std::time::Duration,
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use sha2::Sha256;
 use tokio_util::sync::CancellationToken;
 
 use super::ledger::Ledger;
-use super::meter::{Meter, Metering, Record};
+use super::meter::{Meter, Record};
 use super::usage::{Api, StreamMeter, Usage};
 use super::{ActiveRun, Config, Counters, Provider, Runs, Spent, day_of, over_budget};
 use crate::domain::{RepoName, RunId};
@@ -170,10 +170,44 @@ async fn handle(
 ) -> HttpResponse {
     let path = req.path().trim_start_matches('/').to_owned();
     let (name, route) = path.split_once('/').unwrap_or((path.as_str(), ""));
-    let (provider, run_id, ActiveRun { repo, run_usd }) = match caller(&req, &gw, name).await {
+    let (provider, run_id) = match caller(&req, &gw, name) {
         Ok(caller) => caller,
         Err(refused) => return refused,
     };
+    // One run's calls at once are capped before anything is looked up for it: a run that
+    // floods the gateway waits on its own slots, never on the store other runs need.
+    let slot = match gw.config.requests.slot(&run_id) {
+        Ok(slot) => slot,
+        Err(refused) => {
+            gw.refuse("busy");
+            return request_refused(&gw, provider, &refused);
+        }
+    };
+    let ActiveRun {
+        repo,
+        run_usd,
+        providers,
+    } = match active(&gw, provider, &run_id).await {
+        Ok(active) => active,
+        Err(refused) => return refused,
+    };
+    if let Some((agent, allowed)) = providers
+        && !allowed.contains(&provider)
+    {
+        gw.refuse("provider");
+        return provider.error(
+            StatusCode::FORBIDDEN,
+            "permission_error",
+            &format!(
+                "the run's agent `{agent}` talks to {} only (agents.{agent}.providers)",
+                allowed
+                    .iter()
+                    .map(|p| p.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        );
+    }
     let api = if req.method() == actix_web::http::Method::POST {
         provider.metered(route)
     } else {
@@ -190,20 +224,24 @@ async fn handle(
             ),
         );
     }
-    // One run's calls at once are capped, and so is the memory all requests' bodies hold.
-    let slot = match gw.config.requests.slot(&run_id) {
-        Ok(slot) => slot,
-        Err(refused) => {
-            gw.refuse("busy");
-            return request_refused(&gw, provider, &refused);
+    if provider == Provider::Anthropic {
+        let betas = req.headers().get_all("anthropic-beta");
+        let betas = betas.map(|v| v.to_str().unwrap_or("\u{fffd}"));
+        if let Err(refusal) = gw.config.policy.check_betas(betas) {
+            return reaches_out(&gw, provider, &refusal);
         }
-    };
+    }
     let max =
         usize::try_from(gw.config.max_request_mb.saturating_mul(1024 * 1024)).unwrap_or(usize::MAX);
     let read = gw
         .config
         .requests
-        .read(payload, crate::git_gateway::request::declared(&req), max)
+        .read(
+            &run_id,
+            payload,
+            crate::git_gateway::request::declared(&req),
+            max,
+        )
         .await;
     let (body, room) = match read {
         Ok((_, true, _)) => {
@@ -220,6 +258,16 @@ async fn handle(
         Ok((body, false, room)) => (body, room),
         Err(refused) => return request_refused(&gw, provider, &refused),
     };
+    // What the body asks the provider to do beyond answering: the metered routes, and
+    // Anthropic's token count (which reads the same content, and would fetch it too).
+    let checked = api
+        .or((provider == Provider::Anthropic && provider.free(route))
+            .then_some(Api::AnthropicMessages));
+    if let Some(api) = checked
+        && let Err(refusal) = gw.config.policy.check_body(api, &body)
+    {
+        return reaches_out(&gw, provider, &refusal);
+    }
     let call = Call {
         provider,
         run_id,
@@ -228,25 +276,41 @@ async fn handle(
         budget: gw.config.budget.for_run(run_usd),
     };
     let answer = match api {
-        Some(api) => metered(&gw, &req, body, call, api).await,
-        None => forward(&gw, &req, body, &call, None)
-            .await
-            .unwrap_or_else(|r| r),
+        Some(api) => metered(&gw, &req, body, call, api, slot).await,
+        None => {
+            let answer = forward(&gw, &req, body, &call).await;
+            answer
+                .map_body(move |_, body| Held { body, _slot: slot })
+                .map_into_boxed_body()
+        }
     };
-    // The body was sent: its room is free again. The slot is held until the answer ends.
+    // The body was sent: its room is free again.
     drop(room);
     answer
-        .map_body(move |_, body| Held { body, _slot: slot })
-        .map_into_boxed_body()
 }
 
-/// Who calls: a configured provider named by the path's first part, and an active run by
-/// the key it presents; or the answer that refuses the call.
-async fn caller(
+/// A request refused for what it would have the provider reach: nothing was forwarded.
+fn reaches_out(
+    gw: &ModelGateway,
+    provider: Provider,
+    refusal: &super::policy::Refusal,
+) -> HttpResponse {
+    gw.refuse("reaches_out");
+    provider.error(
+        StatusCode::BAD_REQUEST,
+        "invalid_request_error",
+        &format!("the director does not forward this request: {refusal}"),
+    )
+}
+
+/// Who calls: a configured provider named by the path's first part, and a run by the key
+/// it presents (checked by its MAC alone, nothing looked up); or the answer that refuses.
+#[allow(clippy::result_large_err)] // an answer, made once for a refused call
+fn caller(
     req: &HttpRequest,
     gw: &ModelGateway,
     name: &str,
-) -> Result<(Provider, RunId, ActiveRun), HttpResponse> {
+) -> Result<(Provider, RunId), HttpResponse> {
     let Some(provider) = Provider::parse(name).filter(|p| gw.config.upstreams.contains_key(p))
     else {
         return Err(HttpResponse::NotFound()
@@ -261,26 +325,34 @@ async fn caller(
             "a run's own key is required (the run's environment has it)",
         ));
     };
-    let active = match gw.runs.active(&run_id).await {
-        Ok(Some(active)) => active,
+    Ok((provider, run_id))
+}
+
+/// The run, if it is active and may call `provider`; or the answer that refuses the call.
+async fn active(
+    gw: &ModelGateway,
+    provider: Provider,
+    run_id: &RunId,
+) -> Result<ActiveRun, HttpResponse> {
+    match gw.runs.active(run_id).await {
+        Ok(Some(active)) => Ok(active),
         Ok(None) => {
             gw.refuse("ended");
-            return Err(provider.error(
+            Err(provider.error(
                 StatusCode::UNAUTHORIZED,
                 "authentication_error",
                 "the run has ended: its key opens nothing",
-            ));
+            ))
         }
         Err(e) => {
             tracing::warn!(run_id = %run_id, error = %e, "the model gateway cannot look up a run");
-            return Err(provider.error(
+            Err(provider.error(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "api_error",
                 "the director cannot say now",
-            ));
+            ))
         }
-    };
-    Ok((provider, run_id, active))
+    }
 }
 
 /// A request the gateway did not read, answered in the provider's own error shape.
@@ -293,12 +365,15 @@ fn request_refused(
     let (status, why) = refused.answer(gw.config.requests.max_per_run());
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
     let kind = match refused {
-        Refused::Busy => "rate_limit_error",
+        Refused::Busy | Refused::OverShare => "rate_limit_error",
         Refused::NoRoom => "overloaded_error",
         Refused::TooSlow | Refused::Unreadable => "invalid_request_error",
     };
     let mut answer = provider.error(status, kind, &why);
-    if matches!(refused, Refused::Busy | Refused::NoRoom) {
+    if matches!(
+        refused,
+        Refused::Busy | Refused::NoRoom | Refused::OverShare
+    ) {
         answer
             .headers_mut()
             .insert(actix_web::http::header::RETRY_AFTER, 2.into());
@@ -378,6 +453,7 @@ async fn metered(
     body: Vec<u8>,
     call: Call,
     api: Api,
+    slot: crate::git_gateway::request::Slot,
 ) -> HttpResponse {
     let p = call.provider;
     let Ok(shape) = serde_json::from_slice::<Shape>(&body) else {
@@ -444,11 +520,123 @@ async fn metered(
             provider: p,
             model,
             price,
+            worst,
         }),
     };
-    forward(gw, req, body, &call, Some(meter))
-        .await
-        .unwrap_or_else(|r| r)
+    let out = upstream_request(gw, req, body, &call);
+    let (head_tx, head_rx) = tokio::sync::oneshot::channel();
+    let (chunks_tx, chunks_rx) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(read_answer(
+        out,
+        meter,
+        gw.config.drain,
+        head_tx,
+        chunks_tx,
+        slot,
+    ));
+    let Ok(Some((status, headers))) = head_rx.await else {
+        tracing::warn!(
+            provider = p.as_str(),
+            "the model provider could not be reached"
+        );
+        return p.error(
+            StatusCode::BAD_GATEWAY,
+            "api_error",
+            "the model provider could not be reached",
+        );
+    };
+    let mut reply = reply_head(status, &headers);
+    reply.streaming(futures_util::stream::unfold(
+        chunks_rx,
+        |mut rx| async move { rx.recv().await.map(|chunk| (chunk, rx)) },
+    ))
+}
+
+/// Reads the provider's answer to a metered call, in a task of its own: the head and each
+/// chunk are passed to the run while it listens; once it has gone (or never got the head),
+/// the rest is read for the usage, for `drain` at most. The meter records the call at the
+/// end, and the run's slot is held until then.
+async fn read_answer(
+    out: reqwest::RequestBuilder,
+    mut meter: Meter,
+    drain: std::time::Duration,
+    head: tokio::sync::oneshot::Sender<Option<(StatusCode, reqwest::header::HeaderMap)>>,
+    chunks: tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
+    _slot: crate::git_gateway::request::Slot,
+) {
+    use futures_util::StreamExt as _;
+    let answer = match out.send().await {
+        Ok(answer) => answer,
+        Err(e) => {
+            tracing::debug!(error = %e.without_url(), "a metered call found no provider");
+            let _ = head.send(None);
+            return;
+        }
+    };
+    let status = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    meter.answered = Some(status);
+    // An event stream gets a comment line when the provider is silent (thinking): it keeps
+    // the run's connection alive, and a write is how a hang-up is noticed (a peer that
+    // closes is read as a half-close until a write fails).
+    let sse = meter.streamed
+        && answer
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+    let keepalive = (drain / 2).min(std::time::Duration::from_secs(15));
+    let mut listening = head.send(Some((status, answer.headers().clone()))).is_ok();
+    let mut left_at = (!listening).then(tokio::time::Instant::now);
+    let mut line_start = true;
+    let mut stream = answer.bytes_stream();
+    loop {
+        let next = match left_at {
+            None => tokio::select! {
+                next = stream.next() => next,
+                // The run hung up between chunks: from now on the bound runs.
+                () = chunks.closed() => {
+                    listening = false;
+                    left_at = Some(tokio::time::Instant::now());
+                    continue;
+                }
+                () = tokio::time::sleep(keepalive), if sse && line_start => {
+                    if chunks.send(Ok(Bytes::from_static(b":\n"))).await.is_err() {
+                        listening = false;
+                        left_at = Some(tokio::time::Instant::now());
+                    }
+                    continue;
+                }
+            },
+            Some(at) => match tokio::time::timeout_at(at + drain, stream.next()).await {
+                Ok(next) => next,
+                // Still generating at the bound: charged its reservation.
+                Err(_) => break,
+            },
+        };
+        match next {
+            Some(Ok(chunk)) => {
+                meter.feed(&chunk);
+                if let Some(last) = chunk.last() {
+                    line_start = *last == b'\n';
+                }
+                if listening && chunks.send(Ok(chunk)).await.is_err() {
+                    // The run hung up: the provider goes on (and bills), so reading does.
+                    listening = false;
+                    left_at = Some(tokio::time::Instant::now());
+                }
+            }
+            Some(Err(e)) => {
+                if listening {
+                    let _ = chunks
+                        .send(Err(std::io::Error::other(e.without_url())))
+                        .await;
+                }
+                break;
+            }
+            None => break,
+        }
+    }
+    meter.done();
 }
 
 /// The answer that refuses a call because a budget is spent (a stop for the run), or
@@ -531,15 +719,14 @@ fn ask_for_usage(body: Vec<u8>, has_options: bool) -> Vec<u8> {
     request.to_string().into_bytes()
 }
 
-/// Sends the request on with the real key; the answer is streamed back, through `meter`
-/// when given.
-async fn forward(
+/// The request to the provider: the run's route and query, its headers but those that
+/// name the caller, and the real key.
+fn upstream_request(
     gw: &ModelGateway,
     req: &HttpRequest,
     body: Vec<u8>,
     call: &Call,
-    meter: Option<Meter>,
-) -> Result<HttpResponse, HttpResponse> {
+) -> reqwest::RequestBuilder {
     let p = call.provider;
     let upstream = &gw.config.upstreams[&p];
     let mut url = format!("{}/{}", upstream.base_url.trim_end_matches('/'), call.route);
@@ -560,18 +747,16 @@ async fn forward(
         Provider::Openai => out.bearer_auth(upstream.api_key.expose()),
     };
     // Plain bytes, so the meter can read them.
-    out = out.header("accept-encoding", "identity");
-    let answer = out.body(body).send().await.map_err(|e| {
-        tracing::warn!(provider = p.as_str(), error = %e.without_url(), "the model provider could not be reached");
-        p.error(
-            StatusCode::BAD_GATEWAY,
-            "api_error",
-            "the model provider could not be reached",
-        )
-    })?;
-    let status = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    out.header("accept-encoding", "identity").body(body)
+}
+
+/// The answer's status and headers as the run gets them.
+fn reply_head(
+    status: StatusCode,
+    headers: &reqwest::header::HeaderMap,
+) -> actix_web::HttpResponseBuilder {
     let mut reply = HttpResponse::build(status);
-    for (name, value) in answer.headers() {
+    for (name, value) in headers {
         let n = name.as_str();
         if !matches!(
             n,
@@ -580,17 +765,25 @@ async fn forward(
             reply.insert_header((n, value.as_bytes()));
         }
     }
-    let stream = answer.bytes_stream();
-    Ok(match meter {
-        Some(mut meter) => {
-            meter.answered = Some(status);
-            reply.streaming(Metering {
-                inner: Box::pin(stream),
-                meter,
-            })
+    reply
+}
+
+/// Sends an unmetered request on with the real key; the answer is streamed back.
+async fn forward(gw: &ModelGateway, req: &HttpRequest, body: Vec<u8>, call: &Call) -> HttpResponse {
+    let p = call.provider;
+    let answer = match upstream_request(gw, req, body, call).send().await {
+        Ok(answer) => answer,
+        Err(e) => {
+            tracing::warn!(provider = p.as_str(), error = %e.without_url(), "the model provider could not be reached");
+            return p.error(
+                StatusCode::BAD_GATEWAY,
+                "api_error",
+                "the model provider could not be reached",
+            );
         }
-        None => reply.streaming(stream),
-    })
+    };
+    let status = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    reply_head(status, answer.headers()).streaming(answer.bytes_stream())
 }
 
 #[cfg(test)]
@@ -654,6 +847,8 @@ mod tests {
                 std::time::Duration::from_secs(5),
             ),
             default_max_output_tokens: 1000,
+            policy: Default::default(),
+            drain: std::time::Duration::from_secs(5),
         };
         let gw = ModelGateway::new(b"k".to_vec(), Arc::new(None_), config(), None).expect("gw");
         let id = test_id("0000000abc12");

@@ -28,9 +28,16 @@ pub struct Usage {
     pub cache_write: u64,
     /// Anthropic's 1-hour cache writes.
     pub cache_write_1h: u64,
-    /// Output, reasoning included.
+    /// Output, reasoning and thinking included (both providers bill them as output).
     pub output: u64,
+    /// Web searches the provider ran for the call (Anthropic's `server_tool_use`, OpenAI's
+    /// `web_search_call` items), billed per search besides the tokens.
+    pub web_searches: u64,
 }
+
+/// Both providers' published price of one web search ($10 per thousand), when
+/// `models.prices` gives none.
+pub const WEB_SEARCH_USD: f64 = 0.01;
 
 impl Usage {
     pub fn input_total(&self) -> u64 {
@@ -50,6 +57,20 @@ impl Usage {
             + per(self.cache_write, write)
             + per(self.cache_write_1h, write_1h)
             + per(self.output, price.output_per_mtok)
+            + self.web_searches as f64 * price.web_search_usd.unwrap_or(WEB_SEARCH_USD)
+    }
+
+    /// Each part the larger of the two: what a call is charged when its usage did not
+    /// arrive, its reservation (`worst`) beside what passed.
+    pub fn at_least(self, worst: Usage) -> Usage {
+        Usage {
+            input: self.input.max(worst.input),
+            cache_read: self.cache_read.max(worst.cache_read),
+            cache_write: self.cache_write.max(worst.cache_write),
+            cache_write_1h: self.cache_write_1h.max(worst.cache_write_1h),
+            output: self.output.max(worst.output),
+            web_searches: self.web_searches.max(worst.web_searches),
+        }
     }
 }
 
@@ -93,6 +114,19 @@ fn anthropic(usage: &Value, into: &mut Usage) {
         into.cache_write = x;
         into.cache_write_1h = 0;
     }
+    if let Some(x) = n(&usage["server_tool_use"]["web_search_requests"]) {
+        into.web_searches = x;
+    }
+}
+
+/// Web searches a Responses answer ran: its `web_search_call` output items.
+fn searches(response: &Value) -> u64 {
+    response["output"].as_array().map_or(0, |items| {
+        items
+            .iter()
+            .filter(|i| i["type"].as_str() == Some("web_search_call"))
+            .count() as u64
+    })
 }
 
 /// OpenAI's `usage` (chat's `prompt_tokens`/`completion_tokens`, or responses'
@@ -117,6 +151,7 @@ fn openai(usage: &Value) -> Option<Usage> {
         cache_write,
         cache_write_1h: 0,
         output,
+        web_searches: 0,
     })
 }
 
@@ -153,7 +188,11 @@ pub fn from_value(api: Api, v: &Value) -> Option<Usage> {
             anthropic(usage, &mut u);
             Some(u)
         }
-        Api::OpenaiChat | Api::OpenaiResponses => openai(usage),
+        Api::OpenaiChat => openai(usage),
+        Api::OpenaiResponses => openai(usage).map(|u| Usage {
+            web_searches: searches(v),
+            ..u
+        }),
     }
 }
 
@@ -278,7 +317,10 @@ impl StreamMeter {
                     Some("response.completed" | "response.incomplete" | "response.failed")
                 );
                 if terminal && let Some(u) = openai(&v["response"]["usage"]) {
-                    self.usage = Some(u);
+                    self.usage = Some(Usage {
+                        web_searches: searches(&v["response"]),
+                        ..u
+                    });
                     self.ended = true;
                 }
             }
@@ -377,6 +419,7 @@ mod tests {
             cache_write: 100,
             cache_write_1h: 20,
             output: 42,
+            web_searches: 0,
         };
         for size in [1, 7, 64, 100_000] {
             assert_eq!(
@@ -463,6 +506,7 @@ mod tests {
             output_per_mtok: 25.0,
             cache_read_per_mtok: Some(0.5),
             cache_write_per_mtok: Some(6.25),
+            web_search_usd: None,
         };
         let u = Usage {
             input: 1_000_000,
@@ -470,6 +514,7 @@ mod tests {
             cache_write: 1_000_000,
             cache_write_1h: 1_000_000,
             output: 1_000_000,
+            web_searches: 0,
         };
         assert!((u.cost(&price) - (5.0 + 0.5 + 6.25 + 10.0 + 25.0)).abs() < 1e-9);
         let plain = Price {
@@ -478,6 +523,50 @@ mod tests {
             ..Price::default()
         };
         assert!((u.cost(&plain) - (1.0 + 1.0 + 1.0 + 2.0 + 2.0)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn reasoning_is_billed_output_and_web_searches_are_billed_each() {
+        // Reasoning and thinking are inside the output counts both providers bill.
+        let chat = serde_json::json!({"usage": {"prompt_tokens": 10, "completion_tokens": 5000,
+            "completion_tokens_details": {"reasoning_tokens": 4990}}});
+        assert_eq!(
+            from_value(Api::OpenaiChat, &chat).map(|u| u.output),
+            Some(5000)
+        );
+        let anthropic = serde_json::json!({"usage": {"input_tokens": 10, "output_tokens": 3000,
+            "output_tokens_details": {"thinking_tokens": 2900},
+            "server_tool_use": {"web_search_requests": 3}}});
+        let u = from_value(Api::AnthropicMessages, &anthropic).expect("read");
+        assert_eq!((u.output, u.web_searches), (3000, 3));
+        let responses = serde_json::json!({"output": [
+            {"type": "web_search_call", "id": "ws_1", "status": "completed"},
+            {"type": "reasoning", "id": "rs_1"},
+            {"type": "web_search_call", "id": "ws_2", "status": "completed"},
+            {"type": "message", "id": "m"}],
+            "usage": {"input_tokens": 10, "output_tokens": 20}});
+        let u = from_value(Api::OpenaiResponses, &responses).expect("read");
+        assert_eq!(u.web_searches, 2);
+        let mut m = StreamMeter::new(Api::OpenaiResponses);
+        m.feed(
+            format!(
+                "data: {}\n\n",
+                serde_json::json!({"type": "response.completed", "response": responses})
+            )
+            .as_bytes(),
+        );
+        assert_eq!(m.finish().map(|u| u.web_searches), Some(2));
+        let price = Price::default();
+        let searches = Usage {
+            web_searches: 3,
+            ..Usage::default()
+        };
+        assert!((searches.cost(&price) - 0.03).abs() < 1e-12);
+        let own = Price {
+            web_search_usd: Some(0.025),
+            ..Price::default()
+        };
+        assert!((searches.cost(&own) - 0.075).abs() < 1e-12);
     }
 
     #[test]

@@ -31,6 +31,9 @@ pub struct Price {
     /// Cache writes (Anthropic's 5-minute writes; 1-hour writes are priced at twice the
     /// input price when this is not set); default: the input price.
     pub cache_write_per_mtok: Option<f64>,
+    /// Dollars per web search the provider runs (with `models.allow_server_tools`);
+    /// default $0.01, both providers' published price.
+    pub web_search_usd: Option<f64>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -49,6 +52,15 @@ pub struct ModelsSettings {
     /// `max_completion_tokens`, `max_output_tokens`) is reserved against the budgets for,
     /// while it runs.
     pub default_max_output_tokens: u64,
+    /// Tools the provider runs on its own servers that runs may declare, by the start of
+    /// their type (`web_search`, `web_fetch`, `code_execution`, `computer`, `mcp`, ... or
+    /// `*`): each reaches outside the run. Empty (the default): none.
+    pub allow_server_tools: Vec<String>,
+    /// `anthropic-beta` flags runs may send beside the director's own list.
+    pub allow_anthropic_betas: Vec<String>,
+    /// How long the gateway keeps reading an answer the run hung up on, for the usage the
+    /// provider bills; past it the call is charged its whole reservation.
+    pub drain_secs: u64,
 }
 
 impl Default for ModelsSettings {
@@ -60,6 +72,9 @@ impl Default for ModelsSettings {
             prices: BTreeMap::new(),
             max_request_mb: 32,
             default_max_output_tokens: 32_000,
+            allow_server_tools: Vec::new(),
+            allow_anthropic_betas: Vec::new(),
+            drain_secs: 300,
         }
     }
 }
@@ -128,6 +143,7 @@ impl ModelsSettings {
                 Some(price.output_per_mtok),
                 price.cache_read_per_mtok,
                 price.cache_write_per_mtok,
+                price.web_search_usd,
             ];
             if all.iter().flatten().any(|p| !p.is_finite() || *p < 0.0) {
                 return Err(invalid(
@@ -138,6 +154,37 @@ impl ModelsSettings {
         }
         if self.max_request_mb == 0 {
             return Err(invalid("models.max_request_mb", "must be at least 1"));
+        }
+        let word = |w: &String| {
+            !w.is_empty()
+                && w.len() <= 80
+                && w.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_-.".contains(c))
+        };
+        if let Some(bad) = self
+            .allow_server_tools
+            .iter()
+            .find(|t| t.as_str() != "*" && !word(t))
+        {
+            return Err(invalid(
+                "models.allow_server_tools",
+                format!(
+                    "`{}` is not a tool type (lower-case letters, digits, `_`; or `*`)",
+                    bad.escape_debug()
+                ),
+            ));
+        }
+        if let Some(bad) = self.allow_anthropic_betas.iter().find(|b| !word(b)) {
+            return Err(invalid(
+                "models.allow_anthropic_betas",
+                format!(
+                    "`{}` is not a beta flag (lower-case letters, digits, `-`)",
+                    bad.escape_debug()
+                ),
+            ));
+        }
+        if self.drain_secs == 0 || self.drain_secs > 3600 {
+            return Err(invalid("models.drain_secs", "must be 1 to 3600 seconds"));
         }
         for (key, v) in [
             ("budget.run_usd", budget.run_usd),
@@ -171,6 +218,12 @@ impl super::Settings {
                     "the pre-flight's model `{preflight_model}` has no price in [models.prices] or the director's own table: its calls count in tokens only, not toward [budget]"
                 ));
             }
+        }
+        if !m.allow_server_tools.is_empty() {
+            out.push(format!(
+                "models.allow_server_tools = {:?}: runs may have the provider's servers search, fetch or call out for them, outside runner.egress_allow",
+                m.allow_server_tools
+            ));
         }
         if m.allow_unmetered && self.budget.any() {
             out.push("models.allow_unmetered = true with a [budget]: calls on the routes the gateway cannot meter are forwarded and escape the budget".to_owned());

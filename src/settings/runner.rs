@@ -149,6 +149,10 @@ pub struct RunnerSettings {
     /// once, in MB: a request waits for room before a byte is read, and is answered 503 when
     /// none comes within `gateway_body_timeout_secs`.
     pub gateway_memory_mb: u64,
+    /// The most of `gateway_memory_mb` one run's requests may hold at once, in MB; 0 (the
+    /// default): a quarter of it, or one push of `max_push_mb` (or one model request of
+    /// `models.max_request_mb`) when that is more.
+    pub gateway_memory_per_run_mb: u64,
     /// Requests one run may have open at once through the gateways (git and model).
     pub gateway_requests_per_run: usize,
     /// How long a gateway request's whole body may take to arrive.
@@ -261,6 +265,7 @@ impl Default for RunnerSettings {
             unprotect_ci: false,
             git_timeout_secs: 120,
             gateway_memory_mb: 512,
+            gateway_memory_per_run_mb: 0,
             gateway_requests_per_run: 8,
             gateway_body_timeout_secs: 120,
             max_push_mb: 100,
@@ -470,6 +475,16 @@ impl Settings {
         }
         if r.max_push_mb == 0 {
             return Err(invalid("runner.max_push_mb", "must be at least 1"));
+        }
+        let share = r.gateway_memory_per_run_mb;
+        if share != 0 && (share < r.max_push_mb || share > r.gateway_memory_mb) {
+            return Err(invalid(
+                "runner.gateway_memory_per_run_mb",
+                format!(
+                    "{share} MB must hold one push of runner.max_push_mb ({} MB) and fit in runner.gateway_memory_mb ({} MB)",
+                    r.max_push_mb, r.gateway_memory_mb
+                ),
+            ));
         }
         Ok(())
     }

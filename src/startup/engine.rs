@@ -222,6 +222,7 @@ impl Engine<'_> {
             Arc::new(crate::engine::act::models::ModelRuns {
                 store: self.store.clone(),
                 clock: self.clock.clone(),
+                providers: crate::engine::act::models::agent_providers(self.settings),
             }),
         )
         .await)

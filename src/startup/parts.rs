@@ -140,11 +140,18 @@ pub(super) async fn egress_proxy(
     proxy.clone().serve(listener, shutdown.clone());
     // One memory budget for the bodies of both gateways' requests.
     let r = &settings.runner;
+    let share_mb = match r.gateway_memory_per_run_mb {
+        0 => (r.gateway_memory_mb / 4)
+            .max(r.max_push_mb)
+            .max(settings.models.max_request_mb),
+        mb => mb,
+    };
     let budget = crate::git_gateway::request::Budget::new(
         r.gateway_memory_mb,
         r.gateway_requests_per_run,
         std::time::Duration::from_secs(r.gateway_body_timeout_secs),
     )
+    .with_run_share(share_mb)
     .with_gauge(metrics.gateway_body_memory.clone());
     let gateway = git_gateway(
         settings,
@@ -209,6 +216,11 @@ pub(super) fn model_gateway(
         max_request_mb: m.max_request_mb,
         requests: budget,
         default_max_output_tokens: m.default_max_output_tokens,
+        policy: crate::models::policy::Policy {
+            server_tools: m.allow_server_tools.clone(),
+            anthropic_betas: m.allow_anthropic_betas.clone(),
+        },
+        drain: std::time::Duration::from_secs(m.drain_secs),
     };
     let gateway = crate::models::ModelGateway::new(
         key,

@@ -619,6 +619,44 @@ async fn a_forge_failing_mid_push_fails_the_runs_push_and_applies_nothing() {
 }
 
 #[tokio::test]
+async fn a_run_holding_thirty_slow_pushes_cannot_keep_another_runs_push_from_landing() {
+    let s = setup(|s| {
+        s.runner.max_push_mb = 2;
+        s.runner.gateway_memory_mb = 8;
+        s.runner.gateway_requests_per_run = 40;
+        s.runner.gateway_body_timeout_secs = 60;
+        s.models.max_request_mb = 1;
+    })
+    .await;
+    let flood = started(&s, "Flood").await;
+    let ordinary = started(&s, "Ordinary").await;
+    // Thirty pushes of one run, each 300 KB into a body that never ends (git sends its
+    // pushes chunked): each holds what arrived, and the run no more than its share (2 MB,
+    // a quarter of the room), so those past it wait on the run's own.
+    let mut held = Vec::new();
+    for _ in 0..30 {
+        held.push(held_push(&s, &flood, None, 300 * 1024).await);
+    }
+    s.t.app
+        .wait_for_metric_where("director_gateway_body_memory_bytes", |v| v >= 1_900_000.0)
+        .await;
+    let work = clone(&ordinary).await;
+    let w = work.path().join("w");
+    commit(&ordinary, &w, "notes.txt", "amid the flood\n").await;
+    let branch = ordinary.var("DIRECTOR_BRANCH").to_owned();
+    ordinary
+        .ok(&w, &["push", "-q", "origin", &format!("HEAD:{branch}")])
+        .await;
+    assert!(s.t.forge.branches_of(&s.t.repo).contains(&branch));
+    let in_use = s.t.app.metric("director_gateway_body_memory_bytes").await;
+    assert!(
+        in_use <= 2.0 * 1024.0 * 1024.0 + 64.0 * 1024.0,
+        "one run holds its share at most: {in_use}"
+    );
+    drop(held);
+}
+
+#[tokio::test]
 async fn a_run_cannot_push_a_change_to_its_repositorys_settings_file() {
     let s = setup(|_| {}).await;
     let run = started(&s, "Widen my own limits").await;
@@ -770,6 +808,17 @@ async fn a_merge_taking_an_ancestors_protected_file_is_refused_by_its_tree() {
 /// Starts a push as raw HTTP that sends a first chunk of its body and then nothing, and
 /// returns the connection (the answer is read from it).
 async fn endless_push(s: &Setup, run: &Run) -> tokio::net::TcpStream {
+    held_push(s, run, None, 4).await
+}
+
+/// A push whose body starts (`sent` bytes of it) and never ends; with `declared`, it says
+/// it is that long.
+async fn held_push(
+    s: &Setup,
+    run: &Run,
+    declared: Option<usize>,
+    sent: usize,
+) -> tokio::net::TcpStream {
     use base64::Engine as _;
     use tokio::io::AsyncWriteExt as _;
     let auth = base64::engine::general_purpose::STANDARD.encode(format!(
@@ -780,11 +829,25 @@ async fn endless_push(s: &Setup, run: &Run) -> tokio::net::TcpStream {
     let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", s.gateway))
         .await
         .expect("the gateway listens");
+    let length = match declared {
+        Some(n) => format!("Content-Length: {n}"),
+        None => "Transfer-Encoding: chunked".to_owned(),
+    };
     let head = format!(
-        "POST /{}.git/git-receive-pack HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Basic {auth}\r\nContent-Type: application/x-git-receive-pack-request\r\nTransfer-Encoding: chunked\r\n\r\n4\r\n0000\r\n",
+        "POST /{}.git/git-receive-pack HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Basic {auth}\r\nContent-Type: application/x-git-receive-pack-request\r\n{length}\r\n\r\n",
         s.t.repo
     );
-    conn.write_all(head.as_bytes()).await.expect("sent");
+    let mut body = b"0000".to_vec();
+    body.resize(sent.max(4), b'x');
+    let mut out = head.into_bytes();
+    if declared.is_some() {
+        out.extend_from_slice(&body);
+    } else {
+        out.extend_from_slice(format!("{:x}\r\n", body.len()).as_bytes());
+        out.extend_from_slice(&body);
+        out.extend_from_slice(b"\r\n");
+    }
+    conn.write_all(&out).await.expect("sent");
     conn
 }
 
@@ -814,9 +877,9 @@ async fn a_run_cannot_hold_the_gateways_memory_with_parallel_or_endless_pushes()
     .await;
     let first = started(&s, "Flood").await;
     let second = started(&s, "Flood too").await;
-    // The first run's push declares no length: room for a whole push (all there is) is
-    // reserved, and its body never ends.
-    let mut held = endless_push(&s, &first).await;
+    // The first run's push declares the length of a whole push (all the room there is),
+    // which is reserved, and its body never ends.
+    let mut held = held_push(&s, &first, Some(1024 * 1024), 4).await;
     s.t.app
         .wait_for_metric("director_gateway_body_memory_bytes 1048576")
         .await;

