@@ -12,6 +12,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use tokio::io::AsyncWriteExt;
 
+use super::disk::{Disk, Reservation};
 use super::pkt::Command;
 use crate::domain::protected::Protected;
 use crate::domain::{CommitSha, RepoName};
@@ -36,7 +37,10 @@ pub struct Mirrors {
     /// The longest one git command may take (a pack bomb, a huge walk): past it the child is
     /// killed and the mirror's lock released.
     timeout: Duration,
-    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// What the mirrors and quarantines under `root` may take.
+    disk: Arc<Disk>,
+    /// Each mirror's lock, by its directory.
+    locks: Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// How git reaches the forge for the mirror: the repository's URL and the credential git's
@@ -52,12 +56,49 @@ pub struct Upstream<'a> {
 }
 
 impl Mirrors {
-    pub fn new(root: PathBuf, timeout: Duration) -> Self {
+    /// Mirrors under `root`, taking at most `disk_mb` with the quarantines.
+    pub fn new(root: PathBuf, timeout: Duration, disk_mb: u64) -> Self {
         Self {
+            disk: Disk::new(root.clone(), disk_mb),
             root,
             timeout,
             locks: Mutex::default(),
         }
+    }
+
+    /// Room for checking a push of `bytes` beside `repo`'s mirror: when there is none, the
+    /// mirrors no one uses now are removed (a cache) and it is asked again.
+    pub async fn reserve(&self, repo: &RepoName, bytes: u64) -> Result<Reservation, String> {
+        match self.disk.reserve(bytes).await {
+            Err(_) if self.reclaim(repo) => self.disk.reserve(bytes).await,
+            reserved => reserved,
+        }
+    }
+
+    /// Removes every mirror but `keep`'s that no push or sync holds now; whether any was.
+    fn reclaim(&self, keep: &RepoName) -> bool {
+        let keep = self.dir_of(keep);
+        let locks = self
+            .locks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut removed = false;
+        for (dir, lock) in locks.iter() {
+            if *dir == keep || !dir.exists() {
+                continue;
+            }
+            // Held while it is removed: a push that comes for it waits, then finds it gone
+            // and makes it again.
+            if let Ok(_idle) = lock.try_lock() {
+                removed |= std::fs::remove_dir_all(dir).is_ok();
+            }
+        }
+        removed
+    }
+
+    fn dir_of(&self, repo: &RepoName) -> PathBuf {
+        self.root
+            .join(format!("{}+{}.git", repo.owner(), repo.name()))
     }
 
     /// The longest one git command may take.
@@ -83,11 +124,12 @@ impl Mirrors {
     }
 
     fn lock_of(&self, repo: &RepoName) -> Arc<tokio::sync::Mutex<()>> {
+        let dir = self.dir_of(repo);
         let mut locks = self
             .locks
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        locks.entry(repo.to_string()).or_default().clone()
+        locks.entry(dir).or_default().clone()
     }
 
     /// The repository's mirror as it is (made empty if missing), held for this caller until
@@ -97,21 +139,18 @@ impl Mirrors {
         repo: &RepoName,
     ) -> Result<(tokio::sync::OwnedMutexGuard<()>, PathBuf), String> {
         let guard = self.lock_of(repo).lock_owned().await;
-        let dir = self
-            .root
-            .join(format!("{}+{}.git", repo.owner(), repo.name()));
-        if !dir.join("HEAD").exists() {
-            std::fs::create_dir_all(&dir).map_err(|e| format!("the mirror's directory: {e}"))?;
-            git(
-                &dir,
-                &["init", "--quiet", "--bare"],
-                &[],
-                None,
-                self.timeout,
-            )
-            .await?;
-        }
+        let dir = self.dir_of(repo);
+        self.init(&dir).await?;
         Ok((guard, dir))
+    }
+
+    /// An empty mirror at `dir` unless there is one.
+    async fn init(&self, dir: &Path) -> Result<(), String> {
+        if !dir.join("HEAD").exists() {
+            std::fs::create_dir_all(dir).map_err(|e| format!("the mirror's directory: {e}"))?;
+            git(dir, &["init", "--quiet", "--bare"], &[], None, self.timeout).await?;
+        }
+        Ok(())
     }
 
     /// The repository's mirror, brought up to date with the forge's base branch and the
@@ -122,7 +161,33 @@ impl Mirrors {
         upstream: &Upstream<'_>,
     ) -> Result<(tokio::sync::OwnedMutexGuard<()>, PathBuf), String> {
         let (guard, dir) = self.held(repo).await?;
-        sync(&dir, upstream, self.timeout).await?;
+        let Err(e) = self
+            .disk
+            .within(0, sync(&dir, upstream, self.timeout))
+            .await
+        else {
+            return Ok((guard, dir));
+        };
+        if !self.disk.over(0).await {
+            return Err(e);
+        }
+        // Over the cap: this mirror goes (a cache), and the others no one uses; one more
+        // try when they freed room.
+        let _ = std::fs::remove_dir_all(&dir);
+        let too_large = |e: String| {
+            let _ = std::fs::remove_dir_all(&dir);
+            format!(
+                "the repository does not fit in the git gateway's disk beside its other mirrors: {e}"
+            )
+        };
+        if !self.reclaim(repo) {
+            return Err(too_large(e));
+        }
+        self.init(&dir).await?;
+        self.disk
+            .within(0, sync(&dir, upstream, self.timeout))
+            .await
+            .map_err(too_large)?;
         Ok((guard, dir))
     }
 }
@@ -176,11 +241,19 @@ pub struct Quarantine {
     mirror: PathBuf,
     objects: tempfile::TempDir,
     timeout: Duration,
+    /// Its room on the gateway's disk, given back with it.
+    room: Reservation,
 }
 
 impl Quarantine {
-    /// Indexes `pack` (thin packs completed from the mirror) into a fresh object directory.
-    pub async fn receive(mirror: &Path, pack: &[u8], timeout: Duration) -> Result<Self, String> {
+    /// Indexes `pack` (thin packs completed from the mirror) into a fresh object directory,
+    /// within `room` on the gateway's disk.
+    pub async fn receive(
+        mirror: &Path,
+        pack: &[u8],
+        timeout: Duration,
+        room: Reservation,
+    ) -> Result<Self, String> {
         let objects = tempfile::Builder::new()
             .prefix("quarantine-")
             .tempdir_in(mirror)
@@ -189,16 +262,20 @@ impl Quarantine {
             mirror: mirror.to_owned(),
             objects,
             timeout,
+            room,
         };
         if !pack.is_empty() {
             std::fs::create_dir_all(q.objects.path().join("pack"))
                 .map_err(|e| format!("a quarantine could not be made: {e}"))?;
-            q.git(
-                &["index-pack", "--stdin", "--fix-thin", "--strict"],
-                Some(pack),
-            )
-            .await
-            .map_err(|e| format!("the pack does not read: {e}"))?;
+            // Watched: `--fix-thin` appends the bases the pack lacks, which may be larger
+            // than the pack.
+            q.room
+                .within(q.git(
+                    &["index-pack", "--stdin", "--fix-thin", "--strict"],
+                    Some(pack),
+                ))
+                .await
+                .map_err(|e| format!("the pack does not read: {e}"))?;
         }
         Ok(q)
     }
@@ -564,11 +641,12 @@ mod tests {
         let pack = pack_bomb(root.path());
         assert!(pack.len() < 2 << 20, "a small pack: {} bytes", pack.len());
         // Indexing it takes most of a second here; the deadline is a tenth of that.
-        let mirrors = Mirrors::new(root.path().join("mirrors"), Duration::from_millis(100));
+        let mirrors = Mirrors::new(root.path().join("mirrors"), Duration::from_millis(100), 100);
         let repo: RepoName = "acme/widgets".parse().expect("a name");
         let (held, dir) = mirrors.held(&repo).await.expect("a mirror");
+        let room = mirrors.reserve(&repo, 4 << 20).await.expect("room");
         let started = Instant::now();
-        let Err(why) = Quarantine::receive(&dir, &pack, mirrors.timeout()).await else {
+        let Err(why) = Quarantine::receive(&dir, &pack, mirrors.timeout(), room).await else {
             panic!("the bomb was indexed whole");
         };
         assert!(

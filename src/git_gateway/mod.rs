@@ -15,6 +15,7 @@
 //!   refusal is answered in git's own protocol (`! [remote rejected] <ref> (<why>)`),
 //!   recorded for the run's report and counted in `director_git_pushes_refused_total`.
 
+pub mod disk;
 pub mod inspect;
 pub mod pkt;
 pub mod request;
@@ -95,8 +96,11 @@ pub struct Config {
     pub git_timeout: std::time::Duration,
     /// Request bodies' memory, time and per-run count, shared with the model gateway.
     pub requests: request::Budget,
-    /// Where the mirrors of the forge's repositories are kept.
+    /// Where the mirrors of the forge's repositories and the pushes' quarantines are kept
+    /// (emptied at start: a cache of one process).
     pub cache_dir: std::path::PathBuf,
+    /// The most they may take on disk, in MB.
+    pub disk_mb: u64,
 }
 
 impl Gateway {
@@ -113,6 +117,8 @@ impl Gateway {
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| format!("the gateway's HTTP client: {e}"))?;
+        // A restarted container's process has the same pid, and finds its predecessor's.
+        let _ = std::fs::remove_dir_all(&config.cache_dir);
         std::fs::create_dir_all(&config.cache_dir)
             .map_err(|e| format!("{}: {e}", config.cache_dir.display()))?;
         Ok(Arc::new(Self {
@@ -121,7 +127,7 @@ impl Gateway {
             protected,
             max_push: usize::try_from(config.max_push_mb.saturating_mul(1024 * 1024))
                 .unwrap_or(usize::MAX),
-            mirrors: Mirrors::new(config.cache_dir, config.git_timeout),
+            mirrors: Mirrors::new(config.cache_dir, config.git_timeout, config.disk_mb),
             client,
             refused,
             requests: config.requests,
@@ -568,8 +574,13 @@ async fn inspect_pack(
     run: &RunAccess,
     mirror: &std::path::Path,
 ) -> Result<Vec<Option<String>>, String> {
-    let quarantine =
-        Quarantine::receive(mirror, &data[push.pack_at..], gw.mirrors.timeout()).await?;
+    let pack = &data[push.pack_at..];
+    // The pack as sent, then as much again for its index and the bases a thin pack lacks.
+    let room = gw
+        .mirrors
+        .reserve(&run.home, (pack.len() as u64).saturating_mul(2))
+        .await?;
+    let quarantine = Quarantine::receive(mirror, pack, gw.mirrors.timeout(), room).await?;
     let expect = Expect {
         base: &run.base_branch,
         follow_up: run.follow_up,

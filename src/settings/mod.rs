@@ -14,6 +14,7 @@ use crate::domain::RepoName;
 
 pub mod agents;
 mod forge;
+pub mod memory;
 mod models;
 mod preflight;
 pub mod prices;

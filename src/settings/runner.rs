@@ -147,11 +147,20 @@ pub struct RunnerSettings {
     pub unprotect_ci: bool,
     /// The memory the bodies of gateway requests (pushes, fetches, model calls) may take at
     /// once, in MB: a request waits for room before a byte is read, and is answered 503 when
-    /// none comes within `gateway_body_timeout_secs`.
-    pub gateway_memory_mb: u64,
-    /// The most of `gateway_memory_mb` one run's requests may hold at once, in MB; 0 (the
-    /// default): a quarter of it, or one push of `max_push_mb` (or one model request of
-    /// `models.max_request_mb`) when that is more.
+    /// none comes within `gateway_body_timeout_secs`. Unset: a quarter of the container's
+    /// memory limit (its cgroup), at most 512 ([`memory`]).
+    pub gateway_memory_mb: Option<u64>,
+    /// Where the git gateway keeps its mirrors of the forge's repositories and the
+    /// quarantines of the pushes it checks (in a `director-git-<pid>` directory of its own);
+    /// empty: the system's temporary directory.
+    #[serde(deserialize_with = "lenient::string")]
+    pub gateway_dir: String,
+    /// The most the mirrors and quarantines may take on disk, in MB: a push that would
+    /// exceed it is refused, a mirror that would is removed. Keep it below the volume's size.
+    pub gateway_disk_mb: u64,
+    /// The most of the gateways' body memory one run's requests may hold at once, in MB;
+    /// 0 (the default): a quarter of it, or one push of `max_push_mb` (or one model request
+    /// of `models.max_request_mb`) when that is more.
     pub gateway_memory_per_run_mb: u64,
     /// Requests one run may have open at once through the gateways (git and model).
     pub gateway_requests_per_run: usize,
@@ -264,7 +273,9 @@ impl Default for RunnerSettings {
             protected_paths_extra: Vec::new(),
             unprotect_ci: false,
             git_timeout_secs: 120,
-            gateway_memory_mb: 512,
+            gateway_memory_mb: None,
+            gateway_dir: String::new(),
+            gateway_disk_mb: 2048,
             gateway_memory_per_run_mb: 0,
             gateway_requests_per_run: 8,
             gateway_body_timeout_secs: 120,
@@ -304,6 +315,28 @@ impl Default for RunnerSettings {
 }
 
 impl RunnerSettings {
+    /// The gateways' body memory: `gateway_memory_mb`, else sized from the container's
+    /// memory limit; `Err` when it cannot hold one push of `max_push_mb`.
+    pub fn gateway_memory(&self) -> Result<memory::GatewayMemory, String> {
+        let limit = if self.gateway_memory_mb.is_some() {
+            None
+        } else {
+            memory::container_limit()
+        };
+        memory::gateway_memory(self.gateway_memory_mb, limit, self.max_push_mb)
+    }
+
+    /// Where the git gateway's mirrors and quarantines go: a directory of this process's
+    /// own under `gateway_dir` (or the temporary directory).
+    pub fn gateway_root(&self) -> std::path::PathBuf {
+        let base = if self.gateway_dir.trim().is_empty() {
+            std::env::temp_dir()
+        } else {
+            std::path::PathBuf::from(self.gateway_dir.trim())
+        };
+        base.join(format!("director-git-{}", std::process::id()))
+    }
+
     /// The size of every run's `/tmp`, in MB.
     pub fn tmp_mb(&self) -> u64 {
         self.tmp_mb
@@ -464,25 +497,33 @@ impl Settings {
                 "must be at least 1",
             ));
         }
-        if r.gateway_memory_mb < r.max_push_mb {
-            return Err(invalid(
-                "runner.gateway_memory_mb",
-                format!(
-                    "{} MB cannot hold one push of runner.max_push_mb ({} MB)",
-                    r.gateway_memory_mb, r.max_push_mb
-                ),
-            ));
-        }
         if r.max_push_mb == 0 {
             return Err(invalid("runner.max_push_mb", "must be at least 1"));
         }
+        let memory = r
+            .gateway_memory()
+            .map_err(|e| invalid("runner.gateway_memory_mb", e))?;
+        if !r.gateway_dir.trim().is_empty() && !Path::new(r.gateway_dir.trim()).is_absolute() {
+            return Err(invalid("runner.gateway_dir", "must be an absolute path"));
+        }
+        // A push's pack is reserved twice on disk (the pack, then its index and the bases
+        // a thin pack lacks): one push at the cap must fit.
+        if r.gateway_disk_mb < r.max_push_mb.saturating_mul(2) {
+            return Err(invalid(
+                "runner.gateway_disk_mb",
+                format!(
+                    "{} MB cannot hold one push of runner.max_push_mb ({} MB) while it is checked (twice its size)",
+                    r.gateway_disk_mb, r.max_push_mb
+                ),
+            ));
+        }
         let share = r.gateway_memory_per_run_mb;
-        if share != 0 && (share < r.max_push_mb || share > r.gateway_memory_mb) {
+        if share != 0 && (share < r.max_push_mb || share > memory.mb) {
             return Err(invalid(
                 "runner.gateway_memory_per_run_mb",
                 format!(
-                    "{share} MB must hold one push of runner.max_push_mb ({} MB) and fit in runner.gateway_memory_mb ({} MB)",
-                    r.max_push_mb, r.gateway_memory_mb
+                    "{share} MB must hold one push of runner.max_push_mb ({} MB) and fit in the gateways' memory ({} MB)",
+                    r.max_push_mb, memory.mb
                 ),
             ));
         }

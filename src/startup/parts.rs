@@ -140,14 +140,16 @@ pub(super) async fn egress_proxy(
     proxy.clone().serve(listener, shutdown.clone());
     // One memory budget for the bodies of both gateways' requests.
     let r = &settings.runner;
+    let memory = r.gateway_memory()?;
+    tracing::info!(%memory, "the gateways' request bodies may hold");
     let share_mb = match r.gateway_memory_per_run_mb {
-        0 => (r.gateway_memory_mb / 4)
+        0 => (memory.mb / 4)
             .max(r.max_push_mb)
             .max(settings.models.max_request_mb),
         mb => mb,
     };
     let budget = crate::git_gateway::request::Budget::new(
-        r.gateway_memory_mb,
+        memory.mb,
         r.gateway_requests_per_run,
         std::time::Duration::from_secs(r.gateway_body_timeout_secs),
     )
@@ -268,7 +270,8 @@ pub(super) fn git_gateway(
         max_push_mb: settings.runner.max_push_mb,
         git_timeout: std::time::Duration::from_secs(settings.runner.git_timeout_secs),
         requests: budget,
-        cache_dir: std::env::temp_dir().join(format!("director-git-{}", std::process::id())),
+        cache_dir: settings.runner.gateway_root(),
+        disk_mb: settings.runner.gateway_disk_mb,
     };
     let gateway = crate::git_gateway::Gateway::new(
         key,

@@ -485,3 +485,136 @@ fn the_charts_readme_lists_every_value() {
         "values the README does not list: {missing:?}"
     );
 }
+
+/// A Kubernetes quantity in MiB (the forms the chart uses).
+fn mebibytes(q: &str) -> u64 {
+    let digits = q.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let n: u64 = digits.parse().expect("a whole quantity");
+    match &q[digits.len()..] {
+        "Mi" => n,
+        "Gi" => n * 1024,
+        "M" => (n * 1_000_000) >> 20,
+        "G" => (n * 1_000_000_000) >> 20,
+        "" => n >> 20,
+        unit => panic!("a unit the test does not read: {unit}"),
+    }
+}
+
+/// A whole-number key of director.toml's `[runner]`.
+fn runner_key(toml: &str, key: &str) -> Option<u64> {
+    let table: toml::Table = toml.parse().expect("director.toml parses");
+    table.get("runner")?.get(key)?.as_integer()?.try_into().ok()
+}
+
+/// Whether what the chart renders lets one run take the director down: the gateways'
+/// bodies (`runner.gateway_memory_mb`, unset: a quarter of the memory limit, at most 512)
+/// must hold one push and leave three quarters of the limit to git and the director; the
+/// gateway's disk cap must stay below its volume and hold two pushes, on the volume
+/// `runner.gateway_dir` names.
+fn sizing_faults(m: &[Value]) -> Vec<String> {
+    let toml = director_toml(m);
+    let pod = &one(m, "Deployment")["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    let mut faults = Vec::new();
+    let limit = c["resources"]["limits"]["memory"].as_str().map(mebibytes);
+    let memory = runner_key(&toml, "gateway_memory_mb")
+        .unwrap_or_else(|| limit.map_or(512, |l| (l / 4).min(512)));
+    let max_push = runner_key(&toml, "max_push_mb").unwrap_or(100);
+    match limit {
+        None => faults.push("no memory limit".to_owned()),
+        Some(l) if l < memory * 4 => faults.push(format!(
+            "limit {l} MiB < four times the gateways' {memory} MB"
+        )),
+        Some(_) => {}
+    }
+    if max_push > memory {
+        faults.push(format!("max_push_mb {max_push} > gateway memory {memory}"));
+    }
+    let table: toml::Table = toml.parse().expect("director.toml parses");
+    let dir = table["runner"]
+        .get("gateway_dir")
+        .and_then(|d| d.as_str())
+        .unwrap_or("");
+    let mount = c["volumeMounts"]
+        .as_array()
+        .and_then(|v| v.iter().find(|v| v["mountPath"] == dir));
+    let Some(mount) = mount else {
+        faults.push(format!(
+            "runner.gateway_dir ({dir:?}) is on no volume of its own"
+        ));
+        return faults;
+    };
+    let volume = pod["volumes"]
+        .as_array()
+        .and_then(|v| v.iter().find(|v| v["name"] == mount["name"]))
+        .expect("the mounted volume");
+    let disk = runner_key(&toml, "gateway_disk_mb");
+    match (disk, volume["emptyDir"]["sizeLimit"].as_str()) {
+        (None, _) => faults.push("no runner.gateway_disk_mb".to_owned()),
+        (Some(d), Some(size)) if d >= mebibytes(size) => {
+            faults.push(format!("gateway_disk_mb {d} >= the volume's {size}"));
+        }
+        (Some(d), None) if volume["persistentVolumeClaim"].is_null() => {
+            faults.push(format!("gateway_disk_mb {d} on a volume of no size"));
+        }
+        _ => {}
+    }
+    if disk.is_some_and(|d| d < 2 * max_push) {
+        faults.push(format!(
+            "gateway_disk_mb {disk:?} < two pushes of {max_push}"
+        ));
+    }
+    faults
+}
+
+#[test]
+fn the_director_is_sized_for_what_its_gateways_may_hold_and_inconsistent_sizes_are_refused() {
+    let m = rendered(json!({}));
+    // (The director takes it: the_rendered_configuration_is_accepted_by_the_director_itself.)
+    assert_eq!(sizing_faults(&m), Vec::<String>::new());
+
+    // A larger release, consistent, renders so; on a claim of its own too.
+    let m = rendered(json!({
+        "resources": { "limits": { "memory": "4Gi" } },
+        "gatewayStorage": { "size": "20Gi", "existingClaim": "gateway-cache" },
+        "config": { "runner": { "max_push_mb": 200, "gateway_memory_mb": 1024 } },
+    }));
+    assert_eq!(sizing_faults(&m), Vec::<String>::new());
+    let toml = director_toml(&m);
+    assert_eq!(runner_key(&toml, "gateway_disk_mb"), Some(15360), "{toml}");
+
+    // What would let a run take it down is refused at install, naming the values.
+    for (values, named) in [
+        (
+            json!({ "resources": { "limits": { "memory": "256Mi" } } }),
+            "resources.limits.memory",
+        ),
+        (
+            json!({ "config": { "runner": { "gateway_memory_mb": 512 } } }),
+            "a quarter of resources.limits.memory",
+        ),
+        (
+            json!({ "config": { "runner": { "max_push_mb": 300 } } }),
+            "config.runner.max_push_mb",
+        ),
+        (
+            json!({ "config": { "runner": { "gateway_disk_mb": 4096 } } }),
+            "below gatewayStorage.size",
+        ),
+        (
+            json!({ "gatewayStorage": { "size": "128Mi" } }),
+            "two pushes",
+        ),
+        (
+            json!({ "config": { "runner": { "gateway_dir": "/tmp" } } }),
+            "config.runner.gateway_dir",
+        ),
+        (
+            json!({ "resources": { "limits": { "memory": "1.5Gi" } } }),
+            "whole quantity",
+        ),
+    ] {
+        let why = refused(values.clone());
+        assert!(why.contains(named), "{values}: {why}");
+    }
+}

@@ -622,7 +622,7 @@ async fn a_forge_failing_mid_push_fails_the_runs_push_and_applies_nothing() {
 async fn a_run_holding_thirty_slow_pushes_cannot_keep_another_runs_push_from_landing() {
     let s = setup(|s| {
         s.runner.max_push_mb = 2;
-        s.runner.gateway_memory_mb = 8;
+        s.runner.gateway_memory_mb = Some(8);
         s.runner.gateway_requests_per_run = 40;
         s.runner.gateway_body_timeout_secs = 60;
         s.models.max_request_mb = 1;
@@ -870,7 +870,7 @@ async fn status_of(conn: &mut tokio::net::TcpStream, secs: u64) -> String {
 async fn a_run_cannot_hold_the_gateways_memory_with_parallel_or_endless_pushes() {
     let s = setup(|s| {
         s.runner.max_push_mb = 1;
-        s.runner.gateway_memory_mb = 1;
+        s.runner.gateway_memory_mb = Some(1);
         s.runner.gateway_requests_per_run = 1;
         s.runner.gateway_body_timeout_secs = 7;
     })
@@ -907,4 +907,64 @@ async fn a_run_cannot_hold_the_gateways_memory_with_parallel_or_endless_pushes()
         .ok(&w, &["push", "-q", "origin", &format!("HEAD:{branch}")])
         .await;
     assert!(s.t.forge.branches_of(&s.t.repo).contains(&branch));
+}
+
+/// Commits `bytes` random bytes (a pack does not compress them) at `path`.
+async fn commit_random(run: &Run, w: &Path, path: &str, bytes: usize) {
+    let data: Vec<u8> = (0..bytes).map(|_| rand::random::<u8>()).collect();
+    std::fs::write(w.join(path), &data).expect("write");
+    run.ok(w, &["add", path]).await;
+    run.ok(w, &["commit", "-q", "-m", &format!("add {path}")])
+        .await;
+}
+
+async fn head(run: &Run, w: &Path) -> String {
+    let out = run.git(w, &["rev-parse", "HEAD"]).await;
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[tokio::test]
+async fn a_push_the_gateways_disk_cannot_hold_is_refused_in_gits_words_and_a_later_one_lands() {
+    // Two pushes of 2 MB fit the cap while checked (twice their size); a mirror holding one
+    // leaves no room for a second.
+    let s = setup(|s| {
+        s.runner.max_push_mb = 2;
+        s.runner.gateway_disk_mb = 5;
+    })
+    .await;
+    let run = started(&s, "Fill the disk").await;
+    let branch = run.var("DIRECTOR_BRANCH").to_owned();
+    let work = clone(&run).await;
+    let w = work.path().join("w");
+    commit_random(&run, &w, "first.bin", 1_800_000).await;
+    run.ok(&w, &["push", "-q", "origin", &format!("HEAD:{branch}")])
+        .await;
+    let landed = head(&run, &w).await;
+
+    // The mirror now holds the first pack: the second finds no room, and is refused in
+    // git's words before anything reaches the forge.
+    commit_random(&run, &w, "second.bin", 1_800_000).await;
+    refused(
+        &run,
+        &w,
+        &["push", "origin", &format!("HEAD:{branch}")],
+        &branch,
+        "no room for this push",
+    )
+    .await;
+    let out = run.git(&w, &["ls-remote", "origin", &branch]).await;
+    let remote = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        remote.starts_with(&landed),
+        "the forge kept {landed}: {remote}"
+    );
+
+    // The gateway goes on serving: a small push lands.
+    run.ok(&w, &["reset", "-q", "--hard", "HEAD~1"]).await;
+    commit(&run, &w, "notes.txt", "small\n").await;
+    run.ok(&w, &["push", "-q", "origin", &format!("HEAD:{branch}")])
+        .await;
+    let out = run.git(&w, &["ls-remote", "origin", &branch]).await;
+    let remote = String::from_utf8_lossy(&out.stdout);
+    assert!(remote.starts_with(&head(&run, &w).await), "{remote}");
 }

@@ -99,6 +99,7 @@ fn serve_gateway(upstream: String, token: String) -> anyhow::Result<()> {
                     std::time::Duration::from_secs(120),
                 ),
                 cache_dir: cache.clone(),
+                disk_mb: 4096,
             },
             None,
         )

@@ -81,6 +81,9 @@ the director's whole-number keys refuse floats.
 {{- $_ := set (index $chart "runner") "egress_proxy_port" (int .Values.runs.egressProxyPort) -}}
 {{- $_ := set (index $chart "runner") "git_gateway_port" (int .Values.runs.gitGatewayPort) -}}
 {{- $_ := set (index $chart "runner") "model_gateway_port" (int .Values.runs.modelGatewayPort) -}}
+{{- range $k, $v := include "director.gatewaySizing" . | fromJson -}}
+{{- $_ := set (index $chart "runner") $k $v -}}
+{{- end -}}
 {{- if not (include "director.postgres" .) -}}
 {{- $_ := set $chart "store" (dict "url" "sqlite:///data/director.db") -}}
 {{- end -}}
@@ -132,4 +135,67 @@ the director's whole-number keys refuse floats.
 {{- else -}}
 {{ fail (printf "config: a value of kind %s cannot go into director.toml" (kindOf .)) }}
 {{- end -}}
+{{- end -}}
+
+{{/*
+A Kubernetes quantity (512Mi, 1Gi, 4G, bytes) in MiB, rounded down; the chart's sizing
+checks need a number. Fractions and milli-units are refused.
+*/}}
+{{- define "director.mebibytes" -}}
+{{- $q := toString (index . 1) -}}
+{{- if not (regexMatch "^[0-9]+(Ki|Mi|Gi|Ti|k|M|G|T)?$" $q) -}}
+{{- fail (printf "%s (%s) must be a whole quantity (512Mi, 1Gi, 4G) for the chart to check the director's sizing" (index . 0) $q) -}}
+{{- end -}}
+{{- $n := int64 (regexFind "^[0-9]+" $q) -}}
+{{- $unit := trimPrefix (regexFind "^[0-9]+" $q) $q -}}
+{{- $bytes := dict "" 1 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 -}}
+{{- $per := int64 (index $bytes $unit) -}}
+{{- if ge $per 1048576 -}}
+{{- mul $n (div $per 1048576) -}}
+{{- else -}}
+{{- div (mul $n $per) 1048576 -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+What the chart decides of the gateways' sizing, checked against the pod's resources and
+volumes (a JSON object: gateway_dir, gateway_disk_mb). The same rules as the director's: the
+body memory (config.runner.gateway_memory_mb, else a quarter of the memory limit, at most
+512) holds one push of max_push_mb, and is at most a quarter of the limit; the disk cap is
+below the gateway volume and holds two pushes.
+*/}}
+{{- define "director.gatewaySizing" -}}
+{{- $runner := default dict (index (default dict .Values.config) "runner") -}}
+{{- if hasKey $runner "gateway_dir" -}}
+{{- fail "config.runner.gateway_dir is the chart's: it points at the gatewayStorage volume" -}}
+{{- end -}}
+{{- $maxPush := int64 (default 100 (index $runner "max_push_mb")) -}}
+{{- $limit := dig "limits" "memory" "" (default dict .Values.resources) -}}
+{{- $memory := int64 512 -}}
+{{- if hasKey $runner "gateway_memory_mb" -}}
+{{- $memory = int64 (index $runner "gateway_memory_mb") -}}
+{{- else if $limit -}}
+{{- $memory = min 512 (div (int64 (include "director.mebibytes" (list "resources.limits.memory" $limit))) 4) -}}
+{{- end -}}
+{{- if $limit -}}
+{{- $limitMi := int64 (include "director.mebibytes" (list "resources.limits.memory" $limit)) -}}
+{{- if gt (mul $memory 4) $limitMi -}}
+{{- fail (printf "config.runner.gateway_memory_mb (%d MB) is more than a quarter of resources.limits.memory (%s): the bodies, the git that checks them and the director itself would not fit" $memory $limit) -}}
+{{- end -}}
+{{- end -}}
+{{- if gt $maxPush $memory -}}
+{{- fail (printf "config.runner.max_push_mb (%d MB) is more than the gateways' body memory (%d MB: config.runner.gateway_memory_mb, else a quarter of resources.limits.memory %s): raise the limit or lower max_push_mb" $maxPush $memory (default "unset" $limit)) -}}
+{{- end -}}
+{{- $volumeMi := int64 (include "director.mebibytes" (list "gatewayStorage.size" .Values.gatewayStorage.size)) -}}
+{{- $disk := div (mul $volumeMi 3) 4 -}}
+{{- if hasKey $runner "gateway_disk_mb" -}}
+{{- $disk = int64 (index $runner "gateway_disk_mb") -}}
+{{- end -}}
+{{- if ge $disk $volumeMi -}}
+{{- fail (printf "config.runner.gateway_disk_mb (%d MB) must be below gatewayStorage.size (%s): the volume would fill and the pod be evicted" $disk .Values.gatewayStorage.size) -}}
+{{- end -}}
+{{- if lt $disk (mul $maxPush 2) -}}
+{{- fail (printf "config.runner.gateway_disk_mb (%d MB, from gatewayStorage.size %s) cannot hold two pushes of config.runner.max_push_mb (%d MB)" $disk .Values.gatewayStorage.size $maxPush) -}}
+{{- end -}}
+{{- toJson (dict "gateway_dir" "/var/cache/director-gateway" "gateway_disk_mb" $disk) -}}
 {{- end -}}
