@@ -162,6 +162,16 @@ fn hooks(action: HooksAction) -> ExitCode {
         } else {
             print!("{}", crate::hooks::render(&rows));
         }
+        // Beside the hooks (on stderr under --json, whose stdout is the rows alone).
+        if install.is_none()
+            && let Some(said) = crate::hooks::host_services(&settings).await
+        {
+            if json {
+                eprintln!("host services: {said}");
+            } else {
+                println!("host services: {said}");
+            }
+        }
         Ok(())
     });
     if code != ExitCode::SUCCESS {

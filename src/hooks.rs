@@ -252,6 +252,41 @@ pub async fn install_repo(
     })
 }
 
+/// What `hooks check` says of the host services a confined run on Docker reaches (the runs'
+/// network's gateway is an address of the host: `crate::egress::host`), when runs are
+/// confined on Docker. The gateway is read from the engine without changing anything; when
+/// the engine or the network is not there, only what listens on every address is named.
+pub async fn host_services(settings: &crate::settings::Settings) -> Option<String> {
+    let r = &settings.runner;
+    if r.kind != crate::settings::RunnerKind::Docker || !settings.egress_confined() {
+        return None;
+    }
+    let gateway = match crate::runtime::docker::DockerRuntime::connect(r.clone()).await {
+        Ok(docker) => docker.runs_gateway().await.ok().flatten(),
+        Err(_) => None,
+    };
+    let own = [
+        r.egress_proxy_port,
+        r.git_gateway_port,
+        r.model_gateway_port,
+        settings.server.listen.port(),
+    ];
+    let found = crate::egress::host::read_reachable(gateway, &own);
+    let read_in = if crate::runtime::docker::own_container().is_some() {
+        crate::egress::host::ReadIn::Container
+    } else {
+        crate::egress::host::ReadIn::Host
+    };
+    let mut said = crate::egress::host::describe(&found, read_in, r.host_firewall);
+    if gateway.is_none() {
+        said.push_str(&format!(
+            " (the network `{}` was not found on the engine: its gateway's own services are not counted)",
+            r.egress_network
+        ));
+    }
+    Some(said)
+}
+
 /// The text `hooks install` and `hooks check` print, one line per repository.
 pub fn render(rows: &[RepoHook]) -> String {
     let mut out = String::new();

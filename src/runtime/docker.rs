@@ -81,7 +81,36 @@ fn exec_error(message: &str) -> String {
     part.chars().take(300).collect()
 }
 
+/// The director's own container, when it runs in one.
+pub fn own_container() -> Option<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .ok()
+        .and_then(|m| super::mounts::own_container_id(&m))
+}
+
 impl DockerRuntime {
+    /// The gateway of the runs' network (`runner.egress_network`) when it exists, read
+    /// without changing anything: for `director hooks check`.
+    pub async fn runs_gateway(&self) -> Result<Option<std::net::IpAddr>, RuntimeError> {
+        let name = &self.settings.egress_network;
+        let network = match self
+            .docker
+            .inspect_network(name, None::<InspectNetworkOptions>)
+            .await
+        {
+            Ok(n) => n,
+            Err(DockerError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => return Ok(None),
+            Err(e) => return Err(engine(e)),
+        };
+        Ok(network
+            .ipam
+            .and_then(|i| i.config)
+            .and_then(|c| c.into_iter().find_map(|c| c.gateway))
+            .and_then(|g| g.parse().ok()))
+    }
+
     /// Docker's log stream with timestamps, from after the log timestamp `after`: for a run
     /// whose transcript an older version followed this way.
     fn follow_log(
@@ -358,9 +387,22 @@ impl Runtime for DockerRuntime {
                 "the network `{name}` exists and is not internal: confined runs would have a route out (remove it, or name another in runner.egress_network)"
             )));
         }
-        let own = std::fs::read_to_string("/proc/self/mountinfo")
-            .ok()
-            .and_then(|m| super::mounts::own_container_id(&m));
+        let own = own_container();
+        let ipv6 = network.enable_ipv6 == Some(true);
+        // The engine names a network's bridge `br-` and the first 12 characters of its id,
+        // unless the network was made with a name of its own for it.
+        let bridge = network
+            .options
+            .as_ref()
+            .and_then(|o| o.get("com.docker.network.bridge.name").cloned())
+            .or_else(|| {
+                network
+                    .id
+                    .as_ref()
+                    .and_then(|id| id.get(..12))
+                    .map(|id| format!("br-{id}"))
+            })
+            .filter(|_| own.is_none());
         let ip = match own {
             Some(id) => {
                 // Joined already is fine.
@@ -398,7 +440,12 @@ impl Runtime for DockerRuntime {
         let listen = ip
             .parse()
             .map_err(|e| RuntimeError::Engine(format!("`{ip}` on `{name}`: {e}")))?;
-        Ok(EgressPoint { listen, host: ip })
+        Ok(EgressPoint {
+            listen,
+            host: ip,
+            bridge,
+            ipv6,
+        })
     }
 
     async fn create(&self, spec: &RunSpec) -> Result<String, RuntimeError> {

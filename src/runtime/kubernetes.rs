@@ -322,6 +322,8 @@ impl Runtime for KubeRuntime {
         Ok(EgressPoint {
             listen: std::net::Ipv4Addr::UNSPECIFIED.into(),
             host: proxy_address(&self.settings.proxy_host, port).await?,
+            bridge: None,
+            ipv6: false,
         })
     }
 

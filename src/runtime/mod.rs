@@ -137,6 +137,11 @@ pub struct EgressPoint {
     pub listen: std::net::IpAddr,
     /// The name or address runs reach it by.
     pub host: String,
+    /// Docker, the director on the engine's host: the host's interface of the runs' network
+    /// (its bridge), which `runner.host_firewall` filters. `None` in a container or a cluster.
+    pub bridge: Option<String>,
+    /// Whether the runs' network has IPv6 addresses (`runner.host_firewall` covers IPv4).
+    pub ipv6: bool,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -209,6 +209,17 @@ pub struct RunnerSettings {
     /// (CVE-2024-29018: before 23.0.11, 24, and 25 before 25.0.5), with a warning, instead of
     /// refusing them: a run could then carry any name out through the host's resolver.
     pub allow_dns_leaking_engine: bool,
+    /// Docker, allow-listed runs: drop what runs send to the host itself (the runs'
+    /// network's gateway is the host's address, and services listening on every address
+    /// answer there) except to the egress proxy and the gateways, with a packet filter rule
+    /// installed at start and removed at the stop. The director then needs to run on the
+    /// engine's host with the right to change its rules (root, or `CAP_NET_ADMIN`), and
+    /// refuses to start without it.
+    pub host_firewall: bool,
+    /// The program that installs it: `iptables` (the front end the Docker engine uses), or
+    /// a path to one (`/usr/sbin/iptables-legacy` where the engine uses the legacy tables).
+    #[serde(deserialize_with = "lenient::string")]
+    pub host_firewall_command: String,
     /// Attempts at starting a run before the issue is told it could not start. Retries back
     /// off from half a second, doubling: the default of 10 spans about four minutes, to
     /// outlast a forge or engine restart.
@@ -296,6 +307,8 @@ impl Default for RunnerSettings {
             max_ci_followups: 2,
             start_attempts: 10,
             allow_dns_leaking_engine: false,
+            host_firewall: false,
+            host_firewall_command: "iptables".into(),
             max_open_prs_per_repo: 6,
             keep_failed_secs: 0,
             env_passthrough: Vec::new(),
@@ -425,6 +438,18 @@ impl Settings {
             entry
                 .parse::<crate::egress::Entry>()
                 .map_err(|e| invalid("runner.egress_allow", e))?;
+        }
+        if r.host_firewall && (!self.egress_confined() || r.kind != RunnerKind::Docker) {
+            return Err(invalid(
+                "runner.host_firewall",
+                "applies to allow-listed runs on Docker (runner.kind = \"docker\", runner.egress = \"allowlist\") only: on Kubernetes the runs' NetworkPolicy decides what they reach",
+            ));
+        }
+        if r.host_firewall && r.host_firewall_command.trim().is_empty() {
+            return Err(invalid(
+                "runner.host_firewall_command",
+                "must name the program that installs runner.host_firewall's rule (iptables)",
+            ));
         }
         if !self.egress_confined() {
             return Ok(());

@@ -53,6 +53,8 @@ pub(super) struct RunsStarted {
     pub(super) limits: Option<Limits>,
     pub(super) state: Arc<RwLock<String>>,
     pub(super) network: Option<std::net::IpAddr>,
+    /// `runner.host_firewall`'s rule, while the director runs.
+    pub(super) firewall: Option<crate::egress::firewall::HostFirewall>,
 }
 
 impl RunsStarted {
@@ -63,6 +65,7 @@ impl RunsStarted {
             limits: None,
             state: Arc::new(RwLock::new("disabled".to_owned())),
             network: None,
+            firewall: None,
         }
     }
 }
@@ -151,6 +154,16 @@ impl Engine<'_> {
         } else {
             None
         };
+        let egress = match egress {
+            Some(Ok((e, point))) => {
+                let mut ports = vec![e.proxy.local_addr().port(), e.gateway_port];
+                ports.extend(e.models.as_ref().map(|(_, port)| *port));
+                started.firewall = super::host::guard_host(settings, &point, &ports)?;
+                Some(Ok(e))
+            }
+            Some(Err(e)) => Some(Err(e)),
+            None => None,
+        };
         if let Some(Ok(e)) = &egress {
             let ip = e.proxy.local_addr().ip();
             started.network = (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip);
@@ -203,7 +216,15 @@ impl Engine<'_> {
         forge: &Arc<dyn Forge>,
         runner: &RunnerAccount,
         seal: &crate::engine::act::seal::Seal,
-    ) -> anyhow::Result<Result<crate::engine::act::run::RunEgress, String>> {
+    ) -> anyhow::Result<
+        Result<
+            (
+                crate::engine::act::run::RunEgress,
+                crate::runtime::EgressPoint,
+            ),
+            String,
+        >,
+    > {
         let gateway_runs = crate::engine::act::git_gateway::GatewayRuns {
             store: self.store.clone(),
             forge: forge.clone(),

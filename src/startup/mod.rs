@@ -24,6 +24,7 @@ use crate::store::Store;
 use crate::telemetry::Traces;
 
 mod engine;
+mod host;
 mod oneshot;
 mod parts;
 mod schedules;
@@ -42,6 +43,8 @@ pub struct Application {
     settled: Settled,
     traces: Traces,
     checks: Option<Arc<ChecksPoll>>,
+    /// `runner.host_firewall`'s rule, taken away at the stop.
+    firewall: Option<crate::egress::firewall::HostFirewall>,
 }
 
 impl Application {
@@ -87,7 +90,7 @@ impl Application {
             events: Some(consumer_wake.clone()),
             ..Default::default()
         };
-        let (consumer, runs) = engine
+        let (consumer, mut runs) = engine
             .start_acting(
                 &overrides,
                 forge.as_ref(),
@@ -147,6 +150,7 @@ impl Application {
             settled,
             traces,
             checks,
+            firewall: runs.firewall.take(),
         })
     }
 
@@ -183,6 +187,11 @@ impl Application {
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
         let result = self.server.await;
         self.shutdown.cancel();
+        if let Some(mut firewall) = self.firewall
+            && let Err(error) = firewall.remove()
+        {
+            tracing::error!(%error, "the host firewall rule could not be removed");
+        }
         let traces = self.traces;
         // Sending the last spans blocks its thread for at most two seconds.
         let _ = tokio::task::spawn_blocking(move || traces.shutdown()).await;

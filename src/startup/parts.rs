@@ -90,7 +90,13 @@ pub(super) async fn egress_proxy(
     shutdown: &CancellationToken,
     runs: Arc<dyn crate::git_gateway::Runs>,
     model_runs: Arc<dyn crate::models::Runs>,
-) -> Result<crate::engine::act::run::RunEgress, String> {
+) -> Result<
+    (
+        crate::engine::act::run::RunEgress,
+        crate::runtime::EgressPoint,
+    ),
+    String,
+> {
     use crate::egress::{Entry, Policy, proxy::Proxy};
     let port = settings.runner.egress_proxy_port;
     let point = runtime
@@ -168,13 +174,14 @@ pub(super) async fn egress_proxy(
         settings, models_at, key, model_runs, metrics, budget, shutdown,
     )?
     .map(|gw| (gw, settings.runner.model_gateway_port));
-    Ok(crate::engine::act::run::RunEgress {
+    let egress = crate::engine::act::run::RunEgress {
         proxy,
-        host: point.host,
+        host: point.host.clone(),
         gateway,
         gateway_port: settings.runner.git_gateway_port,
         models,
-    })
+    };
+    Ok((egress, point))
 }
 
 /// The model gateway, beside the git gateway, when `[models]` names a provider: runs call

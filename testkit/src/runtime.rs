@@ -189,6 +189,8 @@ impl Runtime for FakeRuntime {
         Ok(director::runtime::EgressPoint {
             listen: std::net::Ipv4Addr::LOCALHOST.into(),
             host: "127.0.0.1".into(),
+            bridge: None,
+            ipv6: false,
         })
     }
 

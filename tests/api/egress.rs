@@ -12,7 +12,7 @@ use crate::fake_runs::status_json;
 use crate::git::git_agent_image;
 use crate::runs::{agent_image, labelled, run_comments, spawn_runs, wait_ended};
 
-fn docker(args: &[&str]) -> (bool, String) {
+pub(crate) fn docker(args: &[&str]) -> (bool, String) {
     let out = Command::new("docker")
         .args(args)
         .output()
@@ -58,7 +58,7 @@ impl Drop for Target {
 }
 
 /// A network of the test's own, removed after it.
-struct Network(String);
+pub(crate) struct Network(pub(crate) String);
 
 impl Drop for Network {
     fn drop(&mut self) {

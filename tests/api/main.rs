@@ -24,6 +24,7 @@ mod github;
 #[cfg(feature = "github")]
 mod github_git;
 mod hooks;
+mod host_firewall;
 mod image;
 mod incremental;
 #[cfg(feature = "kubernetes")]
