@@ -670,6 +670,27 @@ pub trait Forge: Send + Sync {
     ) -> Result<(), ForgeError> {
         Err(unsupported("branch deletion as the runner"))
     }
+    /// Branch `name` of the runner's fork as the runner sees it: the fork of a private
+    /// repository is private, and only its owner (and those it lets in) can see it, not the
+    /// bot.
+    async fn fork_branch(
+        &self,
+        _runner: &RunnerAccount,
+        _fork: &RepoName,
+        _name: &str,
+    ) -> Result<Option<Branch>, ForgeError> {
+        Err(unsupported("forks"))
+    }
+    /// [`Forge::commits_ahead`] in the runner's fork, as the runner.
+    async fn fork_commits_ahead(
+        &self,
+        _runner: &RunnerAccount,
+        _fork: &RepoName,
+        _base: &str,
+        _head: &str,
+    ) -> Result<u64, ForgeError> {
+        Err(unsupported("forks"))
+    }
     /// The run token to revoke under `name` (kept sealed, or read back from its run),
     /// replacing any this process holds under it, so [`Forge::delete_run_token`] can revoke
     /// it where the forge needs the token itself (GitHub). Forgejo deletes tokens by name and

@@ -342,3 +342,28 @@ async fn a_fork_made_by_an_earlier_attempt_is_used() {
         .count();
     assert_eq!(made, 0, "never asked to make it again");
 }
+
+#[tokio::test]
+async fn a_private_repositorys_run_in_the_runners_private_fork_ends_in_a_pull_request() {
+    let (t, _llm) = spawn_forks(|_| {}).await;
+    t.forge.make_private(&t.repo);
+    // The fork Forgejo makes of a private repository is private: the runner's alone, out
+    // of the bot's sight. The run's end reads its branch as the runner.
+    let (issue, pr) = with_pr(&t, "Print each step.").await;
+    let fork = fork();
+    assert!(t.forge.is_private(&fork), "the fork is private");
+    assert_eq!(t.forge.pull_head_repo(&t.repo, pr), Some(fork.clone()));
+    let run = runs(&t, &issue).await.remove(0);
+    assert!(t.forge.has_branch(&fork, &run.branch));
+    // A follow-up's start head is read there too: it pushes to the same branch.
+    t.forge.approve_workflows(MAINTAINER, &t.repo, pr);
+    t.forge.finish_workflow(&t.repo, pr, false).await;
+    wait_runs(&t, &issue, 2, RunState::Succeeded).await;
+    let answer = runs(&t, &issue).await.remove(1);
+    assert!(
+        answer.followup.as_ref().and_then(|f| f.start_head.as_ref()).is_some(),
+        "the follow-up knew its start head"
+    );
+    assert_eq!(t.forge.workflow_runs(&t.repo, pr).len(), 2, "its push moved the head");
+    t.assert_contract();
+}

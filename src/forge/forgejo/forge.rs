@@ -338,17 +338,7 @@ impl Forge for ForgejoClient {
         base: &str,
         head: &str,
     ) -> Result<u64, ForgeError> {
-        let path = format!("{}/compare/{}...{}", repo_path(repo), seg(base), seg(head));
-        let wire: WireCompare = self
-            .json(
-                Method::GET,
-                "/repos/{owner}/{repo}/compare/{basehead}",
-                &path,
-                &[],
-                None,
-            )
-            .await?;
-        Ok(wire.total_commits.max(wire.commits.len() as u64))
+        self.compare_with(None, repo, base, head).await
     }
 
     async fn find_pull(
@@ -724,6 +714,27 @@ impl Forge for ForgejoClient {
         branch: &str,
     ) -> Result<(), ForgeError> {
         ForgejoClient::delete_branch_as(self, runner, repo, branch).await
+    }
+
+    async fn fork_branch(
+        &self,
+        runner: &RunnerAccount,
+        fork: &RepoName,
+        name: &str,
+    ) -> Result<Option<Branch>, ForgeError> {
+        self.branch_with(Some(&super::basic(runner)?), fork, name)
+            .await
+    }
+
+    async fn fork_commits_ahead(
+        &self,
+        runner: &RunnerAccount,
+        fork: &RepoName,
+        base: &str,
+        head: &str,
+    ) -> Result<u64, ForgeError> {
+        self.compare_with(Some(&super::basic(runner)?), fork, base, head)
+            .await
     }
 
     fn run_endpoints(&self, repo: &RepoName, runner: &RunnerAccount) -> RunEndpoints {

@@ -198,6 +198,30 @@ impl ForgejoClient {
         Ok(ForkSync::Synced)
     }
 
+    /// How many commits `head` has that `base` has not, in `repo`, as `auth` (the bot when
+    /// `None`).
+    pub(super) async fn compare_with(
+        &self,
+        auth: Option<&reqwest::header::HeaderValue>,
+        repo: &RepoName,
+        base: &str,
+        head: &str,
+    ) -> Result<u64, ForgeError> {
+        let path = format!("{}/compare/{}...{}", repo_path(repo), seg(base), seg(head));
+        let resp = self
+            .send_as(
+                auth,
+                Method::GET,
+                "/repos/{owner}/{repo}/compare/{basehead}",
+                &path,
+                &[],
+                None,
+            )
+            .await?;
+        let wire: WireCompare = decode(&Method::GET, &path, resp).await?;
+        Ok(wire.total_commits.max(wire.commits.len() as u64))
+    }
+
     pub(super) async fn delete_branch_as(
         &self,
         runner: &RunnerAccount,

@@ -437,6 +437,15 @@ fn route(
     login: &str,
 ) -> Answer {
     let parts: Vec<&str> = seg.iter().map(String::as_str).collect();
+    // A private repository (a private repository's fork is one) does not exist for those
+    // who cannot read it: Forgejo answers 404.
+    if let ["repos", o, r, ..] = parts.as_slice()
+        && let Ok(repo) = RepoName::new(o, r)
+        && s.repos.get(&repo).is_some_and(|r| r.private)
+        && s.permission_of(&repo, login) < Permission::Read
+    {
+        return refusal(Refusal::NotFound);
+    }
     if let Some(answer) = checks_route(s, method, &parts, query, body, login) {
         return answer.unwrap_or_else(refusal);
     }

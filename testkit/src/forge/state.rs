@@ -64,8 +64,9 @@ impl State {
         r.permissions
             .get(login)
             .copied()
-            // Public repositories: everyone with an account can read.
-            .unwrap_or(if self.users.contains_key(login) {
+            // Public repositories: everyone with an account can read; a private one only
+            // its owner and those given access (Forgejo's `accessLevel`).
+            .unwrap_or(if self.users.contains_key(login) && !r.private {
                 Permission::Read
             } else {
                 Permission::None

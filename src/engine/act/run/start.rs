@@ -213,15 +213,16 @@ impl RunAct {
         token: &Secret,
         endpoints: &RunEndpoints,
     ) -> anyhow::Result<RunReport> {
-        let home = run.branch_repo().clone();
-        if let Some(f) = run.followup.as_mut() {
-            f.start_head = acts
-                .forge
-                .branch(&home, &run.branch)
+        if run.followup.is_some() {
+            let head = self
+                .home_branch(acts, &run, &run.branch)
                 .await
                 .context("reading the pull request's branch")?
                 .map(|b| b.commit)
                 .filter(|c| !c.is_empty());
+            if let Some(f) = run.followup.as_mut() {
+                f.start_head = head;
+            }
         }
         let mut task = self
             .task(acts, &run, issue, &trusted.title, &trusted.body)
