@@ -15,6 +15,7 @@ use crate::settings::{RunnerSettings, Secret};
 
 mod agent;
 mod home;
+pub use home::unfit_fork;
 mod repo;
 mod secrets;
 mod spec;
@@ -417,7 +418,11 @@ impl RunAct {
                         .fork_commits_ahead(&self.runner, fork, &from, &run.branch)
                         .await?
                 }
-                None => acts.forge.commits_ahead(&run.repo, &from, &run.branch).await?,
+                None => {
+                    acts.forge
+                        .commits_ahead(&run.repo, &from, &run.branch)
+                        .await?
+                }
             },
             None => 0,
         };

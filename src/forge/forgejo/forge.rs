@@ -666,6 +666,14 @@ impl Forge for ForgejoClient {
         ForgejoClient::fork_of(self, runner, base, owner).await
     }
 
+    async fn fork_problems(
+        &self,
+        runner: &RunnerAccount,
+        fork: &RepoName,
+    ) -> Result<Vec<String>, ForgeError> {
+        ForgejoClient::fork_problems(self, runner, fork).await
+    }
+
     async fn create_fork(
         &self,
         runner: &RunnerAccount,
@@ -714,6 +722,14 @@ impl Forge for ForgejoClient {
         branch: &str,
     ) -> Result<(), ForgeError> {
         ForgejoClient::delete_branch_as(self, runner, repo, branch).await
+    }
+
+    async fn runner_actions_access(
+        &self,
+        runner: &RunnerAccount,
+        repo: &RepoName,
+    ) -> Result<Permission, ForgeError> {
+        ForgejoClient::runner_actions_access(self, runner, repo).await
     }
 
     async fn fork_branch(

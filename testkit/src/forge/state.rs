@@ -61,7 +61,8 @@ impl State {
         if repo.owner() == login {
             return Permission::Owner;
         }
-        r.permissions
+        let own = r
+            .permissions
             .get(login)
             .copied()
             // Public repositories: everyone with an account can read; a private one only
@@ -70,7 +71,8 @@ impl State {
                 Permission::Read
             } else {
                 Permission::None
-            })
+            });
+        own.max(self.team_mode(repo, login))
     }
 
     /// Issues of a repository as `GET .../issues` answers: `labels` names that the repository

@@ -144,11 +144,23 @@ impl RunAct {
                 .permission(&run.repo, &self.runner.login)
                 .await
                 .context("checking the runner account's permission")?;
+            let fork = planned != home::Planned::Repository;
+            // In fork mode the approval gate is what keeps the run's code from CI: it
+            // reads the runner's access to the Actions unit, which a team can give alone.
+            let actions = if fork && !role.can_write() {
+                acts.forge
+                    .runner_actions_access(&self.runner, &run.repo)
+                    .await
+                    .context("checking the runner account's access to Actions")?
+            } else {
+                crate::forge::Permission::None
+            };
             facts.runner_role = Some(RunnerRole {
                 login: self.runner.login.clone(),
                 repo: run.repo.clone(),
                 role,
-                fork: planned != home::Planned::Repository,
+                actions,
+                fork,
                 allow_writer: self.settings.allow_writer_runner,
             });
             if let Some(report) = refused(facts) {
