@@ -239,14 +239,15 @@ async fn hook_rows(
             }
             None => crate::hooks::check_repo(forge, &repo, url).await,
         };
+        let account = crate::forge::RunnerAccount {
+            login: settings.forge.runner_login.clone(),
+            password: settings.forge.runner_password.clone(),
+        };
         let runner = if settings.runs_configured() {
-            crate::hooks::runner_problem(
-                forge,
-                &repo,
-                &settings.runner,
-                &settings.forge.runner_login,
-            )
-            .await
+            let role = crate::hooks::runner_problem(forge, &repo, &settings.runner, &account);
+            let fork = crate::hooks::fork_problem(forge, &repo, &settings.runner, &account);
+            let said: Vec<String> = [role.await, fork.await].into_iter().flatten().collect();
+            (!said.is_empty()).then(|| said.join("; "))
         } else {
             None
         };

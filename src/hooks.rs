@@ -84,8 +84,9 @@ pub async fn runner_problem(
     forge: &dyn Forge,
     repo: &RepoName,
     runner: &crate::settings::RunnerSettings,
-    login: &str,
+    account: &crate::forge::RunnerAccount,
 ) -> Option<String> {
+    let login = &account.login;
     if runner.branch_home != crate::settings::BranchHome::Fork || login.is_empty() {
         return None;
     }
@@ -93,13 +94,51 @@ pub async fn runner_problem(
         Ok(role) => role,
         Err(e) => return Some(format!("the runner account's role cannot be read: {e}")),
     };
+    let actions = match role.can_write() {
+        true => crate::forge::Permission::None,
+        false => match forge.runner_actions_access(account, repo).await {
+            Ok(actions) => actions,
+            Err(e) => {
+                return Some(format!(
+                    "the runner account's access to Actions cannot be read: {e}"
+                ));
+            }
+        },
+    };
     crate::engine::decide::runner_role_refusal(&crate::engine::decide::RunnerRole {
         login: login.to_owned(),
         repo: repo.clone(),
         role,
+        actions,
         fork: true,
         allow_writer: runner.allow_writer_runner,
     })
+}
+
+/// What makes the runner's existing fork of `repo` unfit for runs (fork mode), if anything:
+/// Actions on in it, or anyone but the runner able to write to it, in the words a run's
+/// refusal uses. No fork yet: nothing to say (the director makes one as it should be).
+pub async fn fork_problem(
+    forge: &dyn Forge,
+    repo: &RepoName,
+    runner: &crate::settings::RunnerSettings,
+    account: &crate::forge::RunnerAccount,
+) -> Option<String> {
+    if runner.branch_home != crate::settings::BranchHome::Fork || account.login.is_empty() {
+        return None;
+    }
+    let owner = Some(runner.fork_owner.as_str())
+        .filter(|o| !o.is_empty())
+        .unwrap_or(&account.login);
+    let fork = match forge.fork_of(account, repo, owner).await {
+        Ok(fork) => fork?,
+        Err(e) => return Some(format!("the runner's fork cannot be read: {e}")),
+    };
+    match forge.fork_problems(account, &fork).await {
+        Ok(problems) if problems.is_empty() => None,
+        Ok(problems) => Some(crate::engine::act::run::unfit_fork(&fork, &problems)),
+        Err(e) => Some(format!("the runner's fork {fork} cannot be checked: {e}")),
+    }
 }
 
 /// Every watched repository: `repos`, and every repository of `orgs`. An organisation that

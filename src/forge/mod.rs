@@ -608,15 +608,26 @@ pub trait Forge: Send + Sync {
     ) -> Result<Vec<CommitSummary>, ForgeError> {
         Err(unsupported("commit lists"))
     }
-    /// The fork of `base` that `owner` (the runner, or an organisation) holds, as the forge
-    /// lists the forks of `base` to the runner; `None`: there is none. A repository of
-    /// the fork's name that is not a fork of `base` is not one.
+    /// The fork of `base` that `owner` (the runner, or an organisation) holds, read as the
+    /// runner under the name the director gives it (`owner/<base's name>`), its `parent`
+    /// checked; `None`: there is none. A repository of the fork's name that is not a fork
+    /// of `base` is not one.
     async fn fork_of(
         &self,
         _runner: &RunnerAccount,
         _base: &RepoName,
         _owner: &str,
     ) -> Result<Option<RepoName>, ForgeError> {
+        Err(unsupported("forks"))
+    }
+    /// What makes the runner's fork unfit for runs, in words (none: fit), read as the
+    /// runner: Actions on in it, anyone but the runner able to write to it, or what of
+    /// that cannot be read.
+    async fn fork_problems(
+        &self,
+        _runner: &RunnerAccount,
+        _fork: &RepoName,
+    ) -> Result<Vec<String>, ForgeError> {
         Err(unsupported("forks"))
     }
     /// Forks `base` as the runner, into its own account or organisation `org`.
@@ -669,6 +680,38 @@ pub trait Forge: Send + Sync {
         _branch: &str,
     ) -> Result<(), ForgeError> {
         Err(unsupported("branch deletion as the runner"))
+    }
+    /// The most the runner's organisation teams give it on `repo`'s Actions unit, read as
+    /// the runner (`None` where no organisation owns `repo`). Forgejo's approval gate trusts
+    /// a writer of that unit, and a team can give it to a reader of the code, whose
+    /// repository permission says `read`.
+    async fn runner_actions_access(
+        &self,
+        _runner: &RunnerAccount,
+        _repo: &RepoName,
+    ) -> Result<Permission, ForgeError> {
+        Err(unsupported("teams"))
+    }
+    /// Branch `name` of the runner's fork as the runner sees it: the fork of a private
+    /// repository is private, and only its owner (and those it lets in) can see it, not the
+    /// bot.
+    async fn fork_branch(
+        &self,
+        _runner: &RunnerAccount,
+        _fork: &RepoName,
+        _name: &str,
+    ) -> Result<Option<Branch>, ForgeError> {
+        Err(unsupported("forks"))
+    }
+    /// [`Forge::commits_ahead`] in the runner's fork, as the runner.
+    async fn fork_commits_ahead(
+        &self,
+        _runner: &RunnerAccount,
+        _fork: &RepoName,
+        _base: &str,
+        _head: &str,
+    ) -> Result<u64, ForgeError> {
+        Err(unsupported("forks"))
     }
     /// The run token to revoke under `name` (kept sealed, or read back from its run),
     /// replacing any this process holds under it, so [`Forge::delete_run_token`] can revoke

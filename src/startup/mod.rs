@@ -275,7 +275,10 @@ fn start_checking_runner_roles(settings: &Arc<Settings>, forge: Option<&Arc<dyn 
                 forge.as_ref(),
                 repo,
                 &settings.runner,
-                &settings.forge.runner_login,
+                &crate::forge::RunnerAccount {
+                    login: settings.forge.runner_login.clone(),
+                    password: settings.forge.runner_password.clone(),
+                },
             )
             .await
             {

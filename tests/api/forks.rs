@@ -342,3 +342,140 @@ async fn a_fork_made_by_an_earlier_attempt_is_used() {
         .count();
     assert_eq!(made, 0, "never asked to make it again");
 }
+
+#[tokio::test]
+async fn a_private_repositorys_run_in_the_runners_private_fork_ends_in_a_pull_request() {
+    let (t, _llm) = spawn_forks(|_| {}).await;
+    t.forge.make_private(&t.repo);
+    // The fork Forgejo makes of a private repository is private: the runner's alone, out
+    // of the bot's sight. The run's end reads its branch as the runner.
+    let (issue, pr) = with_pr(&t, "Print each step.").await;
+    let fork = fork();
+    assert!(t.forge.is_private(&fork), "the fork is private");
+    assert_eq!(t.forge.pull_head_repo(&t.repo, pr), Some(fork.clone()));
+    let run = runs(&t, &issue).await.remove(0);
+    assert!(t.forge.has_branch(&fork, &run.branch));
+    // A follow-up's start head is read there too: it pushes to the same branch.
+    t.forge.approve_workflows(MAINTAINER, &t.repo, pr);
+    t.forge.finish_workflow(&t.repo, pr, false).await;
+    wait_runs(&t, &issue, 2, RunState::Succeeded).await;
+    let answer = runs(&t, &issue).await.remove(1);
+    assert!(
+        answer
+            .followup
+            .as_ref()
+            .and_then(|f| f.start_head.as_ref())
+            .is_some(),
+        "the follow-up knew its start head"
+    );
+    assert_eq!(
+        t.forge.workflow_runs(&t.repo, pr).len(),
+        2,
+        "its push moved the head"
+    );
+    t.assert_contract();
+}
+
+#[tokio::test]
+async fn a_runner_that_reads_the_code_but_writes_to_actions_through_a_team_is_refused() {
+    let (t, _llm) = spawn_forks(|_| {}).await;
+    // An organisation team gives the runner read on the code and write on Actions: its
+    // repository permission says `read`, but Forgejo's approval gate trusts it.
+    let team = t.forge.add_team(
+        t.repo.owner(),
+        "ci-helpers",
+        Permission::Read,
+        &[
+            ("repo.code", Permission::Read),
+            ("repo.pulls", Permission::Read),
+            ("repo.actions", Permission::Write),
+        ],
+    );
+    t.forge.team_add(team, &t.repo, RUNNER);
+    let issue = labelled(&t, "Add --verbose", "Print each step.").await;
+    t.app.wait_state(&issue, Lifecycle::Failed).await;
+    let said = issue_comments(&t, &issue);
+    assert!(
+        said.contains("`write` access to the Actions unit of acme/widgets through a team")
+            && said.contains("runner.allow_writer_runner"),
+        "{said}"
+    );
+    assert!(t.forge.forks(&t.repo).is_empty(), "no fork made");
+    assert!(mints(&t).is_empty(), "no token minted");
+    t.assert_contract();
+}
+
+/// A run's refusal, waited for, in the issue's comments.
+async fn refused_saying(t: &ForgeApp) -> String {
+    let issue = labelled(t, "Add --verbose", "Print each step.").await;
+    t.app.wait_state(&issue, Lifecycle::Failed).await;
+    issue_comments(t, &issue)
+}
+
+#[tokio::test]
+async fn a_fork_with_actions_on_is_not_used() {
+    let (t, _llm) = spawn_forks(|_| {}).await;
+    let fork = t.forge.fork_as(RUNNER, &t.repo);
+    // Someone turned Actions on in the fork: the agent's pushes would run its workflows.
+    t.forge.enable_actions(&fork);
+    let said = refused_saying(&t).await;
+    assert!(
+        said.contains("Forgejo Actions is on in the fork director-runner/widgets"),
+        "{said}"
+    );
+    assert!(mints(&t).is_empty(), "no token minted");
+}
+
+#[tokio::test]
+async fn a_fork_another_account_can_write_to_is_not_used() {
+    let (t, _llm) = spawn_forks(|_| {}).await;
+    let fork = t.forge.fork_as(RUNNER, &t.repo);
+    t.forge.add_user("mallory");
+    t.forge.grant(&fork, "mallory", Permission::Write);
+    let said = refused_saying(&t).await;
+    assert!(
+        said.contains("`mallory` can write to the fork director-runner/widgets"),
+        "{said}"
+    );
+    assert!(mints(&t).is_empty(), "no token minted");
+}
+
+#[tokio::test]
+async fn an_organisations_fork_whose_team_lets_others_write_is_not_used() {
+    let (t, _llm) = spawn_forks(|s| s.runner.fork_owner = "forks".into()).await;
+    let writers = t.forge.add_team("forks", "Owners", Permission::Owner, &[]);
+    let hidden = t.forge.add_team(
+        "forks",
+        "pushers",
+        Permission::Write,
+        &[("repo.code", Permission::Write)],
+    );
+    let fork = t.forge.fork_into(RUNNER, &t.repo, "forks");
+    t.forge.team_add(writers, &fork, RUNNER);
+    t.forge.team_add(writers, &fork, "olga");
+    t.forge.team_add(hidden, &fork, "pete");
+    let said = refused_saying(&t).await;
+    assert!(
+        said.contains("`olga` can write to the fork forks/widgets (team `Owners`)")
+            && said.contains("the members of team `pushers`")
+            && said.contains("cannot be read as the runner"),
+        "{said}"
+    );
+}
+
+#[tokio::test]
+async fn the_runners_fork_is_found_among_thousands() {
+    let (t, _llm) = spawn_forks(|_| {}).await;
+    // More forks than a scan of 100 pages reads, all listed before the runner's.
+    t.forge.add_forks(&t.repo, 5_001, "crowd");
+    t.forge.fork_as(RUNNER, &t.repo);
+    let (_, pr) = with_pr(&t, "Print each step.").await;
+    assert_eq!(t.forge.pull_head_repo(&t.repo, pr), Some(fork()));
+    let listed = t
+        .forge
+        .calls()
+        .into_iter()
+        .filter(|c| c.method == "GET" && c.path.ends_with("/forks"))
+        .count();
+    assert_eq!(listed, 0, "found by its name, not by a scan");
+}

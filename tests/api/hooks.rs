@@ -259,6 +259,8 @@ async fn check_names_each_repository_where_a_writer_runner_would_run_workflows_u
     );
     std::fs::write(&config, text).expect("config");
     s.forge.add_user("director-runner");
+    // The runner reads its own teams and fork with its password.
+    s.forge.set_password("director-runner", "runner-pass");
     s.forge
         .grant(&s.widgets, "director-runner", Permission::Write);
     s.forge

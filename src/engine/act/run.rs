@@ -15,6 +15,7 @@ use crate::settings::{RunnerSettings, Secret};
 
 mod agent;
 mod home;
+pub use home::unfit_fork;
 mod repo;
 mod secrets;
 mod spec;
@@ -409,16 +410,40 @@ impl RunAct {
             .as_ref()
             .and_then(|f| f.start_head.clone())
             .unwrap_or_else(|| run.base_branch.clone());
-        let home = run.branch_repo();
-        let ahead = match acts.forge.branch(home, &run.branch).await? {
+        let ahead = match self.home_branch(acts, &run, &run.branch).await? {
             Some(b) if b.commit == from => 0,
-            Some(_) => acts.forge.commits_ahead(home, &from, &run.branch).await?,
+            Some(_) => match &run.home {
+                Some(fork) => {
+                    acts.forge
+                        .fork_commits_ahead(&self.runner, fork, &from, &run.branch)
+                        .await?
+                }
+                None => {
+                    acts.forge
+                        .commits_ahead(&run.repo, &from, &run.branch)
+                        .await?
+                }
+            },
             None => 0,
         };
         Ok(Some(Event::Run {
             run_id: run_id.clone(),
             report: RunReport::Judged { ahead },
         }))
+    }
+
+    /// Branch `name` where the run's branch lives: in the runner's fork as the runner (the
+    /// fork of a private repository is private, out of the bot's sight), else as the bot.
+    pub(super) async fn home_branch(
+        &self,
+        acts: &Acts,
+        run: &RunRecord,
+        name: &str,
+    ) -> Result<Option<crate::forge::Branch>, crate::forge::ForgeError> {
+        match &run.home {
+            Some(fork) => acts.forge.fork_branch(&self.runner, fork, name).await,
+            None => acts.forge.branch(&run.repo, name).await,
+        }
     }
 
     /// Opens the pull request, unless one from the branch is open (an earlier attempt's).

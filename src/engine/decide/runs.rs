@@ -419,6 +419,10 @@ pub struct RunnerRole {
     pub login: String,
     pub repo: RepoName,
     pub role: crate::forge::Permission,
+    /// The most its organisation teams give it on the repository's Actions unit (fork mode
+    /// only; `None` otherwise): Forgejo's approval gate trusts a writer there, whatever
+    /// `role` says.
+    pub actions: crate::forge::Permission,
     /// The run pushes to a fork (`runner.branch_home = "fork"`, or a follow-up of a pull
     /// request from one): the runner must be no writer, so Forgejo holds its pull request's
     /// workflows for a maintainer.
@@ -499,8 +503,21 @@ pub fn runner_role_refusal(r: &RunnerRole) -> Option<String> {
             "the runner account `{login}` cannot read {repo}; runs push to its fork (runner.branch_home = \"fork\"), and it needs read access to make one"
         ));
     }
-    (r.role.can_write() && !r.allow_writer).then(|| format!(
-        "the runner account `{login}` has `{role}` permission on {repo}: Forgejo trusts a writer's pull request and runs its workflows without a maintainer's approval, so runs from its fork would run unread code; give it read access only (or set runner.allow_writer_runner)"
+    if r.allow_writer {
+        return None;
+    }
+    let role = if r.role.can_write() {
+        format!("`{role}` permission on {repo}")
+    } else if r.actions.can_write() {
+        format!(
+            "`{}` access to the Actions unit of {repo} through a team (its repository permission is `{role}`)",
+            r.actions.as_str()
+        )
+    } else {
+        return None;
+    };
+    Some(format!(
+        "the runner account `{login}` has {role}: Forgejo trusts a writer's pull request and runs its workflows without a maintainer's approval, so runs from its fork would run unread code; give it read access only, on every unit (or set runner.allow_writer_runner)"
     ))
 }
 

@@ -338,17 +338,7 @@ impl Forge for ForgejoClient {
         base: &str,
         head: &str,
     ) -> Result<u64, ForgeError> {
-        let path = format!("{}/compare/{}...{}", repo_path(repo), seg(base), seg(head));
-        let wire: WireCompare = self
-            .json(
-                Method::GET,
-                "/repos/{owner}/{repo}/compare/{basehead}",
-                &path,
-                &[],
-                None,
-            )
-            .await?;
-        Ok(wire.total_commits.max(wire.commits.len() as u64))
+        self.compare_with(None, repo, base, head).await
     }
 
     async fn find_pull(
@@ -676,6 +666,14 @@ impl Forge for ForgejoClient {
         ForgejoClient::fork_of(self, runner, base, owner).await
     }
 
+    async fn fork_problems(
+        &self,
+        runner: &RunnerAccount,
+        fork: &RepoName,
+    ) -> Result<Vec<String>, ForgeError> {
+        ForgejoClient::fork_problems(self, runner, fork).await
+    }
+
     async fn create_fork(
         &self,
         runner: &RunnerAccount,
@@ -724,6 +722,35 @@ impl Forge for ForgejoClient {
         branch: &str,
     ) -> Result<(), ForgeError> {
         ForgejoClient::delete_branch_as(self, runner, repo, branch).await
+    }
+
+    async fn runner_actions_access(
+        &self,
+        runner: &RunnerAccount,
+        repo: &RepoName,
+    ) -> Result<Permission, ForgeError> {
+        ForgejoClient::runner_actions_access(self, runner, repo).await
+    }
+
+    async fn fork_branch(
+        &self,
+        runner: &RunnerAccount,
+        fork: &RepoName,
+        name: &str,
+    ) -> Result<Option<Branch>, ForgeError> {
+        self.branch_with(Some(&super::basic(runner)?), fork, name)
+            .await
+    }
+
+    async fn fork_commits_ahead(
+        &self,
+        runner: &RunnerAccount,
+        fork: &RepoName,
+        base: &str,
+        head: &str,
+    ) -> Result<u64, ForgeError> {
+        self.compare_with(Some(&super::basic(runner)?), fork, base, head)
+            .await
     }
 
     fn run_endpoints(&self, repo: &RepoName, runner: &RunnerAccount) -> RunEndpoints {

@@ -89,38 +89,70 @@ impl ForgejoClient {
             .collect())
     }
 
+    /// The fork `owner` holds, read by the name the director gives it (the base's), as
+    /// the runner: a scan of the base's forks would stop at some page, and a repository
+    /// with many forks would lose the runner's. Used only when its `parent` is `base`.
     pub(super) async fn fork_of(
         &self,
         runner: &RunnerAccount,
         base: &RepoName,
         owner: &str,
     ) -> Result<Option<RepoName>, ForgeError> {
-        let path = format!("{}/forks", repo_path(base));
-        let auth = basic(runner)?;
-        for page in 1..=100 {
-            let q = [("limit", PAGE_SIZE.to_string()), ("page", page.to_string())];
-            let resp = self
-                .send_as(
-                    Some(&auth),
-                    Method::GET,
-                    "/repos/{owner}/{repo}/forks",
-                    &path,
-                    &q,
-                    None,
-                )
-                .await?;
-            let items: Vec<WireForkRepo> = decode(&Method::GET, &path, resp).await?;
-            let n = items.len();
-            let found = items
-                .iter()
-                .filter(|r| r.fork)
-                .filter_map(|r| r.full_name.parse::<RepoName>().ok())
-                .find(|r| crate::domain::same_login(r.owner(), owner));
-            if found.is_some() || n < PAGE_SIZE {
-                return Ok(found);
-            }
+        let Ok(name) = RepoName::new(owner, base.name()) else {
+            return Ok(None);
+        };
+        Ok(self
+            .fork_repo(runner, &name)
+            .await?
+            .filter(|r| r.fork && parent_is(r, base))
+            .map(|_| name))
+    }
+
+    /// `GET /repos/{fork}` as the runner (`None`: there is none it can see).
+    async fn fork_repo(
+        &self,
+        runner: &RunnerAccount,
+        name: &RepoName,
+    ) -> Result<Option<WireForkRepo>, ForgeError> {
+        let path = repo_path(name);
+        let resp = self
+            .send_as(
+                Some(&basic(runner)?),
+                Method::GET,
+                "/repos/{owner}/{repo}",
+                &path,
+                &[],
+                None,
+            )
+            .await;
+        match resp {
+            Ok(resp) => Ok(Some(decode(&Method::GET, &path, resp).await?)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
         }
-        Ok(None)
+    }
+
+    /// What makes the runner's fork unfit for runs, read as the runner: Actions on in it
+    /// (the run's pushes would run its workflows, with the fork owner's secrets), or
+    /// anyone but the runner able to write to it (a collaborator, or a team of the
+    /// organisation that owns it), or what of that cannot be read.
+    pub(super) async fn fork_problems(
+        &self,
+        runner: &RunnerAccount,
+        fork: &RepoName,
+    ) -> Result<Vec<String>, ForgeError> {
+        let mut out = Vec::new();
+        match self.fork_repo(runner, fork).await? {
+            None => out.push(format!("the fork {fork} cannot be seen by the runner")),
+            Some(r) if r.has_actions => out.push(format!(
+                "Forgejo Actions is on in the fork {fork}: the run's pushes would run workflows there, with the secrets of its owner; turn Actions off in its settings"
+            )),
+            Some(_) => {}
+        }
+        for who in self.fork_writers(runner, fork).await? {
+            out.push(who);
+        }
+        Ok(out)
     }
 
     pub(super) async fn create_fork(
@@ -198,6 +230,30 @@ impl ForgejoClient {
         Ok(ForkSync::Synced)
     }
 
+    /// How many commits `head` has that `base` has not, in `repo`, as `auth` (the bot when
+    /// `None`).
+    pub(super) async fn compare_with(
+        &self,
+        auth: Option<&reqwest::header::HeaderValue>,
+        repo: &RepoName,
+        base: &str,
+        head: &str,
+    ) -> Result<u64, ForgeError> {
+        let path = format!("{}/compare/{}...{}", repo_path(repo), seg(base), seg(head));
+        let resp = self
+            .send_as(
+                auth,
+                Method::GET,
+                "/repos/{owner}/{repo}/compare/{basehead}",
+                &path,
+                &[],
+                None,
+            )
+            .await?;
+        let wire: WireCompare = decode(&Method::GET, &path, resp).await?;
+        Ok(wire.total_commits.max(wire.commits.len() as u64))
+    }
+
     pub(super) async fn delete_branch_as(
         &self,
         runner: &RunnerAccount,
@@ -212,6 +268,13 @@ impl ForgejoClient {
         )
         .await
     }
+}
+
+/// Whether `repo`'s parent is `base`.
+fn parent_is(repo: &WireForkRepo, base: &RepoName) -> bool {
+    repo.parent
+        .as_ref()
+        .is_some_and(|p| p.full_name.eq_ignore_ascii_case(&base.to_string()))
 }
 
 /// Whether a workflow run's status is final (Forgejo's `IsDone`).

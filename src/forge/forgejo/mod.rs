@@ -18,6 +18,7 @@ use crate::domain::RepoName;
 use crate::metrics::Metrics;
 use crate::settings::{ForgeSettings, Secret};
 
+mod access;
 mod forge;
 mod fork;
 mod tokens;

@@ -274,6 +274,9 @@ pub(super) struct WireForkRepo {
     pub(super) full_name: String,
     pub(super) fork: bool,
     pub(super) parent: Option<Box<WireForkRepo>>,
+    /// Whether Forgejo Actions is on (a unit of the repository).
+    #[serde(default)]
+    pub(super) has_actions: bool,
 }
 
 /// `SyncForkInfo`.

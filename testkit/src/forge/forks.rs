@@ -260,9 +260,10 @@ impl State {
     }
 
     /// Whether `login` is trusted with the workflows of `repo`'s pull requests from forks:
-    /// a writer (of the Actions unit), or a poster trusted with "Approve always".
+    /// a writer of the Actions unit (`userCanWriteActionsOnRepo`: a team may give it to a
+    /// reader of the code), or a poster trusted with "Approve always".
     fn trusted(&self, repo: &RepoName, login: &str) -> bool {
-        self.permission_of(repo, login) >= Permission::Write
+        self.unit_mode(repo, login, "repo.actions") >= Permission::Write
             || self
                 .repo(repo)
                 .is_ok_and(|r| r.trusted_posters.contains(login))
@@ -439,6 +440,37 @@ impl FakeForge {
         self.state()
             .create_fork(login, base, None)
             .unwrap_or_else(|e| panic!("forking {base}: {e:?}"))
+    }
+
+    /// `login` forks `base` into organisation `org` through the API.
+    pub fn fork_into(&self, login: &str, base: &RepoName, org: &str) -> RepoName {
+        self.state()
+            .create_fork(login, base, Some(org))
+            .unwrap_or_else(|e| panic!("forking {base}: {e:?}"))
+    }
+
+    /// `n` forks of `base` by others (`<prefix><i>/<name>`), without git: a repository
+    /// many have forked.
+    pub fn add_forks(&self, base: &RepoName, n: usize, prefix: &str) {
+        let mut s = self.state();
+        let Ok(b) = s.repo(base).cloned() else { return };
+        for i in 0..n {
+            let Ok(name) = RepoName::new(&format!("{prefix}{i:05}"), base.name()) else {
+                continue;
+            };
+            let id = s.id();
+            let mut r = b.clone();
+            r.id = id;
+            r.name = name.clone();
+            r.git = None;
+            r.fork_of = Some(base.clone());
+            r.pulls.clear();
+            r.issues.clear();
+            r.hooks.clear();
+            r.permissions.clear();
+            r.actions = false;
+            s.repos.insert(name, r);
+        }
     }
 
     /// Every fork of `base`.

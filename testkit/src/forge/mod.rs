@@ -24,6 +24,7 @@ mod pulls;
 mod seed;
 mod server;
 mod state;
+mod teams;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -288,6 +289,8 @@ pub(crate) struct State {
     pub users: BTreeMap<String, u64>,
     pub repos: BTreeMap<RepoName, FRepo>,
     pub orgs: BTreeMap<String, Vec<RepoName>>,
+    /// Organisation teams (`teams::FTeam`).
+    pub teams: Vec<teams::FTeam>,
     pub passwords: HashMap<String, String>,
     pub user_tokens: Vec<FToken>,
     /// Every token ever minted: (login, name, value), for tests that look for leaks.

@@ -99,6 +99,11 @@ impl FakeForge {
         }
     }
 
+    /// Whether a repository is private.
+    pub fn is_private(&self, repo: &RepoName) -> bool {
+        self.state().repos.get(repo).is_some_and(|r| r.private)
+    }
+
     /// A webhook on `repo` set up by hand (as someone clicking through Forgejo's form would);
     /// returns its id.
     pub fn add_hook(&self, repo: &RepoName, url: &str, events: &[&str], active: bool) -> u64 {

@@ -437,6 +437,15 @@ fn route(
     login: &str,
 ) -> Answer {
     let parts: Vec<&str> = seg.iter().map(String::as_str).collect();
+    // A private repository (a private repository's fork is one) does not exist for those
+    // who cannot read it: Forgejo answers 404.
+    if let ["repos", o, r, ..] = parts.as_slice()
+        && let Ok(repo) = RepoName::new(o, r)
+        && s.repos.get(&repo).is_some_and(|r| r.private)
+        && s.permission_of(&repo, login) < Permission::Read
+    {
+        return refusal(Refusal::NotFound);
+    }
     if let Some(answer) = checks_route(s, method, &parts, query, body, login) {
         return answer.unwrap_or_else(refusal);
     }
@@ -814,6 +823,24 @@ fn repos(
             )?;
             Ok((StatusCode::CREATED, label_json(&repo, &l), Vec::new()))
         }
+        ("GET", ["repos", o, r, "collaborators"]) => {
+            let repo = repo_of(o, r)?;
+            let mut people: Vec<&String> = s.repo(&repo)?.permissions.keys().collect();
+            people.sort();
+            let items = people.into_iter().map(|p| user_json(s, p)).collect();
+            Ok(paginate(items, query, false))
+        }
+        ("GET", ["repos", o, r, "teams"]) => {
+            let repo = repo_of(o, r)?;
+            s.repo(&repo)?;
+            if !s.orgs.contains_key(repo.owner()) {
+                return Err(Refusal::NotAllowed(
+                    "repo is not owned by an organization".into(),
+                ));
+            }
+            let teams = s.teams_of(&repo).iter().map(|t| t.json(s)).collect();
+            Ok(ok(Value::Array(teams)))
+        }
         ("GET", ["repos", o, r, "collaborators", user, "permission"]) => {
             let repo = repo_of(o, r)?;
             s.repo(&repo)?;
@@ -974,6 +1001,20 @@ fn accounts(
 ) -> Result<Answer, Refusal> {
     match (method, parts) {
         ("GET", ["user"]) => Ok(ok(user_json(s, login))),
+        ("GET", ["teams", id, "members"]) => {
+            // Forgejo shows a team's members to its members (and the organisation's owners).
+            let team = s
+                .teams
+                .iter()
+                .find(|t| t.id.to_string() == *id)
+                .ok_or(Refusal::NotFound)?;
+            if !team.members.contains(login) {
+                return Err(Refusal::Forbidden);
+            }
+            let items = team.members.iter().map(|m| user_json(s, m)).collect();
+            Ok(paginate(items, query, false))
+        }
+        ("GET", ["user", "teams"]) => Ok(paginate(s.user_teams_json(login), query, false)),
         ("POST", ["users", user, "tokens"]) => {
             if *user != login {
                 return Err(Refusal::Forbidden);
@@ -1092,10 +1133,10 @@ pub(super) fn label_json(repo: &RepoName, l: &FLabel) -> Value {
 }
 
 pub(super) fn repo_json(s: &State, repo: &RepoName) -> Value {
-    let (id, branch, private) = s
+    let (id, branch, private, actions) = s
         .repo(repo)
-        .map(|r| (r.id, r.default_branch.clone(), r.private))
-        .unwrap_or((0, "main".into(), false));
+        .map(|r| (r.id, r.default_branch.clone(), r.private, r.actions))
+        .unwrap_or((0, "main".into(), false, false));
     let parent = s
         .repo(repo)
         .ok()
@@ -1119,6 +1160,7 @@ pub(super) fn repo_json(s: &State, repo: &RepoName) -> Value {
         "permissions": { "admin": true, "push": true, "pull": true },
         "has_issues": true,
         "has_pull_requests": true,
+        "has_actions": actions,
     })
 }
 

@@ -61,15 +61,18 @@ impl State {
         if repo.owner() == login {
             return Permission::Owner;
         }
-        r.permissions
+        let own = r
+            .permissions
             .get(login)
             .copied()
-            // Public repositories: everyone with an account can read.
-            .unwrap_or(if self.users.contains_key(login) {
+            // Public repositories: everyone with an account can read; a private one only
+            // its owner and those given access (Forgejo's `accessLevel`).
+            .unwrap_or(if self.users.contains_key(login) && !r.private {
                 Permission::Read
             } else {
                 Permission::None
-            })
+            });
+        own.max(self.team_mode(repo, login))
     }
 
     /// Issues of a repository as `GET .../issues` answers: `labels` names that the repository

@@ -66,6 +66,14 @@ impl RunAct {
         let Some(fork) = fork else {
             return Ok(Ok(None));
         };
+        let problems = acts
+            .forge
+            .fork_problems(&self.runner, &fork)
+            .await
+            .context("checking the runner's fork")?;
+        if !problems.is_empty() {
+            return Ok(Err(unfit_fork(&fork, &problems)));
+        }
         let synced = acts
             .forge
             .sync_fork(&self.runner, &fork, &run.base_branch)
@@ -93,7 +101,8 @@ impl RunAct {
         Ok(Err(why))
     }
 
-    /// The runner's fork of `repo`: the one the forge lists, else one made now. A fork made
+    /// The runner's fork of `repo`: the one under the repository's name whose parent is
+    /// `repo`, else one made now. A fork made
     /// by an attempt that died before it heard the answer is found, never made twice; a
     /// repository of the fork's name that is no fork of `repo` is never used.
     async fn find_or_make_fork(
@@ -129,6 +138,14 @@ impl RunAct {
             },
         }
     }
+}
+
+/// Why the runner's fork is not used: each thing wrong with it.
+pub fn unfit_fork(fork: &RepoName, problems: &[String]) -> String {
+    format!(
+        "the fork {fork} is not used (runs push to it, and only the runner may write there, with Actions off): {}",
+        problems.join("; ")
+    )
 }
 
 /// Why no fork could be made, in the forge's words.

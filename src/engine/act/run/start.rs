@@ -144,11 +144,23 @@ impl RunAct {
                 .permission(&run.repo, &self.runner.login)
                 .await
                 .context("checking the runner account's permission")?;
+            let fork = planned != home::Planned::Repository;
+            // In fork mode the approval gate is what keeps the run's code from CI: it
+            // reads the runner's access to the Actions unit, which a team can give alone.
+            let actions = if fork && !role.can_write() {
+                acts.forge
+                    .runner_actions_access(&self.runner, &run.repo)
+                    .await
+                    .context("checking the runner account's access to Actions")?
+            } else {
+                crate::forge::Permission::None
+            };
             facts.runner_role = Some(RunnerRole {
                 login: self.runner.login.clone(),
                 repo: run.repo.clone(),
                 role,
-                fork: planned != home::Planned::Repository,
+                actions,
+                fork,
                 allow_writer: self.settings.allow_writer_runner,
             });
             if let Some(report) = refused(facts) {
@@ -213,15 +225,16 @@ impl RunAct {
         token: &Secret,
         endpoints: &RunEndpoints,
     ) -> anyhow::Result<RunReport> {
-        let home = run.branch_repo().clone();
-        if let Some(f) = run.followup.as_mut() {
-            f.start_head = acts
-                .forge
-                .branch(&home, &run.branch)
+        if run.followup.is_some() {
+            let head = self
+                .home_branch(acts, &run, &run.branch)
                 .await
                 .context("reading the pull request's branch")?
                 .map(|b| b.commit)
                 .filter(|c| !c.is_empty());
+            if let Some(f) = run.followup.as_mut() {
+                f.start_head = head;
+            }
         }
         let mut task = self
             .task(acts, &run, issue, &trusted.title, &trusted.body)

@@ -20,6 +20,7 @@ fn role(role: Permission) -> RunnerRole {
         login: "director-runner".into(),
         repo: "acme/widgets".parse().expect("repo"),
         role,
+        actions: Permission::None,
         fork: false,
         allow_writer: false,
     }
@@ -124,6 +125,35 @@ fn pushing_to_a_fork_the_runner_must_read_and_not_write_unless_the_operator_acce
     }
     let why = refused(&facts(fork_role(Permission::None, true)));
     assert!(why.contains("cannot read acme/widgets"), "{why}");
+}
+
+#[test]
+fn a_reader_whose_team_writes_to_actions_is_refused_as_a_writer() {
+    let role = RunnerRole {
+        actions: Permission::Write,
+        ..fork_role(Permission::Read, false)
+    };
+    let why = refused(&StartFacts {
+        runner_role: Some(role.clone()),
+        ..StartFacts::default()
+    });
+    assert!(
+        why.contains("`write` access to the Actions unit of acme/widgets through a team")
+            && why.contains("repository permission is `read`")
+            && why.contains("runner.allow_writer_runner"),
+        "{why}"
+    );
+    let accepted = RunnerRole {
+        allow_writer: true,
+        ..role
+    };
+    assert_eq!(
+        start_refusal(&StartFacts {
+            runner_role: Some(accepted),
+            ..StartFacts::default()
+        }),
+        None
+    );
 }
 
 #[test]
