@@ -38,10 +38,15 @@ fn agents(s: &mut director::settings::Settings) {
 /// An issue opened by the reporter, labelled `agent_label` by `by`, then given the trigger
 /// by a writer.
 async fn labelled_for(t: &ForgeApp, by: &str, agent_label: &str) -> IssueRef {
+    labelled_with(t, by, agent_label, "Print each step.").await
+}
+
+/// The same, with `body` (the fake agent's `mode:` and `result:`).
+async fn labelled_with(t: &ForgeApp, by: &str, agent_label: &str, body: &str) -> IssueRef {
     t.forge.define_label(&t.repo, agent_label);
     let issue = t
         .forge
-        .open_issue(&t.repo, "reporter", "Add --verbose", "Print each step.")
+        .open_issue(&t.repo, "reporter", "Add --verbose", body)
         .await;
     t.forge.label(by, &issue, agent_label).await;
     t.forge.label(WRITER, &issue, TRIGGER).await;
@@ -195,5 +200,42 @@ async fn a_repository_chooses_among_the_agents_the_operator_allows_it() {
     assert!(
         report.contains("`runner.agent` `claude-code` is not among the agents the operator allows repositories (repo_settings.agents: `aider`)"),
         "{report}"
+    );
+}
+
+#[tokio::test]
+async fn a_writers_label_naming_an_agent_the_repository_may_not_use_is_refused() {
+    // The operator lets this repository use `aider` alone; `claude-code` is the operator's
+    // default and is configured, but a writer's label cannot pick it past the list.
+    let (t, _llm, fake) = spawn(|s| {
+        agents(s);
+        s.repo_settings.allow = vec!["runner.agent".into()];
+        s.repo_settings.agents = vec!["aider".into()];
+        s.runner.agent = "aider".into();
+    })
+    .await;
+    let issue = labelled_for(&t, WRITER, "agent:claude-code").await;
+    t.app.wait_state(&issue, Lifecycle::Failed).await;
+    t.app.wait_processed().await;
+    let go = t.preflight_comment(&issue);
+    assert!(go.contains("No run can start as asked"), "{go}");
+    assert!(
+        go.contains("`agent:claude-code`") && go.contains("repo_settings.agents: `aider`"),
+        "{go}"
+    );
+    // Refused at the start too, said once, and the default is not run in its place.
+    let run = only_run(&t, &issue).await;
+    assert_eq!(run.state, RunState::Refused);
+    assert_eq!(fake.creations(&run.id), 0, "no container");
+    assert_eq!(run.agent, None, "no agent chosen in its place");
+    let reports = reports(&t, &issue);
+    let refusals = reports
+        .iter()
+        .filter(|r| r.contains("was refused before anything started"))
+        .count();
+    assert_eq!(refusals, 1, "{reports:?}");
+    assert!(
+        reports.join("\n").contains("repo_settings.agents: `aider`"),
+        "{reports:?}"
     );
 }
