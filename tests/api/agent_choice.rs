@@ -239,3 +239,61 @@ async fn a_writers_label_naming_an_agent_the_repository_may_not_use_is_refused()
         "{reports:?}"
     );
 }
+
+/// A profile variable a run may print: a secret of the operator's, like a pass-through.
+const PROFILE_SECRET: &str = "dsk-live-7f3a9c0e5b21";
+
+#[tokio::test]
+async fn a_profiles_env_values_are_redacted_in_the_transcript_report_and_pull_request() {
+    let (t, _llm, _fake) = spawn(|s| {
+        agents(s);
+        if let Some(aider) = s.agents.get_mut("aider") {
+            aider
+                .env
+                .insert("AGENT_SECRET".into(), PROFILE_SECRET.into());
+        }
+    })
+    .await;
+    // A run that prints the value and fails: its report, log tail and transcript.
+    let leaky = labelled_with(&t, WRITER, "agent:aider", "mode: leak-env").await;
+    t.app.wait_state(&leaky, Lifecycle::Failed).await;
+    t.app.wait_processed().await;
+    let run = only_run(&t, &leaky).await;
+    let report = reports(&t, &leaky).join("\n");
+    assert!(report.contains("my key is [redacted]"), "{report}");
+    assert!(
+        run.log_tail
+            .as_deref()
+            .is_some_and(|l| l.contains("my key is [redacted]") && !l.contains(PROFILE_SECRET)),
+        "{:?}",
+        run.log_tail
+    );
+    if let Some(transcript) = t.app.store.transcript(&run.id).await.expect("store") {
+        assert!(
+            !transcript.text.contains(PROFILE_SECRET),
+            "{}",
+            transcript.text
+        );
+    }
+    // A run that writes it into its summary: the pull request's body.
+    let summed = labelled_with(
+        &t,
+        WRITER,
+        "agent:aider",
+        "Print each step.\n\nresult: done summary: secret-env",
+    )
+    .await;
+    t.app.wait_state(&summed, Lifecycle::Succeeded).await;
+    t.app.wait_processed().await;
+    let pulls = t.forge.pulls_of(&t.repo);
+    let body = &pulls.last().expect("a pull request").4;
+    assert!(body.contains("Used [redacted]"), "{body}");
+    for c in t
+        .forge
+        .comments_on(&leaky)
+        .into_iter()
+        .chain(t.forge.comments_on(&summed))
+    {
+        assert!(!c.body.contains(PROFILE_SECRET), "{}", c.body);
+    }
+}
