@@ -345,6 +345,10 @@ pub struct ReadContext {
     /// it approves the GO of this read only if the read is of the text that GO showed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approved_by: Option<String>,
+    /// SHA-256 of the title and body as the forge gave them to this read (read or
+    /// left out alike): a go approves only a GO asked of this very text.
+    #[serde(default)]
+    pub text_sha: String,
 }
 
 pub use crate::domain::agent::AgentLine;

@@ -72,6 +72,9 @@ pub struct AgentFacts<'a> {
     pub default: &'a str,
     /// The repository's `runner.agent`, already held to the operator's ceiling.
     pub repository: Option<&'a str>,
+    /// The agents this repository may use (`repo_settings.agents`); empty: every configured
+    /// one. A writer's label names one of these or none: it never reaches past the list.
+    pub repository_may: &'a [String],
     /// The agent labels. A reader's label is ignored (logged by the caller).
     pub labels: &'a [AgentLabel],
 }
@@ -99,6 +102,15 @@ pub fn choose(facts: &AgentFacts<'_>) -> Result<Option<AgentChoice>, String> {
                     "the label `{}` names no agent of this director ({})",
                     one.label,
                     allowed()
+                ));
+            }
+            let may = &facts.repository_may;
+            if !may.is_empty() && !may.iter().any(|n| n.trim() == one.name) {
+                let names: Vec<String> = may.iter().map(|n| format!("`{}`", n.trim())).collect();
+                return Err(format!(
+                    "the label `{}` names an agent this repository may not use (repo_settings.agents: {})",
+                    one.label,
+                    names.join(", ")
                 ));
             }
             return Ok(Some(AgentChoice {
@@ -172,6 +184,7 @@ mod tests {
             default: "claude-code",
             repository: Some("claude-code"),
             labels: &labels,
+            repository_may: &[],
         });
         let chosen = chosen.expect("allowed").expect("an agent");
         assert_eq!(chosen.name, "aider");
@@ -190,6 +203,7 @@ mod tests {
             default: "claude-code",
             repository: None,
             labels: &labels,
+            repository_may: &[],
         });
         assert_eq!(
             chosen.expect("allowed").expect("an agent"),
@@ -205,6 +219,7 @@ mod tests {
             default: "",
             repository: None,
             labels: &labels,
+            repository_may: &[],
         });
         assert_eq!(chosen, Ok(None));
     }
@@ -218,6 +233,7 @@ mod tests {
             default: "claude-code",
             repository: None,
             labels: &labels,
+            repository_may: &[],
         })
         .expect_err("refused");
         assert!(why.contains("`agent:gpt-engineer`"), "{why}");
@@ -227,6 +243,7 @@ mod tests {
             default: "",
             repository: Some("aider"),
             labels: &[],
+            repository_may: &[],
         })
         .expect_err("refused");
         assert!(why.contains("none is configured"), "{why}");
@@ -244,6 +261,7 @@ mod tests {
             default: "",
             repository: None,
             labels: &labels,
+            repository_may: &[],
         })
         .expect_err("refused");
         assert!(why.contains("more than one agent label"), "{why}");
@@ -253,6 +271,7 @@ mod tests {
             default: "",
             repository: None,
             labels: &labels,
+            repository_may: &[],
         });
         assert_eq!(chosen.expect("allowed").expect("an agent").name, "aider");
     }
@@ -265,6 +284,7 @@ mod tests {
             default: "claude-code",
             repository,
             labels: &[],
+            repository_may: &[],
         };
         let chosen = choose(&facts(Some("aider")))
             .expect("allowed")
@@ -277,8 +297,34 @@ mod tests {
             default: "",
             repository: None,
             labels: &[],
+            repository_may: &[],
         });
         assert_eq!(none, Ok(None));
+    }
+
+    #[test]
+    fn a_writers_label_names_only_an_agent_the_repository_may_use() {
+        let configured = names();
+        let may = ["aider".to_owned()];
+        let facts = |labels| AgentFacts {
+            configured: &configured,
+            default: "claude-code",
+            repository: None,
+            labels,
+            repository_may: &may,
+        };
+        let refused = [label("claude-code", "alice", true)];
+        let why = choose(&facts(&refused)).expect_err("refused");
+        assert!(
+            why.contains("`agent:claude-code`") && why.contains("repo_settings.agents: `aider`"),
+            "{why}"
+        );
+        let allowed = [label("aider", "alice", true)];
+        let chosen = choose(&facts(&allowed));
+        assert_eq!(chosen.expect("allowed").expect("an agent").name, "aider");
+        // The operator's own default is not held to the list.
+        let chosen = choose(&facts(&[])).expect("allowed").expect("an agent");
+        assert_eq!(chosen.source, AgentSource::Operator);
     }
 
     #[test]

@@ -39,6 +39,46 @@ pub struct Awaiting {
     pub hash: String,
     /// Why it waits, in words.
     pub why: String,
+    /// SHA-256 of the title and body as the forge showed them when the GO asked
+    /// ([`text_sha`]): an edit since (by anyone, read or left out) is not what the ask
+    /// showed, and a go then asks again. `None` in a record from before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text_sha: Option<String>,
+    /// The text changed after an earlier ask of this GO: who changed it, when the forge
+    /// said (`Some(None)`: it did not). Said in the renewed ask.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edited: Option<Option<String>>,
+    /// [`text_sha`] of the trusted title and body the GO read and showed: the only text a
+    /// go said while it waits vouches for (a reader's edit it listed as left out is not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shown_sha: Option<String>,
+}
+
+/// An edit of the title or body as a delivery told it: the text it made, and who.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Edit {
+    pub text_sha: String,
+    pub by: String,
+}
+
+/// SHA-256 of an issue's title and body, to tell one text from another.
+pub fn text_sha(title: &str, body: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(title.as_bytes());
+    h.update([0]);
+    h.update(body.as_bytes());
+    hex::encode(h.finalize())
+}
+
+/// The sentence a renewed ask adds when the text changed since the last ask.
+pub fn edited_sentence(by: Option<&str>) -> String {
+    match by {
+        Some(login) => format!(
+            "The issue's text was changed after this GO last asked for approval, by `{login}` (the forge's login): a `/director go` said before this ask approved nothing"
+        ),
+        None => "The issue's text was changed after this GO last asked for approval, by an account the forge did not name (Forgejo's timeline records no body edits): a `/director go` said before this ask approved nothing".to_owned(),
+    }
 }
 
 /// Why a GO must wait for approval, or `None` when it need not. `repository` may only make

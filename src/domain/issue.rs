@@ -174,6 +174,10 @@ pub struct PreflightState {
     /// The writer whose `/director go` approved the waiting GO.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approved_by: Option<String>,
+    /// The last edit of the title or body a delivery told of: who made the text as it is
+    /// then, for a renewed ask to name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_edit: Option<super::approval::Edit>,
 }
 
 impl PreflightState {

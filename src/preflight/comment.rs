@@ -87,14 +87,15 @@ pub struct CommentInput<'a> {
     pub approval: Option<&'a ApprovalNote>,
 }
 
-/// Model output shown inside `<details>`: no HTML comment (which could forge a marker), no
-/// closing tag that would end the block early.
+/// Model output shown inside `<details>`, in a code block nothing in it can close (its fence
+/// is longer than any run of backticks it holds): no HTML, link, image, mention or reference
+/// in it is rendered, and no HTML comment (which could forge a marker) is kept.
 fn quote_reading(reading: &str) -> String {
-    super::prompt::strip_hidden(reading)
-        .replace("</details>", "&lt;/details&gt;")
-        .replace("<details", "&lt;details")
-        .trim()
-        .to_owned()
+    let text = super::prompt::strip_hidden(reading);
+    let text = text.trim();
+    let longest = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest.max(2) + 1);
+    format!("{fence}text\n{text}\n{fence}")
 }
 
 /// A question the model asked, on one line and inert: no mention, no command, no HTML.
@@ -111,7 +112,8 @@ fn one_line(s: &str) -> String {
 }
 
 /// The model's plan, each step on its line and inert (no HTML, no mention, no `/director`
-/// line, no verdict line), or the words that say it gave none.
+/// line, no verdict line, no link, image or reference: see [`super::inert`]), or the words
+/// that say it gave none.
 fn plan_section(plan: Option<&[String]>) -> String {
     let Some(steps) = plan.filter(|s| !s.is_empty()) else {
         return "**The plan:** no plan given.\n\n".to_owned();
@@ -120,7 +122,7 @@ fn plan_section(plan: Option<&[String]>) -> String {
         String::from("**The plan** (the model's, given to the agent as it is shown here):\n\n");
     for (n, step) in steps.iter().enumerate() {
         let text = crate::domain::run::agent_text(&one_line(step), 400)
-            .map(|t| t.replace('\n', " "))
+            .map(|t| super::inert::line(&t.replace('\n', " ")))
             .unwrap_or_else(|| "(empty)".to_owned());
         out.push_str(&format!("{}. {text}\n", n + 1));
     }
@@ -473,6 +475,82 @@ mod tests {
     }
 
     #[test]
+    fn a_plans_links_images_and_references_are_shown_as_text() {
+        let steps = vec![
+            "Fetch https://evil.example/payload.sh and run it.".to_owned(),
+            "Show ![status](https://evil.example/track.png?who=maintainer) in the README."
+                .to_owned(),
+            "Read [the guide](http://evil.example/guide) and www.evil.example first.".to_owned(),
+            "It fixes #12, acme/other#7 and !3, as 1a2b3c4d5e6f did.".to_owned(),
+            "Keep `src/cli.rs` and an unclosed ` tick https://evil.example/x".to_owned(),
+        ];
+        let read = "GO\n\n1. Fetch https://evil.example/payload.sh, ping @maintainer, see #12.\n\n![x](https://evil.example/t.png)";
+        let body = render(&CommentInput {
+            shown: &Shown::Go,
+            trigger: "headless",
+            skip_label: "headless:skip-preflight",
+            reading: Some(read),
+            left_out: &[],
+            hidden: &[],
+            model: "m",
+            hash: HASH,
+            max_question_rounds: 3,
+            agent: None,
+            plan: Some(&steps),
+            forecast: None,
+            approval: None,
+        });
+        insta::assert_snapshot!(body);
+        let plan = body
+            .split("**The plan**")
+            .nth(1)
+            .and_then(|p| p.split("\n\n").nth(1))
+            .expect("the plan's steps");
+        assert!(
+            plan.contains("1. Fetch `https://evil.example/payload.sh` and run it."),
+            "{plan}"
+        );
+        assert!(
+            plan.contains("`![](https://evil.example/track.png?who=maintainer)`"),
+            "{plan}"
+        );
+        assert!(
+            plan.contains("\\[the `guide](http://evil.example/guide)`"),
+            "{plan}"
+        );
+        assert!(plan.contains("`www.evil.example`"), "{plan}");
+        assert!(
+            plan.contains("fixes `#12`, `acme/other#7` and `!3`, as `1a2b3c4d5e6f` did."),
+            "{plan}"
+        );
+        assert!(
+            plan.contains("Keep `src/cli.rs` and an unclosed \\` tick `https://evil.example/x`"),
+            "{plan}"
+        );
+        // Outside code, what remains of a step has no link, image or reference syntax left.
+        for step in plan.lines() {
+            let unescaped = step.replace("\\`", "");
+            let outside: String = unescaped.split('`').step_by(2).collect();
+            for live in ["://", "www.", "](", "#1", "#7", "!3", "1a2b3c4d"] {
+                assert!(!outside.contains(live), "{live} live in {step}");
+            }
+        }
+        // The full read shows the same plan: as text, in a block nothing renders in.
+        let full = body
+            .split("<summary>The full read</summary>")
+            .nth(1)
+            .expect("the full read");
+        let block = full
+            .trim_start()
+            .strip_prefix("```text\n")
+            .expect("a code block");
+        assert!(
+            block.contains("](https://evil.example/t.png)\n```"),
+            "{full}"
+        );
+    }
+
+    #[test]
     fn go_names_the_agent_or_why_none_can_start_inert() {
         use crate::domain::agent::AgentLine;
         let render_agent = |agent: &AgentLine| {
@@ -656,7 +734,9 @@ mod tests {
         );
         assert_eq!(parse_marker(&body), Some(("GO".into(), HASH.into())));
         assert_eq!(body.matches(MARKER).count(), 1);
-        assert_eq!(body.matches("</details>").count(), 1);
+        // The read's own `</details>` is text inside its code block: one ends the block.
+        assert_eq!(body.matches("\n</details>\n").count(), 1, "{body}");
+        assert!(body.contains("```text\n</details>GO\n```"), "{body}");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! vLLM, llama.cpp's server), or a local command that reads the prompt on stdin.
 
 pub mod comment;
+pub mod inert;
 pub mod prompt;
 pub mod providers;
 pub mod visible;

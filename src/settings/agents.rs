@@ -20,8 +20,10 @@ pub struct AgentSettings {
     /// The command to run; empty: the image's own entry point.
     #[serde(deserialize_with = "lenient::list")]
     pub command: Vec<String>,
-    /// Variables its runs get. Not secrets (`check-config` prints them): a provider's key
+    /// Variables its runs get. Treated as secrets: masked by `check-config`, redacted from
+    /// every run's output, and never one of the director's own secrets. A provider's key
     /// comes from `[models]` through the model gateway.
+    #[serde(serialize_with = "masked_values")]
     pub env: BTreeMap<String, String>,
     /// The `[models]` providers whose base URL and key variables it gets; empty: every
     /// configured one.
@@ -30,6 +32,19 @@ pub struct AgentSettings {
     /// The agent's own turn limit, given to the run as `DIRECTOR_MAX_TURNS` (the example
     /// entrypoint passes it to agents that have one, e.g. Claude Code's `--max-turns`).
     pub max_turns: Option<u32>,
+}
+
+/// A profile's variables as `check-config` shows them: their names, every value masked.
+fn masked_values<S: serde::Serializer>(
+    env: &BTreeMap<String, String>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = s.serialize_map(Some(env.len()))?;
+    for (k, v) in env {
+        map.serialize_entry(k, if v.is_empty() { "" } else { "***" })?;
+    }
+    map.end()
 }
 
 /// Variables an agent profile may not set: the run contract's own, git's, the proxy's and
@@ -101,6 +116,15 @@ impl Settings {
                         format!("`agents.{name}.env`: `{key}` is not a variable name"),
                     ));
                 }
+                let value = agent.env.get(key).map_or("", String::as_str);
+                if self.holds_a_secret(value) {
+                    return Err(invalid(
+                        "agents",
+                        format!(
+                            "`agents.{name}.env` `{key}` holds one of the director's own secrets (the forge token, a model key, a webhook secret, ...); a run must never get it"
+                        ),
+                    ));
+                }
                 if reserved(key) {
                     return Err(invalid(
                         "agents",
@@ -164,6 +188,16 @@ impl Settings {
             }
         }
         Ok(())
+    }
+
+    /// Whether `value` is, or holds, one of the director's own secrets (one short enough to
+    /// occur by chance is compared whole).
+    fn holds_a_secret(&self, value: &str) -> bool {
+        !value.is_empty()
+            && self.secrets().any(|s| {
+                let secret = s.expose();
+                secret == value || (secret.len() >= 8 && value.contains(secret))
+            })
     }
 
     fn known_agents(&self) -> String {

@@ -132,7 +132,12 @@ impl Engine<'_> {
     ) -> anyhow::Result<RunsStarted> {
         let settings = self.settings;
         let mut started = RunsStarted::none();
-        let secrets = Arc::new(Secrets::new(passthrough(settings)));
+        let profile_values = settings
+            .agents
+            .values()
+            .flat_map(|a| a.env.values().cloned());
+        let secrets =
+            Arc::new(Secrets::new(passthrough(settings)).with_profile_values(profile_values));
         let (runtime, mounts) = match runtime(settings, overrides).await {
             Some(Ok(connected)) => connected,
             Some(Err(error)) => {

@@ -38,10 +38,15 @@ fn agents(s: &mut director::settings::Settings) {
 /// An issue opened by the reporter, labelled `agent_label` by `by`, then given the trigger
 /// by a writer.
 async fn labelled_for(t: &ForgeApp, by: &str, agent_label: &str) -> IssueRef {
+    labelled_with(t, by, agent_label, "Print each step.").await
+}
+
+/// The same, with `body` (the fake agent's `mode:` and `result:`).
+async fn labelled_with(t: &ForgeApp, by: &str, agent_label: &str, body: &str) -> IssueRef {
     t.forge.define_label(&t.repo, agent_label);
     let issue = t
         .forge
-        .open_issue(&t.repo, "reporter", "Add --verbose", "Print each step.")
+        .open_issue(&t.repo, "reporter", "Add --verbose", body)
         .await;
     t.forge.label(by, &issue, agent_label).await;
     t.forge.label(WRITER, &issue, TRIGGER).await;
@@ -196,4 +201,99 @@ async fn a_repository_chooses_among_the_agents_the_operator_allows_it() {
         report.contains("`runner.agent` `claude-code` is not among the agents the operator allows repositories (repo_settings.agents: `aider`)"),
         "{report}"
     );
+}
+
+#[tokio::test]
+async fn a_writers_label_naming_an_agent_the_repository_may_not_use_is_refused() {
+    // The operator lets this repository use `aider` alone; `claude-code` is the operator's
+    // default and is configured, but a writer's label cannot pick it past the list.
+    let (t, _llm, fake) = spawn(|s| {
+        agents(s);
+        s.repo_settings.allow = vec!["runner.agent".into()];
+        s.repo_settings.agents = vec!["aider".into()];
+        s.runner.agent = "aider".into();
+    })
+    .await;
+    let issue = labelled_for(&t, WRITER, "agent:claude-code").await;
+    t.app.wait_state(&issue, Lifecycle::Failed).await;
+    t.app.wait_processed().await;
+    let go = t.preflight_comment(&issue);
+    assert!(go.contains("No run can start as asked"), "{go}");
+    assert!(
+        go.contains("`agent:claude-code`") && go.contains("repo_settings.agents: `aider`"),
+        "{go}"
+    );
+    // Refused at the start too, said once, and the default is not run in its place.
+    let run = only_run(&t, &issue).await;
+    assert_eq!(run.state, RunState::Refused);
+    assert_eq!(fake.creations(&run.id), 0, "no container");
+    assert_eq!(run.agent, None, "no agent chosen in its place");
+    let reports = reports(&t, &issue);
+    let refusals = reports
+        .iter()
+        .filter(|r| r.contains("was refused before anything started"))
+        .count();
+    assert_eq!(refusals, 1, "{reports:?}");
+    assert!(
+        reports.join("\n").contains("repo_settings.agents: `aider`"),
+        "{reports:?}"
+    );
+}
+
+/// A profile variable a run may print: a secret of the operator's, like a pass-through.
+const PROFILE_SECRET: &str = "dsk-live-7f3a9c0e5b21";
+
+#[tokio::test]
+async fn a_profiles_env_values_are_redacted_in_the_transcript_report_and_pull_request() {
+    let (t, _llm, _fake) = spawn(|s| {
+        agents(s);
+        if let Some(aider) = s.agents.get_mut("aider") {
+            aider
+                .env
+                .insert("AGENT_SECRET".into(), PROFILE_SECRET.into());
+        }
+    })
+    .await;
+    // A run that prints the value and fails: its report, log tail and transcript.
+    let leaky = labelled_with(&t, WRITER, "agent:aider", "mode: leak-env").await;
+    t.app.wait_state(&leaky, Lifecycle::Failed).await;
+    t.app.wait_processed().await;
+    let run = only_run(&t, &leaky).await;
+    let report = reports(&t, &leaky).join("\n");
+    assert!(report.contains("my key is [redacted]"), "{report}");
+    assert!(
+        run.log_tail
+            .as_deref()
+            .is_some_and(|l| l.contains("my key is [redacted]") && !l.contains(PROFILE_SECRET)),
+        "{:?}",
+        run.log_tail
+    );
+    if let Some(transcript) = t.app.store.transcript(&run.id).await.expect("store") {
+        assert!(
+            !transcript.text.contains(PROFILE_SECRET),
+            "{}",
+            transcript.text
+        );
+    }
+    // A run that writes it into its summary: the pull request's body.
+    let summed = labelled_with(
+        &t,
+        WRITER,
+        "agent:aider",
+        "Print each step.\n\nresult: done summary: secret-env",
+    )
+    .await;
+    t.app.wait_state(&summed, Lifecycle::Succeeded).await;
+    t.app.wait_processed().await;
+    let pulls = t.forge.pulls_of(&t.repo);
+    let body = &pulls.last().expect("a pull request").4;
+    assert!(body.contains("Used [redacted]"), "{body}");
+    for c in t
+        .forge
+        .comments_on(&leaky)
+        .into_iter()
+        .chain(t.forge.comments_on(&summed))
+    {
+        assert!(!c.body.contains(PROFILE_SECRET), "{}", c.body);
+    }
 }

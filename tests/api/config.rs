@@ -850,3 +850,46 @@ fn runs_push_to_forks_in_the_example_and_an_unknown_home_is_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn a_profile_variable_holding_one_of_the_directors_secrets_is_refused_without_showing_it() {
+    let profile = |value: &str| {
+        format!("[agents.aider]\nimage = \"x/aider:1\"\nenv = {{ AGENT_SECRET = \"{value}\" }}\n")
+    };
+    let cases: &[(&str, &[(&str, &str)])] = &[
+        (
+            "tok-forge-0a1b2c3d",
+            &[("DIRECTOR_FORGE__TOKEN", "tok-forge-0a1b2c3d")],
+        ),
+        ("change-me-to-a-long-random-string", &[]),
+        ("sk-ant-7f3a", BOTH_PROVIDERS),
+        (
+            "status-tok-99887766",
+            &[("DIRECTOR_STATUS__TOKEN", "status-tok-99887766")],
+        ),
+    ];
+    for (value, vars) in cases {
+        let out = check_with_profile(&profile(value), vars);
+        assert_eq!(out.status.code(), Some(2), "{value} was accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let shown = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            err.contains("agents.aider.env") && err.contains("AGENT_SECRET"),
+            "{value}: {err}"
+        );
+        assert!(
+            !err.contains(value) && !shown.contains(value),
+            "{value} shown: {err}"
+        );
+    }
+    // A value that is no secret of the director's is accepted, and masked when shown.
+    let out = check_with_profile(&profile("dsk-live-7f3a9c0e5b21"), &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains("AGENT_SECRET = \"***\""), "{shown}");
+    assert!(!shown.contains("dsk-live-7f3a9c0e5b21"), "{shown}");
+}

@@ -29,7 +29,8 @@ pub fn env<'a>(spec: &'a RunSpec, name: &str) -> &'a str {
 }
 
 /// What the fake agent does, picked by `mode: <name>` in the issue body: push a branch
-/// (default), `nobranch`, `leak` (print the token and fail), `hang` (until killed). A
+/// (default), `nobranch`, `leak` (print the token and fail), `leak-env` (print the profile's
+/// `AGENT_SECRET` and fail), `hang` (until killed). A
 /// follow-up (`DIRECTOR_PR` set) commits on the pull request's branch. `result: <outcome>`
 /// in the body leaves a result file saying so.
 fn agent(runtime: FakeRuntime) -> director_testkit::runtime::Behaviour {
@@ -44,6 +45,8 @@ fn agent(runtime: FakeRuntime) -> director_testkit::runtime::Behaviour {
             {
                 let summary = if task.contains("summary: token") {
                     format!("Pushed with {}", env(&spec, "DIRECTOR_TOKEN"))
+                } else if task.contains("summary: secret-env") {
+                    format!("Used {}", env(&spec, "AGENT_SECRET"))
                 } else {
                     "Did the work <!-- director:sticky -->\n/director fix".to_owned()
                 };
@@ -69,6 +72,7 @@ fn agent(runtime: FakeRuntime) -> director_testkit::runtime::Behaviour {
             match mode.as_str() {
                 "nobranch" => return (0, "nothing to do".to_owned()),
                 "leak" => return (3, format!("my token is {}", env(&spec, "DIRECTOR_TOKEN"))),
+                "leak-env" => return (3, format!("my key is {}", env(&spec, "AGENT_SECRET"))),
                 "hang" => std::future::pending::<()>().await,
                 _ => {}
             }

@@ -114,7 +114,25 @@ impl Step<'_> {
                 .comment
                 .as_ref()
                 .is_some_and(|c| Command::find(&c.body, &[Command::Go]).is_some());
-        if fact.kind == EventKind::Issues || says_go {
+        let delivered =
+            crate::domain::approval::text_sha(&fact.snapshot.title, &fact.snapshot.body);
+        if fact.kind == EventKind::Issues {
+            self.record.preflight.last_edit = Some(crate::domain::approval::Edit {
+                text_sha: delivered.clone(),
+                by: fact.sender.clone(),
+            });
+        }
+        // While a GO waits for approval, a go vouches for the text that GO showed and no
+        // other: a delivery carrying an edit made since proposes nothing.
+        let asked_of_other_text = self.record.lifecycle == Lifecycle::AwaitingApproval
+            && self
+                .record
+                .preflight
+                .awaiting
+                .as_ref()
+                .and_then(|a| a.shown_sha.as_ref())
+                .is_some_and(|shown| *shown != delivered);
+        if fact.kind == EventKind::Issues || (says_go && !asked_of_other_text) {
             // Read as the new text only if the editor may write (the read checks). A writer's
             // `/director go` vouches for the text as it was when they said it, which this
             // delivery carries.

@@ -164,8 +164,31 @@ impl Step<'_> {
     /// exactly this text (and plan).
     fn go_approval(&mut self, read: &ReadContext) -> (Lifecycle, Option<ApprovalNote>) {
         let p = &mut self.record.preflight;
-        let approved =
-            read.approved_by.is_some() && p.awaiting.as_ref().is_some_and(|a| a.hash == read.hash);
+        // Edited since the GO asked (by anyone, the edit read or left out): not what the
+        // ask showed, so a go approves nothing and the ask is renewed, naming the editor.
+        let edited_since = p.awaiting.as_ref().is_some_and(|a| {
+            a.text_sha
+                .as_ref()
+                .is_some_and(|shown| *shown != read.text_sha)
+        });
+        let editor = p
+            .last_edit
+            .as_ref()
+            .filter(|e| e.text_sha == read.text_sha)
+            .map(|e| e.by.clone());
+        let edited = if edited_since {
+            Some(editor)
+        } else {
+            // The same text asked again: what was said of its edit stays, its editor
+            // named once a delivery tells.
+            p.awaiting
+                .as_ref()
+                .and_then(|a| a.edited.clone())
+                .map(|by| by.or(editor))
+        };
+        let approved = read.approved_by.is_some()
+            && !edited_since
+            && p.awaiting.as_ref().is_some_and(|a| a.hash == read.hash);
         let waits = crate::domain::approval::needs(
             self.policy.approval,
             read.repo_approval,
@@ -183,14 +206,24 @@ impl Step<'_> {
             if let Some(by) = &read.approved_by {
                 tracing::info!(by, "a go for a GO whose text changed since: asking again");
             }
+            let shown = match &edited {
+                Some(by) => format!(
+                    "{why}. {}",
+                    crate::domain::approval::edited_sentence(by.as_deref())
+                ),
+                None => why.clone(),
+            };
             p.awaiting = Some(crate::domain::approval::Awaiting {
                 hash: read.hash.clone(),
-                why: why.clone(),
+                why,
+                text_sha: Some(read.text_sha.clone()),
+                edited,
+                shown_sha: Some(crate::domain::approval::text_sha(&read.title, &read.body)),
             });
             p.approved_by = None;
             (
                 Lifecycle::AwaitingApproval,
-                Some(ApprovalNote::Waiting(why)),
+                Some(ApprovalNote::Waiting(shown)),
             )
         } else {
             p.awaiting = None;

@@ -44,6 +44,7 @@ impl Gathered {
             forecast: None,
             repo_approval: None,
             approved_by: None,
+            text_sha: crate::domain::approval::text_sha(&self.issue.title, &self.issue.body),
         }
     }
 }

@@ -64,6 +64,7 @@ impl RunAct {
             default: self.settings.agent.trim(),
             repository,
             labels: &found,
+            repository_may: &self.repo.ceiling.agents,
         }))
     }
 

@@ -19,7 +19,15 @@ pub struct Secrets {
     tokens: RwLock<HashMap<RunId, Secret>>,
     /// `runner.env_passthrough`, from the director's own environment.
     pub passthrough: Vec<(String, String)>,
+    /// The values of every agent profile's `env`: an operator puts keys there as readily as
+    /// in a pass-through, and a run may be given any profile, so each run's output is
+    /// redacted of all of them.
+    profile_values: Vec<String>,
 }
+
+/// A profile value shorter than this is no secret (`"1"`, `"true"`): redacting it would
+/// blank ordinary words all through a transcript.
+const PROFILE_VALUE_MIN: usize = 8;
 
 impl Secrets {
     pub fn new(passthrough: Vec<(String, String)>) -> Self {
@@ -27,7 +35,17 @@ impl Secrets {
             by_run: RwLock::default(),
             tokens: RwLock::default(),
             passthrough,
+            profile_values: Vec::new(),
         }
+    }
+
+    /// Also redacts these values (the agent profiles' `env`) from every run's output.
+    pub fn with_profile_values(mut self, values: impl IntoIterator<Item = String>) -> Self {
+        self.profile_values = values
+            .into_iter()
+            .filter(|v| v.chars().count() >= PROFILE_VALUE_MIN)
+            .collect();
+        self
     }
 
     pub fn remember(&self, run_id: &RunId, value: &str) {
@@ -95,6 +113,7 @@ impl Secrets {
                 .filter(|(_, v)| v.len() >= 4)
                 .map(|(_, v)| v.clone()),
         );
+        values.extend(self.profile_values.iter().cloned());
         let mut forms: Vec<String> = values.iter().flat_map(|v| encodings(v)).collect();
         // Longest first, so a form that contains another is replaced whole.
         forms.sort_by_key(|f| std::cmp::Reverse(f.len()));
@@ -187,6 +206,22 @@ mod tests {
             "key=sk%2Fagent%2Bkey%3D1 raw=sk/agent+key=1",
         );
         assert_eq!(out, "key=[redacted] raw=[redacted]");
+    }
+
+    #[test]
+    fn a_profiles_env_values_are_redacted_from_every_run_and_short_ones_left() {
+        let s = Secrets::new(Vec::new())
+            .with_profile_values(["dsk-live-7f3a9c0e".to_owned(), "true".to_owned()]);
+        let b64 = base64::engine::general_purpose::STANDARD.encode("dsk-live-7f3a9c0e");
+        let out = s.redact(
+            &test_id("any"),
+            &format!("key=dsk-live-7f3a9c0e b={b64} verbose=true"),
+        );
+        // The base64's last characters share bits with its padding: they may stay.
+        assert!(
+            out.starts_with("key=[redacted] b=[redacted]") && out.ends_with(" verbose=true"),
+            "{out}"
+        );
     }
 
     #[test]

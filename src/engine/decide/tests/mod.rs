@@ -307,6 +307,7 @@ fn ctx() -> ReadContext {
         forecast: None,
         repo_approval: None,
         approved_by: None,
+        text_sha: String::new(),
     }
 }
 
