@@ -8,7 +8,8 @@
 //!   [`MAX_COST_USD`]), a negative duration or one over [`MAX_SECS`];
 //! - the same kind of run (a first run, or a follow-up), of the same agent when at least
 //!   [`MIN_RUNS`] of those exist, in this repository when it has at least [`MIN_RUNS`],
-//!   else across all repositories (and saying so);
+//!   else across this and the public repositories (and saying so: no comment rests on
+//!   the runs of a private repository its readers cannot see);
 //! - the range: the median and the 90th percentile (nearest rank), of cost and of wall time
 //!   apart.
 
@@ -212,7 +213,7 @@ impl Forecast {
         let whence = match self.basis {
             Basis::Repository => format!("{} finished {kind}{agent} in this repository", self.runs),
             _ => format!(
-                "{} finished {kind}{agent} in all repositories (this one has {}, fewer than {MIN_RUNS})",
+                "{} finished {kind}{agent} in this and the public repositories (this one has {}, fewer than {MIN_RUNS})",
                 self.runs, self.repo_runs
             ),
         };
@@ -276,7 +277,7 @@ mod tests {
         assert_eq!((f.runs, f.repo_runs), (5, 1));
         assert!(
             f.describe()
-                .contains("in all repositories (this one has 1, fewer than 5)"),
+                .contains("in this and the public repositories (this one has 1, fewer than 5)"),
             "{}",
             f.describe()
         );

@@ -142,7 +142,7 @@ async fn too_few_runs_here_forecast_from_every_repository_and_none_say_no_histor
     t.app.wait_state(&second, Lifecycle::Succeeded).await;
     let go = t.preflight_comment(&second);
     assert!(
-        go.contains("in all repositories (this one has 1, fewer than 5)"),
+        go.contains("in this and the public repositories (this one has 1, fewer than 5)"),
         "{go}"
     );
 }
