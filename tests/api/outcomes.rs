@@ -489,3 +489,94 @@ async fn a_revert_on_the_base_marks_the_merge_reverted_once_and_says_so_once() {
         t.app.wait_for_metric(line).await;
     }
 }
+
+/// `/metrics` without the token, as anyone who can reach it.
+async fn scrape(t: &ForgeApp, token: Option<&str>) -> String {
+    let mut req = t.app.client.get(format!("{}/metrics", t.app.address));
+    if let Some(token) = token {
+        req = req.bearer_auth(token);
+    }
+    req.send()
+        .await
+        .expect("answered")
+        .text()
+        .await
+        .expect("text")
+}
+
+#[tokio::test]
+async fn an_anonymous_scrape_sees_no_aggregate_fed_by_a_private_repository() {
+    let (t, _llm, _fake) = spawn(|s| s.status.token = Secret::new(TOKEN)).await;
+    t.forge.make_private(&t.repo);
+    let issue = crate::fake_runs::labelled(&t, "Add --verbose", "Print each step.").await;
+    t.app.wait_state(&issue, Lifecycle::Succeeded).await;
+    t.app.wait_processed().await;
+    // With the token: the private repository's run and verdict are in the aggregates.
+    let full = scrape(&t, Some(TOKEN)).await;
+    for line in [
+        "director_run_duration_seconds_count{outcome=\"succeeded\"} 1",
+        "director_preflight_verdicts_total{outcome=\"go\"} 1",
+        "director_preflight_provider_seconds_count 1",
+    ] {
+        assert!(full.contains(line), "{line}\n{full}");
+    }
+    assert!(!full.contains("of_repo"), "the hidden label is never shown");
+    // Without it: none of them moved, and nothing names the repository.
+    let anonymous = scrape(&t, None).await;
+    assert!(anonymous.contains("director_store_up 1"), "{anonymous}");
+    for family in [
+        "director_run_duration_seconds",
+        "director_run_cost_usd",
+        "director_preflight_verdicts_total",
+        "director_preflight_provider_seconds",
+        "director_prs_total",
+    ] {
+        assert!(
+            !anonymous.lines().any(|l| l.starts_with(family)),
+            "{family}\n{anonymous}"
+        );
+    }
+    assert!(!anonymous.contains(&t.repo.to_string()), "{anonymous}");
+}
+
+#[tokio::test]
+async fn a_flood_of_anonymous_outcomes_requests_computes_the_page_once_and_intake_goes_on() {
+    use futures_util::StreamExt;
+    let (t, _) = seeded().await;
+    let before = t.app.stored_deliveries().await;
+    // 300 anonymous requests, 50 at a time, while issues are opened (each a webhook).
+    let flood = futures_util::stream::iter(0..300)
+        .map(|_| async {
+            let resp = t.app.get("/status/outcomes?days=90").await;
+            (resp.status().as_u16(), resp.text().await.expect("the page"))
+        })
+        .buffer_unordered(50)
+        .collect::<Vec<_>>();
+    let intake = async {
+        for n in 0..5 {
+            t.forge
+                .open_issue(&t.repo, "reporter", &format!("During the flood {n}"), "b")
+                .await;
+        }
+    };
+    let (pages, ()) = tokio::join!(flood, intake);
+    assert!(pages.iter().all(|(status, _)| *status == 200));
+    assert!(
+        pages.iter().all(|(_, page)| *page == pages[0].1),
+        "one page"
+    );
+    assert!(
+        !pages[0].1.contains("acme/secret"),
+        "still public ones only"
+    );
+    crate::helpers::wait_until("the webhooks stored", || async {
+        t.app.stored_deliveries().await >= before + 5
+    })
+    .await;
+    // One computation served them all (one interval), the store read once for the page.
+    let metrics = scrape(&t, None).await;
+    assert!(
+        metrics.contains("director_outcomes_pages_computed_total 1\n"),
+        "{metrics}"
+    );
+}
