@@ -1,13 +1,19 @@
 //! Prometheus metrics, registered once and shared by every part of the service.
 
+use prometheus::proto::{LabelPair, Metric};
 use prometheus::{
-    CounterVec, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
-    IntGauge, Opts, Registry, TextEncoder,
+    CounterVec, Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
+    Registry, TextEncoder,
 };
 
 /// The label that names a repository: series with it are shown to a scrape without the status
 /// token only for repositories an anonymous visitor of the forge can see.
 pub const REPO_LABEL: &str = "repo";
+/// The label naming the repository an aggregate's observation came from (a run's duration,
+/// a pre-flight's verdict). Never exposed: a scrape sees each aggregate summed over the
+/// repositories it may see, so an anonymous scrape's histograms hold public repositories'
+/// observations only and cannot show a private repository's activity.
+pub const OF_REPO_LABEL: &str = "of_repo";
 
 #[derive(Clone)]
 pub struct Metrics {
@@ -24,12 +30,12 @@ pub struct Metrics {
     pub preflight_verdicts: IntCounterVec,
     /// Provider failures by kind: timeout, status, unclear, other.
     pub preflight_errors: IntCounterVec,
-    /// Provider answer time.
-    pub preflight_latency: Histogram,
+    /// Provider answer time, by repository (hidden, [`OF_REPO_LABEL`]).
+    pub preflight_latency: HistogramVec,
     /// A first run's actual cost and wall time over its forecast's median, as it ends.
     pub forecast_ratio: HistogramVec,
-    /// Runs' wall time and metered cost as they end, by outcome (no repository label: one
-    /// an anonymous visitor cannot see would be named).
+    /// Runs' wall time and metered cost as they end, by outcome (the repository only in the
+    /// hidden [`OF_REPO_LABEL`]: one an anonymous visitor cannot see is never named).
     pub run_duration: HistogramVec,
     pub run_cost: HistogramVec,
     /// Pull requests of the director's that ended: `merged`, `closed`, `reverted`.
@@ -63,6 +69,8 @@ pub struct Metrics {
     /// unpriced, budget.
     pub model_refused: IntCounterVec,
     pub model_estimated: IntCounterVec,
+    /// `/status/outcomes` pages computed (not served from the cache).
+    pub outcomes_computed: IntCounter,
     /// Trace spans by outcome: exported, or dropped (the collector failed or the queue was
     /// full).
     pub trace_spans: IntCounterVec,
@@ -108,48 +116,54 @@ impl Metrics {
                 &r,
                 "director_preflight_verdicts_total",
                 "Pre-flight outcomes",
-                &["outcome"],
+                &["outcome", OF_REPO_LABEL],
             ),
             preflight_errors: counter_vec(
                 &r,
                 "director_preflight_provider_errors_total",
                 "Pre-flight provider failures",
-                &["kind"],
+                &["kind", OF_REPO_LABEL],
             ),
-            preflight_latency: histogram(
+            preflight_latency: histogram_vec(
                 &r,
                 "director_preflight_provider_seconds",
                 "Pre-flight provider latency",
                 &[
                     0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 60.0, 120.0, 180.0, 300.0,
                 ],
+                &[OF_REPO_LABEL],
             ),
             forecast_ratio: histogram_vec(
                 &r,
                 "director_forecast_ratio",
                 "A run's actual cost or duration over its forecast's median",
                 &[0.25, 0.5, 0.8, 1.0, 1.25, 2.0, 4.0, 8.0],
-                &["what"],
+                &["what", OF_REPO_LABEL],
             ),
             run_duration: histogram_vec(
                 &r,
                 "director_run_duration_seconds",
                 "A run's wall time, from its start to its end, by outcome",
                 &[60.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0, 14400.0],
-                &["outcome"],
+                &["outcome", OF_REPO_LABEL],
             ),
             run_cost: histogram_vec(
                 &r,
                 "director_run_cost_usd",
                 "A run's metered model cost in dollars, by outcome",
                 &[0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0],
-                &["outcome"],
+                &["outcome", OF_REPO_LABEL],
             ),
             prs: counter_vec(
                 &r,
                 "director_prs_total",
                 "The director's pull requests that ended: merged, closed (unmerged), reverted",
-                &["end"],
+                &["end", OF_REPO_LABEL],
+            ),
+            outcomes_computed: counter(
+                &r,
+                "director_outcomes_pages_computed_total",
+                "Pages of /status/outcomes computed from the store (the others came from the cache)",
             ),
             trace_spans: counter_vec(
                 &r,
@@ -239,28 +253,31 @@ impl Metrics {
         self.render_where(|_| true)
     }
 
-    /// The repositories named by a `repo` label of any series.
+    /// The repositories named by a `repo` (or hidden `of_repo`) label of any series.
     pub fn repos(&self) -> std::collections::BTreeSet<String> {
         self.registry
             .gather()
             .iter()
             .flat_map(|f| f.get_metric().iter())
             .flat_map(|m| m.get_label().iter())
-            .filter(|l| l.name() == REPO_LABEL)
+            .filter(|l| l.name() == REPO_LABEL || l.name() == OF_REPO_LABEL)
             .map(|l| l.value().to_owned())
             .collect()
     }
 
     /// The exposition without the series whose `repo` label `keep` refuses (a private
-    /// repository's, for a scrape without the status token).
+    /// repository's, for a scrape without the status token), and with each aggregate summed
+    /// over the repositories `keep` allows, its hidden `of_repo` label dropped.
     pub fn render_where(&self, keep: impl Fn(&str) -> bool) -> String {
         let mut families = self.registry.gather();
         for f in &mut families {
             f.mut_metric().retain(|m| {
-                m.get_label()
-                    .iter()
-                    .all(|l| l.name() != REPO_LABEL || keep(l.value()))
+                m.get_label().iter().all(|l| {
+                    (l.name() != REPO_LABEL && l.name() != OF_REPO_LABEL) || keep(l.value())
+                })
             });
+            let metrics = f.take_metric();
+            f.set_metric(sum_over_repos(metrics));
         }
         families.retain(|f| !f.get_metric().is_empty());
         let mut buf = Vec::new();
@@ -269,6 +286,57 @@ impl Metrics {
         }
         String::from_utf8(buf).unwrap_or_default()
     }
+}
+
+/// `metrics` without their `of_repo` label, those then alike summed into one (counters'
+/// values; histograms' counts, sums and buckets, which one family's series share).
+fn sum_over_repos(metrics: Vec<Metric>) -> Vec<Metric> {
+    let mut out: Vec<Metric> = Vec::with_capacity(metrics.len());
+    for mut m in metrics {
+        let labels = m.take_label();
+        if !labels.iter().any(|l| l.name() == OF_REPO_LABEL) {
+            m.set_label(labels);
+            out.push(m);
+            continue;
+        }
+        let labels: Vec<LabelPair> = labels
+            .into_iter()
+            .filter(|l| l.name() != OF_REPO_LABEL)
+            .collect();
+        let same = |o: &&mut Metric| {
+            o.get_label().len() == labels.len()
+                && o.get_label()
+                    .iter()
+                    .zip(&labels)
+                    .all(|(a, b)| a.name() == b.name() && a.value() == b.value())
+        };
+        let Some(into) = out.iter_mut().find(|o| same(o)) else {
+            m.set_label(labels);
+            out.push(m);
+            continue;
+        };
+        let mut counter = prometheus::proto::Counter::default();
+        counter.set_value(into.get_counter().get_value() + m.get_counter().get_value());
+        into.set_counter(counter);
+        let (a, b) = (into.get_histogram(), m.get_histogram());
+        let mut histogram = prometheus::proto::Histogram::default();
+        histogram.set_sample_count(a.get_sample_count() + b.get_sample_count());
+        histogram.set_sample_sum(a.get_sample_sum() + b.get_sample_sum());
+        histogram.set_bucket(
+            a.get_bucket()
+                .iter()
+                .zip(b.get_bucket())
+                .map(|(x, y)| {
+                    let mut bucket = prometheus::proto::Bucket::default();
+                    bucket.set_upper_bound(x.upper_bound());
+                    bucket.set_cumulative_count(x.cumulative_count() + y.cumulative_count());
+                    bucket
+                })
+                .collect(),
+        );
+        into.set_histogram(histogram);
+    }
+    out
 }
 
 impl Default for Metrics {
@@ -304,14 +372,6 @@ fn gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
     register(
         r,
         IntGauge::new(name, help).expect("static metric definition"),
-    )
-}
-
-fn histogram(r: &Registry, name: &str, help: &str, buckets: &[f64]) -> Histogram {
-    let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
-    register(
-        r,
-        Histogram::with_opts(opts).expect("static metric definition"),
     )
 }
 

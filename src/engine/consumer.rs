@@ -601,11 +601,12 @@ fn observe_forecast(metrics: &Metrics, before: Option<&RunRecord>, decision: &De
     if !ended_now || run.followup.is_some() {
         return;
     }
+    let repo = decision.record.repo.to_string();
     let cost = run.metered_cost_usd();
     if let (Some(cost), Some(median)) = (cost, forecast.cost_median_micros.filter(|m| *m > 0)) {
         metrics
             .forecast_ratio
-            .with_label_values(&["cost"])
+            .with_label_values(&["cost", &repo])
             .observe(cost / (median as f64 / 1e6));
     }
     if let (Some(start), Some(end), Some(median)) = (
@@ -615,19 +616,21 @@ fn observe_forecast(metrics: &Metrics, before: Option<&RunRecord>, decision: &De
     ) {
         metrics
             .forecast_ratio
-            .with_label_values(&["duration"])
+            .with_label_values(&["duration", &repo])
             .observe(((end - start) as f64 / 1000.0) / median as f64);
     }
 }
 
 /// A run that ends in this decision (its wall time and metered cost, by outcome), and a pull
-/// request that ends or is found reverted: for Prometheus, without repository labels.
+/// request that ends or is found reverted: for Prometheus, the repository in the hidden label
+/// only (a scrape sees the sum over the repositories it may see).
 fn observe_outcome(
     metrics: &Metrics,
     before_run: Option<&RunRecord>,
     before: Option<&crate::domain::IssueRecord>,
     decision: &Decision,
 ) {
+    let repo = decision.record.repo.to_string();
     if let Some(run) = &decision.run
         && run.ended_since(before_run)
     {
@@ -635,11 +638,14 @@ fn observe_outcome(
         if let (Some(start), Some(end)) = (run.started_at_ms, run.finished_at_ms) {
             metrics
                 .run_duration
-                .with_label_values(&[outcome])
+                .with_label_values(&[outcome, &repo])
                 .observe(((end - start).max(0) as f64) / 1000.0);
         }
         if let Some(cost) = run.metered_cost_usd() {
-            metrics.run_cost.with_label_values(&[outcome]).observe(cost);
+            metrics
+                .run_cost
+                .with_label_values(&[outcome, &repo])
+                .observe(cost);
         }
     }
     let was = before.and_then(|b| b.pr.as_ref());
@@ -651,10 +657,10 @@ fn observe_outcome(
             } else {
                 "closed"
             };
-            metrics.prs.with_label_values(&[end]).inc();
+            metrics.prs.with_label_values(&[end, &repo]).inc();
         }
         if pr.reverted.is_some() && same.is_none_or(|w| w.reverted.is_none()) {
-            metrics.prs.with_label_values(&["reverted"]).inc();
+            metrics.prs.with_label_values(&["reverted", &repo]).inc();
         }
     }
 }

@@ -15,4 +15,5 @@ pub mod reverts;
 pub mod scanner;
 pub mod settled;
 pub mod transcript;
+pub mod undo;
 pub mod watcher;

@@ -608,6 +608,17 @@ pub trait Forge: Send + Sync {
     ) -> Result<Vec<CommitSummary>, ForgeError> {
         Err(unsupported("commit lists"))
     }
+    /// What commit `sha` changed against its first parent, as a unified diff of at most
+    /// `cap` bytes; `Ok(None)` when it is larger. Not asked of GitHub, whose commits are not
+    /// listed for reverts (`recent_commits`), so no revert is counted there.
+    async fn commit_diff(
+        &self,
+        _repo: &RepoName,
+        _sha: &str,
+        _cap: usize,
+    ) -> Result<Option<String>, ForgeError> {
+        Err(unsupported("commit diffs"))
+    }
     /// The fork of `base` that `owner` (the runner, or an organisation) holds, read as the
     /// runner under the name the director gives it (`owner/<base's name>`), its `parent`
     /// checked; `None`: there is none. A repository of the fork's name that is not a fork

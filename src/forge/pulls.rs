@@ -56,6 +56,9 @@ pub struct CommitSummary {
     pub message: String,
     /// Where a person reads it.
     pub url: String,
+    /// Its parents' ids, the first parent first (two or more: a merge commit).
+    #[serde(default)]
+    pub parents: Vec<String>,
 }
 
 impl PullRequest {

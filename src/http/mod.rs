@@ -1,6 +1,7 @@
 //! The HTTP surface: the webhook receiver, health and readiness probes, and metrics.
 
 pub use crate::forge::signature;
+pub mod outcomes_cache;
 pub mod status_page;
 pub mod webhook;
 
@@ -31,6 +32,8 @@ pub struct AppState {
     /// For the status page: which repositories are public.
     pub forge: Option<Arc<dyn crate::forge::Forge>>,
     pub visibility: status_page::Visibility,
+    /// `/status/outcomes`' pages, computed once per interval (`outcomes_cache`).
+    pub outcomes: outcomes_cache::OutcomesCache,
     pub clock: crate::clock::SharedClock,
     /// The director's address on the runs' network (Docker, confined runs), where runs reach
     /// the egress proxy and nothing else of the director.

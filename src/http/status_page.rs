@@ -208,7 +208,8 @@ pub async fn json(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse 
 }
 
 /// `GET /status/outcomes?days=7|30|90`: what the agents delivered over the window, with
-/// charts. Without the status token only public repositories count.
+/// charts. Without the status token only public repositories count. Served from
+/// [`super::outcomes_cache`]: computed at most once per window and audience per interval.
 pub async fn outcomes(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
     if !state.settings.status.enabled {
         return Refused::Disabled.response();
@@ -222,13 +223,26 @@ pub async fn outcomes(req: HttpRequest, state: web::Data<AppState>) -> HttpRespo
         .and_then(|q| q.get("days").and_then(|d| d.parse::<u32>().ok()))
         .filter(|d| crate::status::outcomes::WINDOWS.contains(d))
         .unwrap_or(30);
+    let page = state
+        .outcomes
+        .get((days, full), || outcomes_page(&state, days, full))
+        .await;
+    match page {
+        Ok(page) => html(page.as_str().to_owned()),
+        Err(refused) => refused.response(),
+    }
+}
+
+/// The outcomes page of the last `days`, with every repository (`full`) or the public ones.
+async fn outcomes_page(state: &AppState, days: u32, full: bool) -> Result<String, Refused> {
+    state.metrics.outcomes_computed.inc();
     let now = state.clock.now_ms();
     let since = now - i64::from(days) * 86_400_000;
     let mut facts = match state.store.outcome_facts(since, now).await {
         Ok(f) => f,
         Err(e) => {
             tracing::warn!(error = %format!("{e:#}"), "outcomes: the store cannot be read");
-            return Refused::Unavailable.response();
+            return Err(Refused::Unavailable);
         }
     };
     let mut hidden = false;
@@ -246,7 +260,7 @@ pub async fn outcomes(req: HttpRequest, state: web::Data<AppState>) -> HttpRespo
             scan.repos.contains(&r) || scan.orgs.iter().any(|o| o.eq_ignore_ascii_case(r.owner()))
         })
     };
-    html(crate::status::outcomes::page(&outcomes, &watched, hidden))
+    Ok(crate::status::outcomes::page(&outcomes, &watched, hidden))
 }
 
 /// The run named by the path, with its transcript, if this request may see it: unknown runs,

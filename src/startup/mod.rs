@@ -134,6 +134,7 @@ impl Application {
             runtime_state: runs.state,
             forge: forge.clone(),
             visibility: Default::default(),
+            outcomes: Default::default(),
             clock: clock.clone(),
             bodies: crate::http::webhook::BodyBudget::new(&settings.server),
             runs_network: runs.network,

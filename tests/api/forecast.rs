@@ -18,10 +18,14 @@ pub async fn seed_runs(t: &ForgeApp, repo: &str, runs: &[(f64, i64)]) {
     let store = &t.app.store;
     let now = director::clock::now_ms();
     let start = now - 86_400_000;
+    // Run ids apart per repository, so two repositories can be seeded.
+    let tag = repo
+        .bytes()
+        .fold(0u8, |a, b| a.wrapping_mul(31).wrapping_add(b));
     let mut records = Vec::new();
     for (n, (cost, minutes)) in runs.iter().enumerate() {
         let issue: IssueRef = format!("{repo}#{}", 900 + n).parse().expect("ref");
-        let id = crate::helpers::rid(&format!("5eed{n:08x}"));
+        let id = crate::helpers::rid(&format!("5e{tag:02x}{n:08x}"));
         let mut run = RunRecord::admitted(&issue, id.clone(), "b", 1_000);
         run.state = RunState::Succeeded;
         run.started_at_ms = Some(start);
@@ -42,7 +46,12 @@ pub async fn seed_runs(t: &ForgeApp, repo: &str, runs: &[(f64, i64)]) {
             .expect("usage");
     }
     let issue: IssueRef = format!("{repo}#999").parse().expect("ref");
-    let mut bad = RunRecord::admitted(&issue, crate::helpers::rid("badbad000000"), "b", 1_000);
+    let mut bad = RunRecord::admitted(
+        &issue,
+        crate::helpers::rid(&format!("bad{tag:02x}0000000")),
+        "b",
+        1_000,
+    );
     bad.state = RunState::Failed;
     bad.started_at_ms = Some(start + 50_000);
     bad.finished_at_ms = Some(start + 10_000);
@@ -136,7 +145,8 @@ async fn too_few_runs_here_forecast_from_every_repository_and_none_say_no_histor
         go.contains("**Forecast:** no history yet: no finished run to forecast from."),
         "{go}"
     );
-    // Another repository's history: used, and said to be.
+    // Another (public) repository's history: used, and said to be.
+    t.forge.add_repo("acme/elsewhere");
     seed_history(&t, "acme/elsewhere", 6).await;
     let second = labelled(&t, "Add --quiet", "Print less.").await;
     t.app.wait_state(&second, Lifecycle::Succeeded).await;
@@ -157,4 +167,31 @@ async fn a_go_without_a_plan_says_so_and_still_runs() {
     let run = t.app.store.runs_of(&issue).await.expect("runs").remove(0);
     let task = String::from_utf8_lossy(&fake.spec_of(&run.id).expect("spec").task).into_owned();
     assert!(!task.contains("## The plan the maintainers saw"), "{task}");
+}
+
+#[tokio::test]
+async fn a_public_repositorys_forecast_never_rests_on_a_private_repositorys_runs() {
+    let (t, llm, _fake) = spawn(|_| {}).await;
+    llm.always(PLANNED_GO);
+    // A private repository's runs: $7.00 .. $7.50, 41 .. 46 minutes, which a reader of the
+    // public repository must not learn from its GO comment.
+    let secret = t.forge.add_repo("acme/secret");
+    t.forge.make_private(&secret);
+    let runs: Vec<(f64, i64)> = (0..6).map(|n| (7.0 + n as f64 / 10.0, 41 + n)).collect();
+    seed_runs(&t, "acme/secret", &runs).await;
+    let issue = labelled(&t, "Add --verbose", "Print each step.").await;
+    t.app.wait_state(&issue, Lifecycle::Succeeded).await;
+    let go = t.preflight_comment(&issue);
+    assert!(
+        go.contains("**Forecast:** no history yet: no finished run to forecast from."),
+        "{go}"
+    );
+    assert!(!go.contains("$7."), "{go}");
+    // A public repository's same history may be quoted.
+    t.forge.add_repo("acme/open");
+    seed_runs(&t, "acme/open", &runs).await;
+    let second = labelled(&t, "Add --quiet", "Print less.").await;
+    t.app.wait_state(&second, Lifecycle::Succeeded).await;
+    let go = t.preflight_comment(&second);
+    assert!(go.contains("$7.20 (median)"), "{go}");
 }

@@ -433,13 +433,15 @@ async fn a_revert_on_the_base_marks_the_merge_reverted_once_and_says_so_once() {
         .expect("the revert check");
     // Nothing reverted yet: one list call today, none again the same day.
     assert_eq!(reverts.check_once().await.expect("a pass"), 0);
+    // A real revert on the base's first-parent line: it deletes the file the merge added.
     let revert = t
         .forge
-        .push_commit_with_message(
+        .push_change(
             "maya",
             &t.repo,
             "main",
             &format!("Revert \"Add --verbose\"\n\nThis reverts commit {merged}.\n"),
+            &[("agent.txt", None)],
         )
         .await;
     assert_eq!(
@@ -488,4 +490,207 @@ async fn a_revert_on_the_base_marks_the_merge_reverted_once_and_says_so_once() {
     ] {
         t.app.wait_for_metric(line).await;
     }
+}
+
+/// A merged pull request of the director's, its merge commit and the revert check.
+async fn merged_pr(
+    t: &ForgeApp,
+) -> (
+    IssueRef,
+    String,
+    std::sync::Arc<director::engine::reverts::RevertCheck>,
+) {
+    let (issue, pr) = with_pr(t, "Print each step.").await;
+    t.forge.merge_pull(WRITER, &t.repo, pr).await;
+    t.app.wait_state(&issue, Lifecycle::Merged).await;
+    let merged = t.forge.pull_head(&t.repo, pr);
+    let reverts = t
+        .app
+        .checks_poll()
+        .and_then(|p| p.reverts.clone())
+        .expect("the revert check");
+    assert_eq!(reverts.check_once().await.expect("a pass"), 0);
+    (issue, merged, reverts)
+}
+
+/// Makes the revert check's next pass a new day's, from the head it saw last.
+async fn next_day(t: &ForgeApp) {
+    let key = format!("revert-check:{}:main", t.repo);
+    let kept = t.app.store.meta(&key).await.expect("meta").expect("kept");
+    let (_, head) = kept.split_once(' ').expect("day and head");
+    t.app
+        .store
+        .set_meta(&key, &format!("2000-01-01 {head}"))
+        .await
+        .expect("meta");
+}
+
+#[tokio::test]
+async fn a_revert_message_in_a_merged_branch_is_not_a_revert() {
+    let (t, _llm, _fake) = spawn(|s| s.merge.enabled = false).await;
+    let (issue, merged, reverts) = merged_pr(&t).await;
+    // Anyone's pull request: its first commit says (and even does) the revert, its second
+    // puts the file back as the merge left it and tidies the readme; it is merged with a
+    // merge commit.
+    t.forge.create_branch(&t.repo, "tidy", "main");
+    let claimed = format!("Tidy the readme\n\nThis reverts commit {merged}.\n");
+    t.forge
+        .push_change("mallory", &t.repo, "tidy", &claimed, &[("agent.txt", None)])
+        .await;
+    t.forge
+        .push_change(
+            "mallory",
+            &t.repo,
+            "tidy",
+            "Put it back",
+            &[
+                ("agent.txt", Some(b"hello\n")),
+                ("README.md", Some(b"tidy\n")),
+            ],
+        )
+        .await;
+    t.forge
+        .merge_branch(&t.repo, "main", "tidy", "Merge pull request 'Tidy' (#9)");
+    next_day(&t).await;
+    assert_eq!(
+        reverts.check_once().await.expect("a pass"),
+        0,
+        "a message in a merged branch's commit is not a revert"
+    );
+    t.app.wait_processed().await;
+    let record = t.record(&issue).await.expect("the record");
+    assert!(record.pr.and_then(|p| p.reverted).is_none());
+    // A revert pull request merged the same way is one: the merge commit undoes the merge.
+    t.forge.create_branch(&t.repo, "revert", "main");
+    let revert = format!("Revert \"Add --verbose\"\n\nThis reverts commit {merged}.\n");
+    t.forge
+        .push_change("maya", &t.repo, "revert", &revert, &[("agent.txt", None)])
+        .await;
+    let merge = t.forge.merge_branch(
+        &t.repo,
+        "main",
+        "revert",
+        "Merge pull request 'Revert' (#10)",
+    );
+    next_day(&t).await;
+    assert_eq!(reverts.check_once().await.expect("a pass"), 1);
+    t.app.wait_processed().await;
+    let record = t.record(&issue).await.expect("the record");
+    assert_eq!(
+        record.pr.and_then(|p| p.reverted).expect("reverted").sha,
+        merge
+    );
+}
+
+#[tokio::test]
+async fn a_revert_message_on_a_change_that_does_not_undo_the_merge_is_not_a_revert() {
+    let (t, _llm, _fake) = spawn(|s| s.merge.enabled = false).await;
+    let (issue, merged, reverts) = merged_pr(&t).await;
+    // On the base itself, naming the merge, but the file it added is changed, not removed.
+    t.forge
+        .push_change(
+            "maya",
+            &t.repo,
+            "main",
+            &format!("Revert \"Add --verbose\"\n\nThis reverts commit {merged}.\n"),
+            &[("agent.txt", Some(b"other\n"))],
+        )
+        .await;
+    next_day(&t).await;
+    assert_eq!(reverts.check_once().await.expect("a pass"), 0);
+    t.app.wait_processed().await;
+    let record = t.record(&issue).await.expect("the record");
+    assert!(record.pr.and_then(|p| p.reverted).is_none());
+    assert!(t.forge.comments_saying(&issue, "was reverted").is_empty());
+}
+
+/// `/metrics` without the token, as anyone who can reach it.
+async fn scrape(t: &ForgeApp, token: Option<&str>) -> String {
+    let mut req = t.app.client.get(format!("{}/metrics", t.app.address));
+    if let Some(token) = token {
+        req = req.bearer_auth(token);
+    }
+    req.send()
+        .await
+        .expect("answered")
+        .text()
+        .await
+        .expect("text")
+}
+
+#[tokio::test]
+async fn an_anonymous_scrape_sees_no_aggregate_fed_by_a_private_repository() {
+    let (t, _llm, _fake) = spawn(|s| s.status.token = Secret::new(TOKEN)).await;
+    t.forge.make_private(&t.repo);
+    let issue = crate::fake_runs::labelled(&t, "Add --verbose", "Print each step.").await;
+    t.app.wait_state(&issue, Lifecycle::Succeeded).await;
+    t.app.wait_processed().await;
+    // With the token: the private repository's run and verdict are in the aggregates.
+    let full = scrape(&t, Some(TOKEN)).await;
+    for line in [
+        "director_run_duration_seconds_count{outcome=\"succeeded\"} 1",
+        "director_preflight_verdicts_total{outcome=\"go\"} 1",
+        "director_preflight_provider_seconds_count 1",
+    ] {
+        assert!(full.contains(line), "{line}\n{full}");
+    }
+    assert!(!full.contains("of_repo"), "the hidden label is never shown");
+    // Without it: none of them moved, and nothing names the repository.
+    let anonymous = scrape(&t, None).await;
+    assert!(anonymous.contains("director_store_up 1"), "{anonymous}");
+    for family in [
+        "director_run_duration_seconds",
+        "director_run_cost_usd",
+        "director_preflight_verdicts_total",
+        "director_preflight_provider_seconds",
+        "director_prs_total",
+    ] {
+        assert!(
+            !anonymous.lines().any(|l| l.starts_with(family)),
+            "{family}\n{anonymous}"
+        );
+    }
+    assert!(!anonymous.contains(&t.repo.to_string()), "{anonymous}");
+}
+
+#[tokio::test]
+async fn a_flood_of_anonymous_outcomes_requests_computes_the_page_once_and_intake_goes_on() {
+    use futures_util::StreamExt;
+    let (t, _) = seeded().await;
+    let before = t.app.stored_deliveries().await;
+    // 300 anonymous requests, 50 at a time, while issues are opened (each a webhook).
+    let flood = futures_util::stream::iter(0..300)
+        .map(|_| async {
+            let resp = t.app.get("/status/outcomes?days=90").await;
+            (resp.status().as_u16(), resp.text().await.expect("the page"))
+        })
+        .buffer_unordered(50)
+        .collect::<Vec<_>>();
+    let intake = async {
+        for n in 0..5 {
+            t.forge
+                .open_issue(&t.repo, "reporter", &format!("During the flood {n}"), "b")
+                .await;
+        }
+    };
+    let (pages, ()) = tokio::join!(flood, intake);
+    assert!(pages.iter().all(|(status, _)| *status == 200));
+    assert!(
+        pages.iter().all(|(_, page)| *page == pages[0].1),
+        "one page"
+    );
+    assert!(
+        !pages[0].1.contains("acme/secret"),
+        "still public ones only"
+    );
+    crate::helpers::wait_until("the webhooks stored", || async {
+        t.app.stored_deliveries().await >= before + 5
+    })
+    .await;
+    // One computation served them all (one interval), the store read once for the page.
+    let metrics = scrape(&t, None).await;
+    assert!(
+        metrics.contains("director_outcomes_pages_computed_total 1\n"),
+        "{metrics}"
+    );
 }

@@ -109,7 +109,9 @@ async fn agent_line(
 
 /// The likely cost and time of a first run of `issue` by `agent`, from the finished runs
 /// (`None` when runs are not configured). A store that cannot be read gives no forecast and
-/// never holds up the read.
+/// never holds up the read. The forecast rests only on history a reader of the issue may
+/// see: its repository's own runs and public repositories', never another private one's
+/// (its GO comment would show what that repository's runs cost and took).
 async fn forecast(
     acts: &Acts,
     issue: &IssueRef,
@@ -117,17 +119,53 @@ async fn forecast(
 ) -> Option<crate::domain::forecast::Forecast> {
     acts.runs.as_ref()?;
     match acts.store.forecast_samples().await {
-        Ok(samples) => Some(crate::domain::forecast::forecast(
-            &samples,
-            &issue.repo.to_string(),
-            false,
-            agent,
-        )),
+        Ok(mut samples) => {
+            let public = public_repos(acts, issue, &samples).await;
+            let here = issue.repo.to_string();
+            samples.retain(|s| {
+                s.repo
+                    .parse::<crate::domain::RepoName>()
+                    .is_ok_and(|r| r == issue.repo || public.contains(&r))
+            });
+            Some(crate::domain::forecast::forecast(
+                &samples, &here, false, agent,
+            ))
+        }
         Err(e) => {
             tracing::warn!(error = %format!("{e:#}"), "no forecast: the finished runs cannot be read");
             Some(crate::domain::forecast::Forecast::unavailable())
         }
     }
+}
+
+/// The repositories of `samples` other than `issue`'s that an anonymous visitor of the forge
+/// can see. One the forge cannot answer for counts as private.
+async fn public_repos(
+    acts: &Acts,
+    issue: &IssueRef,
+    samples: &[crate::domain::forecast::Sample],
+) -> std::collections::BTreeSet<crate::domain::RepoName> {
+    use futures_util::StreamExt;
+    let others: std::collections::BTreeSet<crate::domain::RepoName> = samples
+        .iter()
+        .filter_map(|s| s.repo.parse().ok())
+        .filter(|r| *r != issue.repo)
+        .collect();
+    futures_util::stream::iter(others)
+        .map(|repo| async move {
+            match acts.forge.anonymous_can_see(&repo).await {
+                Ok(true) => Some(repo),
+                Ok(false) => None,
+                Err(e) => {
+                    tracing::debug!(%repo, error = %e, "forecast: cannot tell whether the repository is public; its runs are left out");
+                    None
+                }
+            }
+        })
+        .buffer_unordered(8)
+        .filter_map(|r| async move { r })
+        .collect()
+        .await
 }
 
 impl PreflightAct {
@@ -208,7 +246,7 @@ impl PreflightAct {
                 .and_then(|f| f.as_ref().ok())
                 .and_then(|s| s.approval);
         }
-        self.count(&outcome);
+        self.count(issue, &outcome);
         Ok(Some(Event::PreflightRead { rev, outcome }))
     }
 
@@ -333,16 +371,21 @@ impl PreflightAct {
         let answer = self.provider.read(&prompt.text).await;
         crate::failpoint::hit("during_model_call").await;
         if let Some(m) = &self.metrics {
-            m.preflight_latency.observe(started.elapsed().as_secs_f64());
+            m.preflight_latency
+                .with_label_values(&[&issue.repo.to_string()])
+                .observe(started.elapsed().as_secs_f64());
         }
         let r = match answer {
             Ok(r) => r,
             Err(e) => {
-                self.count_error(match e {
-                    PreflightError::Timeout(_) => "timeout",
-                    PreflightError::Status { .. } => "status",
-                    _ => "other",
-                });
+                self.count_error(
+                    issue,
+                    match e {
+                        PreflightError::Timeout(_) => "timeout",
+                        PreflightError::Status { .. } => "status",
+                        _ => "other",
+                    },
+                );
                 tracing::warn!(error = %e, "pre-flight attempt failed");
                 return Ok(PreflightOutcome::Failed {
                     error: e.to_string(),
@@ -370,7 +413,7 @@ impl PreflightAct {
                 }
             }
             None => {
-                self.count_error("unclear");
+                self.count_error(issue, "unclear");
                 PreflightOutcome::Failed {
                     error: "the answer held no verdict line (GO, NO-GO, WRONG-REPO, or NEEDS-INFO with numbered questions)".into(),
                     reading: Some(r.text),
@@ -410,7 +453,7 @@ impl PreflightAct {
         }
     }
 
-    fn count(&self, outcome: &PreflightOutcome) {
+    fn count(&self, issue: &IssueRef, outcome: &PreflightOutcome) {
         let label = match outcome {
             PreflightOutcome::Read { verdict, .. } => match verdict {
                 verdict::Verdict::Go => "go",
@@ -424,13 +467,17 @@ impl PreflightAct {
             PreflightOutcome::NotEligible => return,
         };
         if let Some(m) = &self.metrics {
-            m.preflight_verdicts.with_label_values(&[label]).inc();
+            m.preflight_verdicts
+                .with_label_values(&[label, &issue.repo.to_string()])
+                .inc();
         }
     }
 
-    fn count_error(&self, kind: &str) {
+    fn count_error(&self, issue: &IssueRef, kind: &str) {
         if let Some(m) = &self.metrics {
-            m.preflight_errors.with_label_values(&[kind]).inc();
+            m.preflight_errors
+                .with_label_values(&[kind, &issue.repo.to_string()])
+                .inc();
         }
     }
 }

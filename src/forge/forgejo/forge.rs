@@ -657,6 +657,15 @@ impl Forge for ForgejoClient {
         ForgejoClient::recent_commits(self, repo, branch, not).await
     }
 
+    async fn commit_diff(
+        &self,
+        repo: &RepoName,
+        sha: &str,
+        cap: usize,
+    ) -> Result<Option<String>, ForgeError> {
+        ForgejoClient::commit_diff(self, repo, sha, cap).await
+    }
+
     async fn fork_of(
         &self,
         runner: &RunnerAccount,

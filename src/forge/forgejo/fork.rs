@@ -85,8 +85,44 @@ impl ForgejoClient {
                 sha: c.sha,
                 message: c.commit.map(|m| m.message).unwrap_or_default(),
                 url: c.html_url,
+                parents: c.parents.into_iter().map(|p| p.sha).collect(),
             })
             .collect())
+    }
+
+    /// The diff of commit `sha` against its first parent, at most `cap` bytes; `None` when
+    /// it is larger. Only a commit id (hexadecimal) is asked for.
+    pub(super) async fn commit_diff(
+        &self,
+        repo: &RepoName,
+        sha: &str,
+        cap: usize,
+    ) -> Result<Option<String>, ForgeError> {
+        let path = format!("{}/git/commits/{sha}.diff", repo_path(repo));
+        if sha.is_empty() || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(ForgeError::NotFound {
+                method: "GET".into(),
+                path,
+            });
+        }
+        let resp = self
+            .send(
+                Method::GET,
+                "/repos/{owner}/{repo}/git/commits/{sha}.{diffType}",
+                &path,
+                &[],
+                None,
+            )
+            .await?;
+        match crate::limits::read_capped(resp, cap).await {
+            Ok(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
+            Err(crate::limits::ReadError::TooLarge(_)) => Ok(None),
+            Err(e) => Err(ForgeError::Transport {
+                method: "GET".into(),
+                path,
+                reason: e.to_string(),
+            }),
+        }
     }
 
     /// The fork `owner` holds, read by the name the director gives it (the base's), as

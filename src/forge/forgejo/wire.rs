@@ -309,6 +309,14 @@ pub(super) struct WireCommit {
     pub(super) sha: String,
     pub(super) html_url: String,
     pub(super) commit: Option<WireRepoCommit>,
+    pub(super) parents: Vec<WireCommitMeta>,
+}
+
+/// `CommitMeta`: a parent, named by its id.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(super) struct WireCommitMeta {
+    pub(super) sha: String,
 }
 
 #[derive(Deserialize, Default)]

@@ -331,8 +331,14 @@ impl State {
             .take(limit.min(50))
             .map(|c| {
                 let sha = r.commit_name(*c);
+                let parents: Vec<Value> = r
+                    .parents_of(*c)
+                    .into_iter()
+                    .map(|p| json!({ "sha": r.commit_name(p), "url": "" }))
+                    .collect();
                 json!({
                     "sha": sha,
+                    "parents": parents,
                     "html_url": format!("https://forgejo.example.org/{repo}/commit/{sha}"),
                     "commit": { "message": r.messages.get(c).cloned().unwrap_or_else(|| "commit".to_owned()) },
                 })
@@ -500,6 +506,7 @@ impl FakeForge {
                 .or_default()
                 .push(commit);
             r.trees.insert(commit, tree);
+            r.parents.insert(commit, parent.into_iter().collect());
             s.pull_pushed(by, repo, branch);
             format!("{commit:040x}")
         };

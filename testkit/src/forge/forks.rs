@@ -122,6 +122,7 @@ impl State {
                 action_runs: Vec::new(),
                 trusted_posters: Default::default(),
                 messages: Default::default(),
+                parents: b.parents.clone(),
             },
         );
         if let Some(list) = self.orgs.get_mut(&owner) {

@@ -228,24 +228,39 @@ pub(crate) fn sync(s: &mut State, repo: &RepoName) -> std::io::Result<()> {
         return Ok(());
     };
     let mut branches = BTreeMap::new();
+    let mut parents = HashMap::new();
     for (name, sha) in branch_tips(&g.dir)? {
-        let history = git(&g.dir, &["rev-list", "--reverse", &sha], &[], None)?;
+        // Each line: a commit and its parents, parents listed before their children.
+        let history = git(
+            &g.dir,
+            &["rev-list", "--reverse", "--parents", &sha],
+            &[],
+            None,
+        )?;
         let mut ids = Vec::new();
-        for commit in history.lines() {
-            let id = match g.ids.get(commit) {
-                Some(id) => *id,
-                None => {
-                    let id = s.id();
-                    g.ids.insert(commit.to_owned(), id);
-                    id
-                }
-            };
-            ids.push(id);
+        for line in history.lines() {
+            let mut line_ids = Vec::new();
+            for commit in line.split_whitespace() {
+                let id = match g.ids.get(commit) {
+                    Some(id) => *id,
+                    None => {
+                        let id = s.id();
+                        g.ids.insert(commit.to_owned(), id);
+                        id
+                    }
+                };
+                line_ids.push(id);
+            }
+            if let Some((id, its_parents)) = line_ids.split_first() {
+                parents.insert(*id, its_parents.to_vec());
+                ids.push(*id);
+            }
         }
         branches.insert(name, ids);
     }
     if let Some(r) = s.repos.get_mut(repo) {
         r.branches = branches;
+        r.parents.extend(parents);
         r.git = Some(g);
     }
     Ok(())

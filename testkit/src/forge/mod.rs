@@ -20,6 +20,7 @@ pub use pulls::ReviewEvent;
 mod api;
 mod checks;
 mod forks;
+mod history;
 mod pulls;
 mod seed;
 mod server;
@@ -189,6 +190,8 @@ pub(crate) struct FRepo {
     pub trusted_posters: std::collections::BTreeSet<String>,
     /// Commit messages a test gave (others read "commit").
     pub messages: HashMap<u64, String>,
+    /// Parents recorded when a commit was made, first parent first (`FRepo::parents_of`).
+    pub parents: HashMap<u64, Vec<u64>>,
 }
 
 impl FRepo {

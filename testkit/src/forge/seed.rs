@@ -77,6 +77,7 @@ impl FakeForge {
             action_runs: Vec::new(),
             trusted_posters: Default::default(),
             messages: HashMap::new(),
+            parents: HashMap::new(),
         });
         name
     }

@@ -310,7 +310,13 @@ async fn handle(req: HttpRequest, body: web::Bytes, forge: web::Data<FakeForge>)
         let mut resp = if status == StatusCode::NO_CONTENT {
             HttpResponse::NoContent().finish()
         } else {
-            let mut r = pretty(status, &value);
+            // A text answer (a diff) is sent as it is, not as a JSON string.
+            let mut r = match &value {
+                Value::String(text) if headers.iter().any(|(k, _)| k == "content-type") => {
+                    HttpResponse::build(status).body(text.clone())
+                }
+                _ => pretty(status, &value),
+            };
             for (k, v) in headers {
                 if let (Ok(name), Ok(val)) = (
                     actix_web::http::header::HeaderName::from_bytes(k.as_bytes()),
@@ -528,6 +534,14 @@ fn checks_route(
                 s.action_runs_json(&repo, param(query, "head_sha").unwrap_or_default())
             })
             .map(|v| (StatusCode::OK, v, Vec::new())),
+        ("GET", ["repos", o, r, "git", "commits", file]) if file.ends_with(".diff") => {
+            repo(o, r).and_then(|repo| {
+                if s.permission_of(&repo, login) < Permission::Read {
+                    return Err(Refusal::NotFound);
+                }
+                s.commit_diff(&repo, file)
+            })
+        }
         ("GET", ["repos", o, r, "commits"]) => repo(o, r)
             .and_then(|repo| {
                 s.recent_commits(

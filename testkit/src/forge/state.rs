@@ -324,6 +324,7 @@ impl State {
             .unwrap_or_default();
         tree.insert(file.0.to_owned(), file.1.to_vec());
         r.trees.insert(commit, tree);
+        r.parents.insert(commit, parent.into_iter().collect());
         Ok(commit)
     }
 
