@@ -435,11 +435,17 @@ struct Shape {
 
 impl Shape {
     fn max_output(&self, default: u64) -> u64 {
-        let per_choice = self
-            .max_tokens
-            .or(self.max_completion_tokens)
-            .or(self.max_output_tokens)
-            .unwrap_or(default);
+        // Every limit the request names: a provider that honours the larger must not be
+        // reserved for the smaller.
+        let per_choice = [
+            self.max_tokens,
+            self.max_completion_tokens,
+            self.max_output_tokens,
+        ]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(default);
         per_choice.saturating_mul(self.n.unwrap_or(1).max(1))
     }
 }

@@ -121,9 +121,39 @@ impl Policy {
             path: Vec::new(),
             refusal: None,
         };
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(());
+        }
         let mut de = serde_json::Deserializer::from_slice(body);
-        let _ = Node { walk: &mut walk }.deserialize(&mut de);
-        walk.refusal.map_or(Ok(()), Err)
+        let read = Node { walk: &mut walk }
+            .deserialize(&mut de)
+            .and_then(|_| de.end());
+        if let Some(refusal) = walk.refusal {
+            return Err(refusal);
+        }
+        // What the walk cannot read whole (nesting past 128, a number out of range, a lone
+        // surrogate, bytes after the value, a compressed body) another parser may: the
+        // provider would then act on what was never looked at.
+        read.map_err(|e| Refusal {
+            field: "(body)".into(),
+            why: format!(
+                "the body cannot be read whole as JSON ({}), so the director cannot tell what it asks for",
+                in_a_word(&e)
+            ),
+        })
+    }
+}
+
+/// serde_json's error in a word, without the body's text.
+fn in_a_word(e: &serde_json::Error) -> &'static str {
+    if e.to_string().contains("recursion limit") {
+        return "nested too deep";
+    }
+    match e.classify() {
+        serde_json::error::Category::Io => "unreadable",
+        serde_json::error::Category::Syntax => "not JSON",
+        serde_json::error::Category::Data => "a value out of range",
+        serde_json::error::Category::Eof => "cut short",
     }
 }
 
@@ -215,8 +245,15 @@ impl Walk<'_, '_> {
             );
         }
         let depth = self.path.len();
-        // A tool the request declares: `tools[i]`.
-        if depth == 2 && self.key(1) == Some("tools") && !client_tool(self.api, o.kind.as_deref()) {
+        // A tool the request declares: `tools[i]`, at any depth (a batch's requests hold
+        // their own). OpenAI's `shell` runs in its own container unless its environment is
+        // the run's (`local`).
+        let hosted_shell = o.kind.as_deref() == Some("shell")
+            && o.environment.as_deref().is_some_and(|e| e != "local");
+        let in_tools = depth >= 2
+            && self.key(1) == Some("tools")
+            && matches!(self.path.last(), Some(Seg::Index(_)));
+        if in_tools && (hosted_shell || !client_tool(self.api, o.kind.as_deref())) {
             let kind = o.kind.clone().unwrap_or_default();
             if !self.policy.opens(&kind) {
                 self.refuse(
@@ -228,6 +265,18 @@ impl Walk<'_, '_> {
                 );
             }
         }
+        if o.mcp_servers && !self.policy.opens("mcp") {
+            self.refuse(
+                &["mcp_servers"],
+                "MCP servers are called by the provider's servers, outside the run; an operator may open them with models.allow_server_tools = [\"mcp\"]".into(),
+            );
+        }
+        if o.model.as_deref().is_some_and(searches_itself) && !self.policy.opens("web_search") {
+            self.refuse(
+                &["model"],
+                "this model searches the web on the provider's servers, outside the run; an operator may open it with models.allow_server_tools = [\"web_search\"]".into(),
+            );
+        }
         if depth == 0 {
             self.top(o);
         }
@@ -235,12 +284,6 @@ impl Walk<'_, '_> {
 
     /// The request's own fields.
     fn top(&mut self, o: &Facts) {
-        if o.mcp_servers && !self.policy.opens("mcp") {
-            self.refuse(
-                &["mcp_servers"],
-                "MCP servers are called by the provider's servers, outside the run; an operator may open them with models.allow_server_tools = [\"mcp\"]".into(),
-            );
-        }
         if o.web_search_options && !self.policy.opens("web_search") {
             self.refuse(
                 &["web_search_options"],
@@ -277,10 +320,21 @@ struct Facts {
     carried: Vec<&'static str>,
     /// The decisive keys seen so far in this object.
     keys: u16,
+    /// Its `environment.type` (OpenAI's shell tool).
+    environment: Option<String>,
+    /// Its `model`.
+    model: Option<String>,
+}
+
+/// Models that search the web on every call, whatever the request's tools say (OpenAI's
+/// search and deep research models).
+fn searches_itself(model: &str) -> bool {
+    let m = model.to_ascii_lowercase();
+    m.contains("-search") || m.contains("deep-research")
 }
 
 /// The keys a decision reads: each may appear once in an object.
-const DECISIVE: [&str; 10] = [
+const DECISIVE: [&str; 12] = [
     "type",
     "source",
     "url",
@@ -291,6 +345,8 @@ const DECISIVE: [&str; 10] = [
     "previous_response_id",
     "conversation",
     "tools",
+    "environment",
+    "model",
 ];
 
 impl Facts {
@@ -428,6 +484,8 @@ fn note(facts: &mut Facts, key: &str, seen: Seen) {
             facts.image_url_in_object = true;
         }
         ("file_url", Seen::Str(_)) => facts.file_url = true,
+        ("environment", Seen::Object(o)) => facts.environment = o.kind,
+        ("model", Seen::Str(s)) => facts.model = Some(s),
         ("mcp_servers", Seen::Array(true)) => facts.mcp_servers = true,
         ("web_search_options", Seen::Object(_)) => facts.web_search_options = true,
         ("previous_response_id", Seen::Str(_)) => facts.carried.push("previous_response_id"),
@@ -573,7 +631,7 @@ mod tests {
 
     #[test]
     fn chat_web_search_options_are_a_hosted_search() {
-        let body = json!({"model": "gpt-5-search", "messages": [], "web_search_options": {}});
+        let body = json!({"model": "gpt-5", "messages": [], "web_search_options": {}});
         assert_eq!(field(check(Api::OpenaiChat, body)), "web_search_options");
         let tools = json!({"model": "gpt-5", "messages": [], "tools": [{"type": "function", "function": {"name": "f"}}]});
         assert_eq!(check(Api::OpenaiChat, tools), Ok(()));
@@ -642,10 +700,59 @@ mod tests {
     }
 
     #[test]
-    fn bodies_that_are_not_json_or_are_deep_are_left_to_the_caller() {
+    fn a_body_the_walk_cannot_read_whole_is_refused_whatever_follows() {
         let p = Policy::default();
-        assert_eq!(p.check_body(Api::OpenaiChat, b"not json"), Ok(()));
-        let deep = "[".repeat(100_000);
-        assert_eq!(p.check_body(Api::OpenaiChat, deep.as_bytes()), Ok(()));
+        let field = |body: &[u8]| {
+            p.check_body(Api::AnthropicMessages, body)
+                .expect_err("refused")
+                .field
+        };
+        assert_eq!(field(b"not json"), "(body)");
+        // Padding past serde's nesting limit, then what the walk would have refused: another
+        // parser reads on.
+        let pad = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        let body = format!(
+            r#"{{"model":"m","tools":[{{"name":"pad","input_schema":{{"x":{pad}}}}},{{"type":"web_search_20250305","name":"w"}}]}}"#
+        );
+        let r = p
+            .check_body(Api::AnthropicMessages, body.as_bytes())
+            .expect_err("refused");
+        assert_eq!(r.field, "(body)");
+        assert!(r.why.contains("nested too deep"), "{}", r.why);
+        assert_eq!(field(br#"{"model":"m","x":1e400}"#), "(body)");
+        assert_eq!(field(br#"{"model":"m","x":"\ud800"}"#), "(body)");
+        assert_eq!(field(br#"{"model":"m"} {"tools":[]}"#), "(body)");
+        assert_eq!(p.check_body(Api::AnthropicMessages, b""), Ok(()));
+    }
+
+    #[test]
+    fn a_hosted_shell_a_search_model_and_a_batchs_own_tools_are_hosted_tools() {
+        let hosted = json!({"model": "gpt-5", "input": "x", "tools": [{"type": "shell",
+            "environment": {"type": "container_auto", "network_policy": {"type": "allowlist"}}}]});
+        assert_eq!(field(check(Api::OpenaiResponses, hosted)), "tools[0].type");
+        let local = json!({"model": "gpt-5", "input": "x", "tools": [
+            {"type": "shell", "environment": {"type": "local"}}, {"type": "shell"}]});
+        assert_eq!(check(Api::OpenaiResponses, local), Ok(()));
+        let search = json!({"model": "gpt-4o-mini-search-preview", "messages": []});
+        assert_eq!(field(check(Api::OpenaiChat, search.clone())), "model");
+        let opened = Policy {
+            server_tools: vec!["web_search".into()],
+            ..Policy::default()
+        };
+        assert_eq!(
+            opened.check_body(Api::OpenaiChat, search.to_string().as_bytes()),
+            Ok(())
+        );
+        let batch = json!({"requests": [{"custom_id": "a", "params": {"model": "m",
+            "tools": [{"type": "web_search_20250305", "name": "w"}]}}]});
+        assert_eq!(
+            field(check(Api::AnthropicMessages, batch)),
+            "requests[0].params.tools[0].type"
+        );
+        let nested = json!({"a": {"mcp_servers": [{"type": "url", "url": "https://a.example/"}]}});
+        assert_eq!(
+            field(check(Api::AnthropicMessages, nested)),
+            "a.mcp_servers"
+        );
     }
 }
