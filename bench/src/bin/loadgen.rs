@@ -2,6 +2,8 @@
 //! reports throughput and latency percentiles, first flat out (closed loop, N connections),
 //! then at a fixed rate (open loop: latency counts from the scheduled send time, so a stall
 //! is not hidden). `--serve-trivial ADDR` instead runs a trivial actix handler to compare with.
+//! `--flood URLS` instead sends anonymous GETs to loopback URLs flat out (`bench/outcomes-flood.sh`
+//! floods `/status/outcomes` with it while intake is measured).
 //!
 //! It shares the machine's cores with what it measures, so it spends as little as it can:
 //! each phase's requests are rendered and signed before its clock starts, written whole on
@@ -11,6 +13,7 @@
 //! ```text
 //! director-loadgen --url http://127.0.0.1:8080/webhooks/forgejo --secret S
 //! director-loadgen --serve-trivial 127.0.0.1:8091
+//! director-loadgen --flood 'http://127.0.0.1:8080/status/outcomes?days=30' --concurrency 64
 //! ```
 
 use std::net::SocketAddr;
@@ -50,6 +53,20 @@ struct Args {
     /// Run a trivial handler on this address instead of generating load.
     #[arg(long)]
     serve_trivial: Option<String>,
+    /// Leave out the flat-out phase: a warm-up, then the fixed-rate phase alone.
+    #[arg(long)]
+    fixed_only: bool,
+    /// Instead of deliveries: GET these loopback URLs (comma-separated, in turn) without
+    /// credentials on `--concurrency` connections, flat out, until `--flood-secs` pass,
+    /// `--flood-requests` are sent or a SIGTERM comes; then print how many were answered.
+    #[arg(long)]
+    flood: Option<String>,
+    /// The flood's longest duration.
+    #[arg(long, default_value_t = 120)]
+    flood_secs: u64,
+    /// The flood's most requests.
+    #[arg(long, default_value_t = 5_000_000)]
+    flood_requests: u64,
 }
 
 /// The body of delivery `n`: Forgejo's pretty-printed layout, ~1.4 KB. Built from a template
@@ -215,6 +232,15 @@ impl Target {
         out.extend_from_slice(body.as_bytes());
         out
     }
+
+    /// An anonymous GET of the target, as the bytes of a whole HTTP/1.1 request.
+    fn get(&self) -> Vec<u8> {
+        format!(
+            "GET {} HTTP/1.1\r\nHost: {}\r\nAccept: text/html\r\n\r\n",
+            self.path, self.authority
+        )
+        .into_bytes()
+    }
 }
 
 /// One keep-alive HTTP/1.1 connection, opened on first use and again after a failure.
@@ -304,13 +330,12 @@ impl Conn {
 }
 
 async fn read_more(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<()> {
-    let mut chunk = [0u8; 1024];
-    match stream.read(&mut chunk).await? {
+    // Room for a large answer (a status page) in few reads: the flood's reading costs the
+    // shared cores what it costs the server, not a read per kilobyte.
+    buf.reserve(16 * 1024);
+    match stream.read_buf(buf).await? {
         0 => Err(std::io::ErrorKind::UnexpectedEof.into()),
-        read => {
-            buf.extend_from_slice(&chunk[..read]);
-            Ok(())
-        }
+        _ => Ok(()),
     }
 }
 
@@ -434,6 +459,64 @@ async fn fixed_rate(targets: &Arc<[Target]>, args: &Args, offset: u64) -> Report
     report
 }
 
+/// The flood: each of `concurrency` connections sends the next GET as soon as the last is
+/// answered, until the deadline, the count or a SIGTERM. Only a 200 counts as answered.
+async fn flood(targets: &Arc<[Target]>, args: &Args) -> anyhow::Result<Report> {
+    for t in targets.iter() {
+        if !t.addr.ip().is_loopback() {
+            anyhow::bail!("--flood sends only to loopback, not {}", t.addr);
+        }
+    }
+    let requests: Arc<[Vec<u8>]> = targets.iter().map(Target::get).collect();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let on_term = stop.clone();
+    tokio::spawn(async move {
+        term.recv().await;
+        on_term.store(true, Ordering::Relaxed);
+    });
+    let deadline = Instant::now() + Duration::from_secs(args.flood_secs);
+    let next = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..args.concurrency {
+        let (targets, requests) = (targets.clone(), requests.clone());
+        let (next, stop, max) = (next.clone(), stop.clone(), args.flood_requests);
+        tasks.push(tokio::spawn(async move {
+            let mut conns: Vec<Conn> = targets.iter().map(|t| Conn::new(t.addr)).collect();
+            let (mut lat, mut failed) = (Vec::new(), 0u64);
+            while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= max {
+                    break;
+                }
+                let at = usize::try_from(i).unwrap_or(0) % requests.len();
+                let t = Instant::now();
+                if conns[at].send(&requests[at]).await != Some(200) {
+                    failed += 1;
+                }
+                lat.push(t.elapsed().as_micros() as u64);
+            }
+            (lat, failed)
+        }));
+    }
+    let mut report = Report {
+        sent: 0,
+        failed: 0,
+        elapsed: Duration::ZERO,
+        latencies_us: Vec::new(),
+    };
+    for t in tasks {
+        if let Ok((lat, failed)) = t.await {
+            report.sent += lat.len() as u64;
+            report.latencies_us.extend(lat);
+            report.failed += failed;
+        }
+    }
+    report.elapsed = started.elapsed();
+    Ok(report)
+}
+
 async fn trivial() -> actix_web::HttpResponse {
     actix_web::HttpResponse::Accepted().body("{\"status\":\"accepted\"}")
 }
@@ -458,9 +541,10 @@ fn main() -> anyhow::Result<()> {
         });
     }
     let urls = args
-        .url
+        .flood
         .clone()
-        .ok_or_else(|| anyhow::anyhow!("--url is required"))?;
+        .or_else(|| args.url.clone())
+        .ok_or_else(|| anyhow::anyhow!("--url (or --flood) is required"))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -469,17 +553,23 @@ fn main() -> anyhow::Result<()> {
             .split(',')
             .map(Target::parse)
             .collect::<anyhow::Result<Arc<[Target]>>>()?;
+        if args.flood.is_some() {
+            flood(&targets, &args).await?.print("flood (200 answers)");
+            return Ok(());
+        }
         let warm_offset = args.offset + 10_000_000;
         flat_out(&targets, &args.secret, 500, args.concurrency, warm_offset).await;
-        flat_out(
-            &targets,
-            &args.secret,
-            args.requests,
-            args.concurrency,
-            args.offset,
-        )
-        .await
-        .print("flat-out");
+        if !args.fixed_only {
+            flat_out(
+                &targets,
+                &args.secret,
+                args.requests,
+                args.concurrency,
+                args.offset,
+            )
+            .await
+            .print("flat-out");
+        }
         fixed_rate(&targets, &args, args.offset + 1_000_000)
             .await
             .print(&format!("fixed {}/s", args.rate));
@@ -545,6 +635,27 @@ mod tests {
         assert_eq!(header("x-forgejo-delivery").as_deref(), Some("bench-4321"));
         assert_eq!(header("x-forgejo-event-type").as_deref(), Some("issues"));
         assert_eq!(header("host").as_deref(), Some("127.0.0.1:8080"));
+    }
+
+    #[test]
+    fn a_flood_request_is_an_anonymous_get_of_the_url() {
+        let t = Target::parse("http://127.0.0.1:8080/status/outcomes?days=90").expect("a URL");
+        let bytes = t.get();
+        let mut headers = [httparse::EMPTY_HEADER; 16];
+        let mut request = httparse::Request::new(&mut headers);
+        let Ok(httparse::Status::Complete(head)) = request.parse(&bytes) else {
+            panic!("not a whole HTTP request");
+        };
+        assert_eq!(request.method, Some("GET"));
+        assert_eq!(request.path, Some("/status/outcomes?days=90"));
+        assert_eq!(head, bytes.len(), "no body");
+        assert!(
+            request
+                .headers
+                .iter()
+                .all(|h| !h.name.eq_ignore_ascii_case("authorization")),
+            "no credentials"
+        );
     }
 
     /// Reads one request (headers and `Content-Length` bytes) from `stream`.
