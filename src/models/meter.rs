@@ -242,6 +242,18 @@ mod tests {
         }
     }
 
+    /// What the store was given, once the meter's write of it reached the store.
+    async fn charged(runs: &Flaky) -> Metered {
+        while runs.calls.load(Ordering::SeqCst) < 1 {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        runs.last
+            .lock()
+            .expect("not poisoned")
+            .clone()
+            .expect("recorded")
+    }
+
     fn seen(ledger: &Ledger) -> Seen {
         let repo: RepoName = "acme/widgets".parse().expect("a name");
         ledger.on_top(Spent::default(), &test_id("r1"), &repo)
@@ -306,15 +318,7 @@ mod tests {
             "data: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"text_delta\",\"text\":\"ok\"}}\n\n",
         ).as_bytes());
         m.done();
-        while runs.calls.load(Ordering::SeqCst) < 1 {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-        let charged = runs
-            .last
-            .lock()
-            .expect("not poisoned")
-            .clone()
-            .expect("recorded");
+        let charged = charged(&runs).await;
         assert_eq!((charged.usage.input, charged.usage.output), (1000, 32_000));
         let cost = charged.cost_usd.expect("priced");
         assert!((cost - 0.483).abs() < 1e-9, "{cost}");
@@ -334,15 +338,7 @@ mod tests {
         ).as_bytes());
         // The agent hangs up here: Anthropic's output count comes only at the end.
         m.done();
-        while runs.calls.load(Ordering::SeqCst) < 1 {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-        let charged = runs
-            .last
-            .lock()
-            .expect("not poisoned")
-            .clone()
-            .expect("recorded");
+        let charged = charged(&runs).await;
         assert_eq!(charged.usage.input, 1000);
         assert_eq!(charged.usage.output, 9, "25 bytes of text, three a token");
     }

@@ -183,31 +183,10 @@ async fn handle(
             return request_refused(&gw, provider, &refused);
         }
     };
-    let ActiveRun {
-        repo,
-        run_usd,
-        providers,
-    } = match active(&gw, provider, &run_id).await {
+    let ActiveRun { repo, run_usd, .. } = match active(&gw, provider, &run_id).await {
         Ok(active) => active,
         Err(refused) => return refused,
     };
-    if let Some((agent, allowed)) = providers
-        && !allowed.contains(&provider)
-    {
-        gw.refuse("provider");
-        return provider.error(
-            StatusCode::FORBIDDEN,
-            "permission_error",
-            &format!(
-                "the run's agent `{agent}` talks to {} only (agents.{agent}.providers)",
-                allowed
-                    .iter()
-                    .map(|p| p.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        );
-    }
     let api = if req.method() == actix_web::http::Method::POST {
         provider.metered(route)
     } else {
@@ -328,13 +307,29 @@ fn caller(
     Ok((provider, run_id))
 }
 
-/// The run, if it is active and may call `provider`; or the answer that refuses the call.
+/// The run, if it is active and may call `provider` (its agent's profile may name the
+/// providers it talks to); or the answer that refuses the call.
 async fn active(
     gw: &ModelGateway,
     provider: Provider,
     run_id: &RunId,
 ) -> Result<ActiveRun, HttpResponse> {
     match gw.runs.active(run_id).await {
+        Ok(Some(ActiveRun {
+            providers: Some((agent, allowed)),
+            ..
+        })) if !allowed.contains(&provider) => {
+            gw.refuse("provider");
+            let allowed: Vec<_> = allowed.iter().map(|p| p.as_str()).collect();
+            Err(provider.error(
+                StatusCode::FORBIDDEN,
+                "permission_error",
+                &format!(
+                    "the run's agent `{agent}` talks to {} only (agents.{agent}.providers)",
+                    allowed.join(", ")
+                ),
+            ))
+        }
         Ok(Some(active)) => Ok(active),
         Ok(None) => {
             gw.refuse("ended");

@@ -92,23 +92,29 @@ impl DockerRuntime {
     /// The gateway of the runs' network (`runner.egress_network`) when it exists, read
     /// without changing anything: for `director hooks check`.
     pub async fn runs_gateway(&self) -> Result<Option<std::net::IpAddr>, RuntimeError> {
-        let name = &self.settings.egress_network;
-        let network = match self
-            .docker
-            .inspect_network(name, None::<InspectNetworkOptions>)
-            .await
-        {
-            Ok(n) => n,
-            Err(DockerError::DockerResponseServerError {
-                status_code: 404, ..
-            }) => return Ok(None),
-            Err(e) => return Err(engine(e)),
+        let Some(network) = self.runs_network().await? else {
+            return Ok(None);
         };
         Ok(network
             .ipam
             .and_then(|i| i.config)
             .and_then(|c| c.into_iter().find_map(|c| c.gateway))
             .and_then(|g| g.parse().ok()))
+    }
+
+    /// The runs' network (`runner.egress_network`) as the engine describes it, if it exists.
+    async fn runs_network(&self) -> Result<Option<bollard::models::NetworkInspect>, RuntimeError> {
+        match self
+            .docker
+            .inspect_network(&self.settings.egress_network, None::<InspectNetworkOptions>)
+            .await
+        {
+            Ok(n) => Ok(Some(n)),
+            Err(DockerError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(None),
+            Err(e) => Err(engine(e)),
+        }
     }
 
     /// Docker's log stream with timestamps, from after the log timestamp `after`: for a run
@@ -353,15 +359,9 @@ impl Runtime for DockerRuntime {
             tracing::warn!("{why}; runs are confined anyway (runner.allow_dns_leaking_engine)");
         }
         let name = &self.settings.egress_network;
-        let network = match self
-            .docker
-            .inspect_network(name, None::<InspectNetworkOptions>)
-            .await
-        {
-            Ok(n) => n,
-            Err(DockerError::DockerResponseServerError {
-                status_code: 404, ..
-            }) => {
+        let network = match self.runs_network().await? {
+            Some(n) => n,
+            None => {
                 self.docker
                     .create_network(NetworkCreateRequest {
                         name: name.clone(),
@@ -380,7 +380,6 @@ impl Runtime for DockerRuntime {
                     .await
                     .map_err(engine)?
             }
-            Err(e) => return Err(engine(e)),
         };
         if network.internal != Some(true) {
             return Err(RuntimeError::Engine(format!(

@@ -47,11 +47,10 @@ impl Runs for ModelRuns {
             .filter(|r| r.finished_at_ms.is_none())
             .map(|r| ActiveRun {
                 run_usd: r.settings.and_then(|s| s.run_usd),
-                providers: r
-                    .agent
-                    .as_ref()
-                    .and_then(|a| self.providers.get(&a.name))
-                    .map(|p| (a_name(&r.agent), p.clone())),
+                providers: r.agent.as_ref().and_then(|a| {
+                    let providers = self.providers.get(&a.name)?;
+                    Some((a.name.clone(), providers.clone()))
+                }),
                 repo: r.repo,
             }))
     }
@@ -83,8 +82,4 @@ impl Runs for ModelRuns {
     fn now_ms(&self) -> i64 {
         self.clock.now_ms()
     }
-}
-
-fn a_name(agent: &Option<crate::domain::AgentChoice>) -> String {
-    agent.as_ref().map(|a| a.name.clone()).unwrap_or_default()
 }
