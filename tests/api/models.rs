@@ -652,7 +652,7 @@ async fn an_unmetered_route_the_operator_opened_still_carries_nothing_out() {
 }
 
 #[tokio::test]
-async fn an_operator_may_open_a_hosted_tool_by_name_and_its_searches_are_charged() {
+async fn an_operator_may_open_one_hosted_tool_by_name_and_no_other() {
     let s = setup(|s| s.models.allow_server_tools = vec!["web_search".into()]).await;
     let run = started(&s, "Search").await;
     let body = json!({"model": MODEL, "max_tokens": 10, "messages": [],
