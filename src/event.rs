@@ -369,6 +369,9 @@ pub enum RunReport {
     Stale,
     /// Refused before anything started (the run token could push to the default branch).
     Refused { why: String },
+    /// The run's setup phase failed, or left a secret in the workspace: the agent never
+    /// started. Not the agent's failure.
+    SetupFailed { why: String },
     /// The container ended (or was killed at the timeout); `log` is already redacted.
     Exited {
         code: Option<i64>,

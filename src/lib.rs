@@ -17,6 +17,7 @@ pub mod limits;
 pub mod metrics;
 pub mod models;
 pub mod preflight;
+pub mod prepared;
 pub mod runtime;
 pub mod settings;
 pub mod startup;

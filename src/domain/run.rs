@@ -224,9 +224,21 @@ pub struct RunRecord {
     /// as it starts (before its container exists, so every gateway sees it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub home: Option<RepoName>,
+    /// What became of its setup phase (`[setup]`), once it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup: Option<super::setup::SetupOutcome>,
 }
 
 impl RunRecord {
+    /// Whether its setup phase is under way: the run is launching, declares a setup, and
+    /// none has ended. Only then are the setup's own credentials taken.
+    pub fn setup_open(&self) -> bool {
+        self.state == RunState::Launching
+            && self.finished_at_ms.is_none()
+            && self.setup.is_none()
+            && self.settings.as_ref().is_some_and(|s| s.setup.is_some())
+    }
+
     /// The repository its branch lives in: its fork, or the repository itself.
     pub fn branch_repo(&self) -> &RepoName {
         self.home.as_ref().unwrap_or(&self.repo)
@@ -264,6 +276,9 @@ pub struct RunSettings {
     /// What was lowered to the operator's ceiling, in words.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub capped: Vec<String>,
+    /// The setup phase the repository declared (`[setup]`), as allowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup: Option<super::setup::SetupDecl>,
 }
 
 /// Compared by their text: a budget is never NaN (the parser refuses it).
@@ -336,6 +351,7 @@ impl RunRecord {
             base_commit: None,
             agent: None,
             home: None,
+            setup: None,
         }
     }
 }

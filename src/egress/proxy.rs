@@ -43,6 +43,13 @@ pub trait Ledger: Send + Sync {
     /// `None` unless the run exists and has not ended; else what its repository's settings
     /// add to the allow-list (entries that never open a loopback address).
     async fn active(&self, run_id: &RunId) -> Option<Vec<super::Entry>>;
+    /// `None` unless the run's setup phase is under way (the run is launching, its setup
+    /// has not ended); else the setup's allow-list beyond the operator's: the run's own
+    /// entries and the setup's.
+    async fn active_setup(&self, run_id: &RunId) -> Option<Vec<super::Entry>> {
+        let _ = run_id;
+        None
+    }
     /// Adds refusals: (run id, `host:port`) → how many.
     async fn add_refusals(&self, refusals: &BTreeMap<(RunId, String), u32>) -> anyhow::Result<()>;
 }
@@ -159,10 +166,29 @@ impl Proxy {
 
     /// The run's proxy password.
     pub fn password(&self, run_id: &RunId) -> String {
+        self.mac(b"director-egress:", run_id)
+    }
+
+    /// The proxy password of the run's setup phase (user `setup-<run id>`): taken only while
+    /// the setup is under way, with the setup's allow-list.
+    pub fn setup_password(&self, run_id: &RunId) -> String {
+        self.mac(b"director-egress-setup:", run_id)
+    }
+
+    fn mac(&self, domain: &[u8], run_id: &RunId) -> String {
         let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("HMAC takes any key length");
-        mac.update(b"director-egress:");
+        mac.update(domain);
         mac.update(run_id.as_str().as_bytes());
         hex::encode(&mac.finalize().into_bytes()[..16])
+    }
+
+    /// The proxy URL of the run's setup phase.
+    pub fn setup_url_for(&self, run_id: &RunId, host: &str) -> String {
+        self.url_for(run_id, host).replacen(
+            &format!("run-{run_id}:{}@", self.password(run_id)),
+            &format!("setup-{run_id}:{}@", self.setup_password(run_id)),
+            1,
+        )
     }
 
     /// The proxy URL a run gets, as `host` (how the run reaches the proxy) names it.
@@ -488,17 +514,32 @@ impl Proxy {
         let (user, password) = decoded
             .split_once(':')
             .ok_or_else(|| refused("malformed credentials"))?;
-        let run_id = user
-            .strip_prefix("run-")
-            .and_then(|id| RunId::parse(id).ok())
-            .ok_or_else(|| refused("not a run's credentials"))?;
-        let expected = self.password(&run_id);
+        let (run_id, setup) = match (user.strip_prefix("run-"), user.strip_prefix("setup-")) {
+            (Some(id), _) => (RunId::parse(id).ok(), false),
+            (_, Some(id)) => (RunId::parse(id).ok(), true),
+            _ => (None, false),
+        };
+        let run_id = run_id.ok_or_else(|| refused("not a run's credentials"))?;
+        let expected = if setup {
+            self.setup_password(&run_id)
+        } else {
+            self.password(&run_id)
+        };
         use subtle::ConstantTimeEq as _;
         if !bool::from(expected.as_bytes().ct_eq(password.as_bytes())) {
             return Err(refused("wrong credentials"));
         }
-        let Some(extra) = self.ledger.active(&run_id).await else {
-            return Err(refused("the run has ended"));
+        let extra = if setup {
+            self.ledger.active_setup(&run_id).await
+        } else {
+            self.ledger.active(&run_id).await
+        };
+        let Some(extra) = extra else {
+            return Err(refused(if setup {
+                "the run's setup has ended"
+            } else {
+                "the run has ended"
+            }));
         };
         Ok((run_id, extra))
     }

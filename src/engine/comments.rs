@@ -96,6 +96,14 @@ pub fn run_refused(run_id: &RunId, why: &str) -> String {
     )
 }
 
+/// The run's setup phase failed or left a secret behind: its agent never started.
+pub fn setup_failed(run_id: &RunId, why: &str) -> String {
+    format!(
+        "{}\n🧰 **director:** run `{run_id}` did not start its agent: {why}\n\nThe setup is the repository's `[setup]` in `.director.toml`; `director check-repo` shows what a run gets.",
+        run_marker(run_id)
+    )
+}
+
 #[cfg(test)]
 mod run_tests {
     use super::*;

@@ -6,6 +6,8 @@
 //!   key the egress proxy's credentials come from (kept in the database), so any replica
 //!   checks it and nothing is registered per run. Only an active run's credential is
 //!   taken, and only for its own repository.
+//!   A run's setup phase has a credential of its own, `setup-<run id>`, taken only for
+//!   fetches and only while the setup is under way: the setup cannot push.
 //! - **Fetches** are forwarded to the forge with the run's token, which the director holds.
 //! - **Pushes** are checked first, and nothing of a refused push reaches the forge: every
 //!   ref update must be the run's own branch (created or updated by a first run,
@@ -58,6 +60,8 @@ pub struct RunAccess {
     pub follow_up: bool,
     /// The base's head when a first run started: its branch must descend from it.
     pub base_commit: Option<crate::domain::CommitSha>,
+    /// Its setup phase is under way: the setup's own (fetch-only) credential is taken.
+    pub setup_open: bool,
     /// The repository's git URL on the forge.
     pub upstream: String,
     /// `scheme://host:port` of `upstream`.
@@ -137,19 +141,28 @@ impl Gateway {
     /// The password of `run-<run_id>`.
     pub fn password(&self, run_id: &RunId) -> String {
         base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .encode(self.mac(run_id).finalize().into_bytes())
+            .encode(self.mac(Phase::Run, run_id).finalize().into_bytes())
     }
 
-    fn verify(&self, run_id: &RunId, password: &str) -> bool {
+    /// The password of `setup-<run_id>`: fetches only, while the run's setup is under way.
+    pub fn setup_password(&self, run_id: &RunId) -> String {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(self.mac(Phase::Setup, run_id).finalize().into_bytes())
+    }
+
+    fn verify(&self, phase: Phase, run_id: &RunId, password: &str) -> bool {
         base64::engine::general_purpose::URL_SAFE_NO_PAD
             .decode(password)
-            .is_ok_and(|given| self.mac(run_id).verify_slice(&given).is_ok())
+            .is_ok_and(|given| self.mac(phase, run_id).verify_slice(&given).is_ok())
     }
 
-    fn mac(&self, run_id: &RunId) -> Hmac<Sha256> {
+    fn mac(&self, phase: Phase, run_id: &RunId) -> Hmac<Sha256> {
         let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.key)
             .expect("HMAC takes a key of any length");
-        mac.update(b"git-gateway\0");
+        mac.update(match phase {
+            Phase::Run => b"git-gateway\0".as_slice(),
+            Phase::Setup => b"git-gateway-setup\0".as_slice(),
+        });
         mac.update(run_id.as_str().as_bytes());
         mac
     }
@@ -222,8 +235,15 @@ fn text(status: StatusCode, message: &str) -> HttpResponse {
         .body(format!("{message}\n"))
 }
 
-/// The run a request's Basic credentials name, checked.
-fn credentials(gw: &Gateway, req: &HttpRequest) -> Option<RunId> {
+/// Whose credential a request carries: the run's, or its setup phase's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Run,
+    Setup,
+}
+
+/// The run a request's Basic credentials name, checked, and whose they are.
+fn credentials(gw: &Gateway, req: &HttpRequest) -> Option<(RunId, Phase)> {
     let value = req.headers().get("Authorization")?.to_str().ok()?;
     let encoded = value.strip_prefix("Basic ")?;
     let decoded = base64::engine::general_purpose::STANDARD
@@ -231,8 +251,14 @@ fn credentials(gw: &Gateway, req: &HttpRequest) -> Option<RunId> {
         .ok()?;
     let decoded = String::from_utf8(decoded).ok()?;
     let (user, password) = decoded.split_once(':')?;
-    let run_id = RunId::parse(user.strip_prefix("run-")?).ok()?;
-    gw.verify(&run_id, password).then_some(run_id)
+    let (id, phase) = match (user.strip_prefix("run-"), user.strip_prefix("setup-")) {
+        (Some(id), _) => (id, Phase::Run),
+        (_, Some(id)) => (id, Phase::Setup),
+        _ => return None,
+    };
+    let run_id = RunId::parse(id).ok()?;
+    gw.verify(phase, &run_id, password)
+        .then_some((run_id, phase))
 }
 
 async fn handle(req: HttpRequest, payload: web::Payload, gw: web::Data<Gateway>) -> HttpResponse {
@@ -246,7 +272,7 @@ async fn handle(req: HttpRequest, payload: web::Payload, gw: web::Data<Gateway>)
     if !method_ok {
         return text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
     }
-    let Some(run_id) = credentials(&gw, &req) else {
+    let Some((run_id, phase)) = credentials(&gw, &req) else {
         return HttpResponse::Unauthorized()
             .insert_header(("WWW-Authenticate", "Basic realm=\"director git gateway\""))
             .body("a run's credentials are required\n");
@@ -272,8 +298,19 @@ async fn handle(req: HttpRequest, payload: web::Payload, gw: web::Data<Gateway>)
             );
         }
     };
+    if phase == Phase::Setup && !run.setup_open {
+        return text(StatusCode::FORBIDDEN, "the run's setup has ended");
+    }
     if !run.repo.to_string().eq_ignore_ascii_case(&repo.to_string()) {
         return text(StatusCode::NOT_FOUND, "repository not found");
+    }
+    if phase == Phase::Setup && end == Endpoint::ReceivePack
+        || phase == Phase::Setup
+            && end == Endpoint::InfoRefs
+            && req.query_string() != "service=git-upload-pack"
+    {
+        gw.count("setup_push");
+        return text(StatusCode::FORBIDDEN, "the setup phase cannot push");
     }
     match end {
         Endpoint::InfoRefs => {

@@ -213,15 +213,39 @@ impl DockerRuntime {
             });
         }
         let mut tmpfs = HashMap::new();
-        tmpfs.insert(
-            s.workspace.clone(),
-            format!(
-                "rw,nosuid,nodev,size={}m,uid={},gid={}",
-                s.workspace_mb,
-                uid(&s.user),
-                gid(&s.user)
-            ),
-        );
+        let mut labels = spec.labels.clone();
+        match &spec.workspace_volume {
+            // Prepared by the setup phase: the volume it left.
+            Some(volume) => {
+                // No copy of the image's directory into it: the engine would give the
+                // volume's root the owner of that directory (root) while it is empty.
+                mounts.push(Mount {
+                    target: Some(s.workspace.clone()),
+                    source: Some(volume.clone()),
+                    typ: Some(MountType::VOLUME),
+                    volume_options: Some(bollard::models::MountVolumeOptions {
+                        no_copy: Some(true),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                });
+                labels.insert(
+                    super::docker_workspace::WORKSPACE_LABEL.to_owned(),
+                    volume.clone(),
+                );
+            }
+            None => {
+                tmpfs.insert(
+                    s.workspace.clone(),
+                    format!(
+                        "rw,nosuid,nodev,size={}m,uid={},gid={}",
+                        s.workspace_mb,
+                        uid(&s.user),
+                        gid(&s.user)
+                    ),
+                );
+            }
+        }
         // `/tmp` for every run (Claude Code, compilers and test runners need one), in the
         // run's memory; `exec`: agents run what they build there.
         tmpfs.insert(
@@ -232,7 +256,7 @@ impl DockerRuntime {
             image: Some(spec.image.clone()),
             cmd: (!spec.command.is_empty()).then(|| spec.command.clone()),
             env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
-            labels: Some(spec.labels.clone()),
+            labels: Some(labels),
             user: Some(s.user.clone()),
             working_dir: Some(s.workspace.clone()),
             host_config: Some(HostConfig {
@@ -447,8 +471,44 @@ impl Runtime for DockerRuntime {
         })
     }
 
+    async fn make_workspace(&self, run_id: &RunId, image: &str) -> Result<String, RuntimeError> {
+        super::docker_workspace::make(
+            &self.docker,
+            run_id,
+            image,
+            &self.settings.user,
+            &self.settings.workspace,
+        )
+        .await
+    }
+
+    async fn remove_workspace(&self, run_id: &RunId) -> Result<(), RuntimeError> {
+        super::docker_workspace::remove(&self.docker, run_id).await
+    }
+
+    async fn export_workspace(&self, id: &str) -> Result<super::TarStream, RuntimeError> {
+        Ok(super::docker_workspace::export(
+            &self.docker,
+            id,
+            &self.settings.workspace,
+        ))
+    }
+
+    async fn import_workspace(&self, id: &str, tar: super::TarStream) -> Result<(), RuntimeError> {
+        super::docker_workspace::import(&self.docker, id, &self.settings.workspace, tar).await
+    }
+
+    async fn image_id(&self, image: &str) -> Result<String, RuntimeError> {
+        let inspect = self.docker.inspect_image(image).await.map_err(engine)?;
+        Ok(inspect.id.unwrap_or_else(|| image.to_owned()))
+    }
+
     async fn create(&self, spec: &RunSpec) -> Result<String, RuntimeError> {
-        let name = container_name(&spec.run_id);
+        let name = if spec.setup_phase {
+            super::docker_workspace::setup_container_name(&spec.run_id)
+        } else {
+            container_name(&spec.run_id)
+        };
         let options = CreateContainerOptions {
             name: Some(name),
             ..Default::default()
@@ -714,18 +774,34 @@ impl Runtime for DockerRuntime {
     }
 
     async fn remove(&self, id: &str) -> Result<(), RuntimeError> {
+        // A prepared run's workspace volume goes with its agent's container.
+        let workspace = match self.docker.inspect_container(id, None).await {
+            Ok(c) => c.config.and_then(|c| c.labels).and_then(|l| {
+                Some((
+                    l.get(super::docker_workspace::WORKSPACE_LABEL)?.clone(),
+                    l.get(RUN_LABEL)?.clone(),
+                ))
+            }),
+            Err(_) => None,
+        };
         let options = RemoveContainerOptions {
             v: true,
             force: true,
             ..Default::default()
         };
         match self.docker.remove_container(id, Some(options)).await {
-            Ok(()) => Ok(()),
+            Ok(()) => {}
             Err(DockerError::DockerResponseServerError {
                 status_code: 404, ..
-            }) => Ok(()),
-            Err(e) => Err(engine(e)),
+            }) => {}
+            Err(e) => return Err(engine(e)),
         }
+        if let Some((_, run_id)) = workspace
+            && let Ok(run_id) = RunId::parse(&run_id)
+        {
+            super::docker_workspace::remove(&self.docker, &run_id).await?;
+        }
+        Ok(())
     }
 
     async fn list_runs(&self) -> Result<Vec<RunContainer>, RuntimeError> {

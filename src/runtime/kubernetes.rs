@@ -284,6 +284,8 @@ impl Runtime for KubeRuntime {
             mounts: Vec::new(),
             result_path: None,
             confined: false,
+            workspace_volume: None,
+            setup_phase: false,
         };
         let dry = PostParams {
             dry_run: true,

@@ -3,6 +3,7 @@
 //! and the test kit (`director-testkit`) has `FakeRuntime`, in memory, for tests.
 
 pub mod docker;
+pub mod docker_workspace;
 #[cfg(feature = "kubernetes")]
 pub mod kubernetes;
 pub mod mounts;
@@ -46,7 +47,19 @@ pub struct RunSpec {
     /// its container joins the internal `runner.egress_network`; on Kubernetes its pod gets
     /// a NetworkPolicy.
     pub confined: bool,
+    /// The workspace is this volume, prepared by a setup phase ([`Runtime::make_workspace`]),
+    /// instead of an empty tmpfs.
+    pub workspace_volume: Option<String>,
+    /// This is the run's setup phase, not its agent: its container is named and labelled
+    /// apart (`<run container>-setup`, `director.setup-of`), so nothing takes it for the run.
+    pub setup_phase: bool,
 }
+
+/// The label a run's setup container carries (never [`RUN_LABEL`]).
+pub const SETUP_LABEL: &str = "director.setup-of";
+
+/// A workspace as a tar stream, in chunks.
+pub type TarStream = futures_util::stream::BoxStream<'static, Result<bytes::Bytes, RuntimeError>>;
 
 /// How long a run may go on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -181,6 +194,41 @@ pub trait Runtime: Send + Sync {
         Err(RuntimeError::Engine(
             "this runtime cannot confine runs to the egress proxy".into(),
         ))
+    }
+    /// Makes the volume a prepared run's workspace lives in, empty and owned by the run's
+    /// user (`image`: the run's image, for a container that is never started and sets the
+    /// owner); one left by an earlier attempt is removed first. Returns its name.
+    async fn make_workspace(&self, run_id: &RunId, image: &str) -> Result<String, RuntimeError> {
+        let _ = (run_id, image);
+        Err(RuntimeError::Engine(
+            "this runtime cannot prepare a workspace apart from the run".into(),
+        ))
+    }
+    /// Removes a run's workspace volume, and a setup container left with it; gone is fine.
+    async fn remove_workspace(&self, run_id: &RunId) -> Result<(), RuntimeError> {
+        let _ = run_id;
+        Ok(())
+    }
+    /// The workspace of an (ended) container as a tar stream, each entry under the
+    /// workspace's own directory name.
+    async fn export_workspace(&self, id: &str) -> Result<TarStream, RuntimeError> {
+        let _ = id;
+        Err(RuntimeError::Engine(
+            "this runtime cannot export a workspace".into(),
+        ))
+    }
+    /// Unpacks `tar` (entries relative to the workspace) into a created container's
+    /// workspace volume, owners as the archive says.
+    async fn import_workspace(&self, id: &str, tar: TarStream) -> Result<(), RuntimeError> {
+        let _ = (id, tar);
+        Err(RuntimeError::Engine(
+            "this runtime cannot import a workspace".into(),
+        ))
+    }
+    /// What identifies the image's contents (Docker: its id, a digest); the name itself when
+    /// the runtime cannot say.
+    async fn image_id(&self, image: &str) -> Result<String, RuntimeError> {
+        Ok(image.to_owned())
     }
     /// Creates the container (not started) and copies the task file in; returns its id.
     async fn create(&self, spec: &RunSpec) -> Result<String, RuntimeError>;

@@ -22,6 +22,7 @@ pub mod repo;
 mod runner;
 mod scan;
 mod server;
+pub mod setup;
 
 pub use forge::*;
 pub use models::*;
@@ -184,6 +185,8 @@ pub struct Settings {
     pub merge: MergeSettings,
     /// The agents runs may be given, by name (`[agents.<name>]`).
     pub agents: std::collections::BTreeMap<String, agents::AgentSettings>,
+    /// Values repositories' setup phases may ask for, by name (`[setup_secrets.<NAME>]`).
+    pub setup_secrets: std::collections::BTreeMap<String, setup::SetupSecret>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -334,6 +337,7 @@ impl Settings {
                 "models.openai.api_key_file",
             )?;
         }
+        setup::load(&mut self.setup_secrets)?;
         if let Some(file) = &self.store.url_file {
             self.store.url = read("store.url_file", file)?.trim().to_owned();
         }
@@ -362,6 +366,7 @@ impl Settings {
         .into_iter()
         .chain(self.webhook.secrets.iter())
         .chain(self.models.providers().map(|(_, p)| &p.api_key))
+        .chain(self.setup_secrets.values().map(|s| &s.value))
         .filter(|s| !s.is_empty())
     }
 
@@ -381,6 +386,12 @@ impl Settings {
         self.models.validate(&self.budget)?;
         self.validate_model_passthrough()?;
         self.repo_settings.validate()?;
+        if self.repo_settings.allow.iter().any(|k| k == "setup") && !self.egress_confined() {
+            return Err(invalid(
+                "repo_settings.allow",
+                "names `setup`, which needs confined runs (runner.egress = \"allowlist\"): the setup's network and secrets are kept apart from the agent's only there",
+            ));
+        }
         self.validate_agents()?;
         self.telemetry.validate()?;
         self.merge.validate()?;

@@ -23,7 +23,11 @@ pub const KEYS: &[&str] = &[
     "runner.branch_template",
     "budget.run_usd",
     "task.instructions",
+    "setup",
 ];
+
+/// The longest a setup phase may take when `[setup]` names no `timeout_secs`.
+pub const SETUP_TIMEOUT_SECS: u64 = 900;
 
 /// `[repo_settings]`: what a repository's `.director.toml` may set. Empty `allow` (the
 /// default): nothing, and the file is not read.
@@ -42,6 +46,10 @@ pub struct RepoSettingsCeiling {
     /// The agents of `[agents]` a repository may choose (`runner.agent`), by name.
     #[serde(deserialize_with = "lenient::list")]
     pub agents: Vec<String>,
+    /// Globs of the `host:port` entries a repository's `[setup]` may reach (beyond the run's
+    /// own allow-list), for its setup phase alone.
+    #[serde(deserialize_with = "lenient::list")]
+    pub setup_egress_allow_max: Vec<String>,
 }
 
 impl RepoSettingsCeiling {
@@ -69,6 +77,10 @@ impl RepoSettingsCeiling {
         for (key, globs) in [
             ("repo_settings.images", &self.images),
             ("repo_settings.egress_allow_max", &self.egress_allow_max),
+            (
+                "repo_settings.setup_egress_allow_max",
+                &self.setup_egress_allow_max,
+            ),
         ] {
             if globs.iter().any(|g| g.trim().is_empty()) {
                 return Err(invalid(key, "an empty glob matches nothing; remove it"));
@@ -109,6 +121,21 @@ struct RepoFile {
     task: TaskPart,
     #[serde(default)]
     preflight: PreflightPart,
+    setup: Option<SetupPart>,
+}
+
+/// `[setup]` of the file: the phase that prepares the workspace before the agent.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SetupPart {
+    command: Option<String>,
+    #[serde(default)]
+    egress_allow: Vec<String>,
+    #[serde(default)]
+    secrets: Vec<String>,
+    #[serde(default)]
+    cache_key: Vec<String>,
+    timeout_secs: Option<u64>,
 }
 
 /// `[preflight]` of the file: only what makes the operator's stricter.
@@ -150,6 +177,8 @@ pub struct Operator {
     pub timeout_secs: u64,
     /// 0: no run budget.
     pub run_usd: f64,
+    /// `[setup_secrets]` by name: the globs of the repositories that may ask for each.
+    pub setup_secrets: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl Operator {
@@ -165,7 +194,48 @@ impl Operator {
             image: runner.image.clone(),
             timeout_secs: runner.timeout_secs,
             run_usd: budget.run_usd,
+            setup_secrets: std::collections::BTreeMap::new(),
         }
+    }
+
+    /// With the operator's `[setup_secrets]` (their names and who may ask, never values).
+    pub fn with_setup_secrets(
+        mut self,
+        secrets: &std::collections::BTreeMap<String, super::setup::SetupSecret>,
+    ) -> Self {
+        self.setup_secrets = secrets
+            .iter()
+            .map(|(name, s)| (name.clone(), s.repos.clone()))
+            .collect();
+        self
+    }
+
+    /// What in `settings`' setup `repo` may not have: each secret it names must be offered to
+    /// it by its `[setup_secrets]` entry's `repos`.
+    pub fn setup_problems(
+        &self,
+        repo: &crate::domain::RepoName,
+        settings: &RunSettings,
+    ) -> Vec<String> {
+        let Some(setup) = &settings.setup else {
+            return Vec::new();
+        };
+        let name = repo.to_string();
+        setup
+            .secrets
+            .iter()
+            .filter(|s| {
+                !self
+                    .setup_secrets
+                    .get(*s)
+                    .is_some_and(|globs| globs.iter().any(|g| glob(g, &name)))
+            })
+            .map(|s| {
+                format!(
+                    "`setup.secrets` `{s}` is not offered to {name} (the operator's setup_secrets.{s}.repos)"
+                )
+            })
+            .collect()
     }
 }
 
@@ -219,6 +289,9 @@ pub fn resolve(
                 operator.approval.as_str()
             ));
         }
+    }
+    if let Some(setup) = file.setup {
+        out.setup = setup_part(operator, setup, &mut out.capped, &mut problems);
     }
     if let Some(text) = file.task.instructions {
         let text = text.trim();
@@ -282,7 +355,85 @@ fn permitted(
     );
     let instructions = &mut file.task.instructions;
     keep(ceiling, "task.instructions", instructions, problems);
+    keep(ceiling, "setup", &mut file.setup, problems);
     file
+}
+
+/// `[setup]` of the file within the operator's ceiling: a command, hosts within
+/// `repo_settings.setup_egress_allow_max`, secrets the operator holds, cache-key paths inside
+/// the repository, a time limit capped at the run's.
+fn setup_part(
+    operator: &Operator,
+    s: SetupPart,
+    capped: &mut Vec<String>,
+    problems: &mut Vec<String>,
+) -> Option<crate::domain::setup::SetupDecl> {
+    let before = problems.len();
+    let command = s.command.unwrap_or_default().trim().to_owned();
+    if command.is_empty() {
+        problems.push("`setup.command` is missing or empty".to_owned());
+    } else if command.len() > 4096 || command.contains('\0') {
+        problems.push("`setup.command` is longer than 4096 bytes or holds a NUL".to_owned());
+    }
+    let mut egress_allow = Vec::new();
+    for entry in s.egress_allow {
+        match entry.parse::<crate::egress::Entry>() {
+            Err(why) => problems.push(format!("`setup.egress_allow`: {why}")),
+            Ok(e) => {
+                let e = e.to_string();
+                if operator
+                    .ceiling
+                    .setup_egress_allow_max
+                    .iter()
+                    .any(|g| glob(g, &e))
+                {
+                    egress_allow.push(e);
+                } else {
+                    problems.push(format!(
+                        "`setup.egress_allow` `{e}` is outside what the operator allows (repo_settings.setup_egress_allow_max)"
+                    ));
+                }
+            }
+        }
+    }
+    for name in &s.secrets {
+        if !operator.setup_secrets.contains_key(name) {
+            problems.push(format!(
+                "`setup.secrets` `{name}` is not a secret the operator holds (setup_secrets)"
+            ));
+        }
+    }
+    for path in &s.cache_key {
+        let bad = path.is_empty()
+            || path.starts_with('/')
+            || path.split('/').any(|p| p == ".." || p == ".")
+            || path.contains('\0');
+        if bad {
+            problems.push(format!(
+                "`setup.cache_key` `{path}` is not a relative path inside the repository"
+            ));
+        }
+    }
+    if s.cache_key.len() > 16 {
+        problems.push("`setup.cache_key` names more than 16 files".to_owned());
+    }
+    let mut timeout_secs = s.timeout_secs.unwrap_or(SETUP_TIMEOUT_SECS);
+    if timeout_secs == 0 {
+        problems.push("`setup.timeout_secs` must be at least 1".to_owned());
+    } else if timeout_secs > operator.timeout_secs {
+        capped.push(format!(
+            "setup.timeout_secs {timeout_secs} is capped at the operator's runner.timeout_secs {}",
+            operator.timeout_secs
+        ));
+        timeout_secs = operator.timeout_secs;
+    }
+    (problems.len() == before).then_some(crate::domain::setup::SetupDecl {
+        command,
+        egress_allow,
+        secrets: s.secrets,
+        cache_key: s.cache_key,
+        timeout_secs,
+    })
 }
 
 /// `[runner]` of the file, each value within what the operator allows: the image, the
@@ -404,10 +555,15 @@ mod tests {
                     "pypi.internal:443".into(),
                 ],
                 agents: vec!["aider".into(), "claude-code".into()],
+                setup_egress_allow_max: vec!["pypi.internal:443".into()],
             },
             image: "registry.example.org/agents/default:1".into(),
             timeout_secs: 3_600,
             run_usd: 5.0,
+            setup_secrets: std::collections::BTreeMap::from([(
+                "PIP_TOKEN".to_owned(),
+                vec!["acme/*".to_owned()],
+            )]),
         }
     }
 
@@ -593,5 +749,66 @@ egress_allow = ["evil.example.com:443", "pypi.internal:443", "127.0.0.1:5432", "
         let problems =
             resolve(&operator(&["task.instructions"]), "c0ffee", Some(text)).expect_err("refused");
         assert!(problems[0].contains("does not parse"), "{problems:?}");
+    }
+
+    #[test]
+    fn a_setup_within_the_ceiling_is_kept_whole() {
+        let text = br#"
+[setup]
+command = "pip install -r requirements.txt"
+egress_allow = ["pypi.internal:443"]
+secrets = ["PIP_TOKEN"]
+cache_key = ["requirements.txt"]
+timeout_secs = 7200
+"#;
+        let s = resolve(&all(), "abc", Some(text)).expect("usable");
+        let setup = s.setup.clone().expect("setup");
+        assert_eq!(setup.command, "pip install -r requirements.txt");
+        assert_eq!(setup.egress_allow, ["pypi.internal:443"]);
+        assert_eq!(setup.secrets, ["PIP_TOKEN"]);
+        assert_eq!(setup.cache_key, ["requirements.txt"]);
+        assert_eq!(setup.timeout_secs, 3_600, "capped at the run's");
+        assert!(s.capped[0].contains("setup.timeout_secs"), "{:?}", s.capped);
+        let repo: crate::domain::RepoName = "acme/web".parse().expect("repo");
+        assert!(all().setup_problems(&repo, &s).is_empty());
+        let other: crate::domain::RepoName = "evil/web".parse().expect("repo");
+        let problems = all().setup_problems(&other, &s);
+        assert!(
+            problems[0].contains("`setup.secrets` `PIP_TOKEN` is not offered to evil/web"),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn a_setup_outside_the_ceiling_is_refused_with_each_key_named() {
+        let text = br#"
+[setup]
+command = " "
+egress_allow = ["evil.example.com:443"]
+secrets = ["AWS_SECRET"]
+cache_key = ["../etc/passwd", "/abs"]
+"#;
+        let problems = resolve(&all(), "abc", Some(text)).expect_err("refused");
+        let said = problems.join("\n");
+        assert!(said.contains("`setup.command` is missing"), "{said}");
+        assert!(
+            said.contains("`setup.egress_allow` `evil.example.com:443` is outside"),
+            "{said}"
+        );
+        assert!(
+            said.contains("`setup.secrets` `AWS_SECRET` is not a secret"),
+            "{said}"
+        );
+        assert!(said.contains("`setup.cache_key` `../etc/passwd`"), "{said}");
+        assert!(said.contains("`setup.cache_key` `/abs`"), "{said}");
+        let text = b"[setup]\ncommand = \"make deps\"\n";
+        let problems =
+            resolve(&operator(&["task.instructions"]), "abc", Some(text)).expect_err("refused");
+        assert!(
+            problems[0].contains("`setup` may not be set"),
+            "{problems:?}"
+        );
+        let typo = resolve(&all(), "abc", Some(b"[setup]\ncomand = \"x\"\n")).expect_err("typo");
+        assert!(typo[0].contains("unknown field `comand`"), "{typo:?}");
     }
 }

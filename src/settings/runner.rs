@@ -158,6 +158,15 @@ pub struct RunnerSettings {
     /// The most the mirrors and quarantines may take on disk, in MB: a push that would
     /// exceed it is refused, a mirror that would is removed. Keep it below the volume's size.
     pub gateway_disk_mb: u64,
+    /// Where snapshots of prepared workspaces (`[setup]`) are kept; empty: `director-snapshots`
+    /// in the system's temporary directory. Put it on a volume to keep them across restarts.
+    #[serde(deserialize_with = "lenient::string")]
+    pub snapshot_dir: String,
+    /// The most all snapshots may take on disk, in MB (also the largest one kept); 0: none
+    /// are kept and every setup runs cold.
+    pub snapshot_max_mb: u64,
+    /// A snapshot older than this many hours is not used, and is pruned.
+    pub snapshot_ttl_hours: u64,
     /// The most of the gateways' body memory one run's requests may hold at once, in MB;
     /// 0 (the default): a quarter of it, or one push of `max_push_mb` (or one model request
     /// of `models.max_request_mb`) when that is more.
@@ -287,6 +296,9 @@ impl Default for RunnerSettings {
             gateway_memory_mb: None,
             gateway_dir: String::new(),
             gateway_disk_mb: 2048,
+            snapshot_dir: String::new(),
+            snapshot_max_mb: 4096,
+            snapshot_ttl_hours: 168,
             gateway_memory_per_run_mb: 0,
             gateway_requests_per_run: 8,
             gateway_body_timeout_secs: 120,
@@ -337,6 +349,15 @@ impl RunnerSettings {
             memory::container_limit()
         };
         memory::gateway_memory(self.gateway_memory_mb, limit, self.max_push_mb)
+    }
+
+    /// Where snapshots of prepared workspaces are kept.
+    pub fn snapshot_root(&self) -> std::path::PathBuf {
+        if self.snapshot_dir.trim().is_empty() {
+            std::env::temp_dir().join("director-snapshots")
+        } else {
+            std::path::PathBuf::from(self.snapshot_dir.trim())
+        }
     }
 
     /// Where the git gateway's mirrors and quarantines go: a directory of this process's
@@ -528,6 +549,15 @@ impl Settings {
         let memory = r
             .gateway_memory()
             .map_err(|e| invalid("runner.gateway_memory_mb", e))?;
+        if !r.snapshot_dir.trim().is_empty() && !Path::new(r.snapshot_dir.trim()).is_absolute() {
+            return Err(invalid("runner.snapshot_dir", "must be an absolute path"));
+        }
+        if r.snapshot_ttl_hours == 0 {
+            return Err(invalid(
+                "runner.snapshot_ttl_hours",
+                "must be at least 1 (set runner.snapshot_max_mb = 0 to keep no snapshot)",
+            ));
+        }
         if !r.gateway_dir.trim().is_empty() && !Path::new(r.gateway_dir.trim()).is_absolute() {
             return Err(invalid("runner.gateway_dir", "must be an absolute path"));
         }

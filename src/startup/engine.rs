@@ -207,8 +207,10 @@ impl Engine<'_> {
                 &settings.runner,
                 &settings.budget,
                 settings.preflight.approval,
-            ),
+            )
+            .with_setup_secrets(&settings.setup_secrets),
             agents: settings.agents.clone(),
+            setup_secrets: settings.setup_secrets.clone(),
         });
         Ok(started)
     }

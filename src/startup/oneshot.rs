@@ -62,7 +62,8 @@ pub async fn check_repo(
         &settings.runner,
         &settings.budget,
         settings.preflight.approval,
-    );
+    )
+    .with_setup_secrets(&settings.setup_secrets);
     let forge = forge_client(settings, None)?.context("forge.url must be set")?;
     let default_branch = forge
         .repository(repo)

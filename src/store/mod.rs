@@ -660,6 +660,23 @@ impl crate::egress::proxy::Ledger for Store {
         )
     }
 
+    async fn active_setup(&self, run_id: &RunId) -> Option<Vec<crate::egress::Entry>> {
+        let run = self.run(run_id).await.ok()??;
+        if !run.setup_open() {
+            return None;
+        }
+        let settings = run.settings?;
+        let setup = settings.setup.as_ref()?;
+        Some(
+            settings
+                .egress_allow
+                .iter()
+                .chain(&setup.egress_allow)
+                .filter_map(|e| e.parse().ok())
+                .collect(),
+        )
+    }
+
     async fn add_refusals(
         &self,
         refusals: &std::collections::BTreeMap<(RunId, String), u32>,

@@ -11,7 +11,7 @@ use crate::domain::run::StopCause;
 use crate::domain::{IssueRecord, IssueRef, Lifecycle, RepoName, RunId, RunRecord, RunState};
 
 const COLS: &str = "repo, number, title, state, labels, forge_updated_at, last_change_ms, lifecycle, trigger_present, trigger_actor, trigger_trusted, untrusted_notice, preflight, version, blocked, pr";
-const RUN_COLS: &str = "id, repo, number, state, branch, base_branch, container_id, pr_number, detail, created_at_ms, started_at_ms, finished_at_ms, exit_code, log_tail, stop_requested, followup, result, stopped, egress_refused, settings, base_commit, agent, branch_home";
+const RUN_COLS: &str = "id, repo, number, state, branch, base_branch, container_id, pr_number, detail, created_at_ms, started_at_ms, finished_at_ms, exit_code, log_tail, stop_requested, followup, result, stopped, egress_refused, settings, base_commit, agent, branch_home, setup";
 const ACTIVE_RUN: &str = "state IN ('launching', 'running', 'exited')";
 
 /// Pre-flight calls within a window.
@@ -274,6 +274,7 @@ pub(super) fn run_from_row(row: &dyn Cols) -> anyhow::Result<RunRecord> {
             .context("stored base commit")?,
         agent: json_column(row, "agent")?,
         home: row.opt_text("branch_home")?.and_then(|h| h.parse().ok()),
+        setup: json_column(row, "setup")?,
     })
 }
 

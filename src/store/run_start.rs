@@ -162,4 +162,24 @@ impl Store {
         });
         tx.commit().await
     }
+
+    /// Records what became of a starting run's setup phase, before its agent's container is
+    /// made: from then on the setup's own credentials are refused by both gateways. Only a
+    /// launching run changes.
+    pub async fn put_run_setup(
+        &self,
+        run_id: &RunId,
+        outcome: &crate::domain::setup::SetupOutcome,
+    ) -> anyhow::Result<()> {
+        let json = serde_json::to_string(outcome)?;
+        let mut tx = self.begin(true).await?;
+        on_tx!(&mut tx, t => {
+            sqlx::query("UPDATE runs SET setup = $2 WHERE id = $1 AND state = 'launching'")
+                .bind(run_id.as_str())
+                .bind(json)
+                .execute(&mut **t)
+                .await?;
+        });
+        tx.commit().await
+    }
 }

@@ -120,7 +120,37 @@ model() {
   while true; do sleep 1; done
 }
 
+# A prepared workspace (a `[setup]` ran before this): the setup's work is there, the
+# checkout the setup cloned is reused, the package index the setup reached is out of reach
+# and the setup's secret (the task names it, as the test knows it) is in no variable and no
+# file. Then it commits and pushes in the prepared checkout.
+prepared() {
+  secret=$(sed -n 's/.*secret: \([A-Za-z0-9-]*\).*/\1/p' "$DIRECTOR_TASK_FILE" | head -n 1)
+  index=$(sed -n 's/.*index: \([0-9.:]*\).*/\1/p' "$DIRECTOR_TASK_FILE" | head -n 1)
+  fail=""
+  [ "$DIRECTOR_PREPARED" = cold ] || [ "$DIRECTOR_PREPARED" = warm ] || fail="$fail not-prepared"
+  grep -q "installed-package" "$HOME/.cache/pkg/pkg.txt" 2>/dev/null || fail="$fail package-missing"
+  [ -d "$HOME/checkout/.git" ] || fail="$fail no-checkout"
+  env | grep -qF "$secret" && fail="$fail secret-in-env"
+  grep -rqF "$secret" "$HOME" 2>/dev/null && fail="$fail secret-in-files"
+  timeout 10 wget -q -O /dev/null "http://$index/pkg" && fail="$fail index-reached"
+  if [ -n "$fail" ]; then
+    echo "PREPARED:$fail"
+    exit 1
+  fi
+  echo "prepared: $DIRECTOR_PREPARED, package installed, index out of reach, no secret"
+  cd "$HOME/checkout" || exit 1
+  git fetch --quiet origin || { echo "fetch failed"; exit 1; }
+  git checkout --quiet -B "$DIRECTOR_BRANCH" "origin/$DIRECTOR_BASE_BRANCH" || exit 1
+  echo "agent work" > agent.txt
+  git add agent.txt && git commit --quiet -m "agent work" || { echo "commit failed"; exit 1; }
+  git push --quiet origin "HEAD:$DIRECTOR_BRANCH" || { echo "push failed"; exit 1; }
+  echo "pushed $DIRECTOR_BRANCH"
+  exit 0
+}
+
 case "$mode" in
+  prepared) prepared ;;
   git|git-main) with_git ;;
   model) model ;;
   escape) escape ;;

@@ -78,6 +78,8 @@ fn spec(run_id: &str) -> RunSpec {
         mounts: Vec::new(),
         result_path: Some(TERMINATION_LOG.into()),
         confined: false,
+        workspace_volume: None,
+        setup_phase: false,
     }
 }
 

@@ -42,6 +42,7 @@ mod replicas;
 mod repo_settings;
 mod runs;
 mod scenarios;
+mod setup;
 mod status_page;
 mod store;
 mod traces;

@@ -958,6 +958,8 @@ async fn a_created_container_is_told_apart_by_whether_its_task_is_in_it() {
         mounts: Vec::new(),
         result_path: None,
         confined: false,
+        workspace_volume: None,
+        setup_phase: false,
     };
     // Created, never started: the state an adopting attempt finds after a crash.
     let with_task = rt.create(&spec).await.expect("created");

@@ -71,6 +71,7 @@ impl Runs for OneRun {
             base_branch: "main".into(),
             follow_up: false,
             base_commit: None,
+            setup_open: false,
             upstream: self.upstream.clone(),
             origin,
             user: BOT.into(),

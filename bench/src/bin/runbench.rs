@@ -67,6 +67,8 @@ fn main() -> anyhow::Result<()> {
                 mounts: vec![],
                 result_path: Some(director::engine::act::run::RESULT_PATH.into()),
                 confined: false,
+                workspace_volume: None,
+                setup_phase: false,
             };
             // Measured like the director's launch: from the request to the engine's StartedAt.
             let t_us = chrono::Utc::now().timestamp_micros();

@@ -97,6 +97,8 @@ fn main() -> anyhow::Result<()> {
                 mounts: vec![],
                 result_path: None,
                 confined: false,
+                workspace_volume: None,
+                setup_phase: false,
             };
             let id = docker.create(&spec).await?;
             let stop = CancellationToken::new();

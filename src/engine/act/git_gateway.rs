@@ -147,6 +147,7 @@ impl Runs for GatewayRuns {
             base_branch: run.base_branch.clone(),
             follow_up: run.followup.is_some(),
             base_commit: run.base_commit.clone(),
+            setup_open: run.setup_open(),
             upstream: endpoints.clone_url,
             origin: endpoints.git_origin,
             user: endpoints.git_user,

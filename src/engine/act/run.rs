@@ -18,6 +18,8 @@ mod home;
 pub use home::unfit_fork;
 mod repo;
 mod secrets;
+mod setup;
+pub use setup::PREPARED_VAR;
 mod spec;
 mod start;
 mod task;
@@ -67,6 +69,8 @@ pub struct RunAct {
     pub repo: crate::settings::repo::Operator,
     /// The agents runs may be given (`[agents]`).
     pub agents: std::collections::BTreeMap<String, crate::settings::agents::AgentSettings>,
+    /// What repositories' setup phases may be given (`[setup_secrets]`).
+    pub setup_secrets: std::collections::BTreeMap<String, crate::settings::setup::SetupSecret>,
 }
 
 /// What an earlier attempt at starting a run left behind.

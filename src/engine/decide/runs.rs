@@ -66,7 +66,7 @@ impl Step<'_> {
                 self.started(container_id, base_branch, start_head.as_deref());
             }
             RunReport::Stale if state == RunState::Launching => self.stale(),
-            RunReport::Refused { .. }
+            RunReport::Refused { .. } | RunReport::SetupFailed { .. }
                 if state == RunState::Launching
                     && self.run.as_ref().is_some_and(|r| r.stop_requested) =>
             {
@@ -75,6 +75,11 @@ impl Step<'_> {
             RunReport::Refused { why } if state == RunState::Launching => {
                 let body = comments::run_refused(run_id, why);
                 self.end_run(RunState::Refused, why.clone(), body);
+            }
+            RunReport::SetupFailed { why } if state == RunState::Launching => {
+                let body = comments::setup_failed(run_id, why);
+                let detail = why.lines().next().unwrap_or_default().to_owned();
+                self.end_run(RunState::Refused, detail, body);
             }
             RunReport::Exited {
                 code,
@@ -104,6 +109,9 @@ impl Step<'_> {
                     body.push_str(&comments::usage_line(
                         run.result.as_ref().and_then(|r| r.usage.as_ref()),
                     ));
+                    if let Some(setup) = &run.setup {
+                        body.push_str(&format!("\n\n{}.", setup.line()));
+                    }
                     let mut pr = PullRecord::opened(*number, &run.branch);
                     pr.opened_at_ms = Some(self.now);
                     self.record.pr = Some(pr);
@@ -286,6 +294,9 @@ impl Step<'_> {
             let summary = run.result.as_ref().and_then(|r| r.summary.as_deref());
             let mut body = comments::pr_body(self.record.number, &id, verdict, summary);
             body.push_str(&comments::agent_line(run.agent.as_ref()));
+            if let Some(setup) = &run.setup {
+                body.push_str(&format!("\n\n{}.", setup.line()));
+            }
             body.push_str(&comments::transcript_link(self.policy.server.run_url(&id)));
             self.act(
                 Effect::Pr { run: id.clone() },

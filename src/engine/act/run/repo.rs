@@ -51,7 +51,15 @@ pub async fn read_repo_settings(
         FileAt::Missing => repo::resolve(operator, &head, None),
         FileAt::File(bytes) => repo::resolve(operator, &head, Some(&bytes)),
         FileAt::Unusable(why) => Err(vec![why]),
-    };
+    }
+    .and_then(|settings| {
+        let problems = operator.setup_problems(repo, &settings);
+        if problems.is_empty() {
+            Ok(settings)
+        } else {
+            Err(problems)
+        }
+    });
     Ok(resolved.map_err(|problems| Unusable {
         commit: head,
         problems,

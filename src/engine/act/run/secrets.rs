@@ -130,7 +130,7 @@ impl Secrets {
 
 /// `value` as an agent may print it: as is, URL-encoded, and the part of its base64 that is
 /// the same wherever it stands in the encoded text (three alignments, two alphabets).
-fn encodings(value: &str) -> Vec<String> {
+pub(super) fn encodings(value: &str) -> Vec<String> {
     use base64::engine::general_purpose::{STANDARD, URL_SAFE};
     let mut out = vec![value.to_owned(), crate::forge::percent_encode(value)];
     let bytes = value.as_bytes();

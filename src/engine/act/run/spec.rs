@@ -158,6 +158,8 @@ impl RunAct {
             mounts: self.mounts.clone(),
             result_path: Some(self.runtime.result_path().to_owned()),
             confined,
+            workspace_volume: None,
+            setup_phase: false,
         }
     }
     /// How git in the run reaches the repository: through the git gateway with the run's

@@ -85,6 +85,7 @@ impl RunAct {
             && let Some(commit) = branch.as_ref().and_then(|b| CommitSha::read(&b.commit))
         {
             acts.store.put_run_base(run_id, &commit).await?;
+            run.base_commit = Some(commit);
         }
         self.launch(acts, run, &issue, &trusted, &token, &endpoints)
             .await
@@ -243,7 +244,22 @@ impl RunAct {
             &issue.preflight.questions,
             &trusted.answers,
         ));
-        let spec = self.spec(&run, token, task, endpoints);
+        let mut spec = self.spec(&run, token, task, endpoints);
+        if let Some(setup) = run.settings.as_ref().and_then(|s| s.setup.clone()) {
+            match self
+                .prepare(acts, &run, &setup, &spec.image.clone())
+                .await?
+            {
+                Ok(prepared) => {
+                    spec.workspace_volume = Some(prepared.volume);
+                    spec.env.push((
+                        super::PREPARED_VAR.to_owned(),
+                        prepared.outcome.mode.as_str().to_owned(),
+                    ));
+                }
+                Err(super::setup::SetupFailed(why)) => return Ok(RunReport::SetupFailed { why }),
+            }
+        }
         let id = match self.runtime.create(&spec).await {
             Ok(id) => id,
             Err(RuntimeError::Exists(_)) => anyhow::bail!(

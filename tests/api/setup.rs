@@ -1,0 +1,306 @@
+//! Prepared environments on the real Docker engine: a repository's `[setup]` installs a
+//! package from a package index the test serves (on the setup's allow-list only) with a token
+//! given as a setup secret; the confined agent finds the package, cannot reach the index, and
+//! has no trace of the token. The next run starts warm from the snapshot (the index is not
+//! asked again); a changed cache-key file makes it cold again; a setup that leaves the token in
+//! the workspace, or fails, ends the run before the agent with the reason.
+
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use director::domain::Lifecycle;
+use director::domain::setup::SetupMode;
+
+use crate::egress::Network;
+use crate::git::git_agent_image;
+use crate::runs::{labelled, run_comments, spawn_runs, wait_ended};
+
+const TOKEN: &str = "pkgtok-5f1e2d3c4b5a6978";
+
+/// A package index on the host, reached at its own address (a repository's
+/// entries never open loopback): `GET /pkg` with `Authorization: Bearer <TOKEN>` gets the
+/// package; every request is counted, refused ones too.
+struct Index {
+    host: String,
+    port: u16,
+    asked: Arc<AtomicUsize>,
+}
+
+impl Index {
+    fn start() -> Self {
+        // This machine's first address that is not loopback.
+        let out = std::process::Command::new("hostname")
+            .arg("-I")
+            .output()
+            .expect("hostname runs");
+        let host = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .find(|a| {
+                a.parse::<std::net::Ipv4Addr>()
+                    .is_ok_and(|ip| !ip.is_loopback())
+            })
+            .expect("this machine has an IPv4 address")
+            .to_owned();
+        let listener = std::net::TcpListener::bind((host.as_str(), 0)).expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let asked = Arc::new(AtomicUsize::new(0));
+        let count = asked.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                count.fetch_add(1, Ordering::SeqCst);
+                let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+                let mut authorized = false;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    if line.to_ascii_lowercase().starts_with("authorization:")
+                        && line.contains(&format!("Bearer {TOKEN}"))
+                    {
+                        authorized = true;
+                    }
+                }
+                let (status, body) = if authorized {
+                    ("200 OK", "installed-package v1\n")
+                } else {
+                    ("401 Unauthorized", "")
+                };
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        Self { host, port, asked }
+    }
+
+    fn asked(&self) -> usize {
+        self.asked.load(Ordering::SeqCst)
+    }
+}
+
+fn settings_file(index: &Index, command: &str) -> String {
+    let (host, port) = (&index.host, index.port);
+    format!(
+        "[setup]\ncommand = '''{command}'''\negress_allow = [\"{host}:{port}\"]\nsecrets = [\"PKG_TOKEN\"]\ncache_key = [\"deps.lock\"]\ntimeout_secs = 60\n"
+    )
+}
+
+fn install(index: &Index) -> String {
+    format!(
+        "mkdir -p \"$HOME/.cache/pkg\" && wget -q --header \"Authorization: Bearer $PKG_TOKEN\" -O \"$HOME/.cache/pkg/pkg.txt\" http://{}:{}/pkg",
+        index.host, index.port
+    )
+}
+
+#[tokio::test]
+async fn a_setup_prepares_the_workspace_with_its_own_network_and_secret_then_starts_warm() {
+    let index = Index::start();
+    let network = Network(format!("director-setup-test-{:08x}", rand::random::<u32>()));
+    let snapshots = tempfile::tempdir().expect("dir");
+    let image = git_agent_image();
+    let (network_name, snapshot_dir) = (network.0.clone(), snapshots.path().display().to_string());
+    let index_host = index.host.clone();
+    let (t, _llm) = spawn_runs(|s| {
+        s.runner.image = image;
+        s.runner.command = vec!["/bin/sh".into(), "/agent.sh".into()];
+        s.runner.network = "bridge".into();
+        s.runner.egress = director::settings::Egress::Allowlist;
+        s.runner.allow_dns_leaking_engine = true;
+        s.runner.egress_network = network_name;
+        s.runner.egress_proxy_port = crate::helpers::free_port();
+        s.runner.git_gateway_port = crate::helpers::free_port();
+        s.runner.snapshot_dir = snapshot_dir;
+        s.repo_settings.allow = vec!["setup".into()];
+        s.repo_settings.setup_egress_allow_max = vec![format!("{index_host}:*")];
+        s.setup_secrets.insert(
+            "PKG_TOKEN".into(),
+            director::settings::setup::SetupSecret {
+                value: director::settings::Secret::new(TOKEN),
+                value_file: None,
+                repos: vec!["acme/*".into()],
+            },
+        );
+    })
+    .await;
+    let root = tempfile::tempdir().expect("dir");
+    t.forge.serve_git(&t.repo, root.path()).expect("git serves");
+    t.forge.put_file(&t.repo, "main", "deps.lock", b"pkg==1\n");
+    t.forge.put_file(
+        &t.repo,
+        "main",
+        ".director.toml",
+        settings_file(&index, &install(&index)).as_bytes(),
+    );
+    let body = format!(
+        "mode: prepared secret: {TOKEN} index: {}:{}",
+        index.host, index.port
+    );
+
+    // Cold: the setup asks the index once; the agent finds the package and nothing else.
+    let first = labelled(&t, "Prepared, cold", &body).await;
+    let record = wait_ended(&t, &first).await;
+    let reports = run_comments(&t, &first);
+    assert_eq!(record.lifecycle, Lifecycle::Succeeded, "{reports:?}");
+    let asked_after_cold = index.asked();
+    assert_eq!(
+        asked_after_cold, 1,
+        "the setup reached the index, the agent did not"
+    );
+    let cold = t.app.store.runs_of(&first).await.expect("runs")[0]
+        .setup
+        .clone()
+        .expect("the setup is recorded");
+    assert_eq!(cold.mode, SetupMode::Cold);
+    assert_eq!(cold.exit, Some(0));
+    assert!(
+        cold.snapshot.as_deref().unwrap_or("").contains("kept"),
+        "{cold:?}"
+    );
+    assert!(
+        reports.iter().any(|r| r.contains("Environment: cold")),
+        "{reports:?}"
+    );
+    for text in &reports {
+        assert!(!text.contains(TOKEN), "no report holds the token: {text}");
+    }
+    // The agent's transcript neither (the agent printed its check, never the value).
+    let run_id = t.app.store.runs_of(&first).await.expect("runs")[0]
+        .id
+        .clone();
+    let transcript = t
+        .app
+        .store
+        .transcript(&run_id)
+        .await
+        .expect("transcript")
+        .map(|t| t.text)
+        .unwrap_or_default();
+    assert!(!transcript.contains(TOKEN));
+
+    // Warm: the same key; the setup does not run, the index is not asked.
+    let second = labelled(&t, "Prepared, warm", &body).await;
+    let record = wait_ended(&t, &second).await;
+    assert_eq!(
+        record.lifecycle,
+        Lifecycle::Succeeded,
+        "{:?}",
+        run_comments(&t, &second)
+    );
+    assert_eq!(index.asked(), asked_after_cold, "a warm start asks nothing");
+    let warm = t.app.store.runs_of(&second).await.expect("runs")[0]
+        .setup
+        .clone()
+        .expect("recorded");
+    assert_eq!(warm.mode, SetupMode::Warm);
+    assert_eq!(warm.key, cold.key);
+    assert!(
+        warm.millis < cold.millis,
+        "warm ({} ms) is faster than cold ({} ms)",
+        warm.millis,
+        cold.millis
+    );
+
+    // A changed cache-key file: cold again.
+    t.forge.put_file(&t.repo, "main", "deps.lock", b"pkg==2\n");
+    let third = labelled(&t, "Prepared, new lock", &body).await;
+    let record = wait_ended(&t, &third).await;
+    assert_eq!(record.lifecycle, Lifecycle::Succeeded);
+    let again = t.app.store.runs_of(&third).await.expect("runs")[0]
+        .setup
+        .clone()
+        .expect("recorded");
+    assert_eq!(again.mode, SetupMode::Cold);
+    assert_ne!(again.key, cold.key);
+    assert_eq!(index.asked(), asked_after_cold + 1);
+
+    // A setup that writes the token into the workspace: refused before the agent, the file
+    // named, the value nowhere.
+    let leak = format!(
+        "{} && echo \"$PKG_TOKEN\" > \"$HOME/checkout/.npmrc\"",
+        install(&index)
+    );
+    t.forge.put_file(
+        &t.repo,
+        "main",
+        ".director.toml",
+        settings_file(&index, &leak).as_bytes(),
+    );
+    let fourth = labelled(&t, "Prepared, leaking", &body).await;
+    let record = wait_ended(&t, &fourth).await;
+    let reports = run_comments(&t, &fourth);
+    assert_eq!(record.lifecycle, Lifecycle::Failed, "{reports:?}");
+    let report = reports.join("\n");
+    assert!(
+        report.contains("`checkout/.npmrc`") && report.contains("`PKG_TOKEN`"),
+        "{report}"
+    );
+    assert!(!report.contains(TOKEN), "{report}");
+    assert!(
+        t.forge.pulls_of(&t.repo).len() == 3,
+        "no pull request from the refused run"
+    );
+
+    // A failing setup: its tail on the issue, the agent never started.
+    t.forge.put_file(
+        &t.repo,
+        "main",
+        ".director.toml",
+        settings_file(&index, "echo boom-from-setup; exit 3").as_bytes(),
+    );
+    let fifth = labelled(&t, "Prepared, failing", &body).await;
+    let record = wait_ended(&t, &fifth).await;
+    let reports = run_comments(&t, &fifth);
+    assert_eq!(record.lifecycle, Lifecycle::Failed, "{reports:?}");
+    let report = reports.join("\n");
+    assert!(
+        report.contains("the setup failed (exit 3)") && report.contains("boom-from-setup"),
+        "{report}"
+    );
+    let failed = t.app.store.runs_of(&fifth).await.expect("runs")[0]
+        .setup
+        .clone()
+        .expect("recorded");
+    assert_eq!(failed.exit, Some(3));
+    // No volume or setup container is left behind.
+    let (_, volumes) =
+        crate::egress::docker(&["volume", "ls", "-q", "--filter", "label=director.workspace"]);
+    for run in t.app.store.runs_of(&fifth).await.expect("runs") {
+        assert!(!volumes.contains(run.id.as_str()), "{volumes}");
+    }
+}
+
+#[tokio::test]
+async fn a_prepared_workspace_belongs_to_the_runs_user_and_goes_with_the_run() {
+    use director::runtime::Runtime as _;
+    let image = git_agent_image();
+    let settings = director::settings::RunnerSettings::default();
+    let user = settings.user.clone();
+    let rt = director::runtime::docker::DockerRuntime::connect(settings)
+        .await
+        .expect("docker");
+    let run_id = director::domain::RunId::parse(&format!("{:012x}", rand::random::<u64>() >> 16))
+        .expect("id");
+    let volume = rt.make_workspace(&run_id, &image).await.expect("made");
+    let (ok, owner) = crate::egress::docker(&[
+        "run",
+        "--rm",
+        "--user",
+        &user,
+        "-v",
+        &format!("{volume}:/workspace"),
+        &image,
+        "sh",
+        "-c",
+        "stat -c %u:%g /workspace && touch /workspace/x && echo writable",
+    ]);
+    rt.remove_workspace(&run_id).await.expect("removed");
+    assert!(ok, "{owner}");
+    assert_eq!(owner, format!("{user}\nwritable"));
+    let (_, volumes) = crate::egress::docker(&["volume", "ls", "-q"]);
+    assert!(!volumes.contains(&volume), "{volumes}");
+}
