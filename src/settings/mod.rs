@@ -13,6 +13,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::domain::RepoName;
 
 pub mod agents;
+mod filers;
 mod forge;
 pub mod memory;
 mod models;
@@ -184,6 +185,8 @@ pub struct Settings {
     pub merge: MergeSettings,
     /// The agents runs may be given, by name (`[agents.<name>]`).
     pub agents: std::collections::BTreeMap<String, agents::AgentSettings>,
+    /// The accounts that file work for agents, by name (`[filers.<name>]`).
+    pub filers: std::collections::BTreeMap<String, crate::domain::filer::FilerRule>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -382,6 +385,7 @@ impl Settings {
         self.validate_model_passthrough()?;
         self.repo_settings.validate()?;
         self.validate_agents()?;
+        self.validate_filers()?;
         self.telemetry.validate()?;
         self.merge.validate()?;
         Ok(())

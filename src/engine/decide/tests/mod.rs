@@ -35,6 +35,7 @@ fn policy() -> Policy {
         server: crate::settings::ServerSettings::default(),
         approval: crate::domain::approval::Approval::Never,
         run_usd: 0.0,
+        filers: Default::default(),
     }
 }
 
