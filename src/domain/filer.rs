@@ -61,6 +61,17 @@ pub struct Filed {
     pub name: String,
     /// The forge account (the broker's) that applied the trigger or authored the issue.
     pub login: String,
+    /// The writer whose `/director go` (or skip label) made the work a maintainer's: the
+    /// filer's rules no longer hold it, and the outcomes count it as a maintainer's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub taken_by: Option<String>,
+}
+
+impl Filed {
+    /// Still an agent's request: no maintainer made it theirs.
+    pub fn is_agents(&self) -> bool {
+        self.taken_by.is_none()
+    }
 }
 
 /// What a filer has used of its day, as the pre-flight finds it before a read.
@@ -88,6 +99,7 @@ impl Filers {
                 .then(|| Filed {
                     name: name.clone(),
                     login: login.to_owned(),
+                    taken_by: None,
                 })
         })
     }

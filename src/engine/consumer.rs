@@ -355,7 +355,10 @@ impl Consumer {
             .collect();
         let filed: HashMap<IssueRef, String> = queued
             .iter()
-            .filter_map(|r| Some((r.issue_ref(), r.preflight.filer.as_ref()?.name.clone())))
+            .filter_map(|r| {
+                let f = r.preflight.filer.as_ref().filter(|f| f.is_agents())?;
+                Some((r.issue_ref(), f.name.clone()))
+            })
             .collect();
         let mut filer_out: HashMap<String, bool> = HashMap::new();
         let mut views = Views::load(&self.store, &refs).await?;

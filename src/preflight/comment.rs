@@ -165,11 +165,19 @@ pub fn render(input: &CommentInput<'_>) -> String {
     out.push_str(&format!("**{next}**\n\n"));
     if let Some(f) = input.filer {
         let plain = |t: &str| one_line(t).replace('`', "");
-        out.push_str(&format!(
-            "Filed by `{}` for an agent (the filer `{}`): an agent asked for this work, and no maintainer has vouched for it yet.\n\n",
-            plain(&f.login),
-            plain(&f.name)
-        ));
+        match &f.taken_by {
+            None => out.push_str(&format!(
+                "Filed by `{}` for an agent (the filer `{}`): an agent asked for this work, and no maintainer has vouched for it yet.\n\n",
+                plain(&f.login),
+                plain(&f.name)
+            )),
+            Some(by) => out.push_str(&format!(
+                "Filed by `{}` for an agent (the filer `{}`); @{} made it a maintainer's with `/director go`.\n\n",
+                plain(&f.login),
+                plain(&f.name),
+                plain(by)
+            )),
+        }
     }
     if let (Shown::Go, Some(ApprovalNote::Waiting(why))) = (shown, input.approval) {
         out.push_str(&format!(

@@ -77,7 +77,9 @@ pub(super) fn upsert_issues(
             statement.push(record.pr.as_ref().map(|p| p.state.as_str()));
             statement.push(record.preflight.verdict.map(|v| v.as_str()));
             statement.push(record.preflight.picked_at_ms);
-            statement.push(record.preflight.filer.as_ref().map(|f| f.name.as_str()));
+            // Agent-filed work only: one a maintainer made theirs counts as theirs.
+            let filer = record.preflight.filer.as_ref().filter(|f| f.is_agents());
+            statement.push(filer.map(|f| f.name.as_str()));
         }
         statements.push(statement);
     }

@@ -223,7 +223,13 @@ impl PreflightAct {
             bot: bot.as_deref(),
             read_unvouched: false,
         };
-        Ok(gather_with(&with, issue, handled_command_id, state.as_ref()).await?)
+        let mut g = gather_with(&with, issue, handled_command_id, state.as_ref()).await?;
+        // An agent's request says so in the prompt: the read and the launch's check of it
+        // hash the same text.
+        if let Some(f) = state.as_ref().and_then(|s| s.filer.as_ref()) {
+            g.prompt = prompt::from_agent(&g.prompt, f);
+        }
+        Ok(g)
     }
 
     /// Reads revision `rev` of the issue.
@@ -338,8 +344,8 @@ impl PreflightAct {
         self.ask(acts, issue, &g.prompt, now, read).await
     }
 
-    /// An agent-filed issue's filer, as its record says: a filer's own `/director go` is
-    /// dropped (its word is never a maintainer's), and the prompt says an agent asked.
+    /// An agent-filed issue's filer, as its record says; a filer's own `/director go` is
+    /// dropped (its word is never a maintainer's).
     async fn agent_filed(
         &self,
         acts: &Acts,
@@ -353,15 +359,12 @@ impl PreflightAct {
             tracing::info!("a `/director go` by a filer's account: not a maintainer's, ignored");
             g.go_command = None;
         }
-        let filer = acts
+        Ok(acts
             .store
             .issue(issue)
             .await?
-            .and_then(|r| r.preflight.filer);
-        if let Some(f) = &filer {
-            g.prompt = prompt::from_agent(&g.prompt, f);
-        }
-        Ok(filer)
+            .and_then(|r| r.preflight.filer)
+            .filter(crate::domain::filer::Filed::is_agents))
     }
 
     /// Whether the filer's day holds the read of its issue (its budget spent, or

@@ -56,8 +56,10 @@ impl Step<'_> {
     /// work is a maintainer's from now on.
     pub(super) fn maintainers(&mut self, by: &str) {
         if !self.policy.filers.is_filer(by)
-            && let Some(f) = self.record.preflight.filer.take()
+            && let Some(f) = self.record.preflight.filer.as_mut()
+            && f.is_agents()
         {
+            f.taken_by = Some(by.to_owned());
             tracing::info!(filer = %f.name, by, "a writer's go makes agent-filed work a maintainer's");
         }
     }
@@ -70,6 +72,7 @@ impl Step<'_> {
             .preflight
             .filer
             .as_ref()
+            .filter(|f| f.is_agents())
             .and_then(|f| Some((f.name.as_str(), self.policy.filers.rule(&f.name)?.approval)));
         match filer {
             Some(filer) => crate::domain::approval::needs_filed(

@@ -377,6 +377,7 @@ fn command(command: Command, allowed: bool) -> Event {
     }
 }
 
+mod filers;
 mod gave_up;
 mod issue;
 mod lane;
