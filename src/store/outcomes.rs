@@ -38,7 +38,8 @@ impl Store {
         type PickedRow = (String, Option<String>, i64, i64);
         let picked: Vec<PickedRow> = on_pool!(&self.db, p => {
             sqlx::query_as(
-                "SELECT repo, verdict, COUNT(*), CASE WHEN filer IS NULL THEN 0 ELSE 1 END FROM issues \
+                "SELECT repo, verdict, COUNT(*), \
+                 CAST(CASE WHEN filer IS NULL THEN 0 ELSE 1 END AS BIGINT) FROM issues \
                  WHERE picked_at_ms >= $1 AND picked_at_ms <= $2 \
                  GROUP BY repo, verdict, CASE WHEN filer IS NULL THEN 0 ELSE 1 END",
             )

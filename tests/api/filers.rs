@@ -352,3 +352,109 @@ async fn a_filer_account_that_cannot_write_is_refused_as_any_reader_is_saying_so
     assert_eq!(record.preflight.filer, None);
     assert!(llm.prompts().is_empty());
 }
+
+/// What filers used of their day, on both stores: the issues taken, what their issues spent
+/// (a pre-flight's usage names its issue), what a filer was told once, and the outcomes'
+/// split. PostgreSQL is strict about types where SQLite is not.
+#[tokio::test]
+async fn a_filers_day_and_the_outcomes_split_read_alike_on_both_stores() {
+    use director::domain::IssueRecord;
+    use director::domain::filer::Filed;
+    use director::settings::StoreSettings;
+    use director::store::{Commit, Store};
+
+    let dir = tempfile::tempdir().expect("dir");
+    let pg = crate::pg::Pg::start();
+    let urls = [
+        format!("sqlite://{}", dir.path().join("d.db").display()),
+        pg.database().await,
+    ];
+    let now = director::clock::now_ms();
+    let day = director::models::day_of(now);
+    for url in urls {
+        let store = Store::connect(&StoreSettings {
+            url: url.clone(),
+            ..StoreSettings::default()
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{url}: {e:#}"));
+        let filed: IssueRef = "acme/widgets#1".parse().expect("ref");
+        let theirs: IssueRef = "acme/widgets#2".parse().expect("ref");
+        let mut a = IssueRecord::new(&filed, now);
+        a.preflight.picked_at_ms = Some(now);
+        a.preflight.filer = Some(Filed {
+            name: "ward".into(),
+            login: BROKER.into(),
+            taken_by: None,
+        });
+        let mut b = IssueRecord::new(&theirs, now);
+        b.preflight.picked_at_ms = Some(now);
+        store
+            .commit(
+                &Commit {
+                    records: vec![a, b],
+                    ..Commit::default()
+                },
+                now,
+            )
+            .await
+            .expect("commit");
+        for (issue, cost) in [(&filed, 0.25), (&theirs, 1.0)] {
+            store
+                .record_model_usage(&director::models::Metered {
+                    run_id: None,
+                    repo: issue.repo.clone(),
+                    issue: Some(issue.number),
+                    provider: director::models::Provider::Openai,
+                    model: "fake-model".into(),
+                    usage: Default::default(),
+                    cost_usd: Some(cost),
+                    at_ms: now,
+                })
+                .await
+                .expect("usage");
+        }
+        let before = store.filer_day("ward", &filed, &day).await.expect("day");
+        assert!(!before.taken_before && before.taken_today == 0, "{url}");
+        store
+            .filer_take("ward", &filed, &day, now)
+            .await
+            .expect("take");
+        store
+            .filer_take("ward", &filed, &day, now)
+            .await
+            .expect("again");
+        let after = store.filer_day("ward", &filed, &day).await.expect("day");
+        assert!(after.taken_before, "{url}");
+        assert_eq!(after.taken_today, 1, "taken once: {url}");
+        assert!(
+            (after.spent_usd - 0.25).abs() < 1e-9,
+            "its own issues only: {url}"
+        );
+        assert!((store.filer_spent("ward", &day).await.expect("spent") - 0.25).abs() < 1e-9);
+        assert!(
+            store
+                .filer_told("ward", &day, "held", now)
+                .await
+                .expect("told")
+        );
+        assert!(
+            !store
+                .filer_told("ward", &day, "held", now)
+                .await
+                .expect("once")
+        );
+        assert_eq!(
+            store.filers_told(&day).await.expect("read"),
+            vec![("ward".to_owned(), "held".to_owned())],
+            "{url}"
+        );
+        let facts = store
+            .outcome_facts(now - 1_000, now + 1_000)
+            .await
+            .expect("facts");
+        let o = director::domain::outcomes::compute(&facts, 1, now + 1_000);
+        assert_eq!(o.requesters["agent-filed"].picked_up, 1, "{url}");
+        assert_eq!(o.requesters["maintainers"].picked_up, 1, "{url}");
+    }
+}
