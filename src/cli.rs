@@ -452,13 +452,20 @@ fn status(json: bool, config: Option<&PathBuf>) -> ExitCode {
     };
     run_async(async move {
         let store = crate::store::Store::connect(&settings.store).await?;
+        let now = crate::clock::now_ms();
         let rows = crate::status::collect(
             &store,
             settings.forge.links().as_ref(),
             &crate::status::Queueing::from_settings(&settings),
-            crate::clock::now_ms(),
+            now,
         )
         .await?;
+        if !json {
+            let told = store.filers_told(&crate::models::day_of(now)).await?;
+            for line in crate::status::filer_lines(&told) {
+                println!("{line}");
+            }
+        }
         print!("{}", crate::status::render(&rows, json)?);
         Ok(())
     })

@@ -308,6 +308,9 @@ pub enum PreflightOutcome {
         limit: String,
         until_ms: i64,
         read: ReadContext,
+        /// The filer whose day's limit this is (`[filers]`): the issue says why, once.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        filer: Option<String>,
     },
     /// The issue is closed or lost its trigger meanwhile: the forge fact will say so.
     NotEligible,

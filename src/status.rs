@@ -60,6 +60,9 @@ pub struct Row {
     /// Actions of the issue that failed (being retried, or given up).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub failing: Vec<Failing>,
+    /// Agent-filed: the filer (`[filers]`) and the account that filed it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filer: Option<crate::domain::filer::Filed>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -111,6 +114,9 @@ pub struct Queueing {
     pub spent_today: f64,
     /// `[merge]`: which pull requests are in the merge lane.
     pub merge: crate::settings::MergeSettings,
+    /// What each filer was told of today (its limit reached, its budget spent), by filer
+    /// (filled by [`collect`]): said once, not on every issue.
+    pub filers_told: Vec<(String, String)>,
 }
 
 impl Queueing {
@@ -122,6 +128,7 @@ impl Queueing {
             spent: HashMap::new(),
             spent_today: 0.0,
             merge: settings.merge.clone(),
+            filers_told: Vec::new(),
         }
     }
 }
@@ -135,6 +142,7 @@ impl Default for Queueing {
             spent: HashMap::new(),
             spent_today: 0.0,
             merge: crate::settings::MergeSettings::default(),
+            filers_told: Vec::new(),
         }
     }
 }
@@ -406,6 +414,7 @@ pub fn rows(
                 last_change: when(r.last_change_ms),
                 waiting: waiting(r)
                     .or_else(|| budget_spent(r, queueing))
+                    .or_else(|| filer_spent(r, queueing))
                     .or_else(|| {
                         let open = open_prs.get(&r.repo).copied().unwrap_or(0);
                         paced(r, open, queueing)
@@ -421,6 +430,7 @@ pub fn rows(
                     .map(|p| pr_row(p, &r.repo, web, &queueing.merge)),
                 run: runs.get(&key).map(|run| run_row(run, web, now_ms)),
                 failing: failing.remove(&r.issue_ref()).unwrap_or_default(),
+                filer: r.preflight.filer.clone(),
             }
         })
         .collect()
@@ -483,6 +493,29 @@ fn budget_spent(r: &IssueRecord, queueing: &Queueing) -> Option<String> {
         .map(|why| format!("{why}: waits for the next day (UTC)"))
 }
 
+/// Why a queued agent-filed issue waits for the next day: its filer's day's budget is
+/// spent (as the admission told the log).
+fn filer_spent(r: &IssueRecord, queueing: &Queueing) -> Option<String> {
+    let filer = r.preflight.filer.as_ref()?;
+    (r.lifecycle == Lifecycle::Queued)
+        .then(|| {
+            queueing
+                .filers_told
+                .iter()
+                .find(|(name, what)| *name == filer.name && what.contains("daily_usd"))
+        })
+        .flatten()
+        .map(|(_, what)| format!("{what}: waits for the next day (UTC)"))
+}
+
+/// What filers were told of today, one line each: `director status` says it once, above
+/// the issues it holds.
+pub fn filer_lines(told: &[(String, String)]) -> Vec<String> {
+    told.iter()
+        .map(|(_, what)| format!("filer: {what}; its issues wait for the next day (UTC)"))
+        .collect()
+}
+
 /// `director status`: a table for people, or one JSON array.
 pub fn render(rows: &[Row], json: bool) -> anyhow::Result<String> {
     if json {
@@ -515,6 +548,12 @@ pub fn render(rows: &[Row], json: bool) -> anyhow::Result<String> {
             r.last_change,
             title
         ));
+        if let Some(f) = &r.filer {
+            out.push_str(&format!(
+                "    filed by {} for an agent (filer {})\n",
+                f.login, f.name
+            ));
+        }
         if let Some(w) = &r.waiting {
             out.push_str(&format!("    waiting: {w}\n"));
         }
@@ -663,6 +702,7 @@ pub async fn collect(
         queueing.spent_today = spent.iter().map(|(_, usd)| usd).sum();
         queueing.spent = spent.into_iter().collect();
     }
+    queueing.filers_told = store.filers_told(&crate::models::day_of(now_ms)).await?;
     Ok(rows(&issues, &troubled, &runs, web, &queueing, now_ms))
 }
 

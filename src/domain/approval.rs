@@ -114,6 +114,40 @@ pub fn needs(
     }
 }
 
+/// [`needs`] for an agent-filed issue: the filer's own rule (`filers.<name>.approval`)
+/// joins the operator's and the repository's, and the strictest of the three holds.
+pub fn needs_filed(
+    filer: (&str, Approval),
+    operator: Approval,
+    repository: Option<Approval>,
+    forecast: Option<&Forecast>,
+    run_usd: f64,
+) -> Option<String> {
+    let (name, own) = filer;
+    let others = operator.max(repository.unwrap_or_default());
+    if own <= others {
+        return needs(operator, repository, forecast, run_usd);
+    }
+    let key = format!("`filers.{name}.approval = \"{}\"`", own.as_str());
+    match own {
+        Approval::Never => None,
+        Approval::Always => Some(format!(
+            "an agent asked for this work, and every GO its filer files waits for a maintainer's approval ({key})"
+        )),
+        Approval::OverForecast => {
+            let high = forecast.and_then(|f| f.cost_high_micros)?;
+            let budget_micros = (run_usd.max(0.0) * 1e6).round() as u64;
+            (run_usd > 0.0 && high > budget_micros).then(|| {
+                format!(
+                    "an agent asked for this work, and the forecast's high end, {}, is over the run budget `budget.run_usd`, {} ({key})",
+                    dollars(high),
+                    dollars(budget_micros)
+                )
+            })
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,6 +186,39 @@ mod tests {
         );
         assert_eq!(needs(Approval::OverForecast, None, Some(&f), 0.0), None);
         assert_eq!(needs(Approval::OverForecast, None, None, 1.0), None);
+    }
+
+    #[test]
+    fn a_filer_rule_only_makes_it_stricter() {
+        let why = needs_filed(("ward", Approval::Always), Approval::Never, None, None, 0.0)
+            .expect("waits");
+        assert!(why.contains("filers.ward.approval"), "{why}");
+        // The operator's stricter setting holds over the filer's looser one.
+        assert!(
+            needs_filed(("ward", Approval::Never), Approval::Always, None, None, 0.0)
+                .is_some_and(|w| w.contains("preflight.approval"))
+        );
+        let f = costing(2.5);
+        assert!(
+            needs_filed(
+                ("ward", Approval::OverForecast),
+                Approval::Never,
+                None,
+                Some(&f),
+                1.0
+            )
+            .is_some_and(|w| w.contains("an agent asked") && w.contains("$2.50"))
+        );
+        assert_eq!(
+            needs_filed(
+                ("ward", Approval::OverForecast),
+                Approval::Never,
+                None,
+                Some(&f),
+                0.0
+            ),
+            None
+        );
     }
 
     #[test]

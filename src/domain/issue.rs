@@ -178,6 +178,17 @@ pub struct PreflightState {
     /// then, for a renewed ask to name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_edit: Option<super::approval::Edit>,
+    /// The issue's author as the delivery that brought the trigger showed it: a filer's
+    /// account authoring it makes it agent-filed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub author: Option<String>,
+    /// The filer whose account applied the trigger or authored the issue (`[filers]`):
+    /// agent-filed work, until a writer's `/director go` makes it a maintainer's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filer: Option<super::filer::Filed>,
+    /// The issue said once why a filer's limit holds it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub filer_notice: bool,
 }
 
 impl PreflightState {

@@ -7,6 +7,7 @@ pub mod agent;
 pub mod approval;
 pub mod command;
 pub mod commit;
+pub mod filer;
 pub mod forecast;
 pub mod git_env;
 pub mod issue;

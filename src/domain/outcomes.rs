@@ -29,6 +29,8 @@ pub struct PickedUp {
     pub repo: RepoName,
     pub verdict: Option<Judgement>,
     pub count: u64,
+    /// Agent-filed (`[filers]`), not a maintainer's.
+    pub filed: bool,
 }
 
 /// A pull request of the director's that opened or ended in the window, with what its
@@ -49,6 +51,8 @@ pub struct PrFacts {
     pub cost_usd: f64,
     /// The agent of the run that opened it.
     pub agent: Option<String>,
+    /// Its issue was agent-filed (`[filers]`), not a maintainer's.
+    pub filed: bool,
 }
 
 /// Runs started on one UTC day, of one repository and agent, that ended one way.
@@ -196,6 +200,9 @@ pub struct Outcomes {
     pub total: Figures,
     pub repos: BTreeMap<String, Figures>,
     pub agents: BTreeMap<String, Figures>,
+    /// By who asked for the work: `agent-filed` (through a filer, `[filers]`) and
+    /// `maintainers`, for issues picked up and pull requests.
+    pub requesters: BTreeMap<String, Figures>,
     /// Model calls, by model.
     pub models: BTreeMap<String, ModelFigures>,
     pub daily: Vec<Day>,
@@ -253,6 +260,7 @@ struct Groups<'a> {
     total: Acc,
     repos: HashMap<&'a RepoName, Acc>,
     agents: HashMap<&'a str, Acc>,
+    requesters: HashMap<&'static str, Acc>,
 }
 
 impl<'a> Groups<'a> {
@@ -262,6 +270,20 @@ impl<'a> Groups<'a> {
         if let Some(a) = agent {
             f(self.agents.entry(a).or_default());
         }
+    }
+
+    /// [`Groups::each`], and the group of who asked: an agent (through a filer) or a
+    /// maintainer.
+    fn each_asked(
+        &mut self,
+        repo: &'a RepoName,
+        agent: Option<&'a str>,
+        filed: bool,
+        mut f: impl FnMut(&mut Acc),
+    ) {
+        self.each(repo, agent, &mut f);
+        let who = if filed { "agent-filed" } else { "maintainers" };
+        f(self.requesters.entry(who).or_default());
     }
 }
 
@@ -358,6 +380,11 @@ pub fn compute(facts: &Facts, days: u32, until_ms: i64) -> Outcomes {
             .into_iter()
             .map(|(n, a)| (n.to_owned(), a.finish()))
             .collect(),
+        requesters: groups
+            .requesters
+            .into_iter()
+            .map(|(n, a)| (n.to_owned(), a.finish()))
+            .collect(),
         models,
         daily: daily.days,
         absurd,
@@ -367,7 +394,7 @@ pub fn compute(facts: &Facts, days: u32, until_ms: i64) -> Outcomes {
 impl<'a> Groups<'a> {
     /// Issues picked up, by their verdict.
     fn picked_up(&mut self, p: &'a PickedUp) {
-        self.each(&p.repo, None, |a| {
+        self.each_asked(&p.repo, None, p.filed, |a| {
             let f = &mut a.figures;
             f.picked_up += p.count;
             match p.verdict {
@@ -416,7 +443,7 @@ fn pull_request<'a>(
         if waited == Some(None) {
             absurd += 1;
         }
-        groups.each(&pr.repo, agent, |a| {
+        groups.each_asked(&pr.repo, agent, pr.filed, |a| {
             a.figures.prs_opened += 1;
             if let Some(Some(secs)) = waited {
                 a.to_pr.push(secs);
@@ -434,7 +461,7 @@ fn pull_request<'a>(
             if took == Some(None) {
                 absurd += 1;
             }
-            groups.each(&pr.repo, agent, |a| {
+            groups.each_asked(&pr.repo, agent, pr.filed, |a| {
                 a.figures.merged += 1;
                 a.figures.reverted += u64::from(pr.reverted);
                 a.merged_cost += pr.cost_usd;
@@ -451,7 +478,9 @@ fn pull_request<'a>(
             }
         }
         PullState::Closed => {
-            groups.each(&pr.repo, agent, |a| a.figures.closed_unmerged += 1);
+            groups.each_asked(&pr.repo, agent, pr.filed, |a| {
+                a.figures.closed_unmerged += 1;
+            });
         }
         PullState::Open => {}
     }
@@ -536,6 +565,7 @@ mod tests {
             repo: repo(name),
             verdict: Some(verdict),
             count,
+            filed: false,
         }
     }
 
@@ -558,7 +588,63 @@ mod tests {
             ci_followups: 0,
             cost_usd: cost,
             agent: Some("claude-code".into()),
+            filed: false,
         }
+    }
+
+    #[test]
+    fn agent_filed_work_is_counted_beside_maintainers() {
+        let now = T0 + 10 * 24 * H;
+        let filed = |mut p: PrFacts| {
+            p.filed = true;
+            p
+        };
+        let facts = Facts {
+            picked_up: vec![
+                PickedUp {
+                    filed: true,
+                    ..picked("acme/widgets", Judgement::Go, 3)
+                },
+                picked("acme/widgets", Judgement::Go, 1),
+            ],
+            prs: vec![
+                filed(pr(
+                    "acme/widgets",
+                    PullState::Merged,
+                    T0,
+                    T0 + H,
+                    Some(T0 + 2 * H),
+                    4.0,
+                )),
+                filed(pr(
+                    "acme/widgets",
+                    PullState::Closed,
+                    T0,
+                    T0 + H,
+                    Some(T0 + 2 * H),
+                    1.0,
+                )),
+                pr(
+                    "acme/widgets",
+                    PullState::Merged,
+                    T0,
+                    T0 + H,
+                    Some(T0 + 2 * H),
+                    1.0,
+                ),
+            ],
+            ..Facts::default()
+        };
+        let o = compute(&facts, 30, now);
+        let agents = &o.requesters["agent-filed"];
+        let people = &o.requesters["maintainers"];
+        assert_eq!((agents.picked_up, people.picked_up), (3, 1));
+        assert_eq!(agents.merge_rate, Some(0.5));
+        assert_eq!(people.merge_rate, Some(1.0));
+        assert_eq!(agents.cost_per_merged_usd, Some(4.0));
+        assert_eq!(people.cost_per_merged_usd, Some(1.0));
+        // The total still counts both.
+        assert_eq!(o.total.merged, 2);
     }
 
     #[test]

@@ -171,6 +171,10 @@ pub enum Effect {
     },
     /// The one-time notice that the trigger was applied by someone who may not write.
     UntrustedNotice,
+    /// The notice that a filer's day holds the issue, as of the record's version.
+    FilerNotice {
+        version: i64,
+    },
     /// The pre-flight read of a revision of the issue.
     Read {
         rev: i64,
@@ -271,6 +275,7 @@ impl fmt::Display for Effect {
             }
             Self::Resolve { version } => write!(f, "resolve:v{version}"),
             Self::UntrustedNotice => f.write_str("notice:untrusted"),
+            Self::FilerNotice { version } => write!(f, "notice:filer:v{version}"),
             Self::Read { rev } => write!(f, "read:rev{rev}"),
             Self::Routed { rev } => write!(f, "routed:rev{rev}"),
             Self::Sticky { version } => write!(f, "sticky:v{version}"),
@@ -343,6 +348,7 @@ mod tests {
             ),
             (Effect::Resolve { version: 1 }, "resolve:v1"),
             (Effect::UntrustedNotice, "notice:untrusted"),
+            (Effect::FilerNotice { version: 2 }, "notice:filer:v2"),
             (Effect::Read { rev: 2 }, "read:rev2"),
             (Effect::Routed { rev: 2 }, "routed:rev2"),
             (Effect::Sticky { version: 4 }, "sticky:v4"),

@@ -353,6 +353,14 @@ impl Consumer {
             .iter()
             .map(|r| (r.issue_ref(), r.title.clone()))
             .collect();
+        let filed: HashMap<IssueRef, String> = queued
+            .iter()
+            .filter_map(|r| {
+                let f = r.preflight.filer.as_ref().filter(|f| f.is_agents())?;
+                Some((r.issue_ref(), f.name.clone()))
+            })
+            .collect();
+        let mut filer_out: HashMap<String, bool> = HashMap::new();
         let mut views = Views::load(&self.store, &refs).await?;
         let mut pass = Pass::default();
         let now = self.planner.clock.now_ms();
@@ -380,6 +388,11 @@ impl Consumer {
                 if out {
                     continue;
                 }
+            }
+            if let Some(filer) = filed.get(&issue)
+                && self.filer_spent(filer, &mut filer_out, now).await?
+            {
+                continue;
             }
             let paced =
                 open_prs.get(&issue.repo).copied().unwrap_or(0) >= limits.max_open_prs_per_repo;
@@ -409,6 +422,50 @@ impl Consumer {
         pass.commit.runs = views.changed_runs();
         // New run ids: durable before a container can be started for one.
         self.commit(pass, true).await
+    }
+}
+
+impl Consumer {
+    /// Whether `filer`'s day's budget (`filers.<name>.daily_usd`) is spent: its issues
+    /// start no run today, a maintainer's do. Said in the log once a day.
+    async fn filer_spent(
+        &self,
+        filer: &str,
+        known: &mut HashMap<String, bool>,
+        now: i64,
+    ) -> anyhow::Result<bool> {
+        if let Some(out) = known.get(filer) {
+            return Ok(*out);
+        }
+        let Some(rule) = self.planner.policy.filers.rule(filer) else {
+            return Ok(false);
+        };
+        let day = crate::models::day_of(now);
+        let out = if rule.daily_usd > 0.0 {
+            let used = crate::domain::filer::FilerDay {
+                taken_before: true,
+                spent_usd: self.store.filer_spent(filer, &day).await?,
+                ..Default::default()
+            };
+            match crate::engine::decide::filer_limit(filer, rule, used, now) {
+                Some((limit, _)) => {
+                    if self.store.filer_told(filer, &day, &limit, now).await? {
+                        tracing::warn!(
+                            filer,
+                            day,
+                            limit,
+                            "a filer's day is used up: its issues wait for the next day"
+                        );
+                    }
+                    true
+                }
+                None => false,
+            }
+        } else {
+            false
+        };
+        known.insert(filer.to_owned(), out);
+        Ok(out)
     }
 }
 

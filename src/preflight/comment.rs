@@ -85,6 +85,8 @@ pub struct CommentInput<'a> {
     pub forecast: Option<&'a crate::domain::forecast::Forecast>,
     /// What a GO waits for, or who approved it.
     pub approval: Option<&'a ApprovalNote>,
+    /// The filer of an agent-filed issue (`[filers]`), named under the verdict.
+    pub filer: Option<&'a crate::domain::filer::Filed>,
 }
 
 /// Model output shown inside `<details>`, in a code block nothing in it can close (its fence
@@ -161,6 +163,22 @@ pub fn render(input: &CommentInput<'_>) -> String {
         out.push_str(&format!("> {}\n\n", one_line(&reason)));
     }
     out.push_str(&format!("**{next}**\n\n"));
+    if let Some(f) = input.filer {
+        let plain = |t: &str| one_line(t).replace('`', "");
+        match &f.taken_by {
+            None => out.push_str(&format!(
+                "Filed by `{}` for an agent (the filer `{}`): an agent asked for this work, and no maintainer has vouched for it yet.\n\n",
+                plain(&f.login),
+                plain(&f.name)
+            )),
+            Some(by) => out.push_str(&format!(
+                "Filed by `{}` for an agent (the filer `{}`); @{} made it a maintainer's with `/director go`.\n\n",
+                plain(&f.login),
+                plain(&f.name),
+                plain(by)
+            )),
+        }
+    }
     if let (Shown::Go, Some(ApprovalNote::Waiting(why))) = (shown, input.approval) {
         out.push_str(&format!(
             "It waits because {}. **To approve this plan and this text, a maintainer with write access comments `/director go`**; the run starts then. An edit of the issue reads it again and asks again; a `/director go` by an account without write access is ignored.\n\n",
@@ -397,6 +415,7 @@ mod tests {
             plan: None,
             forecast: None,
             approval: None,
+            filer: None,
         })
     }
 
@@ -420,6 +439,7 @@ mod tests {
             plan: None,
             forecast: None,
             approval: None,
+            filer: None,
         }));
     }
 
@@ -451,6 +471,7 @@ mod tests {
             plan: Some(&steps),
             forecast: Some(&forecast),
             approval: None,
+            filer: None,
         });
         assert!(body.contains("1. Add the flag in `src/cli.rs`."), "{body}");
         // A step is one numbered line: no command line, no ping, no HTML, no second marker.
@@ -499,6 +520,7 @@ mod tests {
             plan: Some(&steps),
             forecast: None,
             approval: None,
+            filer: None,
         });
         insta::assert_snapshot!(body);
         let plan = body
@@ -568,6 +590,7 @@ mod tests {
                 plan: None,
                 forecast: None,
                 approval: None,
+                filer: None,
             })
         };
         let body = render_agent(&AgentLine::Chosen {
@@ -604,6 +627,7 @@ mod tests {
             plan: None,
             forecast: None,
             approval: None,
+            filer: None,
         });
         assert!(!no_go.contains("Agent:"), "{no_go}");
     }

@@ -115,6 +115,18 @@ pub fn build(
     Prompt { text, sha256 }
 }
 
+/// `prompt` with a first paragraph saying the request came from an agent through a filer
+/// (`[filers]`): no person has read it, so a vague ask gets questions, not a guess. The
+/// names are the operator's configuration, never the issue's text.
+pub fn from_agent(prompt: &Prompt, filer: &crate::domain::filer::Filed) -> Prompt {
+    let text = format!(
+        "This request came from an agent, not from a maintainer: the filer `{}` (the forge account `{}`) filed it for an automated agent, and no person has read it yet. Do not guess what a vague request means: unless the issue says precisely what to change and how to tell that it is done, answer NEEDS-INFO with your questions.\n\n{}",
+        filer.name, filer.login, prompt.text
+    );
+    let sha256 = hex::encode(Sha256::digest(text.as_bytes()));
+    Prompt { text, sha256 }
+}
+
 /// Whether a template keeps data apart with the fence (a custom one may not).
 pub fn uses_fence(template: &str) -> bool {
     template.contains("{{fence}}")

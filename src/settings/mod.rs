@@ -13,6 +13,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::domain::RepoName;
 
 pub mod agents;
+mod filers;
 mod forge;
 pub mod memory;
 mod models;
@@ -187,6 +188,8 @@ pub struct Settings {
     pub agents: std::collections::BTreeMap<String, agents::AgentSettings>,
     /// Values repositories' setup phases may ask for, by name (`[setup_secrets.<NAME>]`).
     pub setup_secrets: std::collections::BTreeMap<String, setup::SetupSecret>,
+    /// The accounts that file work for agents, by name (`[filers.<name>]`).
+    pub filers: std::collections::BTreeMap<String, crate::domain::filer::FilerRule>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -393,6 +396,7 @@ impl Settings {
             ));
         }
         self.validate_agents()?;
+        self.validate_filers()?;
         self.telemetry.validate()?;
         self.merge.validate()?;
         Ok(())

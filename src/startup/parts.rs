@@ -34,8 +34,12 @@ pub(super) fn preflight_act(
         prices: settings.models.prices.clone(),
         counters: Some(model_counters(settings, metrics)),
     };
-    PreflightAct::new(provider, settings.preflight.clone(), Some(metrics.clone()))
-        .map(|p| Some(p.with_metering(metering)))
+    PreflightAct::new(provider, settings.preflight.clone(), Some(metrics.clone())).map(|p| {
+        Some(
+            p.with_metering(metering)
+                .with_filers(settings.filer_rules()),
+        )
+    })
 }
 
 /// The container runtime: the override, else the one `runner.kind` names, when runs are

@@ -57,6 +57,12 @@ pub(super) fn why_it_waits(r: &Row) -> String {
     if let Some(w) = &r.waiting {
         parts.push(w.clone());
     }
+    if let Some(f) = &r.filer {
+        parts.push(format!(
+            "filed by {} for an agent (filer {})",
+            f.login, f.name
+        ));
+    }
     for f in &r.failing {
         parts.push(match &f.retry_at {
             Some(t) => format!("{}, next try {t}", f.summary()),

@@ -85,6 +85,14 @@ pub fn table(o: &Outcomes) -> String {
     let mut groups: Vec<(String, &Figures)> = vec![("all".to_owned(), &o.total)];
     groups.extend(o.repos.iter().map(|(k, f)| (k.clone(), f)));
     groups.extend(o.agents.iter().map(|(k, f)| (format!("agent {k}"), f)));
+    // Beside maintainers' only where agents filed work (`[filers]`).
+    if o.requesters.contains_key("agent-filed") {
+        groups.extend(
+            o.requesters
+                .iter()
+                .map(|(k, f)| (format!("asked by {k}"), f)),
+        );
+    }
     let labels = rows(&o.total);
     let width = labels.iter().map(|(l, _)| l.len()).max().unwrap_or(0);
     let mut out = format!("Outcomes of the last {} days\n", o.days);
@@ -165,6 +173,11 @@ pub fn csv(o: &Outcomes) -> String {
     }
     for (name, f) in &o.agents {
         line("agent", name, f);
+    }
+    if o.requesters.contains_key("agent-filed") {
+        for (name, f) in &o.requesters {
+            line("requester", name, f);
+        }
     }
     out
 }
@@ -496,6 +509,12 @@ pub fn page(o: &Outcomes, watched: &dyn Fn(&str) -> bool, hidden: bool) -> Strin
             o.agents.iter().map(|(k, f)| (k.clone(), f)).collect();
         s.push_str("<h2>By agent</h2>\n");
         s.push_str(&figures_table(&agents));
+    }
+    if o.requesters.contains_key("agent-filed") {
+        let asked: Vec<(String, &Figures)> =
+            o.requesters.iter().map(|(k, f)| (k.clone(), f)).collect();
+        s.push_str("<h2>Agent-filed work beside maintainers'</h2>\n");
+        s.push_str(&figures_table(&asked));
     }
     if !o.models.is_empty() {
         s.push_str("<h2>By model</h2>\n<div class=\"scroll\"><table class=\"models\"><thead><tr><th>model</th><th>calls</th><th>cost</th></tr></thead><tbody>\n");

@@ -74,10 +74,8 @@ const SQLITE: &[(i64, &str)] = &[
         19,
         include_str!("../../migrations/sqlite/0019_issue_outcomes.sql"),
     ),
-    (
-        20,
-        include_str!("../../migrations/sqlite/0020_run_setup.sql"),
-    ),
+    (20, include_str!("../../migrations/sqlite/0020_filers.sql")),
+    (21, include_str!("../../migrations/sqlite/0021_run_setup.sql")),
 ];
 
 const POSTGRES: &[(i64, &str)] = &[
@@ -124,8 +122,9 @@ const POSTGRES: &[(i64, &str)] = &[
     ),
     (
         12,
-        include_str!("../../migrations/postgres/0012_run_setup.sql"),
+        include_str!("../../migrations/postgres/0012_filers.sql"),
     ),
+    (13, include_str!("../../migrations/postgres/0013_run_setup.sql")),
 ];
 
 /// The advisory lock key the migration run holds on PostgreSQL ("director" in ASCII).

@@ -15,6 +15,7 @@
 mod backend;
 mod checkpoint;
 mod events;
+mod filers;
 mod leases;
 mod migrate;
 mod outbox;

@@ -35,11 +35,13 @@ impl Store {
 
     /// Issues first picked up in the window, by repository and verdict.
     async fn picked_up(&self, since_ms: i64, until_ms: i64) -> anyhow::Result<Vec<PickedUp>> {
-        type PickedRow = (String, Option<String>, i64);
+        type PickedRow = (String, Option<String>, i64, i64);
         let picked: Vec<PickedRow> = on_pool!(&self.db, p => {
             sqlx::query_as(
-                "SELECT repo, verdict, COUNT(*) FROM issues \
-                 WHERE picked_at_ms >= $1 AND picked_at_ms <= $2 GROUP BY repo, verdict",
+                "SELECT repo, verdict, COUNT(*), \
+                 CAST(CASE WHEN filer IS NULL THEN 0 ELSE 1 END AS BIGINT) FROM issues \
+                 WHERE picked_at_ms >= $1 AND picked_at_ms <= $2 \
+                 GROUP BY repo, verdict, CASE WHEN filer IS NULL THEN 0 ELSE 1 END",
             )
             .bind(since_ms)
             .bind(until_ms)
@@ -48,11 +50,12 @@ impl Store {
         });
         Ok(picked
             .into_iter()
-            .filter_map(|(repo, verdict, n)| {
+            .filter_map(|(repo, verdict, n, filed)| {
                 Some(PickedUp {
                     repo: repo.parse().ok()?,
                     verdict: verdict.as_deref().and_then(Judgement::parse),
                     count: count(n),
+                    filed: filed != 0,
                 })
             })
             .collect())
@@ -68,6 +71,7 @@ impl Store {
             Option<f64>,
             Option<f64>,
             Option<String>,
+            Option<String>,
         );
         let prs: Vec<PrRow> = on_pool!(&self.db, p => {
             sqlx::query_as(concat!(
@@ -80,7 +84,7 @@ impl Store {
                   AND u.repo = i.repo AND u.number = i.number AND ", sane!("u.cost_usd"), ") END, \
                  (SELECT r.agent FROM runs r WHERE r.repo = i.repo AND r.number = i.number \
                   AND r.pr_number IS NOT NULL AND r.followup IS NULL \
-                  ORDER BY r.created_at_ms LIMIT 1) \
+                  ORDER BY r.created_at_ms LIMIT 1), i.filer \
                  FROM issues i WHERE i.pr IS NOT NULL AND i.last_change_ms >= $1"
             ))
             .bind(since_ms)
@@ -90,7 +94,7 @@ impl Store {
         Ok(prs
             .into_iter()
             .filter_map(
-                |(repo, picked_at_ms, pr, runs_cost, preflight_cost, agent)| {
+                |(repo, picked_at_ms, pr, runs_cost, preflight_cost, agent, filer)| {
                     let pr = serde_json::from_str::<PullRecord>(&pr).ok()?;
                     Some(PrFacts {
                         repo: repo.parse().ok()?,
@@ -103,6 +107,7 @@ impl Store {
                         ci_followups: pr.ci_followups,
                         cost_usd: runs_cost.unwrap_or(0.0) + preflight_cost.unwrap_or(0.0),
                         agent: Some(agent_name(agent)),
+                        filed: filer.is_some(),
                     })
                 },
             )

@@ -21,8 +21,8 @@ pub use crate::domain::issue::CallWindow;
 const WRITE_COLS: &str = "repo, number, title, state, labels, forge_updated_at, last_change_ms, \
      lifecycle, trigger_present, trigger_actor, trigger_trusted, untrusted_notice, \
      preflight, preflight_not_before_ms, version, blocked, pr, pr_number, pr_state, verdict, \
-     picked_at_ms";
-const WRITE_WIDTH: usize = 21;
+     picked_at_ms, filer";
+const WRITE_WIDTH: usize = 22;
 
 /// Writes `records`, [`CHUNK`] to a statement (a consumer pass changes up to one record per
 /// event it decides, and a statement per record cost more than the rest of the pass). Of
@@ -51,7 +51,8 @@ pub(super) fn upsert_issues(
              preflight_not_before_ms = excluded.preflight_not_before_ms, \
              version = excluded.version, blocked = excluded.blocked, pr = excluded.pr, \
              pr_number = excluded.pr_number, pr_state = excluded.pr_state, \
-             verdict = excluded.verdict, picked_at_ms = excluded.picked_at_ms",
+             verdict = excluded.verdict, picked_at_ms = excluded.picked_at_ms, \
+             filer = excluded.filer",
             tuples(marks, chunk.len(), WRITE_WIDTH)
         ));
         for &record in chunk {
@@ -76,6 +77,9 @@ pub(super) fn upsert_issues(
             statement.push(record.pr.as_ref().map(|p| p.state.as_str()));
             statement.push(record.preflight.verdict.map(|v| v.as_str()));
             statement.push(record.preflight.picked_at_ms);
+            // Agent-filed work only: one a maintainer made theirs counts as theirs.
+            let filer = record.preflight.filer.as_ref().filter(|f| f.is_agents());
+            statement.push(filer.map(|f| f.name.as_str()));
         }
         statements.push(statement);
     }

@@ -14,6 +14,7 @@ mod cut;
 mod durability;
 mod egress;
 mod fake_runs;
+mod filers;
 mod flood;
 mod forecast;
 mod forks;

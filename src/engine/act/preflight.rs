@@ -27,6 +27,9 @@ pub struct PreflightAct {
     pub metrics: Option<Metrics>,
     /// The pre-flight's own model calls are metered and count toward the day's budgets.
     pub metering: Metering,
+    /// `[filers]`: an agent-filed issue's read is held by its filer's day, and a filer's
+    /// `/director go` or skip label is never a maintainer's.
+    pub filers: crate::domain::filer::Filers,
 }
 
 /// What the pre-flight's calls are priced and limited by.
@@ -187,7 +190,14 @@ impl PreflightAct {
             template,
             metrics,
             metering: Metering::default(),
+            filers: Default::default(),
         })
+    }
+
+    /// The filers and their rules.
+    pub fn with_filers(mut self, filers: crate::domain::filer::Filers) -> Self {
+        self.filers = filers;
+        self
     }
 
     /// Prices, budgets and counters for the pre-flight's own calls.
@@ -213,7 +223,13 @@ impl PreflightAct {
             bot: bot.as_deref(),
             read_unvouched: false,
         };
-        Ok(gather_with(&with, issue, handled_command_id, state.as_ref()).await?)
+        let mut g = gather_with(&with, issue, handled_command_id, state.as_ref()).await?;
+        // An agent's request says so in the prompt: the read and the launch's check of it
+        // hash the same text.
+        if let Some(f) = state.as_ref().and_then(|s| s.filer.as_ref()) {
+            g.prompt = prompt::from_agent(&g.prompt, f);
+        }
+        Ok(g)
     }
 
     /// Reads revision `rev` of the issue.
@@ -259,7 +275,7 @@ impl PreflightAct {
         labels: &mut Vec<String>,
     ) -> anyhow::Result<PreflightOutcome> {
         let model = self.provider.model().to_owned();
-        let g = match self.gather(acts, issue, handled_command_id).await {
+        let mut g = match self.gather(acts, issue, handled_command_id).await {
             Ok(g) => g,
             Err(e) => {
                 return Ok(PreflightOutcome::Failed {
@@ -273,9 +289,10 @@ impl PreflightAct {
         if g.issue.state != "open" || !g.issue.has_label(&acts.labels.trigger) {
             return Ok(PreflightOutcome::NotEligible);
         }
+        let filer = self.agent_filed(acts, issue, &mut g).await?;
         let mut read = g.context();
         *labels = g.issue.labels.iter().map(|l| l.name.clone()).collect();
-        match approval(acts, issue, &g, &mut read).await? {
+        match approval(acts, issue, &g, &mut read, &self.filers).await? {
             Ok(Some((by, how))) => return Ok(PreflightOutcome::Skipped { by, how, read }),
             Ok(None) => {}
             Err(e) => {
@@ -286,6 +303,16 @@ impl PreflightAct {
                     read: Some(read),
                 });
             }
+        }
+        if let Some(filed) = &filer
+            && let Some((limit, until_ms)) = self.filer_holds(acts, issue, filed).await?
+        {
+            return Ok(PreflightOutcome::Capped {
+                limit,
+                until_ms,
+                read,
+                filer: Some(filed.name.clone()),
+            });
         }
         if let Some((reading, model)) = acts.store.cached_reading(&g.prompt.sha256).await? {
             tracing::info!("this exact text was read before; using that read");
@@ -310,10 +337,67 @@ impl PreflightAct {
                 limit,
                 until_ms,
                 read,
+                filer: None,
             });
         }
         acts.store.record_preflight_call(&issue.repo, now).await?;
         self.ask(acts, issue, &g.prompt, now, read).await
+    }
+
+    /// An agent-filed issue's filer, as its record says; a filer's own `/director go` is
+    /// dropped (its word is never a maintainer's).
+    async fn agent_filed(
+        &self,
+        acts: &Acts,
+        issue: &IssueRef,
+        g: &mut Gathered,
+    ) -> anyhow::Result<Option<crate::domain::filer::Filed>> {
+        if g.go_command
+            .as_ref()
+            .is_some_and(|(by, _)| self.filers.is_filer(by))
+        {
+            tracing::info!("a `/director go` by a filer's account: not a maintainer's, ignored");
+            g.go_command = None;
+        }
+        Ok(acts
+            .store
+            .issue(issue)
+            .await?
+            .and_then(|r| r.preflight.filer)
+            .filter(crate::domain::filer::Filed::is_agents))
+    }
+
+    /// Whether the filer's day holds the read of its issue (its budget spent, or
+    /// `max_per_day` taken), and until when; else counts the issue as taken. The log says
+    /// it once a day per filer, however many issues wait.
+    async fn filer_holds(
+        &self,
+        acts: &Acts,
+        issue: &IssueRef,
+        filed: &crate::domain::filer::Filed,
+    ) -> anyhow::Result<Option<(String, i64)>> {
+        let Some(rule) = self.filers.rule(&filed.name) else {
+            return Ok(None);
+        };
+        let now = acts.clock.now_ms();
+        let day = crate::models::day_of(now);
+        let used = acts.store.filer_day(&filed.name, issue, &day).await?;
+        match crate::engine::decide::filer_limit(&filed.name, rule, used, now) {
+            Some((limit, until_ms)) => {
+                if acts
+                    .store
+                    .filer_told(&filed.name, &day, &limit, now)
+                    .await?
+                {
+                    tracing::warn!(filer = %filed.name, day, limit, "a filer's day is used up: its issues wait for the next day");
+                }
+                Ok(Some((limit, until_ms)))
+            }
+            None => {
+                acts.store.filer_take(&filed.name, issue, &day, now).await?;
+                Ok(None)
+            }
+        }
     }
 
     /// The limit that holds the read back now, and until when: the hourly caps, then the
@@ -499,6 +583,7 @@ async fn approval(
     issue: &IssueRef,
     g: &Gathered,
     read: &mut ReadContext,
+    filers: &crate::domain::filer::Filers,
 ) -> anyhow::Result<Result<Option<(String, String)>, ForgeError>> {
     let awaiting = acts
         .store
@@ -511,7 +596,10 @@ async fn approval(
         }
         read.approved_by = Some(by.clone());
     }
-    Ok(match skip_label_by(acts, &g.issue, issue).await {
+    let skip = skip_label_by(acts, &g.issue, issue)
+        .await
+        .map(|by| by.filter(|(who, _)| !filers.is_filer(who)));
+    Ok(match skip {
         Ok(Some((by, _))) if awaiting => {
             read.approved_by.get_or_insert(by);
             Ok(None)

@@ -157,6 +157,7 @@ impl Step<'_> {
             by: String::new(),
         });
         self.record.preflight.proposed_seen_at = snap.updated_at.clone();
+        self.record.preflight.author = Some(snap.author.clone()).filter(|a| !a.is_empty());
         // A new hand-over starts the questions afresh.
         self.record.preflight.question_rounds = 0;
         self.record.preflight.questions.clear();
@@ -195,6 +196,7 @@ impl Step<'_> {
         let as_labelled = matches!((labelled_at, seen_at.as_deref()),
             (Some(at), Some(seen_at)) if is_not_older(Some(at), Some(seen_at)));
         if trusted {
+            self.filed(actor.as_deref());
             if as_labelled {
                 self.record.preflight.vouched = proposed.map(|p| Vouched {
                     by: actor.clone().unwrap_or_default(),

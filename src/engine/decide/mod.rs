@@ -23,12 +23,14 @@ use crate::event::{
 use crate::preflight::comment::{self, CommentInput, Shown};
 use crate::settings::{LabelSettings, OnError, Settings};
 
+mod filers;
 mod gave_up;
 mod issue;
 pub mod lane;
 mod preflight;
 mod pull;
 mod runs;
+pub use filers::{FILER_MARKER, FilerDay, filer_limit};
 pub use runs::{
     BranchSeen, RunnerRole, StartFacts, StartRefusal, runner_role_refusal, start_refusal,
 };
@@ -67,6 +69,8 @@ pub struct Policy {
     pub approval: crate::domain::approval::Approval,
     /// `budget.run_usd` (0: none), for `over_forecast` approval.
     pub run_usd: f64,
+    /// `[filers]`: whose issues are agent-filed, and their rules.
+    pub filers: crate::domain::filer::Filers,
 }
 
 impl Policy {
@@ -94,6 +98,7 @@ impl Policy {
             server: settings.server.clone(),
             approval: settings.preflight.approval,
             run_usd: settings.budget.run_usd,
+            filers: settings.filer_rules(),
         }
     }
 }

@@ -25,6 +25,7 @@ impl Step<'_> {
                 p.awaiting = None;
                 // The writer who skipped the gate asked for the run.
                 p.approved_by = Some(by.clone());
+                self.maintainers(by);
                 let shown = Shown::Skipped {
                     by: by.clone(),
                     how: how.clone(),
@@ -56,7 +57,11 @@ impl Step<'_> {
                 limit,
                 until_ms,
                 read,
+                filer,
             } => {
+                if let Some(filer) = filer {
+                    self.filer_held(filer, limit, *until_ms);
+                }
                 // Waiting in the cap's queue is a state (its label, `status`, the status
                 // page), not news: no comment, so a backlog never notifies every watcher.
                 self.vouch(read);
@@ -189,15 +194,14 @@ impl Step<'_> {
         let approved = read.approved_by.is_some()
             && !edited_since
             && p.awaiting.as_ref().is_some_and(|a| a.hash == read.hash);
-        let waits = crate::domain::approval::needs(
-            self.policy.approval,
-            read.repo_approval,
-            read.forecast.as_ref(),
-            self.policy.run_usd,
-        );
+        let waits = self.approval_needed(read);
+        let p = &mut self.record.preflight;
         if approved {
             p.awaiting = None;
             p.approved_by = read.approved_by.clone();
+            if let Some(by) = read.approved_by.clone() {
+                self.maintainers(&by);
+            }
             (
                 Lifecycle::Queued,
                 read.approved_by.clone().map(ApprovalNote::Approved),
@@ -423,6 +427,7 @@ impl Step<'_> {
             plan: reading.and_then(crate::domain::verdict::plan).as_deref(),
             forecast: read.forecast.as_ref(),
             approval,
+            filer: self.record.preflight.filer.as_ref(),
         });
         let v = self.version();
         self.act(Effect::Sticky { version: v }, Action::UpsertSticky { body });

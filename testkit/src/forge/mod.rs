@@ -19,6 +19,7 @@ pub use checks::{CommitStatus, MergeCall};
 pub use pulls::ReviewEvent;
 mod api;
 mod checks;
+mod filing;
 mod forks;
 mod history;
 mod pulls;

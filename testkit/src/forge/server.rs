@@ -617,8 +617,17 @@ fn issues(
             if title.is_empty() {
                 return Err(Refusal::Unprocessable("title is required".into()));
             }
-            let number =
-                s.create_issue(login, &repo, title, b["body"].as_str().unwrap_or_default())?;
+            let labels: Vec<u64> = b["labels"]
+                .as_array()
+                .map(|l| l.iter().filter_map(Value::as_u64).collect())
+                .unwrap_or_default();
+            let number = s.file_issue(
+                login,
+                &repo,
+                title,
+                b["body"].as_str().unwrap_or_default(),
+                &labels,
+            )?;
             let issue = IssueRef::new(repo.clone(), number);
             let i = s.issue(&issue)?;
             Ok((StatusCode::CREATED, issue_json(s, &repo, i), Vec::new()))

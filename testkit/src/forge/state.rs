@@ -197,6 +197,25 @@ impl State {
         title: &str,
         body: &str,
     ) -> Result<u64, Refusal> {
+        let number = self.insert_issue(author, repo, title, body)?;
+        self.emit(
+            "issues",
+            "opened",
+            author,
+            &IssueRef::new(repo.clone(), number),
+            None,
+        );
+        Ok(number)
+    }
+
+    /// A new open issue, told to no one yet.
+    pub(crate) fn insert_issue(
+        &mut self,
+        author: &str,
+        repo: &RepoName,
+        title: &str,
+        body: &str,
+    ) -> Result<u64, Refusal> {
         self.repo(repo)?;
         let now = self.tick();
         let id = self.id();
@@ -219,13 +238,6 @@ impl State {
                 comments: Vec::new(),
                 timeline: Vec::new(),
             },
-        );
-        self.emit(
-            "issues",
-            "opened",
-            author,
-            &IssueRef::new(repo.clone(), number),
-            None,
         );
         Ok(number)
     }

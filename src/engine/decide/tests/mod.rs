@@ -35,6 +35,7 @@ fn policy() -> Policy {
         server: crate::settings::ServerSettings::default(),
         approval: crate::domain::approval::Approval::Never,
         run_usd: 0.0,
+        filers: Default::default(),
     }
 }
 
@@ -376,6 +377,7 @@ fn command(command: Command, allowed: bool) -> Event {
     }
 }
 
+mod filers;
 mod gave_up;
 mod issue;
 mod lane;

@@ -151,6 +151,7 @@ fn a_cap_defers_the_read_until_the_window_frees_as_a_labelled_state_without_a_co
     let mut s = Sim::picked_up();
     let until = NOW + 3_600_000;
     s.read(PreflightOutcome::Capped {
+        filer: None,
         limit: "20 pre-flights per hour".into(),
         until_ms: until,
         read: ctx(),
