@@ -60,6 +60,8 @@ pub struct Row {
     /// Actions of the issue that failed (being retried, or given up).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub failing: Vec<Failing>,
+    /// Hosts writers approved in the thread for this issue's runs (`/director allow`).
+    pub egress_allowed: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -111,6 +113,8 @@ pub struct Queueing {
     pub spent_today: f64,
     /// `[merge]`: which pull requests are in the merge lane.
     pub merge: crate::settings::MergeSettings,
+    /// The sandbox runtime runs get, shown with each run.
+    pub runtime: Option<String>,
 }
 
 impl Queueing {
@@ -122,6 +126,7 @@ impl Queueing {
             spent: HashMap::new(),
             spent_today: 0.0,
             merge: settings.merge.clone(),
+            runtime: settings.sandbox_runtime(),
         }
     }
 }
@@ -135,6 +140,7 @@ impl Default for Queueing {
             spent: HashMap::new(),
             spent_today: 0.0,
             merge: crate::settings::MergeSettings::default(),
+            runtime: None,
         }
     }
 }
@@ -172,6 +178,13 @@ pub struct RunRow {
     /// The agent of `[agents]` it was given, and why; absent: `runner.image`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent: Option<crate::domain::AgentChoice>,
+    /// The sandbox runtime runs get (`runner.oci_runtime`, `runner.runtime_class_name`);
+    /// absent: the engine's default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
+    /// The run it continues after a budget stop, and its own budget.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub continued: Option<crate::domain::thread::Continuation>,
 }
 
 /// The repository settings a run got, and the file version they came from.
@@ -317,7 +330,7 @@ fn waiting(r: &IssueRecord) -> Option<String> {
     }
 }
 
-fn run_row(run: &RunRecord, web: Option<&WebLinks>, now_ms: i64) -> RunRow {
+fn run_row(run: &RunRecord, web: Option<&WebLinks>, now_ms: i64, runtime: Option<&str>) -> RunRow {
     let age_secs = run
         .started_at_ms
         .map(|s| (run.finished_at_ms.unwrap_or(now_ms) - s).max(0) / 1000);
@@ -346,6 +359,8 @@ fn run_row(run: &RunRecord, web: Option<&WebLinks>, now_ms: i64) -> RunRow {
             .collect(),
         settings: run.settings.as_ref().map(SettingsRow::of),
         agent: run.agent.clone(),
+        runtime: runtime.map(str::to_owned),
+        continued: run.continued.clone(),
     }
 }
 
@@ -419,8 +434,11 @@ pub fn rows(
                     .pr
                     .as_ref()
                     .map(|p| pr_row(p, &r.repo, web, &queueing.merge)),
-                run: runs.get(&key).map(|run| run_row(run, web, now_ms)),
+                run: runs
+                    .get(&key)
+                    .map(|run| run_row(run, web, now_ms, queueing.runtime.as_deref())),
                 failing: failing.remove(&r.issue_ref()).unwrap_or_default(),
+                egress_allowed: r.thread.egress_allowed.clone(),
             }
         })
         .collect()

@@ -14,6 +14,7 @@ pub mod outcomes;
 pub mod protected;
 pub mod pull;
 pub mod run;
+pub mod thread;
 pub mod units;
 pub mod verdict;
 

@@ -224,6 +224,10 @@ pub struct RunRecord {
     /// as it starts (before its container exists, so every gateway sees it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub home: Option<RepoName>,
+    /// It goes on where a run stopped on its budget stopped (a writer's `/director
+    /// continue`), with a budget of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continued: Option<super::thread::Continuation>,
 }
 
 impl RunRecord {
@@ -336,6 +340,7 @@ impl RunRecord {
             base_commit: None,
             agent: None,
             home: None,
+            continued: None,
         }
     }
 }

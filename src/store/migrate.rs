@@ -74,6 +74,10 @@ const SQLITE: &[(i64, &str)] = &[
         19,
         include_str!("../../migrations/sqlite/0019_issue_outcomes.sql"),
     ),
+    (
+        20,
+        include_str!("../../migrations/sqlite/0020_thread_grants.sql"),
+    ),
 ];
 
 const POSTGRES: &[(i64, &str)] = &[
@@ -117,6 +121,10 @@ const POSTGRES: &[(i64, &str)] = &[
     (
         11,
         include_str!("../../migrations/postgres/0011_issue_outcomes.sql"),
+    ),
+    (
+        12,
+        include_str!("../../migrations/postgres/0012_thread_grants.sql"),
     ),
 ];
 

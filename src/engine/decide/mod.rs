@@ -29,6 +29,7 @@ pub mod lane;
 mod preflight;
 mod pull;
 mod runs;
+mod thread;
 pub use runs::{
     BranchSeen, RunnerRole, StartFacts, StartRefusal, runner_role_refusal, start_refusal,
 };
@@ -67,6 +68,12 @@ pub struct Policy {
     pub approval: crate::domain::approval::Approval,
     /// `budget.run_usd` (0: none), for `over_forecast` approval.
     pub run_usd: f64,
+    /// `budget.max_continue_usd` (0: `run_usd`).
+    pub max_continue_usd: f64,
+    /// `runner.egress_approvable`: what a writer may approve in the thread.
+    pub egress_approvable: Vec<String>,
+    /// The sandbox runtime runs get (`runner.oci_runtime`, `runner.runtime_class_name`).
+    pub sandbox: Option<String>,
 }
 
 impl Policy {
@@ -94,6 +101,9 @@ impl Policy {
             server: settings.server.clone(),
             approval: settings.preflight.approval,
             run_usd: settings.budget.run_usd,
+            max_continue_usd: settings.budget.max_continue_usd,
+            egress_approvable: settings.runner.egress_approvable.clone(),
+            sandbox: settings.sandbox_runtime(),
         }
     }
 }
@@ -133,7 +143,8 @@ pub fn decide(view: &IssueView<'_>, event: &Event, policy: &Policy, now: i64) ->
             command,
             actor,
             allowed,
-        } => *allowed && step.command(*command, actor),
+            said,
+        } => *allowed && step.command(*command, actor, said.as_ref()),
         Event::PreflightRead { rev, outcome } => step.preflight_read(*rev, outcome),
         Event::RoutedFiled { rev, filed, sticky } => step.routed_filed(*rev, filed, sticky),
         Event::Admitted { run_id, branch } => step.admitted(run_id, branch),
