@@ -41,6 +41,7 @@ mod questions;
 mod replicas;
 mod repo_settings;
 mod runs;
+mod sandbox;
 mod scenarios;
 mod status_page;
 mod store;
