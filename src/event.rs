@@ -159,6 +159,9 @@ pub enum Event {
         command: Command,
         actor: String,
         allowed: bool,
+        /// For `allow` and `continue`: what they said, and where.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        said: Option<crate::domain::command::Said>,
     },
     /// A pre-flight read of revision `rev` came back.
     PreflightRead { rev: i64, outcome: PreflightOutcome },

@@ -63,6 +63,8 @@ pub struct Row {
     /// Agent-filed: the filer (`[filers]`) and the account that filed it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub filer: Option<crate::domain::filer::Filed>,
+    /// Hosts writers approved in the thread for this issue's runs (`/director allow`).
+    pub egress_allowed: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -117,6 +119,8 @@ pub struct Queueing {
     /// What each filer was told of today (its limit reached, its budget spent), by filer
     /// (filled by [`collect`]): said once, not on every issue.
     pub filers_told: Vec<(String, String)>,
+    /// The sandbox runtime runs get, shown with each run.
+    pub runtime: Option<String>,
 }
 
 impl Queueing {
@@ -129,6 +133,7 @@ impl Queueing {
             spent_today: 0.0,
             merge: settings.merge.clone(),
             filers_told: Vec::new(),
+            runtime: settings.sandbox_runtime(),
         }
     }
 }
@@ -143,6 +148,7 @@ impl Default for Queueing {
             spent_today: 0.0,
             merge: crate::settings::MergeSettings::default(),
             filers_told: Vec::new(),
+            runtime: None,
         }
     }
 }
@@ -180,6 +186,13 @@ pub struct RunRow {
     /// The agent of `[agents]` it was given, and why; absent: `runner.image`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent: Option<crate::domain::AgentChoice>,
+    /// The sandbox runtime runs get (`runner.oci_runtime`, `runner.runtime_class_name`);
+    /// absent: the engine's default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
+    /// The run it continues after a budget stop, and its own budget.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub continued: Option<crate::domain::thread::Continuation>,
 }
 
 /// The repository settings a run got, and the file version they came from.
@@ -325,7 +338,7 @@ fn waiting(r: &IssueRecord) -> Option<String> {
     }
 }
 
-fn run_row(run: &RunRecord, web: Option<&WebLinks>, now_ms: i64) -> RunRow {
+fn run_row(run: &RunRecord, web: Option<&WebLinks>, now_ms: i64, runtime: Option<&str>) -> RunRow {
     let age_secs = run
         .started_at_ms
         .map(|s| (run.finished_at_ms.unwrap_or(now_ms) - s).max(0) / 1000);
@@ -354,6 +367,8 @@ fn run_row(run: &RunRecord, web: Option<&WebLinks>, now_ms: i64) -> RunRow {
             .collect(),
         settings: run.settings.as_ref().map(SettingsRow::of),
         agent: run.agent.clone(),
+        runtime: runtime.map(str::to_owned),
+        continued: run.continued.clone(),
     }
 }
 
@@ -428,9 +443,12 @@ pub fn rows(
                     .pr
                     .as_ref()
                     .map(|p| pr_row(p, &r.repo, web, &queueing.merge)),
-                run: runs.get(&key).map(|run| run_row(run, web, now_ms)),
+                run: runs
+                    .get(&key)
+                    .map(|run| run_row(run, web, now_ms, queueing.runtime.as_deref())),
                 failing: failing.remove(&r.issue_ref()).unwrap_or_default(),
                 filer: r.preflight.filer.clone(),
+                egress_allowed: r.thread.egress_allowed.clone(),
             }
         })
         .collect()

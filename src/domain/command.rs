@@ -12,6 +12,11 @@ pub enum Command {
     Retry,
     /// Stop whatever the director is doing with the issue.
     Cancel,
+    /// Approve destinations for the issue's runs: `/director allow host:port ...`, within
+    /// `runner.egress_approvable`.
+    Allow,
+    /// Go on after a run stopped on its budget: `/director continue [$N]`.
+    Continue,
 }
 
 impl Command {
@@ -20,33 +25,61 @@ impl Command {
             Self::Go => "go",
             Self::Retry => "retry",
             Self::Cancel => "cancel",
+            Self::Allow => "allow",
+            Self::Continue => "continue",
         }
     }
 
     fn from_word(word: &str) -> Option<Self> {
-        [Self::Go, Self::Retry, Self::Cancel]
-            .into_iter()
-            .find(|c| c.as_str().eq_ignore_ascii_case(word))
+        [
+            Self::Go,
+            Self::Retry,
+            Self::Cancel,
+            Self::Allow,
+            Self::Continue,
+        ]
+        .into_iter()
+        .find(|c| c.as_str().eq_ignore_ascii_case(word))
     }
 
-    /// Every command in a comment body: `/director <word>` alone on a line, in order, each once.
+    /// Whether the command takes words after it on its line (`allow host:port`).
+    fn takes_arguments(self) -> bool {
+        matches!(self, Self::Allow | Self::Continue)
+    }
+
+    /// Every command in a comment body: `/director <word>` alone on a line (with its
+    /// arguments, for those that take some), in order, each once.
     pub fn parse_all(body: &str) -> Vec<Self> {
         let mut out = Vec::new();
-        for line in body.lines() {
-            let mut parts = line.split_whitespace();
-            if parts.next() != Some("/director") {
-                continue;
-            }
-            let (Some(word), None) = (parts.next(), parts.next()) else {
-                continue;
-            };
-            if let Some(c) = Self::from_word(word)
-                && !out.contains(&c)
-            {
+        for (c, _) in Self::lines(body) {
+            if !out.contains(&c) {
                 out.push(c);
             }
         }
         out
+    }
+
+    /// Each command line of `body`, with the words after the command.
+    fn lines(body: &str) -> impl Iterator<Item = (Self, Vec<&str>)> {
+        body.lines().filter_map(|line| {
+            let mut parts = line.split_whitespace();
+            if parts.next() != Some("/director") {
+                return None;
+            }
+            let c = Self::from_word(parts.next()?)?;
+            let rest: Vec<&str> = parts.collect();
+            (rest.is_empty() || c.takes_arguments()).then_some((c, rest))
+        })
+    }
+
+    /// The words after every `/director <self>` line of `body`, in order, joined by spaces
+    /// (`/director allow a:443 b:443` and a second `allow` line give all three).
+    pub fn arguments(self, body: &str) -> String {
+        Self::lines(body)
+            .filter(|(c, _)| *c == self)
+            .flat_map(|(_, rest)| rest)
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 
     /// The first of `wanted` that the comment states.
@@ -55,6 +88,15 @@ impl Command {
             .into_iter()
             .find(|c| wanted.contains(c))
     }
+}
+
+/// What a command that takes arguments said (`allow`, `continue`), and in which comment: the
+/// director answers that comment once.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Said {
+    pub comment: u64,
+    /// The words after the command, from every line that states it.
+    pub args: String,
 }
 
 /// The instructions of a `/director fix` comment on a pull request: whatever follows `fix` on
@@ -115,6 +157,23 @@ mod tests {
         ] {
             assert!(Command::parse_all(not).is_empty(), "{not:?}");
         }
+    }
+
+    #[test]
+    fn allow_and_continue_take_their_arguments_from_every_line() {
+        let body = "Fine by me.\n/director allow pypi.org:443 files.pythonhosted.org:443\n/director allow pkgs.example:443";
+        assert_eq!(Command::parse_all(body), vec![Command::Allow]);
+        assert_eq!(
+            Command::Allow.arguments(body),
+            "pypi.org:443 files.pythonhosted.org:443 pkgs.example:443"
+        );
+        assert_eq!(
+            Command::parse_all("/director continue $5"),
+            vec![Command::Continue]
+        );
+        assert_eq!(Command::Continue.arguments("/director continue $5"), "$5");
+        assert_eq!(Command::Continue.arguments("/director continue"), "");
+        assert!(Command::parse_all("please /director allow x:1").is_empty());
     }
 
     #[test]

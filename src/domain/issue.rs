@@ -31,6 +31,9 @@ pub struct IssueRecord {
     /// The pull request the issue's run opened, and the feedback on it.
     #[serde(default)]
     pub pr: Option<PullRecord>,
+    /// What writers granted the issue in its thread (hosts approved, a budget continued).
+    #[serde(default, skip_serializing_if = "super::thread::ThreadGrants::is_empty")]
+    pub thread: super::thread::ThreadGrants,
 }
 
 impl IssueRecord {
@@ -53,6 +56,7 @@ impl IssueRecord {
             version: 0,
             blocked: None,
             pr: None,
+            thread: super::thread::ThreadGrants::default(),
         }
     }
 

@@ -16,6 +16,7 @@ pub mod protected;
 pub mod pull;
 pub mod run;
 pub mod setup;
+pub mod thread;
 pub mod units;
 pub mod verdict;
 

@@ -227,6 +227,10 @@ pub struct RunRecord {
     /// What became of its setup phase (`[setup]`), once it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub setup: Option<super::setup::SetupOutcome>,
+    /// It goes on where a run stopped on its budget stopped (a writer's `/director
+    /// continue`), with a budget of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continued: Option<super::thread::Continuation>,
 }
 
 impl RunRecord {
@@ -352,6 +356,7 @@ impl RunRecord {
             agent: None,
             home: None,
             setup: None,
+            continued: None,
         }
     }
 }

@@ -11,6 +11,7 @@
 //! names the host exactly (the forge on this machine, say), never through a wildcard, so a
 //! name someone points at 127.0.0.1 opens nothing.
 
+pub mod approvable;
 pub mod firewall;
 pub mod host;
 pub mod proxy;

@@ -17,7 +17,13 @@ pub enum Action {
     /// label) and their permission.
     ResolveTrigger,
     /// Check that the author of a `/director` command may write.
-    AuthorizeCommand { command: Command, actor: String },
+    AuthorizeCommand {
+        command: Command,
+        actor: String,
+        /// For `allow` and `continue`: what they said, and where.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        said: Option<crate::domain::command::Said>,
+    },
     /// Post a one-time notice (found again by its marker before posting).
     PostNotice { marker: String, body: String },
     /// Gather the trusted text and ask the model (or the cache) about revision `rev`.
@@ -175,6 +181,10 @@ pub enum Effect {
     FilerNotice {
         version: i64,
     },
+    /// The director's one answer to a writer's `allow` or `continue` comment.
+    Answer {
+        comment: u64,
+    },
     /// The pre-flight read of a revision of the issue.
     Read {
         rev: i64,
@@ -276,6 +286,7 @@ impl fmt::Display for Effect {
             Self::Resolve { version } => write!(f, "resolve:v{version}"),
             Self::UntrustedNotice => f.write_str("notice:untrusted"),
             Self::FilerNotice { version } => write!(f, "notice:filer:v{version}"),
+            Self::Answer { comment } => write!(f, "answer:{comment}"),
             Self::Read { rev } => write!(f, "read:rev{rev}"),
             Self::Routed { rev } => write!(f, "routed:rev{rev}"),
             Self::Sticky { version } => write!(f, "sticky:v{version}"),

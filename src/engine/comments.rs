@@ -5,6 +5,8 @@ use crate::domain::IssueRef;
 use crate::domain::RunId;
 use crate::preflight::prompt::strip_hidden;
 
+pub mod thread;
+
 /// Marks the comment that explains an untrusted trigger.
 pub const UNTRUSTED_MARKER: &str = "<!-- director:untrusted-trigger -->";
 

@@ -199,6 +199,9 @@ pub struct ActiveRun {
     /// Its agent's profile and the providers that profile names (`agents.<name>.providers`),
     /// when it names some: the run's key opens those gateways alone.
     pub providers: Option<(String, Vec<Provider>)>,
+    /// The budget of its own a writer's `/director continue` gave it, in place of
+    /// `budget.run_usd` (the repository's and the day's still apply).
+    pub continued_usd: Option<f64>,
 }
 
 /// Counters the gateway keeps.
@@ -277,6 +280,7 @@ mod tests {
             run_usd: 1.0,
             repo_daily_usd: 5.0,
             daily_usd: 0.0,
+            max_continue_usd: 0.0,
         };
         let under = Spent {
             run: 0.99,

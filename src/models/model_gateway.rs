@@ -183,7 +183,12 @@ async fn handle(
             return request_refused(&gw, provider, &refused);
         }
     };
-    let ActiveRun { repo, run_usd, .. } = match active(&gw, provider, &run_id).await {
+    let ActiveRun {
+        repo,
+        run_usd,
+        continued_usd,
+        ..
+    } = match active(&gw, provider, &run_id).await {
         Ok(active) => active,
         Err(refused) => return refused,
     };
@@ -252,7 +257,14 @@ async fn handle(
         run_id,
         repo,
         route: route.to_owned(),
-        budget: gw.config.budget.for_run(run_usd),
+        budget: match continued_usd {
+            // A writer's `/director continue` set this run's own budget (0: none).
+            Some(usd) => crate::settings::BudgetSettings {
+                run_usd: usd,
+                ..gw.config.budget.clone()
+            },
+            None => gw.config.budget.for_run(run_usd),
+        },
     };
     let answer = match api {
         Some(api) => metered(&gw, &req, body, call, api, slot).await,

@@ -187,6 +187,26 @@ impl DockerRuntime {
         &self.docker
     }
 
+    /// Whether the engine lists `runner.oci_runtime` among its runtimes (`docker info`);
+    /// `Err` says it does not, naming the key and what the engine has.
+    pub async fn check_oci_runtime(&self) -> Result<(), String> {
+        let name = &self.settings.oci_runtime;
+        if name.is_empty() {
+            return Ok(());
+        }
+        let info = self.docker.info().await.map_err(|e| {
+            format!("runner.oci_runtime: cannot ask the engine for its runtimes: {e}")
+        })?;
+        let listed: Vec<String> = info.runtimes.unwrap_or_default().into_keys().collect();
+        if listed.iter().any(|r| r == name) {
+            return Ok(());
+        }
+        Err(format!(
+            "runner.oci_runtime: the Docker engine has no runtime `{name}` (it lists: {}); register it in the engine's daemon.json under \"runtimes\" and reload the engine (docs/operations.md)",
+            listed.join(", ")
+        ))
+    }
+
     /// The create request for a run: command, environment, labels and hardening.
     pub fn container_config(&self, spec: &RunSpec) -> ContainerCreateBody {
         let s = &self.settings;
@@ -275,6 +295,9 @@ impl DockerRuntime {
                     s.network.clone()
                 }),
                 mounts: Some(mounts),
+                // Never the engine's default in its place: a runtime that cannot start the
+                // run fails it, saying so.
+                runtime: (!s.oci_runtime.is_empty()).then(|| s.oci_runtime.clone()),
                 ..Default::default()
             }),
             ..Default::default()

@@ -21,6 +21,7 @@ mod preflight;
 pub mod prices;
 pub mod repo;
 mod runner;
+mod sandbox;
 mod scan;
 mod server;
 pub mod setup;

@@ -89,6 +89,10 @@ pub struct BudgetSettings {
     pub repo_daily_usd: f64,
     /// Everything in one UTC day.
     pub daily_usd: f64,
+    /// The most a writer's `/director continue $N` may give the follow-up of a run stopped on
+    /// its budget; a plain `/director continue` gives it `run_usd` (or this, when lower).
+    /// 0: `run_usd`.
+    pub max_continue_usd: f64,
 }
 
 impl BudgetSettings {
@@ -277,6 +281,7 @@ mod tests {
             run_usd: 2.0,
             repo_daily_usd: 10.0,
             daily_usd: 0.0,
+            max_continue_usd: 0.0,
         };
         assert_eq!(operator.for_run(Some(0.5)).run_usd, 0.5);
         assert_eq!(operator.for_run(Some(50.0)).run_usd, 2.0);

@@ -272,6 +272,20 @@ pub struct RunnerSettings {
     pub git_author_name: String,
     #[serde(deserialize_with = "lenient::string")]
     pub git_author_email: String,
+    /// Docker: the engine's runtime every run container gets (`HostConfig.Runtime`), e.g.
+    /// `runsc` for gVisor or a Kata runtime; empty: the engine's default (runc). The engine
+    /// must list it (`docker info`), or the director refuses to start.
+    #[serde(deserialize_with = "lenient::string")]
+    pub oci_runtime: String,
+    /// Kubernetes: the RuntimeClass of every run's pod (`runtimeClassName`), e.g. `gvisor`
+    /// or `kata`; empty: the cluster's default.
+    #[serde(deserialize_with = "lenient::string")]
+    pub runtime_class_name: String,
+    /// `host:port` globs (`*` any run of characters in the host; `*` alone as the port: any)
+    /// a writer may approve for one issue's runs in its thread (`/director allow host:port`);
+    /// empty (the default): no approval is taken.
+    #[serde(deserialize_with = "lenient::list")]
+    pub egress_approvable: Vec<String>,
 }
 
 impl Default for RunnerSettings {
@@ -335,6 +349,9 @@ impl Default for RunnerSettings {
             transcript_max_mb: 16,
             git_author_name: String::new(),
             git_author_email: String::new(),
+            oci_runtime: String::new(),
+            runtime_class_name: String::new(),
+            egress_approvable: Vec::new(),
         }
     }
 }
@@ -643,7 +660,7 @@ fn is_dns_label(name: &str) -> bool {
 }
 
 /// An RFC 1123 subdomain: dot-separated labels, at most 253 in all.
-fn is_dns_subdomain(name: &str) -> bool {
+pub(super) fn is_dns_subdomain(name: &str) -> bool {
     name.len() <= 253 && name.split('.').all(is_dns_label)
 }
 
@@ -683,6 +700,7 @@ impl Settings {
             }
         }
         self.validate_egress()?;
+        self.validate_sandbox()?;
         if r.branch_home == BranchHome::Fork && self.forge.kind == ForgeKind::Github {
             return Err(invalid(
                 "runner.branch_home",

@@ -138,7 +138,7 @@ impl Engine<'_> {
             .flat_map(|a| a.env.values().cloned());
         let secrets =
             Arc::new(Secrets::new(passthrough(settings)).with_profile_values(profile_values));
-        let (runtime, mounts) = match runtime(settings, overrides).await {
+        let (runtime, mounts) = match runtime(settings, overrides).await? {
             Some(Ok(connected)) => connected,
             Some(Err(error)) => {
                 tracing::error!(%error, "the container runtime is unavailable: no runs start");

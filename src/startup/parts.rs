@@ -43,24 +43,26 @@ pub(super) fn preflight_act(
 }
 
 /// The container runtime: the override, else the one `runner.kind` names, when runs are
-/// configured. `Err` carries why it cannot be used (intake and pre-flights go on without it).
+/// configured. The inner `Err` carries why it cannot be used now (intake and pre-flights go
+/// on without it); the outer one a configuration the engine cannot serve (`runner.oci_runtime`
+/// it does not list): the director does not start.
 pub(super) async fn runtime(
     settings: &Settings,
     overrides: &Overrides,
-) -> Option<Result<(Arc<dyn Runtime>, Vec<(String, String, bool)>), String>> {
+) -> anyhow::Result<Option<Result<(Arc<dyn Runtime>, Vec<(String, String, bool)>), String>>> {
     if !settings.runs_configured() {
-        return None;
+        return Ok(None);
     }
     if let Some(runtime) = &overrides.runtime {
-        return Some(
+        return Ok(Some(
             crate::runtime::mounts::translated(&settings.runner, None)
                 .await
                 .map(|mounts| (runtime.clone(), mounts)),
-        );
+        ));
     }
     #[cfg(feature = "kubernetes")]
     if settings.runner.kind == crate::settings::RunnerKind::Kubernetes {
-        return Some(
+        return Ok(Some(
             crate::runtime::kubernetes::KubeRuntime::connect(
                 settings.runner.clone(),
                 settings.kubernetes.clone(),
@@ -69,18 +71,24 @@ pub(super) async fn runtime(
             // Runs on Kubernetes have no host bind mounts (refused by the settings).
             .map(|k| (Arc::new(k) as Arc<dyn Runtime>, Vec::new()))
             .map_err(|e| e.to_string()),
-        );
+        ));
     }
-    Some(
+    Ok(Some(
         match DockerRuntime::connect(settings.runner.clone()).await {
             Ok(docker) => {
+                // A sandbox the engine does not have is a configuration error: the director
+                // refuses to start rather than run anything without it.
+                docker
+                    .check_oci_runtime()
+                    .await
+                    .map_err(anyhow::Error::msg)?;
                 crate::runtime::mounts::translated(&settings.runner, Some(docker.docker()))
                     .await
                     .map(|mounts| (Arc::new(docker) as Arc<dyn Runtime>, mounts))
             }
             Err(e) => Err(e.to_string()),
         },
-    )
+    ))
 }
 
 /// The egress proxy allow-listed runs go through: where the runtime says it must listen,

@@ -63,6 +63,12 @@ pub(super) fn why_it_waits(r: &Row) -> String {
             f.login, f.name
         ));
     }
+    if !r.egress_allowed.is_empty() {
+        parts.push(format!(
+            "approved in the thread: {}",
+            r.egress_allowed.join(", ")
+        ));
+    }
     for f in &r.failing {
         parts.push(match &f.retry_at {
             Some(t) => format!("{}, next try {t}", f.summary()),
@@ -101,6 +107,18 @@ pub(super) fn run_cell(r: &Row) -> String {
         out.push_str(&format!(
             " · <span class=\"muted settings\">{}</span>",
             esc(&settings.describe())
+        ));
+    }
+    if let Some(runtime) = &run.runtime {
+        out.push_str(&format!(
+            " · <span class=\"runtime\">runtime {}</span>",
+            esc(runtime)
+        ));
+    }
+    if let Some(c) = &run.continued {
+        out.push_str(&format!(
+            " · continues <code>{}</code>",
+            esc(c.from.as_str())
         ));
     }
     out
@@ -230,7 +248,7 @@ pub fn run_html(
     web: Option<&WebLinks>,
     now_ms: i64,
 ) -> String {
-    let row = run_row(run, web, now_ms);
+    let row = run_row(run, web, now_ms, None);
     let live = run.state.is_active();
     let mut out = String::from(
         "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n",

@@ -75,7 +75,14 @@ const SQLITE: &[(i64, &str)] = &[
         include_str!("../../migrations/sqlite/0019_issue_outcomes.sql"),
     ),
     (20, include_str!("../../migrations/sqlite/0020_filers.sql")),
-    (21, include_str!("../../migrations/sqlite/0021_run_setup.sql")),
+    (
+        21,
+        include_str!("../../migrations/sqlite/0021_thread_grants.sql"),
+    ),
+    (
+        22,
+        include_str!("../../migrations/sqlite/0022_run_setup.sql"),
+    ),
 ];
 
 const POSTGRES: &[(i64, &str)] = &[
@@ -124,7 +131,14 @@ const POSTGRES: &[(i64, &str)] = &[
         12,
         include_str!("../../migrations/postgres/0012_filers.sql"),
     ),
-    (13, include_str!("../../migrations/postgres/0013_run_setup.sql")),
+    (
+        13,
+        include_str!("../../migrations/postgres/0013_thread_grants.sql"),
+    ),
+    (
+        14,
+        include_str!("../../migrations/postgres/0014_run_setup.sql"),
+    ),
 ];
 
 /// The advisory lock key the migration run holds on PostgreSQL ("director" in ASCII).

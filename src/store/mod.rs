@@ -649,6 +649,13 @@ impl crate::egress::proxy::Ledger for Store {
         if run.finished_at_ms.is_some() {
             return None;
         }
+        // What writers approved in its issue's thread (`/director allow`), for this issue's
+        // runs alone; read now, so an approval reaches a run already going. An issue that
+        // cannot be read adds nothing.
+        let approved = match self.issue(&run.issue_ref()).await {
+            Ok(Some(issue)) => issue.thread.egress_allowed,
+            _ => Vec::new(),
+        };
         // Checked against the ceiling when the file was read; one that no longer parses
         // (it cannot, short of a hand-edited row) opens nothing.
         Some(
@@ -656,6 +663,7 @@ impl crate::egress::proxy::Ledger for Store {
                 .map(|s| s.egress_allow)
                 .unwrap_or_default()
                 .iter()
+                .chain(approved.iter())
                 .filter_map(|e| e.parse().ok())
                 .collect(),
         )

@@ -10,8 +10,8 @@ use super::{CHUNK, Store, to_i64};
 use crate::domain::run::StopCause;
 use crate::domain::{IssueRecord, IssueRef, Lifecycle, RepoName, RunId, RunRecord, RunState};
 
-const COLS: &str = "repo, number, title, state, labels, forge_updated_at, last_change_ms, lifecycle, trigger_present, trigger_actor, trigger_trusted, untrusted_notice, preflight, version, blocked, pr";
-const RUN_COLS: &str = "id, repo, number, state, branch, base_branch, container_id, pr_number, detail, created_at_ms, started_at_ms, finished_at_ms, exit_code, log_tail, stop_requested, followup, result, stopped, egress_refused, settings, base_commit, agent, branch_home, setup";
+const COLS: &str = "repo, number, title, state, labels, forge_updated_at, last_change_ms, lifecycle, trigger_present, trigger_actor, trigger_trusted, untrusted_notice, preflight, version, blocked, pr, thread";
+const RUN_COLS: &str = "id, repo, number, state, branch, base_branch, container_id, pr_number, detail, created_at_ms, started_at_ms, finished_at_ms, exit_code, log_tail, stop_requested, followup, result, stopped, egress_refused, settings, base_commit, agent, branch_home, setup, continued";
 const ACTIVE_RUN: &str = "state IN ('launching', 'running', 'exited')";
 
 /// Pre-flight calls within a window.
@@ -21,8 +21,8 @@ pub use crate::domain::issue::CallWindow;
 const WRITE_COLS: &str = "repo, number, title, state, labels, forge_updated_at, last_change_ms, \
      lifecycle, trigger_present, trigger_actor, trigger_trusted, untrusted_notice, \
      preflight, preflight_not_before_ms, version, blocked, pr, pr_number, pr_state, verdict, \
-     picked_at_ms, filer";
-const WRITE_WIDTH: usize = 22;
+     picked_at_ms, filer, thread";
+const WRITE_WIDTH: usize = 23;
 
 /// Writes `records`, [`CHUNK`] to a statement (a consumer pass changes up to one record per
 /// event it decides, and a statement per record cost more than the rest of the pass). Of
@@ -52,7 +52,8 @@ pub(super) fn upsert_issues(
              version = excluded.version, blocked = excluded.blocked, pr = excluded.pr, \
              pr_number = excluded.pr_number, pr_state = excluded.pr_state, \
              verdict = excluded.verdict, picked_at_ms = excluded.picked_at_ms, \
-             filer = excluded.filer",
+             filer = excluded.filer,
+             thread = excluded.thread",
             tuples(marks, chunk.len(), WRITE_WIDTH)
         ));
         for &record in chunk {
@@ -80,6 +81,11 @@ pub(super) fn upsert_issues(
             // Agent-filed work only: one a maintainer made theirs counts as theirs.
             let filer = record.preflight.filer.as_ref().filter(|f| f.is_agents());
             statement.push(filer.map(|f| f.name.as_str()));
+            statement.push(
+                (!record.thread.is_empty())
+                    .then(|| serde_json::to_string(&record.thread))
+                    .transpose()?,
+            );
         }
         statements.push(statement);
     }
@@ -93,14 +99,19 @@ pub(super) fn upsert_run(run: &RunRecord) -> anyhow::Result<Statement> {
         .map(serde_json::to_string)
         .transpose()?;
     let result = run.result.as_ref().map(serde_json::to_string).transpose()?;
+    let continued = run
+        .continued
+        .as_ref()
+        .map(serde_json::to_string)
+        .transpose()?;
     let egress_refused = (!run.egress_refused.is_empty())
         .then(|| serde_json::to_string(&run.egress_refused))
         .transpose()?;
     Ok(Statement::new(
         "INSERT INTO runs (id, repo, number, state, branch, base_branch, container_id, pr_number, \
          detail, created_at_ms, started_at_ms, finished_at_ms, exit_code, log_tail, stop_requested, \
-         followup, result, stopped, egress_refused) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19) \
+         followup, result, stopped, egress_refused, continued) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20) \
          ON CONFLICT (id) DO UPDATE SET state = excluded.state, base_branch = excluded.base_branch, \
          container_id = excluded.container_id, pr_number = excluded.pr_number, \
          detail = excluded.detail, started_at_ms = excluded.started_at_ms, \
@@ -127,7 +138,8 @@ pub(super) fn upsert_run(run: &RunRecord) -> anyhow::Result<Statement> {
     .bind(followup)
     .bind(result)
     .bind(run.stopped.map(stop_cause_str))
-    .bind(egress_refused))
+    .bind(egress_refused)
+    .bind(continued))
 }
 
 /// The known records among `chunk` (at most [`CHUNK`] issues).
@@ -234,6 +246,7 @@ pub(super) fn issue_from_row(row: &dyn Cols) -> anyhow::Result<IssueRecord> {
         version: row.int("version")?,
         blocked: row.opt_text("blocked")?,
         pr: json_column(row, "pr")?,
+        thread: json_column(row, "thread")?.unwrap_or_default(),
     })
 }
 
@@ -279,6 +292,7 @@ pub(super) fn run_from_row(row: &dyn Cols) -> anyhow::Result<RunRecord> {
         agent: json_column(row, "agent")?,
         home: row.opt_text("branch_home")?.and_then(|h| h.parse().ok()),
         setup: json_column(row, "setup")?,
+        continued: json_column(row, "continued")?,
     })
 }
 

@@ -25,13 +25,13 @@ pub(crate) fn docker(args: &[&str]) -> (bool, String) {
 
 /// A container on the engine's default bridge serving HTTP on 8000 (and nothing on 8001):
 /// somewhere a run on the default network could reach directly.
-struct Target {
+pub(crate) struct Target {
     id: String,
-    ip: String,
+    pub(crate) ip: String,
 }
 
 impl Target {
-    fn start() -> Self {
+    pub(crate) fn start() -> Self {
         let (ok, id) = docker(&[
             "run",
             "-d",

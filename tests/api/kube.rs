@@ -865,3 +865,24 @@ async fn a_confined_run_whose_policy_is_missing_is_never_started() {
     assert!(err.to_string().contains("NetworkPolicy"), "{err}");
     assert!(fake.pods_of(NS, left).is_empty());
 }
+
+#[tokio::test]
+async fn a_runs_pod_carries_the_runtime_class_it_is_given() {
+    let fake = FakeKube::start();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let sandboxed = RunnerSettings {
+        runtime_class_name: "gvisor".into(),
+        ..runner()
+    };
+    let rt = KubeRuntime::connect(sandboxed, kube_settings(&fake, NS))
+        .await
+        .expect("a client from the kubeconfig");
+    let id = rt.create(&spec("0a1b2c3d4e60")).await.expect("created");
+    let job = fake.job(NS, &id).expect("the Job");
+    assert_eq!(pod_spec(&job)["runtimeClassName"], "gvisor");
+    // Without one, the cluster's default: no field at all.
+    let plain = runtime(&fake).await;
+    let id = plain.create(&spec("0a1b2c3d4e61")).await.expect("created");
+    let job = fake.job(NS, &id).expect("the Job");
+    assert!(pod_spec(&job).get("runtimeClassName").is_none(), "{job}");
+}

@@ -42,6 +42,7 @@ mod questions;
 mod replicas;
 mod repo_settings;
 mod runs;
+mod sandbox;
 mod scenarios;
 mod setup;
 mod status_page;

@@ -49,6 +49,7 @@ impl Runs for Always {
             repo,
             run_usd: None,
             providers: None,
+            continued_usd: None,
         }))
     }
     async fn spent(&self, _: &RunId, _: &RepoName, _: &str) -> Result<Spent, String> {

@@ -50,6 +50,7 @@ pub(super) async fn authorize_command(
     issue: &IssueRef,
     command: Command,
     actor: &str,
+    said: Option<crate::domain::command::Said>,
 ) -> anyhow::Result<Option<Event>> {
     let allowed = acts
         .permission(&issue.repo, actor)
@@ -67,6 +68,7 @@ pub(super) async fn authorize_command(
         command,
         actor: actor.to_owned(),
         allowed,
+        said,
     }))
 }
 

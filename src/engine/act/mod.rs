@@ -90,9 +90,11 @@ impl Acts {
     ) -> anyhow::Result<Option<Event>> {
         match action {
             Action::ResolveTrigger => forge::resolve_trigger(self, issue).await,
-            Action::AuthorizeCommand { command, actor } => {
-                forge::authorize_command(self, issue, *command, actor).await
-            }
+            Action::AuthorizeCommand {
+                command,
+                actor,
+                said,
+            } => forge::authorize_command(self, issue, *command, actor, said.clone()).await,
             Action::PostNotice { marker, body } => {
                 forge::post_once(self, issue, marker, body).await?;
                 Ok(None)

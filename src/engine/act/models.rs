@@ -47,6 +47,7 @@ impl Runs for ModelRuns {
             .filter(|r| r.finished_at_ms.is_none())
             .map(|r| ActiveRun {
                 run_usd: r.settings.and_then(|s| s.run_usd),
+                continued_usd: r.continued.as_ref().map(|c| c.usd),
                 providers: r.agent.as_ref().and_then(|a| {
                     let providers = self.providers.get(&a.name)?;
                     Some((a.name.clone(), providers.clone()))

@@ -240,8 +240,9 @@ impl RunAct {
                 }
             };
         // A follow-up pushes to its pull request's branch, whatever the template says now.
+        // So does a continued run, to the branch of the run it continues.
         let branch = match (&settings.branch_template, &run.followup) {
-            (Some(template), None) => {
+            (Some(template), None) if run.continued.is_none() => {
                 crate::domain::run::branch_name(template, run.number, run.id.short(), title)
             }
             _ => run.branch.clone(),
@@ -617,6 +618,9 @@ impl RunAct {
         task.push_str(&plan_text(&issue.preflight.plan));
         if let Some(f) = &run.followup {
             task.push_str(&followup_text(f, &run.branch));
+        }
+        if let Some(c) = &run.continued {
+            task.push_str(&task::continued_text(c));
         }
         if let Some(text) = run
             .settings

@@ -22,22 +22,38 @@ impl Step<'_> {
         let trusted = self.record.trigger_trusted == Some(true);
         let command = match &fact.comment {
             Some(c) if fact.kind == EventKind::IssueComment && fact.action == "created" => {
-                Command::find(&c.body, &[Command::Cancel, Command::Retry]).map(|cmd| (cmd, c.id))
+                Command::find(
+                    &c.body,
+                    &[
+                        Command::Cancel,
+                        Command::Retry,
+                        Command::Allow,
+                        Command::Continue,
+                    ],
+                )
+                .map(|cmd| (cmd, c))
             }
             _ => None,
         };
-        let acted = if let Some((command, comment_id)) =
+        let acted = if let Some((command, comment)) =
             command.filter(|_| live && !fact.sender.is_empty() && trusted)
         {
+            let said = matches!(command, Command::Allow | Command::Continue).then(|| {
+                crate::domain::command::Said {
+                    comment: comment.id,
+                    args: command.arguments(&comment.body),
+                }
+            });
             // Counts only once the author's permission is known.
             self.act(
                 Effect::Command {
-                    comment: comment_id,
+                    comment: comment.id,
                     command,
                 },
                 Action::AuthorizeCommand {
                     command,
                     actor: fact.sender.clone(),
+                    said,
                 },
             );
             true
@@ -223,8 +239,15 @@ impl Step<'_> {
         true
     }
 
-    pub(super) fn command(&mut self, command: Command, _actor: &str) -> bool {
+    pub(super) fn command(
+        &mut self,
+        command: Command,
+        actor: &str,
+        said: Option<&crate::domain::command::Said>,
+    ) -> bool {
         match command {
+            Command::Allow => said.is_some_and(|s| self.allow(actor, s)),
+            Command::Continue => said.is_some_and(|s| self.continue_run(actor, s)),
             Command::Cancel if self.record.lifecycle.is_active() => {
                 self.cancel();
                 true

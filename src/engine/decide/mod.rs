@@ -31,6 +31,7 @@ mod preflight;
 mod pull;
 mod runs;
 pub use filers::{FILER_MARKER, FilerDay, filer_limit};
+mod thread;
 pub use runs::{
     BranchSeen, RunnerRole, StartFacts, StartRefusal, runner_role_refusal, start_refusal,
 };
@@ -71,6 +72,12 @@ pub struct Policy {
     pub run_usd: f64,
     /// `[filers]`: whose issues are agent-filed, and their rules.
     pub filers: crate::domain::filer::Filers,
+    /// `budget.max_continue_usd` (0: `run_usd`).
+    pub max_continue_usd: f64,
+    /// `runner.egress_approvable`: what a writer may approve in the thread.
+    pub egress_approvable: Vec<String>,
+    /// The sandbox runtime runs get (`runner.oci_runtime`, `runner.runtime_class_name`).
+    pub sandbox: Option<String>,
 }
 
 impl Policy {
@@ -99,6 +106,9 @@ impl Policy {
             approval: settings.preflight.approval,
             run_usd: settings.budget.run_usd,
             filers: settings.filer_rules(),
+            max_continue_usd: settings.budget.max_continue_usd,
+            egress_approvable: settings.runner.egress_approvable.clone(),
+            sandbox: settings.sandbox_runtime(),
         }
     }
 }
@@ -138,7 +148,8 @@ pub fn decide(view: &IssueView<'_>, event: &Event, policy: &Policy, now: i64) ->
             command,
             actor,
             allowed,
-        } => *allowed && step.command(*command, actor),
+            said,
+        } => *allowed && step.command(*command, actor, said.as_ref()),
         Event::PreflightRead { rev, outcome } => step.preflight_read(*rev, outcome),
         Event::RoutedFiled { rev, filed, sticky } => step.routed_filed(*rev, filed, sticky),
         Event::Admitted { run_id, branch } => step.admitted(run_id, branch),

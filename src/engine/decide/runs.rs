@@ -32,6 +32,8 @@ impl Step<'_> {
                 feedback,
                 start_head: None,
             });
+        } else {
+            self.take_continuation(&mut run);
         }
         self.act(
             Effect::Start {
@@ -248,6 +250,11 @@ impl Step<'_> {
             let mut body = comments::run_stopped(&id, &why, &log);
             body.push_str(&branch_note.unwrap_or_default());
             let state = if cause == StopCause::Budget {
+                body.push_str(&comments::thread::how_to_continue(
+                    &run.branch,
+                    self.default_continue_usd(),
+                    self.policy.max_continue_usd,
+                ));
                 RunState::OverBudget
             } else {
                 RunState::TimedOut
@@ -340,6 +347,11 @@ impl Step<'_> {
             + &comments::agent_line(run.agent.as_ref())
             + &comments::forecast_line(self.record.preflight.forecast.as_ref(), run)
             + &comments::egress_refused(&run.egress_refused)
+            + &comments::thread::approvals(
+                &run.egress_refused,
+                &crate::egress::approvable::globs(&self.policy.egress_approvable),
+            )
+            + &comments::thread::runtime_line(self.policy.sandbox.as_deref())
             + &comments::transcript_link(self.policy.server.run_url(&run.id));
         let followup_of = run.followup.as_ref().map(|f| f.pr);
         let keep = matches!(

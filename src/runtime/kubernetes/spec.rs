@@ -161,6 +161,10 @@ impl KubeRuntime {
         if !self.settings.service_account.is_empty() {
             pod["serviceAccountName"] = json!(self.settings.service_account);
         }
+        // A sandbox runtime (gVisor, Kata) through the cluster's RuntimeClass.
+        if !r.runtime_class_name.is_empty() {
+            pod["runtimeClassName"] = json!(r.runtime_class_name);
+        }
         let job = json!({
             "apiVersion": "batch/v1",
             "kind": "Job",

@@ -41,6 +41,13 @@ impl RunAct {
                 Some(fork) => Planned::PullFork(fork.clone()),
                 None => Planned::Repository,
             },
+            // A continued run goes on in the home of the run it continues.
+            None if run.continued.is_some() => {
+                match run.continued.as_ref().and_then(|c| c.home.clone()) {
+                    Some(fork) => Planned::PullFork(fork),
+                    None => Planned::Repository,
+                }
+            }
             None if self.settings.branch_home == BranchHome::Repository => Planned::Repository,
             None => Planned::NewFork,
         })

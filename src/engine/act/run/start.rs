@@ -81,8 +81,11 @@ impl RunAct {
         };
         // The commit a first run starts from: the git gateway takes only a branch that
         // descends from it (an older base would bring back older CI definitions).
+        // A continued run keeps the base of the run it continues (its branch descends from it).
+        let base = run.continued.as_ref().and_then(|c| c.base_commit.clone());
         if run.followup.is_none()
-            && let Some(commit) = branch.as_ref().and_then(|b| CommitSha::read(&b.commit))
+            && let Some(commit) =
+                base.or_else(|| branch.as_ref().and_then(|b| CommitSha::read(&b.commit)))
         {
             acts.store.put_run_base(run_id, &commit).await?;
             run.base_commit = Some(commit);

@@ -24,6 +24,22 @@ pub fn followup_text(f: &crate::domain::FollowUp, branch: &str) -> String {
     )
 }
 
+/// What a continued run's task adds: where the run it continues stopped, and why.
+pub fn continued_text(c: &crate::domain::thread::Continuation) -> String {
+    let spent = c
+        .spent_usd
+        .map(|usd| format!(" after spending {}", crate::domain::units::dollars(usd, 2)))
+        .unwrap_or_default();
+    format!(
+        "
+## Going on where run `{}` stopped
+
+This run continues run `{}`, which was stopped on its model budget{spent}. What it pushed is on branch `{}`: check it out, read what is there (`git log`), and finish the work with new commits on top (never force-push).
+",
+        c.from, c.from, c.branch
+    )
+}
+
 /// What the task file adds when the pre-flight asked questions before its GO: the questions,
 /// and the thread's answers as the verdict read them (hidden content stripped).
 pub fn questions_text(

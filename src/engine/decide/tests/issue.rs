@@ -186,7 +186,8 @@ fn a_cancel_command_is_checked_before_it_counts() {
         s.last[0].action,
         Action::AuthorizeCommand {
             command: Command::Cancel,
-            actor: "alice".into()
+            actor: "alice".into(),
+            said: None,
         }
     );
     assert_eq!(s.state(), Lifecycle::Running);

@@ -36,6 +36,9 @@ fn policy() -> Policy {
         approval: crate::domain::approval::Approval::Never,
         run_usd: 0.0,
         filers: Default::default(),
+        max_continue_usd: 0.0,
+        egress_approvable: Vec::new(),
+        sandbox: None,
     }
 }
 
@@ -374,6 +377,20 @@ fn command(command: Command, allowed: bool) -> Event {
         command,
         actor: "alice".into(),
         allowed,
+        said: None,
+    }
+}
+
+/// A judged `allow` or `continue` of comment `comment` saying `args`.
+fn said(command: Command, actor: &str, allowed: bool, comment: u64, args: &str) -> Event {
+    Event::CommandJudged {
+        command,
+        actor: actor.into(),
+        allowed,
+        said: Some(crate::domain::command::Said {
+            comment,
+            args: args.into(),
+        }),
     }
 }
 
@@ -386,3 +403,4 @@ mod properties;
 mod pull;
 mod runs;
 mod start;
+mod thread;
