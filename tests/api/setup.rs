@@ -304,3 +304,65 @@ async fn a_prepared_workspace_belongs_to_the_runs_user_and_goes_with_the_run() {
     let (_, volumes) = crate::egress::docker(&["volume", "ls", "-q"]);
     assert!(!volumes.contains(&volume), "{volumes}");
 }
+
+/// The example entrypoint in a prepared workspace: it reuses the setup's checkout (fetching,
+/// not cloning), the agent works there, and what the setup left untracked stays out of the
+/// commit.
+#[tokio::test]
+async fn the_example_entrypoint_works_in_the_prepared_checkout_and_commits_none_of_the_setups_files()
+ {
+    let network = Network(format!("director-setup-test-{:08x}", rand::random::<u32>()));
+    let snapshots = tempfile::tempdir().expect("dir");
+    let image = git_agent_image();
+    let (network_name, snapshot_dir) = (network.0.clone(), snapshots.path().display().to_string());
+    let (t, _llm) = spawn_runs(|s| {
+        s.runner.image = image;
+        s.runner.command = vec!["/bin/sh".into(), "/director-entrypoint".into()];
+        s.runner.network = "bridge".into();
+        s.runner.egress = director::settings::Egress::Allowlist;
+        s.runner.allow_dns_leaking_engine = true;
+        s.runner.egress_network = network_name;
+        s.runner.egress_proxy_port = crate::helpers::free_port();
+        s.runner.git_gateway_port = crate::helpers::free_port();
+        s.runner.snapshot_dir = snapshot_dir;
+        s.repo_settings.allow = vec!["setup".into()];
+    })
+    .await;
+    let root = tempfile::tempdir().expect("dir");
+    t.forge.serve_git(&t.repo, root.path()).expect("git serves");
+    t.forge.put_file(
+        &t.repo,
+        "main",
+        ".director.toml",
+        b"[setup]\ncommand = \"mkdir -p deps && echo built > deps/lib.txt\"\n",
+    );
+    let issue = labelled(&t, "Be verbose", "Print each step.").await;
+    let record = wait_ended(&t, &issue).await;
+    let reports = run_comments(&t, &issue);
+    assert_eq!(record.lifecycle, Lifecycle::Succeeded, "{reports:?}");
+    let run = &t.app.store.runs_of(&issue).await.expect("runs")[0];
+    assert_eq!(
+        t.forge
+            .git_show(&t.repo, &run.branch, "VERBOSE.md")
+            .as_deref(),
+        Some("verbose: true"),
+        "the agent's change is pushed"
+    );
+    assert_eq!(
+        t.forge.git_show(&t.repo, &run.branch, "deps/lib.txt"),
+        None,
+        "what the setup built is not committed"
+    );
+    let transcript = t
+        .app
+        .store
+        .transcript(&run.id)
+        .await
+        .expect("transcript")
+        .map(|t| t.text)
+        .unwrap_or_default();
+    assert!(
+        transcript.contains("the workspace was prepared (cold)"),
+        "{transcript}"
+    );
+}

@@ -19,7 +19,7 @@ pub use home::unfit_fork;
 mod repo;
 mod secrets;
 mod setup;
-pub use setup::PREPARED_VAR;
+pub use setup::{PREPARED_VAR, snapshot_key};
 mod spec;
 mod start;
 mod task;

@@ -149,27 +149,7 @@ impl RunAct {
             .as_ref()
             .map(|c| c.as_str().to_owned())
             .unwrap_or_else(|| run.base_branch.clone());
-        let mut files = Vec::new();
-        for path in &setup.cache_key {
-            let found = acts
-                .forge
-                .file_at(&run.repo, path, &at, 16 * 1024 * 1024)
-                .await
-                .map_err(|e| anyhow::anyhow!("reading the cache-key file `{path}`: {e}"))?;
-            files.push((
-                path.clone(),
-                match found {
-                    crate::forge::FileAt::File(bytes) => Some(bytes),
-                    _ => None,
-                },
-            ));
-        }
-        Ok(crate::prepared::snapshot_key(
-            &run.repo.to_string(),
-            image_id,
-            &setup.command,
-            &files,
-        ))
+        snapshot_key(acts.forge.as_ref(), &run.repo, &at, setup, image_id).await
     }
 
     /// A new workspace volume with the snapshot unpacked into it (through a container of the
@@ -408,6 +388,37 @@ impl RunAct {
             setup_phase: true,
         }
     }
+}
+
+/// The snapshot key of `setup` in `repo` at commit (or branch) `at`, for an image whose id is
+/// `image_id`: the repository, the image, the command, and each cache-key file as it is there.
+pub async fn snapshot_key(
+    forge: &dyn crate::forge::Forge,
+    repo: &crate::domain::RepoName,
+    at: &str,
+    setup: &SetupDecl,
+    image_id: &str,
+) -> anyhow::Result<String> {
+    let mut files = Vec::new();
+    for path in &setup.cache_key {
+        let found = forge
+            .file_at(repo, path, at, 16 * 1024 * 1024)
+            .await
+            .map_err(|e| anyhow::anyhow!("reading the cache-key file `{path}`: {e}"))?;
+        files.push((
+            path.clone(),
+            match found {
+                crate::forge::FileAt::File(bytes) => Some(bytes),
+                _ => None,
+            },
+        ));
+    }
+    Ok(crate::prepared::snapshot_key(
+        &repo.to_string(),
+        image_id,
+        &setup.command,
+        &files,
+    ))
 }
 
 /// A secret's forms to look for, under its name.
