@@ -494,6 +494,10 @@ impl Runtime for DockerRuntime {
         })
     }
 
+    fn prepares_workspaces(&self) -> bool {
+        true
+    }
+
     async fn make_workspace(&self, run_id: &RunId, image: &str) -> Result<String, RuntimeError> {
         super::docker_workspace::make(
             &self.docker,

@@ -195,6 +195,11 @@ pub trait Runtime: Send + Sync {
             "this runtime cannot confine runs to the egress proxy".into(),
         ))
     }
+    /// Whether a setup phase can prepare a run's workspace apart from the run, with the
+    /// workspace searched for the setup's secrets before the agent starts (Docker: yes).
+    fn prepares_workspaces(&self) -> bool {
+        false
+    }
     /// Makes the volume a prepared run's workspace lives in, empty and owned by the run's
     /// user (`image`: the run's image, for a container that is never started and sets the
     /// owner); one left by an earlier attempt is removed first. Returns its name.

@@ -366,3 +366,28 @@ async fn the_example_entrypoint_works_in_the_prepared_checkout_and_commits_none_
         "{transcript}"
     );
 }
+
+/// On Kubernetes a `[setup]` is refused before anything is made: the setup's own network and
+/// secrets could not be kept apart from the agent there, so no Job starts with them mixed.
+#[tokio::test]
+async fn on_kubernetes_a_setup_is_refused_before_any_job_is_made() {
+    let fake = director_testkit::kube::FakeKube::start();
+    let (t, _llm) = crate::kube::spawn_kube_with(&fake, |s| {
+        s.repo_settings.allow = vec!["setup".into()];
+    })
+    .await;
+    t.forge.put_file(
+        &t.repo,
+        "main",
+        ".director.toml",
+        b"[setup]\ncommand = \"make deps\"\n",
+    );
+    let issue = labelled(&t, "Add --verbose", "Print each step.").await;
+    t.app.wait_state(&issue, Lifecycle::Failed).await;
+    let report = run_comments(&t, &issue).join("\n");
+    assert!(
+        report.contains("needs runs on Docker") && report.contains("nothing was started"),
+        "{report}"
+    );
+    assert!(fake.jobs(crate::kube::NS).is_empty(), "no Job was made");
+}

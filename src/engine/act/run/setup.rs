@@ -48,6 +48,9 @@ pub(super) struct Prepared {
 /// Why the agent does not start: said on the issue as the run's refusal.
 pub(super) struct SetupFailed(pub String);
 
+/// Why a run with a `[setup]` does not start on a runtime that cannot keep the setup apart.
+pub const NOT_ON_THIS_RUNTIME: &str = "the repository's `[setup]` needs runs on Docker (runner.kind = \"docker\") in this version: on Kubernetes the setup's own network and secrets, and the search of the workspace for those secrets before the agent starts, are not yet kept apart, so no setup runs there and nothing was started (docs/repo-settings.md)";
+
 /// The variable the agent is told how its workspace was prepared in (`cold` or `warm`).
 pub const PREPARED_VAR: &str = "DIRECTOR_PREPARED";
 

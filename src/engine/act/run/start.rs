@@ -249,6 +249,11 @@ impl RunAct {
         ));
         let mut spec = self.spec(&run, token, task, endpoints);
         if let Some(setup) = run.settings.as_ref().and_then(|s| s.setup.clone()) {
+            if !self.runtime.prepares_workspaces() {
+                return Ok(RunReport::SetupFailed {
+                    why: super::setup::NOT_ON_THIS_RUNTIME.to_owned(),
+                });
+            }
             match self
                 .prepare(acts, &run, &setup, &spec.image.clone())
                 .await?
