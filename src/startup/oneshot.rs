@@ -103,9 +103,17 @@ pub async fn setup_warmth(
         crate::settings::RunnerKind::Kubernetes => image.clone(),
     };
     let forge = forge_client(settings, None)?.context("forge.url must be set")?;
-    let key =
-        crate::engine::act::run::snapshot_key(forge.as_ref(), repo, &run.commit, setup, &image_id)
-            .await?;
+    let extra =
+        crate::engine::act::run::key_extra(setup, &settings.setup_secrets, &settings.runner.user);
+    let key = crate::engine::act::run::snapshot_key(
+        forge.as_ref(),
+        repo,
+        &run.commit,
+        setup,
+        &image_id,
+        &extra,
+    )
+    .await?;
     let store = crate::prepared::store::SnapshotStore::new(
         settings.runner.snapshot_root(),
         settings.runner.snapshot_max_mb,

@@ -245,6 +245,28 @@ async fn a_setup_prepares_the_workspace_with_its_own_network_and_secret_then_sta
         "no pull request from the refused run"
     );
 
+    // A setup that commits the token and removes the file: it is only in a compressed git
+    // object, and still found.
+    let hidden = format!(
+        "{} && echo \"$PKG_TOKEN\" > .npmrc && git add .npmrc && git -c user.name=s -c user.email=s@s commit -qm deps && git rm -q .npmrc && git -c user.name=s -c user.email=s@s commit -qm clean",
+        install(&index)
+    );
+    t.forge.put_file(
+        &t.repo,
+        "main",
+        ".director.toml",
+        settings_file(&index, &hidden).as_bytes(),
+    );
+    let hiding = labelled(&t, "Prepared, hiding", &body).await;
+    let record = wait_ended(&t, &hiding).await;
+    let report = run_comments(&t, &hiding).join("\n");
+    assert_eq!(record.lifecycle, Lifecycle::Failed, "{report}");
+    assert!(
+        report.contains("`checkout/.git/objects/") && report.contains("`PKG_TOKEN`"),
+        "{report}"
+    );
+    assert!(!report.contains(TOKEN), "{report}");
+
     // A failing setup: its tail on the issue, the agent never started.
     t.forge.put_file(
         &t.repo,

@@ -19,7 +19,7 @@ pub use home::unfit_fork;
 mod repo;
 mod secrets;
 mod setup;
-pub use setup::{PREPARED_VAR, snapshot_key};
+pub use setup::{PREPARED_VAR, key_extra, snapshot_key};
 mod spec;
 mod start;
 mod task;

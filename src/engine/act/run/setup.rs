@@ -11,15 +11,14 @@
 
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt as _;
-
 use super::{GATEWAY_PASSWORD_VAR, RunAct, TASK_PATH};
 use crate::domain::RunRecord;
 use crate::domain::setup::{SetupDecl, SetupMode, SetupOutcome, short};
 use crate::engine::act::Acts;
 use crate::prepared::scan::{Pattern, Scanned};
 use crate::prepared::store::{Meta, SnapshotStore};
-use crate::runtime::{Exit, RunSpec, RuntimeError, SETUP_LABEL, TarStream, WaitLimits};
+use crate::prepared::stream::{file_stream, scan_stream};
+use crate::runtime::{Exit, RunSpec, RuntimeError, SETUP_LABEL, WaitLimits};
 
 /// What the setup's container runs: clone through the gateway (or reuse a clone), bring it to
 /// the base commit, run the repository's command in it, and keep whatever the command left
@@ -66,6 +65,12 @@ impl RunAct {
         image: &str,
     ) -> anyhow::Result<Result<Prepared, SetupFailed>> {
         let started = Instant::now();
+        // Whatever the agent prints is redacted of the setup's secrets too, warm or cold.
+        for name in &setup.secrets {
+            if let Some(secret) = self.setup_secrets.get(name) {
+                self.secrets.remember(&run.id, secret.value.expose());
+            }
+        }
         let image_id = self
             .runtime
             .image_id(image)
@@ -74,7 +79,7 @@ impl RunAct {
         let key = self.snapshot_key(acts, run, setup, &image_id).await?;
         let store = self.snapshot_store();
         let mut note = None;
-        if let Some(store) = &store
+        if self.settings.snapshot_max_mb > 0
             && let Some((path, meta)) = store.lookup(&run.repo, &key, acts.clock.now_ms())
         {
             match self.restore(run, image, &path).await {
@@ -103,9 +108,7 @@ impl RunAct {
                 }
             }
         }
-        let result = self
-            .cold(acts, run, setup, image, &key, store.as_ref(), &image_id)
-            .await;
+        let result = self.cold(acts, run, setup, image, &key, &image_id).await;
         let (mut outcome, failed, volume) = match result {
             Ok(v) => v,
             Err(e) => {
@@ -128,14 +131,12 @@ impl RunAct {
         Ok(Ok(Prepared { volume, outcome }))
     }
 
-    fn snapshot_store(&self) -> Option<SnapshotStore> {
-        (self.settings.snapshot_max_mb > 0).then(|| {
-            SnapshotStore::new(
-                self.settings.snapshot_root(),
-                self.settings.snapshot_max_mb,
-                self.settings.snapshot_ttl_hours,
-            )
-        })
+    fn snapshot_store(&self) -> SnapshotStore {
+        SnapshotStore::new(
+            self.settings.snapshot_root(),
+            self.settings.snapshot_max_mb,
+            self.settings.snapshot_ttl_hours,
+        )
     }
 
     /// The key: the repository, the image's id, the command, and each cache-key file as it
@@ -152,7 +153,8 @@ impl RunAct {
             .as_ref()
             .map(|c| c.as_str().to_owned())
             .unwrap_or_else(|| run.base_branch.clone());
-        snapshot_key(acts.forge.as_ref(), &run.repo, &at, setup, image_id).await
+        let extra = key_extra(setup, &self.setup_secrets, &self.settings.user);
+        snapshot_key(acts.forge.as_ref(), &run.repo, &at, setup, image_id, &extra).await
     }
 
     /// A new workspace volume with the snapshot unpacked into it (through a container of the
@@ -180,7 +182,6 @@ impl RunAct {
 
     /// Runs the setup and checks what it left: the outcome, why the agent may not start
     /// (when it may not), and the volume.
-    #[allow(clippy::too_many_arguments)]
     async fn cold(
         &self,
         acts: &Acts,
@@ -188,7 +189,6 @@ impl RunAct {
         setup: &SetupDecl,
         image: &str,
         key: &str,
-        store: Option<&SnapshotStore>,
         image_id: &str,
     ) -> anyhow::Result<(SetupOutcome, Option<String>, String)> {
         let Some(Ok(egress)) = &self.egress else {
@@ -261,57 +261,111 @@ impl RunAct {
             );
             return Ok((outcome, Some(why), volume));
         }
-        let pending = store.and_then(|s| s.begin(&run.repo, key).ok());
-        let max = store.map_or(0, SnapshotStore::max_bytes);
+        // The workspace is copied as it is read; the agent starts from that copy, unpacked into
+        // a new volume, never from the volume the setup wrote (what the read did not see, such
+        // as extended attributes, stays behind).
+        let copies = self.snapshot_store();
+        let pending = match copies.begin(&run.repo, key) {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = self.runtime.remove(&id).await;
+                anyhow::bail!("cannot write the setup's workspace under runner.snapshot_dir: {e}");
+            }
+        };
+        let limit = self.settings.workspace_mb.saturating_mul(1024 * 1024);
         let tar = self.runtime.export_workspace(&id).await?;
-        let (scanned, pending) = scan_stream(tar, patterns, pending, max).await?;
+        let read = tokio::time::timeout(
+            Duration::from_secs(setup.timeout_secs),
+            scan_stream(tar, patterns.clone(), Some(pending), limit),
+        )
+        .await;
         let _ = self.runtime.remove(&id).await;
-        match scanned {
-            Scanned::Hit { path, name } => {
-                if let Some(p) = pending {
-                    SnapshotStore::abandon(p);
-                }
+        let (scanned, pending) = match read {
+            Ok(r) => r?,
+            Err(_) => {
                 outcome.snapshot =
-                    Some("no snapshot is taken of a workspace that held a secret".into());
+                    Some("no snapshot is taken of a workspace not read in time".into());
                 let why = format!(
-                    "the setup left the value of {} in `{path}` of the workspace; the agent was not started (a secret given to the setup must not reach the agent)",
-                    if name.starts_with("the setup's") {
-                        name
-                    } else {
-                        format!("the setup secret `{name}`")
-                    }
+                    "the setup's workspace could not be read within setup.timeout_secs ({} s); the agent was not started",
+                    setup.timeout_secs
                 );
-                Ok((outcome, Some(why), volume))
+                return Ok((outcome, Some(why), volume));
             }
-            Scanned::Clean { bytes, kept, .. } => {
-                outcome.snapshot = Some(match (store, pending) {
-                    (None, _) => "no snapshot kept (runner.snapshot_max_mb = 0)".to_owned(),
-                    (Some(_), None) => {
-                        "the snapshot was not kept: its file could not be made".to_owned()
-                    }
-                    (Some(store), Some(p)) if kept => {
-                        let meta = Meta {
-                            repo: run.repo.to_string(),
-                            key: key.to_owned(),
-                            bytes: 0,
-                            created_ms: acts.clock.now_ms(),
-                            used_ms: acts.clock.now_ms(),
-                            image: image_id.to_owned(),
-                            command: setup.command.clone(),
-                        };
-                        keep_snapshot(store, p, meta, acts.clock.now_ms())
-                    }
-                    (Some(_), Some(p)) => {
-                        SnapshotStore::abandon(p);
-                        format!(
-                            "the snapshot was not kept: the workspace ({} MB) is over runner.snapshot_max_mb",
-                            bytes / (1024 * 1024)
-                        )
-                    }
-                });
-                Ok((outcome, None, volume))
+        };
+        let Some(pending) = pending else {
+            anyhow::bail!("the setup's workspace copy was lost");
+        };
+        let refuse = |outcome: &mut SetupOutcome, pending, why: String| {
+            SnapshotStore::abandon(pending);
+            outcome.snapshot = Some("no snapshot is taken of a refused workspace".into());
+            why
+        };
+        let bytes = match scanned {
+            Scanned::Hit { path, name } => {
+                let why = secret_left(&name, &path);
+                return Ok((
+                    outcome.clone(),
+                    Some(refuse(&mut outcome, pending, why)),
+                    volume,
+                ));
             }
+            Scanned::Clean { kept: false, .. } => {
+                let why = format!(
+                    "the setup left more than runner.workspace_mb ({} MB) in the workspace; the agent was not started",
+                    self.settings.workspace_mb
+                );
+                return Ok((
+                    outcome.clone(),
+                    Some(refuse(&mut outcome, pending, why)),
+                    volume,
+                ));
+            }
+            Scanned::Clean { bytes, .. } => bytes,
+        };
+        let (pending, in_git) = scan_git(pending, patterns).await?;
+        if let Some((path, name)) = in_git {
+            let why = secret_left(&name, &path);
+            return Ok((
+                outcome.clone(),
+                Some(refuse(&mut outcome, pending, why)),
+                volume,
+            ));
         }
+        let keeping = self.settings.snapshot_max_mb > 0 && bytes <= copies.max_bytes();
+        let (path, temporary) = if keeping {
+            let meta = Meta {
+                repo: run.repo.to_string(),
+                key: key.to_owned(),
+                bytes: 0,
+                created_ms: acts.clock.now_ms(),
+                used_ms: acts.clock.now_ms(),
+                image: image_id.to_owned(),
+                command: setup.command.clone(),
+            };
+            let final_path = pending.final_path().to_owned();
+            let (said, kept) = keep_snapshot(&copies, pending, meta, acts.clock.now_ms());
+            outcome.snapshot = Some(said);
+            if !kept {
+                anyhow::bail!("the setup's workspace could not be kept to start the agent from");
+            }
+            (final_path, false)
+        } else {
+            outcome.snapshot = Some(if self.settings.snapshot_max_mb == 0 {
+                "no snapshot kept (runner.snapshot_max_mb = 0)".to_owned()
+            } else {
+                format!(
+                    "the snapshot was not kept: the workspace ({} MB) is over runner.snapshot_max_mb",
+                    bytes / (1024 * 1024)
+                )
+            });
+            (pending.finish()?, true)
+        };
+        let restored = self.restore(run, image, &path).await;
+        if temporary {
+            let _ = std::fs::remove_file(&path);
+        }
+        let volume = restored?;
+        Ok((outcome, None, volume))
     }
 
     /// The setup phase's variables: no model key, no pass-through, its own credentials.
@@ -401,6 +455,7 @@ pub async fn snapshot_key(
     at: &str,
     setup: &SetupDecl,
     image_id: &str,
+    extra: &str,
 ) -> anyhow::Result<String> {
     let mut files = Vec::new();
     for path in &setup.cache_key {
@@ -416,18 +471,51 @@ pub async fn snapshot_key(
             },
         ));
     }
+    let what = format!("{}\0{extra}", setup.command);
     Ok(crate::prepared::snapshot_key(
         &repo.to_string(),
         image_id,
-        &setup.command,
+        &what,
         &files,
     ))
 }
 
-/// A secret's forms to look for, under its name.
+/// What else a snapshot depends on beside the command and the files: the secrets it was made
+/// with (their names, and a digest of each value: a withdrawn or rotated secret makes it
+/// cold), the hosts it could reach, and the user its files belong to.
+pub fn key_extra(
+    setup: &SetupDecl,
+    secrets: &std::collections::BTreeMap<String, crate::settings::setup::SetupSecret>,
+    user: &str,
+) -> String {
+    use sha2::Digest as _;
+    let mut names = setup.secrets.clone();
+    names.sort();
+    let secrets: Vec<String> = names
+        .iter()
+        .map(|n| {
+            let value = secrets.get(n).map(|s| s.value.expose()).unwrap_or_default();
+            let digest = sha2::Sha256::digest(format!("director-snapshot\0{value}"));
+            format!("{n}={}", &hex::encode(digest)[..16])
+        })
+        .collect();
+    let mut hosts = setup.egress_allow.clone();
+    hosts.sort();
+    format!(
+        "secrets:{};egress:{};user:{user}",
+        secrets.join(","),
+        hosts.join(",")
+    )
+}
+
+/// A secret's forms to look for, under its name: those the transcript's redaction knows, its
+/// URL encoding in lower case (git's credential store writes it so), and its hex.
 fn forms(name: &str, value: &str) -> Vec<Pattern> {
-    super::secrets::encodings(value)
-        .into_iter()
+    let mut all = super::secrets::encodings(value);
+    all.push(lower_percent(value));
+    all.push(hex::encode(value));
+    all.push(hex::encode_upper(value));
+    all.into_iter()
         .filter(|f| f.len() >= 8)
         .map(|f| Pattern {
             name: name.to_owned(),
@@ -441,87 +529,69 @@ fn keep_snapshot(
     pending: crate::prepared::store::Pending,
     mut meta: Meta,
     now_ms: i64,
-) -> String {
+) -> (String, bool) {
     meta.bytes = pending.file.metadata().map(|m| m.len()).unwrap_or(0);
     let mb = meta.bytes as f64 / (1024.0 * 1024.0);
     match store.keep(pending, &meta, now_ms) {
-        Ok(()) => format!("snapshot `{}` kept ({mb:.1} MB)", short(&meta.key)),
-        Err(e) => format!("the snapshot was not kept: {}", one_line(&e.to_string())),
+        Ok(()) => (
+            format!("snapshot `{}` kept ({mb:.1} MB)", short(&meta.key)),
+            true,
+        ),
+        Err(e) => (
+            format!("the snapshot was not kept: {}", one_line(&e.to_string())),
+            false,
+        ),
     }
 }
 
-/// Scans the workspace's tar stream on a blocking thread (the tar reader is synchronous),
-/// fed by this task chunk by chunk: memory stays a few chunks whatever the size.
-async fn scan_stream(
-    mut tar: TarStream,
+/// `value` percent-encoded as the transcript's redaction does, with lower-case hex digits.
+fn lower_percent(value: &str) -> String {
+    let upper = crate::forge::percent_encode(value);
+    let mut out = String::with_capacity(upper.len());
+    let mut rest = upper.as_str();
+    while let Some(i) = rest.find('%') {
+        out.push_str(&rest[..i]);
+        let code = rest.get(i..i + 3).unwrap_or(&rest[i..]);
+        out.push_str(&code.to_ascii_lowercase());
+        rest = &rest[(i + code.len())..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Why the agent does not start: a secret's name and where, the path made inert.
+fn secret_left(name: &str, path: &str) -> String {
+    let path: String = path
+        .chars()
+        .map(|c| if c == '`' || c.is_control() { '?' } else { c })
+        .take(200)
+        .collect();
+    format!(
+        "the setup left the value of {} in `{path}` of the workspace; the agent was not started (a secret given to the setup must not reach the agent)",
+        if name.starts_with("the setup's") {
+            name.to_owned()
+        } else {
+            format!("the setup secret `{name}`")
+        }
+    )
+}
+
+/// The copy's git objects searched once inflated, on a blocking thread.
+async fn scan_git(
+    mut pending: crate::prepared::store::Pending,
     patterns: Vec<Pattern>,
-    pending: Option<crate::prepared::store::Pending>,
-    max: u64,
-) -> anyhow::Result<(Scanned, Option<crate::prepared::store::Pending>)> {
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(4);
-    let scan = tokio::task::spawn_blocking(move || {
-        let reader = ChannelReader {
-            rx,
-            current: bytes::Bytes::new(),
-        };
-        let mut pending = pending;
-        let out = pending
-            .as_mut()
-            .map(|p| std::io::BufWriter::new(&mut p.file));
-        let scanned = crate::prepared::scan::scan_and_copy(reader, true, &patterns, out, max);
-        (scanned, pending)
-    });
-    while let Some(chunk) = tar.next().await {
-        let chunk = chunk.map_err(|e| std::io::Error::other(e.to_string()));
-        let failed = chunk.is_err();
-        if tx.send(chunk).await.is_err() || failed {
-            break;
-        }
-    }
-    drop(tx);
-    let (scanned, pending) = scan.await?;
-    let scanned = scanned.map_err(|e| anyhow::anyhow!("reading the setup's workspace: {e}"))?;
-    Ok((scanned, pending))
-}
-
-struct ChannelReader {
-    rx: tokio::sync::mpsc::Receiver<Result<bytes::Bytes, std::io::Error>>,
-    current: bytes::Bytes,
-}
-
-impl std::io::Read for ChannelReader {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        while self.current.is_empty() {
-            match self.rx.blocking_recv() {
-                Some(chunk) => self.current = chunk?,
-                None => return Ok(0),
-            }
-        }
-        let n = buf.len().min(self.current.len());
-        buf[..n].copy_from_slice(&self.current.split_to(n));
-        Ok(n)
-    }
-}
-
-/// A file as a stream of chunks, read as they are sent.
-fn file_stream(file: tokio::fs::File) -> TarStream {
-    futures_util::stream::unfold(Some(file), |file| async move {
-        use tokio::io::AsyncReadExt as _;
-        let mut file = file?;
-        let mut buf = vec![0u8; 256 * 1024];
-        match file.read(&mut buf).await {
-            Ok(0) => None,
-            Ok(n) => {
-                buf.truncate(n);
-                Some((Ok(bytes::Bytes::from(buf)), Some(file)))
-            }
-            Err(e) => Some((
-                Err(RuntimeError::Engine(format!("reading the snapshot: {e}"))),
-                None,
-            )),
-        }
+) -> anyhow::Result<(crate::prepared::store::Pending, Option<(String, String)>)> {
+    use std::io::{Seek as _, Write as _};
+    let found = tokio::task::spawn_blocking(move || {
+        pending.file.flush()?;
+        let mut file = pending.file.try_clone()?;
+        file.rewind()?;
+        let found =
+            crate::prepared::scan::scan_git_objects(std::io::BufReader::new(file), &patterns)?;
+        Ok::<_, std::io::Error>((pending, found))
     })
-    .boxed()
+    .await??;
+    Ok(found)
 }
 
 fn elapsed_ms(since: Instant) -> u64 {

@@ -259,6 +259,18 @@ impl RunAct {
                 .await?
             {
                 Ok(prepared) => {
+                    // A cancel that came while the setup ran: no agent starts.
+                    if acts
+                        .store
+                        .run(&run.id)
+                        .await?
+                        .is_some_and(|r| r.stop_requested)
+                    {
+                        let _ = self.runtime.remove_workspace(&run.id).await;
+                        return Ok(RunReport::Refused {
+                            why: "cancelled while its setup ran".into(),
+                        });
+                    }
                     spec.workspace_volume = Some(prepared.volume);
                     spec.env.push((
                         super::PREPARED_VAR.to_owned(),
