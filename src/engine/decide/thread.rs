@@ -105,7 +105,7 @@ impl Step<'_> {
             .as_ref()
             .filter(|r| r.state == RunState::OverBudget && r.followup.is_none());
         let default_usd = self.default_continue_usd();
-        let max = self.policy.max_continue_usd;
+        let max = self.max_continue_usd();
         let asked = said.args.trim();
         let usd: Result<f64, String> = if asked.is_empty() {
             Ok(default_usd)
@@ -126,9 +126,14 @@ impl Step<'_> {
             (None, _) => Err("Only a run stopped on its budget can be continued, and this issue's last run was not.".to_owned()),
             (_, Err(why)) => Err(why),
             (Some(_), Ok(n)) if max > 0.0 && n > max + 1e-9 => Err(format!(
-                "{} is above `budget.max_continue_usd` ({}).",
+                "{} is above `budget.max_continue_usd` ({}{}).",
                 crate::domain::units::dollars(n, 2),
-                crate::domain::units::dollars(max, 2)
+                crate::domain::units::dollars(max, 2),
+                if self.policy.max_continue_usd > 0.0 {
+                    ""
+                } else {
+                    ": it is not set, so `budget.run_usd`"
+                }
             )),
             (Some(_), Ok(_))
                 if self.record.lifecycle != Lifecycle::OverBudget
@@ -164,11 +169,22 @@ impl Step<'_> {
     /// What a plain `/director continue` gives: `budget.run_usd`, within
     /// `budget.max_continue_usd`.
     pub(super) fn default_continue_usd(&self) -> f64 {
-        let (run, max) = (self.policy.run_usd, self.policy.max_continue_usd);
+        let (run, max) = (self.policy.run_usd, self.max_continue_usd());
         if max > 0.0 && (run <= 0.0 || run > max) {
             max
         } else {
             run
+        }
+    }
+
+    /// The most a `/director continue $N` may give: `budget.max_continue_usd`, or
+    /// `budget.run_usd` when that is not set (as `docs/configuration.md` says); 0 only when
+    /// neither is set, and then runs have no budget of their own to continue past.
+    pub(super) fn max_continue_usd(&self) -> f64 {
+        if self.policy.max_continue_usd > 0.0 {
+            self.policy.max_continue_usd
+        } else {
+            self.policy.run_usd.max(0.0)
         }
     }
 

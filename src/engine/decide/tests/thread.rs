@@ -225,6 +225,29 @@ fn a_run_stopped_on_its_budget_says_how_to_go_on_and_a_writers_continue_follows_
     plain.apply(&said(Command::Continue, "alice", true, 80, ""));
     plain.apply(&admitted("000000000002"));
     assert_eq!(plain.run().continued.as_ref().map(|c| c.usd), Some(2.0));
+    // `budget.max_continue_usd` unset: `budget.run_usd` is the most, never no limit.
+    let unset = || Policy {
+        max_continue_usd: 0.0,
+        ..budgeted()
+    };
+    let mut capped = over_budget(unset());
+    assert!(
+        capped.report().contains("at most $2.00"),
+        "{}",
+        capped.report()
+    );
+    assert!(capped.apply(&said(Command::Continue, "alice", true, 85, "$1000")));
+    assert!(
+        answer(&capped).contains(
+            "$1000.00 is above `budget.max_continue_usd` ($2.00: it is not set, so `budget.run_usd`)"
+        ),
+        "{}",
+        answer(&capped)
+    );
+    assert_eq!(capped.state(), Lifecycle::OverBudget, "nothing changed");
+    assert!(capped.rec().thread.continuation.is_none());
+    assert!(capped.apply(&said(Command::Continue, "alice", true, 86, "$1.50")));
+    assert_eq!(capped.state(), Lifecycle::Queued);
     // Only after a budget stop.
     let mut failed = refused_run(budgeted(), &[]);
     assert!(failed.apply(&said(Command::Continue, "alice", true, 90, "")));
