@@ -2,9 +2,10 @@
 //! the example entrypoint spends its model budget through the model gateway and is stopped
 //! `over_budget`, the entrypoint pushing what it wrote; the issue says what was spent and how
 //! to go on. A reader's `/director continue` does nothing; one above
-//! `budget.max_continue_usd` is answered once and changes nothing; a writer's starts a run on
-//! the same branch that finds the first run's work, spends a budget of its own (the amount
-//! the writer gave, not `budget.run_usd`), and adds to the repository's spend.
+//! `budget.max_continue_usd` is answered once and changes nothing, as is one a comment states
+//! after another command (one command per comment); a writer's starts a run on the same
+//! branch that finds the first run's work, spends a budget of its own (the amount the writer
+//! gave, not `budget.run_usd`), and adds to the repository's spend.
 
 use director::domain::{IssueRef, Lifecycle, RunRecord, RunState};
 use director::settings::{Price, ProviderSettings, Secret};
@@ -184,6 +185,20 @@ async fn a_writers_continue_goes_on_on_the_same_branch_with_a_budget_of_its_own(
     // A scan reads the thread again: still one answer.
     t.scan().await;
     assert_eq!(answers(t, &issue).await.len(), 1);
+    // A comment gives one command, its first: a continue after a cancel is not taken, and
+    // the answer says so rather than dropping it unsaid.
+    t.forge
+        .comment(WRITER, &issue, "/director cancel\n/director continue $0.02")
+        .await;
+    let said = answers(t, &issue).await;
+    assert_eq!(said.len(), 2, "{said:?}");
+    assert!(
+        said[1].contains("took `/director cancel`, its first. Not taken: `/director continue`"),
+        "{said:?}"
+    );
+    let record = t.record(&issue).await.expect("known");
+    assert_eq!(record.lifecycle, Lifecycle::OverBudget);
+    assert_eq!(record.thread.continuation, None);
 
     // A writer's continue of $0.02 (within the $0.05): answered, and a run on the same
     // branch goes on from the first one's work with its own $0.02, not the $0.008 of
@@ -228,11 +243,11 @@ async fn a_writers_continue_goes_on_on_the_same_branch_with_a_budget_of_its_own(
         .wait_for_metric(r#"director_model_requests_refused_total{reason="budget"} 2"#)
         .await;
     let said = answers(t, &issue).await;
-    assert_eq!(said.len(), 2, "{said:?}");
+    assert_eq!(said.len(), 3, "{said:?}");
     assert!(
-        said[1].contains("Continuing for @alice")
-            && said[1].contains(&format!("run `{}`", first.id))
-            && said[1].contains("a budget of its own, $0.02"),
+        said[2].contains("Continuing for @alice")
+            && said[2].contains(&format!("run `{}`", first.id))
+            && said[2].contains("a budget of its own, $0.02"),
         "{said:?}"
     );
     // Its report says again how to go on.

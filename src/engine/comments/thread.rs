@@ -121,3 +121,20 @@ pub fn continuing(by: &str, from: &str, branch: &str, usd: f64) -> String {
         "Continuing for @{by}: a follow-up of run `{from}` on branch `{branch}`, with {budget}; the repository's and the day's budgets still apply."
     )
 }
+
+/// What the answer adds when the comment stated more than one command: only the first,
+/// `taken`, is taken, and the others are named (the writer says each in a comment of its own).
+pub fn not_taken(taken: crate::domain::Command, others: &[crate::domain::Command]) -> String {
+    if others.is_empty() {
+        return String::new();
+    }
+    let list = others
+        .iter()
+        .map(|c| format!("`/director {}`", c.as_str()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "\n\nA comment gives one command: this one took `/director {}`, its first. Not taken: {list}; say each in a comment of its own.",
+        taken.as_str()
+    )
+}

@@ -10,13 +10,19 @@ use crate::domain::thread::Continuation;
 use crate::egress::approvable;
 
 impl Step<'_> {
-    /// Answers the comment `comment`, once.
-    fn answer(&mut self, comment: u64, body: String) {
+    /// Answers the comment `said` was in, once, naming the commands it stated that were not
+    /// taken (`command` was).
+    pub(super) fn answer(&mut self, said: &Said, command: Command, body: String) {
+        let comment = said.comment;
+        let body = format!(
+            "{body}{}",
+            comments::thread::not_taken(command, &said.not_taken)
+        );
         self.act(
             Effect::Answer { comment },
             Action::PostNotice {
                 marker: format!("<!-- director:answer {comment} -->"),
-                body: format!("<!-- director:answer {comment} -->\n{body}"),
+                body: format!("<!-- director:answer {comment} -->\n{}", body.trim_start()),
             },
         );
     }
@@ -52,7 +58,11 @@ impl Step<'_> {
         let hosts = match checked {
             Ok(hosts) => hosts,
             Err(why) => {
-                self.answer(said.comment, comments::thread::refused("allow", &why));
+                self.answer(
+                    said,
+                    Command::Allow,
+                    comments::thread::refused("allow", &why),
+                );
                 return true;
             }
         };
@@ -67,7 +77,7 @@ impl Step<'_> {
             &self.record.thread.egress_allowed,
             retried.as_ref().map(RunId::as_str),
         );
-        self.answer(said.comment, body);
+        self.answer(said, Command::Allow, body);
         true
     }
 
@@ -147,7 +157,11 @@ impl Step<'_> {
         let (from, usd) = match checked {
             Ok(c) => c,
             Err(why) => {
-                self.answer(said.comment, comments::thread::refused("continue", &why));
+                self.answer(
+                    said,
+                    Command::Continue,
+                    comments::thread::refused("continue", &why),
+                );
                 return true;
             }
         };
@@ -161,7 +175,7 @@ impl Step<'_> {
             by: actor.to_owned(),
         });
         let body = comments::thread::continuing(actor, from.id.as_str(), &from.branch, usd);
-        self.answer(said.comment, body);
+        self.answer(said, Command::Continue, body);
         self.set_lifecycle(Lifecycle::Queued);
         true
     }
