@@ -8,6 +8,7 @@ mod agents;
 mod approval;
 mod chart;
 mod config;
+mod continues;
 mod contract;
 mod crash;
 mod cut;
