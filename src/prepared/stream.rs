@@ -26,6 +26,12 @@ pub async fn scan_stream(
             .as_mut()
             .map(|p| std::io::BufWriter::new(&mut p.file));
         let scanned = super::scan::scan_and_copy(reader, true, &patterns, out, max);
+        // A copy that failed half way is removed, never left to look like one.
+        if scanned.is_err()
+            && let Some(p) = pending.take()
+        {
+            super::store::SnapshotStore::abandon(p);
+        }
         (scanned, pending)
     });
     while let Some(chunk) = tar.next().await {
@@ -39,6 +45,31 @@ pub async fn scan_stream(
     let (scanned, pending) = scan.await?;
     let scanned = scanned.map_err(|e| anyhow::anyhow!("reading the setup's workspace: {e}"))?;
     Ok((scanned, pending))
+}
+
+/// The git objects of a workspace's tar stream (entries under its directory), inflated and
+/// searched on a blocking thread: the file and the secret's name of the first found.
+pub async fn git_stream(
+    mut tar: TarStream,
+    patterns: Vec<Pattern>,
+) -> anyhow::Result<Option<(String, String)>> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(4);
+    let scan = tokio::task::spawn_blocking(move || {
+        let reader = ChannelReader {
+            rx,
+            current: bytes::Bytes::new(),
+        };
+        super::scan::scan_git_objects(reader, &patterns)
+    });
+    while let Some(chunk) = tar.next().await {
+        let chunk = chunk.map_err(|e| std::io::Error::other(e.to_string()));
+        let failed = chunk.is_err();
+        if tx.send(chunk).await.is_err() || failed {
+            break;
+        }
+    }
+    drop(tx);
+    Ok(scan.await??)
 }
 
 struct ChannelReader {

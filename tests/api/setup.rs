@@ -413,3 +413,87 @@ async fn on_kubernetes_a_setup_is_refused_before_any_job_is_made() {
     );
     assert!(fake.jobs(crate::kube::NS).is_empty(), "no Job was made");
 }
+
+/// A tmpfs mounted for the test, unmounted after it.
+struct SmallDisk(std::path::PathBuf);
+
+impl SmallDisk {
+    fn mount(dir: &std::path::Path, size: &str) -> Self {
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .expect("mount runs")
+            .success();
+        assert!(ok, "the tests run as root and may mount a tmpfs");
+        Self(dir.to_owned())
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// The disk holding snapshots full: the run is not lost (its workspace is read where it is
+/// and the agent starts in it), and the report says why no snapshot was kept. A setup that
+/// outlives its time is stopped and said.
+#[tokio::test]
+async fn a_full_snapshot_disk_loses_no_run_and_a_setup_over_its_time_is_stopped() {
+    let network = Network(format!("director-setup-test-{:08x}", rand::random::<u32>()));
+    let snapshots = tempfile::tempdir().expect("dir");
+    let _disk = SmallDisk::mount(snapshots.path(), "64k");
+    let image = git_agent_image();
+    let (network_name, snapshot_dir) = (network.0.clone(), snapshots.path().display().to_string());
+    let (t, _llm) = spawn_runs(|s| {
+        s.runner.image = image;
+        s.runner.command = vec!["/bin/sh".into(), "/agent.sh".into()];
+        s.runner.network = "bridge".into();
+        s.runner.egress = director::settings::Egress::Allowlist;
+        s.runner.allow_dns_leaking_engine = true;
+        s.runner.egress_network = network_name;
+        s.runner.egress_proxy_port = crate::helpers::free_port();
+        s.runner.git_gateway_port = crate::helpers::free_port();
+        s.runner.snapshot_dir = snapshot_dir;
+        s.repo_settings.allow = vec!["setup".into()];
+    })
+    .await;
+    let root = tempfile::tempdir().expect("dir");
+    t.forge.serve_git(&t.repo, root.path()).expect("git serves");
+    t.forge.put_file(
+        &t.repo,
+        "main",
+        ".director.toml",
+        b"[setup]\ncommand = \"head -c 1048576 /dev/zero > $HOME/big\"\n",
+    );
+    let issue = labelled(&t, "Prepared, disk full", "mode: git").await;
+    let record = wait_ended(&t, &issue).await;
+    let reports = run_comments(&t, &issue);
+    assert_eq!(record.lifecycle, Lifecycle::Succeeded, "{reports:?}");
+    let setup = t.app.store.runs_of(&issue).await.expect("runs")[0]
+        .setup
+        .clone()
+        .expect("recorded");
+    let said = setup.snapshot.unwrap_or_default();
+    assert!(
+        said.contains("the snapshot was not kept") && said.contains("setup's own volume"),
+        "{said}"
+    );
+    assert!(reports.join("\n").contains("was not kept"), "{reports:?}");
+
+    t.forge.put_file(
+        &t.repo,
+        "main",
+        ".director.toml",
+        b"[setup]\ncommand = \"sleep 60\"\ntimeout_secs = 2\n",
+    );
+    let slow = labelled(&t, "Prepared, slow", "mode: git").await;
+    let record = wait_ended(&t, &slow).await;
+    let report = run_comments(&t, &slow).join("\n");
+    assert_eq!(record.lifecycle, Lifecycle::Failed, "{report}");
+    assert!(
+        report.contains("did not end within its setup.timeout_secs (2 s)"),
+        "{report}"
+    );
+}

@@ -17,7 +17,7 @@ use crate::domain::setup::{SetupDecl, SetupMode, SetupOutcome, short};
 use crate::engine::act::Acts;
 use crate::prepared::scan::{Pattern, Scanned};
 use crate::prepared::store::{Meta, SnapshotStore};
-use crate::prepared::stream::{file_stream, scan_stream};
+use crate::prepared::stream::{file_stream, git_stream, scan_stream};
 use crate::runtime::{Exit, RunSpec, RuntimeError, SETUP_LABEL, WaitLimits};
 
 /// What the setup's container runs: clone through the gateway (or reuse a clone), bring it to
@@ -225,7 +225,7 @@ impl RunAct {
         let limits = WaitLimits {
             timeout: Duration::from_secs(setup.timeout_secs),
             idle: None,
-            grace: Duration::from_secs(self.settings.stop_grace_secs.min(30)),
+            grace: Duration::from_secs(self.settings.stop_grace_secs.min(5)),
         };
         let exit = self.runtime.wait(&id, limits).await?;
         let mut outcome = SetupOutcome {
@@ -265,36 +265,54 @@ impl RunAct {
         // a new volume, never from the volume the setup wrote (what the read did not see, such
         // as extended attributes, stays behind).
         let copies = self.snapshot_store();
-        let pending = match copies.begin(&run.repo, key) {
-            Ok(p) => p,
-            Err(e) => {
-                let _ = self.runtime.remove(&id).await;
-                anyhow::bail!("cannot write the setup's workspace under runner.snapshot_dir: {e}");
-            }
-        };
         let limit = self.settings.workspace_mb.saturating_mul(1024 * 1024);
-        let tar = self.runtime.export_workspace(&id).await?;
-        let read = tokio::time::timeout(
-            Duration::from_secs(setup.timeout_secs),
-            scan_stream(tar, patterns.clone(), Some(pending), limit),
-        )
-        .await;
-        let _ = self.runtime.remove(&id).await;
-        let (scanned, pending) = match read {
-            Ok(r) => r?,
-            Err(_) => {
-                outcome.snapshot =
-                    Some("no snapshot is taken of a workspace not read in time".into());
-                let why = format!(
-                    "the setup's workspace could not be read within setup.timeout_secs ({} s); the agent was not started",
-                    setup.timeout_secs
-                );
-                return Ok((outcome, Some(why), volume));
+        let within = Duration::from_secs(setup.timeout_secs);
+        let copied = match copies.begin(&run.repo, key) {
+            Ok(pending) => {
+                let tar = self.runtime.export_workspace(&id).await?;
+                let read = scan_stream(tar, patterns.clone(), Some(pending), limit);
+                match tokio::time::timeout(within, read).await {
+                    Err(_) => {
+                        let _ = self.runtime.remove(&id).await;
+                        outcome.snapshot =
+                            Some("no snapshot is taken of a workspace not read in time".into());
+                        let why = format!(
+                            "the setup's workspace could not be read within setup.timeout_secs ({} s); the agent was not started",
+                            setup.timeout_secs
+                        );
+                        return Ok((outcome, Some(why), volume));
+                    }
+                    Ok(Ok((scanned, Some(pending)))) => Ok((scanned, pending)),
+                    Ok(Ok((_, None))) => Err("the copy was lost".to_owned()),
+                    Ok(Err(e)) => Err(format!("{e:#}")),
+                }
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        let (scanned, pending) = match copied {
+            Ok(v) => v,
+            Err(why) => {
+                // No copy could be written (the disk holding snapshots full, say): the
+                // workspace is read again where it is, and the agent starts in it.
+                tracing::warn!(error = %why, "the setup's workspace could not be copied; reading it in place");
+                let checked =
+                    tokio::time::timeout(within, self.check_in_place(&id, &patterns, limit)).await;
+                let _ = self.runtime.remove(&id).await;
+                let refusal = match checked {
+                    Ok(r) => r?,
+                    Err(_) => Some(format!(
+                        "the setup's workspace could not be read within setup.timeout_secs ({} s); the agent was not started",
+                        setup.timeout_secs
+                    )),
+                };
+                outcome.snapshot = Some(format!(
+                    "the snapshot was not kept ({}), so the agent starts in the setup's own volume",
+                    one_line(&why)
+                ));
+                return Ok((outcome, refusal, volume));
             }
         };
-        let Some(pending) = pending else {
-            anyhow::bail!("the setup's workspace copy was lost");
-        };
+        let _ = self.runtime.remove(&id).await;
         let refuse = |outcome: &mut SetupOutcome, pending, why: String| {
             SnapshotStore::abandon(pending);
             outcome.snapshot = Some("no snapshot is taken of a refused workspace".into());
@@ -366,6 +384,32 @@ impl RunAct {
         }
         let volume = restored?;
         Ok((outcome, None, volume))
+    }
+
+    /// The setup's workspace read where it is, without a copy (none could be written): why
+    /// the agent may not start in it, if it may not.
+    async fn check_in_place(
+        &self,
+        id: &str,
+        patterns: &[Pattern],
+        limit: u64,
+    ) -> anyhow::Result<Option<String>> {
+        let tar = self.runtime.export_workspace(id).await?;
+        let (scanned, _) = scan_stream(tar, patterns.to_vec(), None, limit).await?;
+        match scanned {
+            Scanned::Hit { path, name } => return Ok(Some(secret_left(&name, &path))),
+            Scanned::Clean { kept: false, .. } => {
+                return Ok(Some(format!(
+                    "the setup left more than runner.workspace_mb ({} MB) in the workspace; the agent was not started",
+                    self.settings.workspace_mb
+                )));
+            }
+            Scanned::Clean { .. } => {}
+        }
+        let tar = self.runtime.export_workspace(id).await?;
+        Ok(git_stream(tar, patterns.to_vec())
+            .await?
+            .map(|(path, name)| secret_left(&name, &path)))
     }
 
     /// The setup phase's variables: no model key, no pass-through, its own credentials.
