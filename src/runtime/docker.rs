@@ -40,11 +40,7 @@ fn seen_part(skip: u64, start: u64, len: usize) -> usize {
 
 pub use super::RUN_LABEL;
 
-/// The container name of a run: the engine refuses a second container with the same name,
-/// so one run id can never get two containers.
-pub fn container_name(run_id: &RunId) -> String {
-    format!("director-run-{run_id}")
-}
+pub use super::container_name;
 
 pub struct DockerRuntime {
     docker: Docker,

@@ -29,7 +29,7 @@ pub fn volume_name(run_id: &RunId) -> String {
 
 /// The name of a run's setup container.
 pub fn setup_container_name(run_id: &RunId) -> String {
-    format!("{}-setup", super::docker::container_name(run_id))
+    format!("{}-setup", super::container_name(run_id))
 }
 
 fn engine(e: DockerError) -> RuntimeError {

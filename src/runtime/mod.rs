@@ -55,6 +55,12 @@ pub struct RunSpec {
     pub setup_phase: bool,
 }
 
+/// The container name of a run: the engine refuses a second container with the same name,
+/// so one run id can never get two containers.
+pub fn container_name(run_id: &RunId) -> String {
+    format!("director-run-{run_id}")
+}
+
 /// The label a run's setup container carries (never [`RUN_LABEL`]).
 pub const SETUP_LABEL: &str = "director.setup-of";
 
