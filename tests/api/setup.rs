@@ -97,17 +97,25 @@ fn install(index: &Index) -> String {
     )
 }
 
-#[tokio::test]
-async fn a_setup_prepares_the_workspace_with_its_own_network_and_secret_then_starts_warm() {
-    let index = Index::start();
-    let network = Network(format!("director-setup-test-{:08x}", rand::random::<u32>()));
-    let snapshots = tempfile::tempdir().expect("dir");
+/// The director with confined runs on a network of the test's own, snapshots in `snapshots`,
+/// repositories allowed `[setup]`, `command` as the runs' command, and more settings; the
+/// repository served over git.
+async fn spawn_prepared(
+    network: &Network,
+    snapshots: &std::path::Path,
+    command: &str,
+    configure: impl FnOnce(&mut director::settings::Settings),
+) -> (
+    crate::forge_helpers::ForgeApp,
+    director_testkit::llm::FakeLlm,
+    tempfile::TempDir,
+) {
     let image = git_agent_image();
-    let (network_name, snapshot_dir) = (network.0.clone(), snapshots.path().display().to_string());
-    let index_host = index.host.clone();
-    let (t, _llm) = spawn_runs(|s| {
+    let (network_name, snapshot_dir) = (network.0.clone(), snapshots.display().to_string());
+    let command = vec!["/bin/sh".to_owned(), command.to_owned()];
+    let (t, llm) = spawn_runs(|s| {
         s.runner.image = image;
-        s.runner.command = vec!["/bin/sh".into(), "/agent.sh".into()];
+        s.runner.command = command;
         s.runner.network = "bridge".into();
         s.runner.egress = director::settings::Egress::Allowlist;
         s.runner.allow_dns_leaking_engine = true;
@@ -116,6 +124,21 @@ async fn a_setup_prepares_the_workspace_with_its_own_network_and_secret_then_sta
         s.runner.git_gateway_port = crate::helpers::free_port();
         s.runner.snapshot_dir = snapshot_dir;
         s.repo_settings.allow = vec!["setup".into()];
+        configure(s);
+    })
+    .await;
+    let root = tempfile::tempdir().expect("dir");
+    t.forge.serve_git(&t.repo, root.path()).expect("git serves");
+    (t, llm, root)
+}
+
+#[tokio::test]
+async fn a_setup_prepares_the_workspace_with_its_own_network_and_secret_then_starts_warm() {
+    let index = Index::start();
+    let network = Network(format!("director-setup-test-{:08x}", rand::random::<u32>()));
+    let snapshots = tempfile::tempdir().expect("dir");
+    let index_host = index.host.clone();
+    let (t, _llm, _root) = spawn_prepared(&network, snapshots.path(), "/agent.sh", |s| {
         s.repo_settings.setup_egress_allow_max = vec![format!("{index_host}:*")];
         s.setup_secrets.insert(
             "PKG_TOKEN".into(),
@@ -127,8 +150,6 @@ async fn a_setup_prepares_the_workspace_with_its_own_network_and_secret_then_sta
         );
     })
     .await;
-    let root = tempfile::tempdir().expect("dir");
-    t.forge.serve_git(&t.repo, root.path()).expect("git serves");
     t.forge.put_file(&t.repo, "main", "deps.lock", b"pkg==1\n");
     t.forge.put_file(
         &t.repo,
@@ -335,23 +356,8 @@ async fn the_example_entrypoint_works_in_the_prepared_checkout_and_commits_none_
  {
     let network = Network(format!("director-setup-test-{:08x}", rand::random::<u32>()));
     let snapshots = tempfile::tempdir().expect("dir");
-    let image = git_agent_image();
-    let (network_name, snapshot_dir) = (network.0.clone(), snapshots.path().display().to_string());
-    let (t, _llm) = spawn_runs(|s| {
-        s.runner.image = image;
-        s.runner.command = vec!["/bin/sh".into(), "/director-entrypoint".into()];
-        s.runner.network = "bridge".into();
-        s.runner.egress = director::settings::Egress::Allowlist;
-        s.runner.allow_dns_leaking_engine = true;
-        s.runner.egress_network = network_name;
-        s.runner.egress_proxy_port = crate::helpers::free_port();
-        s.runner.git_gateway_port = crate::helpers::free_port();
-        s.runner.snapshot_dir = snapshot_dir;
-        s.repo_settings.allow = vec!["setup".into()];
-    })
-    .await;
-    let root = tempfile::tempdir().expect("dir");
-    t.forge.serve_git(&t.repo, root.path()).expect("git serves");
+    let (t, _llm, _root) =
+        spawn_prepared(&network, snapshots.path(), "/director-entrypoint", |_| {}).await;
     t.forge.put_file(
         &t.repo,
         "main",
@@ -444,23 +450,7 @@ async fn a_full_snapshot_disk_loses_no_run_and_a_setup_over_its_time_is_stopped(
     let network = Network(format!("director-setup-test-{:08x}", rand::random::<u32>()));
     let snapshots = tempfile::tempdir().expect("dir");
     let _disk = SmallDisk::mount(snapshots.path(), "64k");
-    let image = git_agent_image();
-    let (network_name, snapshot_dir) = (network.0.clone(), snapshots.path().display().to_string());
-    let (t, _llm) = spawn_runs(|s| {
-        s.runner.image = image;
-        s.runner.command = vec!["/bin/sh".into(), "/agent.sh".into()];
-        s.runner.network = "bridge".into();
-        s.runner.egress = director::settings::Egress::Allowlist;
-        s.runner.allow_dns_leaking_engine = true;
-        s.runner.egress_network = network_name;
-        s.runner.egress_proxy_port = crate::helpers::free_port();
-        s.runner.git_gateway_port = crate::helpers::free_port();
-        s.runner.snapshot_dir = snapshot_dir;
-        s.repo_settings.allow = vec!["setup".into()];
-    })
-    .await;
-    let root = tempfile::tempdir().expect("dir");
-    t.forge.serve_git(&t.repo, root.path()).expect("git serves");
+    let (t, _llm, _root) = spawn_prepared(&network, snapshots.path(), "/agent.sh", |_| {}).await;
     t.forge.put_file(
         &t.repo,
         "main",
