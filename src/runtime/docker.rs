@@ -505,6 +505,10 @@ impl Runtime for DockerRuntime {
         .await
     }
 
+    async fn list_workspaces(&self) -> Result<Vec<RunId>, RuntimeError> {
+        super::docker_workspace::list(&self.docker).await
+    }
+
     async fn remove_workspace(&self, run_id: &RunId) -> Result<(), RuntimeError> {
         super::docker_workspace::remove(&self.docker, run_id).await
     }

@@ -76,6 +76,23 @@ pub async fn remove(docker: &Docker, run_id: &RunId) -> Result<(), RuntimeError>
     }
 }
 
+/// The runs with a workspace volume on the engine (by the label each carries).
+pub async fn list(docker: &Docker) -> Result<Vec<RunId>, RuntimeError> {
+    let options = bollard::query_parameters::ListVolumesOptions {
+        filters: Some(HashMap::from([(
+            "label".to_owned(),
+            vec![SETUP_LABEL.to_owned()],
+        )])),
+    };
+    let listed = docker.list_volumes(Some(options)).await.map_err(engine)?;
+    Ok(listed
+        .volumes
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|v| RunId::parse(v.labels.get(SETUP_LABEL)?).ok())
+        .collect())
+}
+
 /// Makes the run's workspace volume anew, its root owned by `user` (`uid:gid`), mounted at
 /// `workspace`.
 pub async fn make(

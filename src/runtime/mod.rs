@@ -220,6 +220,10 @@ pub trait Runtime: Send + Sync {
         let _ = run_id;
         Ok(())
     }
+    /// The runs that have a prepared workspace (or a setup container) left on the engine.
+    async fn list_workspaces(&self) -> Result<Vec<RunId>, RuntimeError> {
+        Ok(Vec::new())
+    }
     /// The workspace of an (ended) container as a tar stream, each entry under the
     /// workspace's own directory name.
     async fn export_workspace(&self, id: &str) -> Result<TarStream, RuntimeError> {

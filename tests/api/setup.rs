@@ -329,6 +329,13 @@ async fn a_prepared_workspace_belongs_to_the_runs_user_and_goes_with_the_run() {
     let run_id = director::domain::RunId::parse(&format!("{:012x}", rand::random::<u64>() >> 16))
         .expect("id");
     let volume = rt.make_workspace(&run_id, &image).await.expect("made");
+    assert!(
+        rt.list_workspaces()
+            .await
+            .expect("listed")
+            .contains(&run_id),
+        "the sweep finds it by its label"
+    );
     let (ok, owner) = crate::egress::docker(&[
         "run",
         "--rm",
@@ -342,6 +349,12 @@ async fn a_prepared_workspace_belongs_to_the_runs_user_and_goes_with_the_run() {
         "stat -c %u:%g /workspace && touch /workspace/x && echo writable",
     ]);
     rt.remove_workspace(&run_id).await.expect("removed");
+    assert!(
+        !rt.list_workspaces()
+            .await
+            .expect("listed")
+            .contains(&run_id)
+    );
     assert!(ok, "{owner}");
     assert_eq!(owner, format!("{user}\nwritable"));
     let (_, volumes) = crate::egress::docker(&["volume", "ls", "-q"]);
