@@ -210,7 +210,7 @@ fn hooks(action: HooksAction) -> ExitCode {
     // The hooks prove themselves before their bodies are read: with `webhook.authorization`,
     // or with a token derived from the secret they sign with.
     let authorization = if settings.webhook.authorization.is_empty() {
-        crate::settings::Secret::new(crate::http::signature::hook_token(secret.expose()))
+        crate::settings::Secret::new(crate::forge::signature::hook_token(secret.expose()))
     } else {
         settings.webhook.authorization.clone()
     };
