@@ -14,6 +14,41 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::{CommitSha, IssueRef, RepoName};
 
+/// The bot's login, once the forge said it (or as `forge.bot_login` names it): what the
+/// parts that ignore the bot's own events compare authors with. Learnt once, after start.
+#[derive(Clone, Debug, Default)]
+pub struct BotLogin(std::sync::Arc<std::sync::RwLock<Option<String>>>);
+
+impl BotLogin {
+    pub fn new(known: Option<String>) -> Self {
+        Self(std::sync::Arc::new(std::sync::RwLock::new(known)))
+    }
+
+    /// The login, when known.
+    pub fn get(&self) -> Option<String> {
+        self.0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// What the forge said.
+    pub fn learn(&self, login: String) {
+        *self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(login);
+    }
+
+    /// Whether `login` is the bot's (case aside).
+    pub fn is(&self, login: &str) -> bool {
+        self.0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_deref()
+            .is_some_and(|b| b.eq_ignore_ascii_case(login))
+    }
+}
 /// An issue as the API returns it, reduced to what the director reads.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Issue {

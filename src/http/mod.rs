@@ -4,7 +4,7 @@ pub mod outcomes_cache;
 pub mod status_page;
 pub mod webhook;
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Instant;
 
 use actix_web::body::MessageBody;
@@ -25,9 +25,9 @@ pub struct AppState {
     pub intake: Intake,
     pub store: Store,
     /// The bot account's login, once known; its own events are ignored.
-    pub bot_login: Arc<RwLock<Option<String>>>,
+    pub bot_login: crate::forge::BotLogin,
     /// The container runtime: `ok`, `disabled` or `unavailable: ...`.
-    pub runtime_state: Arc<RwLock<String>>,
+    pub runtime_state: crate::runtime::Health,
     /// For the status page: which repositories are public.
     pub forge: Option<Arc<dyn crate::forge::Forge>>,
     pub visibility: status_page::Visibility,
@@ -52,13 +52,7 @@ impl AppState {
     }
 
     pub fn is_bot(&self, login: &str) -> bool {
-        self.bot_login
-            .read()
-            .map(|bot| {
-                bot.as_deref()
-                    .is_some_and(|b| b.eq_ignore_ascii_case(login))
-            })
-            .unwrap_or(false)
+        self.bot_login.is(login)
     }
 }
 
@@ -132,11 +126,7 @@ async fn healthz() -> HttpResponse {
 /// Fails only when the database is unreachable: intake and pre-flights go on without the
 /// container runtime, whose state is reported in the body.
 async fn readyz(state: web::Data<AppState>) -> HttpResponse {
-    let runtime = state
-        .runtime_state
-        .read()
-        .map(|s| s.clone())
-        .unwrap_or_default();
+    let runtime = state.runtime_state.get();
     match state.store.ping().await {
         Ok(()) => {
             // What is waiting to be done, for a person looking: never a reason to fail.

@@ -61,6 +61,31 @@ pub fn container_name(run_id: &RunId) -> String {
     format!("director-run-{run_id}")
 }
 
+/// Whether runs can start, as last seen: `ok`, `disabled`, or `unavailable: <why>`; for
+/// `/readyz` and the metrics.
+#[derive(Clone, Debug)]
+pub struct Health(std::sync::Arc<std::sync::RwLock<String>>);
+
+impl Health {
+    pub fn new(said: &str) -> Self {
+        Self(std::sync::Arc::new(std::sync::RwLock::new(said.to_owned())))
+    }
+
+    pub fn set(&self, said: &str) {
+        *self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = said.to_owned();
+    }
+
+    pub fn get(&self) -> String {
+        self.0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
 /// The label a run's setup container carries (never [`RUN_LABEL`]).
 pub const SETUP_LABEL: &str = "director.setup-of";
 

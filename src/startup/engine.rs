@@ -1,7 +1,7 @@
 //! The engine's tasks, started in order: the runs (runtime, proxy, watcher), the executor,
 //! the scans and the checks poll.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -28,7 +28,7 @@ use crate::telemetry::Traces;
 
 use super::parts::{
     Overrides, egress_proxy, monitor_runtime, passthrough, preflight_act, runtime, scanner,
-    seal_material, set,
+    seal_material,
 };
 use super::schedules::{claim_scan, period_of, schedule_scans, startup_sweeps};
 
@@ -51,7 +51,7 @@ pub(super) struct RunsStarted {
     pub(super) act: Option<RunAct>,
     pub(super) watcher_wake: Option<Arc<Notify>>,
     pub(super) limits: Option<Limits>,
-    pub(super) state: Arc<RwLock<String>>,
+    pub(super) state: crate::runtime::Health,
     pub(super) network: Option<std::net::IpAddr>,
     /// `runner.host_firewall`'s rule, while the director runs.
     pub(super) firewall: Option<crate::egress::firewall::HostFirewall>,
@@ -63,7 +63,7 @@ impl RunsStarted {
             act: None,
             watcher_wake: None,
             limits: None,
-            state: Arc::new(RwLock::new("disabled".to_owned())),
+            state: crate::runtime::Health::new("disabled"),
             network: None,
             firewall: None,
         }
@@ -98,7 +98,7 @@ impl Engine<'_> {
         &self,
         overrides: &Overrides,
         forge: Option<&Arc<dyn Forge>>,
-        bot_login: &Arc<RwLock<Option<String>>>,
+        bot_login: &crate::forge::BotLogin,
         mut consumer: Consumer,
         listeners: &mut crate::store::Listeners,
     ) -> anyhow::Result<(Consumer, RunsStarted)> {
@@ -143,12 +143,12 @@ impl Engine<'_> {
             Some(Err(error)) => {
                 tracing::error!(%error, "the container runtime is unavailable: no runs start");
                 self.metrics.runtime_up.set(0);
-                set(&started.state, &format!("unavailable: {error}"));
+                started.state.set(&format!("unavailable: {error}"));
                 return Ok(started);
             }
             None => return Ok(started),
         };
-        set(&started.state, "ok");
+        started.state.set("ok");
         let runner = RunnerAccount {
             login: settings.forge.runner_login.clone(),
             password: settings.forge.runner_password.clone(),
@@ -298,7 +298,7 @@ impl Engine<'_> {
     pub(super) async fn start_executor(
         &self,
         forge: &Arc<dyn Forge>,
-        bot_login: &Arc<RwLock<Option<String>>>,
+        bot_login: &crate::forge::BotLogin,
         runs: Option<RunAct>,
     ) -> anyhow::Result<Arc<Notify>> {
         let settings = self.settings;

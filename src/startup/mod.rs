@@ -2,7 +2,7 @@
 //! intake, the forge client, the consumer, the scan schedule and the HTTP routes.
 
 use std::net::TcpListener;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::dev::Server;
@@ -240,8 +240,8 @@ fn start_learning_bot_login(
     settings: &Settings,
     forge: Option<&Arc<dyn Forge>>,
     shutdown: &CancellationToken,
-) -> Arc<RwLock<Option<String>>> {
-    let bot_login = Arc::new(RwLock::new(settings.forge.bot_login.clone()));
+) -> crate::forge::BotLogin {
+    let bot_login = crate::forge::BotLogin::new(settings.forge.bot_login.clone());
     if let Some(forge) = forge
         && (!settings.forge.token.is_empty() || settings.forge.kind == ForgeKind::Github)
     {

@@ -1,7 +1,7 @@
 //! The parts the application is built from: the pre-flight, the container runtime, the
 //! egress proxy, the git and model gateways, the runtime's health check.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -320,7 +320,7 @@ pub(super) fn seal_material(settings: &Settings) -> &crate::settings::Secret {
 /// `runtime` and `director_runtime_up`; a change is logged once.
 pub(super) fn monitor_runtime(
     runtime: Arc<dyn Runtime>,
-    state: Arc<RwLock<String>>,
+    state: crate::runtime::Health,
     metrics: Metrics,
     period: Duration,
     shutdown: CancellationToken,
@@ -339,8 +339,8 @@ pub(super) fn monitor_runtime(
             });
             let up = checked.is_ok();
             match &checked {
-                Ok(()) => set(&state, "ok"),
-                Err(e) => set(&state, &format!("unavailable: {e}")),
+                Ok(()) => state.set("ok"),
+                Err(e) => state.set(&format!("unavailable: {e}")),
             }
             metrics.runtime_up.set(i64::from(up));
             if was_up != Some(up) {
@@ -418,12 +418,6 @@ pub fn scanner(
                 .collect(),
         ),
     )
-}
-
-pub(super) fn set(state: &RwLock<String>, value: &str) {
-    if let Ok(mut s) = state.write() {
-        *s = value.to_owned();
-    }
 }
 
 /// `runner.env_passthrough`, from the director's own environment.

@@ -1,7 +1,7 @@
 //! What runs on a schedule: the start-up sweeps, pruning, and the scans (claimed once per
 //! period across replicas).
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -61,7 +61,7 @@ pub(super) async fn prune_periodically(
 /// Asks the forge who the bot is until it answers; its own events are then ignored.
 pub(super) async fn learn_bot_login(
     forge: Arc<dyn Forge>,
-    bot: Arc<RwLock<Option<String>>>,
+    bot: crate::forge::BotLogin,
     shutdown: CancellationToken,
 ) {
     let mut wait = Duration::from_secs(1);
@@ -69,9 +69,7 @@ pub(super) async fn learn_bot_login(
         match forge.current_user().await {
             Ok(login) => {
                 tracing::info!(bot = %login, "forge account identified");
-                if let Ok(mut b) = bot.write() {
-                    *b = Some(login);
-                }
+                bot.learn(login);
                 return;
             }
             Err(error) => tracing::warn!(%error, "cannot identify the bot account yet"),

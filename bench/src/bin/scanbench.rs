@@ -157,7 +157,7 @@ fn main() -> anyhow::Result<()> {
             store: store.clone(),
             forge: forge.clone(),
             labels: policy_settings.labels.clone(),
-            bot: Arc::new(std::sync::RwLock::new(Some("director-bot".into()))),
+            bot: director::forge::BotLogin::new(Some("director-bot".into())),
             clock: director::clock::system(),
             preflight: None,
             runs: None,

@@ -12,7 +12,7 @@ pub mod run;
 pub mod seal;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
 use crate::clock::SharedClock;
 use crate::domain::IssueRef;
@@ -32,7 +32,7 @@ pub struct Acts {
     pub forge: Arc<dyn Forge>,
     pub labels: LabelSettings,
     /// The bot's login, once the forge said it.
-    pub bot: Arc<RwLock<Option<String>>>,
+    pub bot: crate::forge::BotLogin,
     pub clock: SharedClock,
     /// The pre-flight, when enabled.
     pub preflight: Option<PreflightAct>,
@@ -79,7 +79,7 @@ impl Acts {
     }
 
     pub fn bot(&self) -> Option<String> {
-        self.bot.read().ok().and_then(|b| b.clone())
+        self.bot.get()
     }
 
     /// Performs one action for `issue`.
