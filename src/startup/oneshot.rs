@@ -119,15 +119,14 @@ pub async fn setup_warmth(
         settings.runner.snapshot_max_mb,
         settings.runner.snapshot_ttl_hours,
     );
-    let short = crate::domain::setup::short(&key);
     Ok(Some(
         match store.lookup(repo, &key, crate::clock::now_ms()) {
             Some((_, meta)) => format!(
-                "warm: snapshot `{short}` ({:.1} MB) for image `{image}`: the next run skips the setup",
+                "warm: snapshot `{key}` ({:.1} MB) for image `{image}`: the next run skips the setup",
                 meta.bytes as f64 / (1024.0 * 1024.0)
             ),
             None => format!(
-                "cold: no snapshot `{short}` for image `{image}` yet: the next run runs the setup (`{}`)",
+                "cold: no snapshot `{key}` for image `{image}` yet: the next run runs the setup (`{}`)",
                 setup.command
             ),
         },

@@ -500,3 +500,63 @@ async fn a_full_snapshot_disk_loses_no_run_and_a_setup_over_its_time_is_stopped(
         "{report}"
     );
 }
+
+/// `director check-repo` shows the setup a run would get and whether a snapshot is warm.
+#[tokio::test]
+async fn check_repo_says_whether_the_next_run_starts_warm() {
+    let (t, _llm) = crate::runs::spawn_runs(|_| {}).await;
+    let snapshots = tempfile::tempdir().expect("dir");
+    t.forge.put_file(
+        &t.repo,
+        "main",
+        ".director.toml",
+        b"[setup]\ncommand = \"make deps\"\n",
+    );
+    let check = || async {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_director"))
+            .args(["check-repo", &t.repo.to_string()])
+            .env("DIRECTOR_FORGE__URL", t.forge_url())
+            .env("DIRECTOR_FORGE__TOKEN", crate::forge_helpers::BOT_TOKEN)
+            .env("DIRECTOR_STORE__URL", "sqlite:///nonexistent-dir/never.db")
+            .env("DIRECTOR_REPO_SETTINGS__ALLOW", "setup")
+            .env("DIRECTOR_FORGE__RUNNER_LOGIN", "director-runner")
+            .env("DIRECTOR_FORGE__RUNNER_PASSWORD", "runner-password")
+            .env("DIRECTOR_RUNNER__IMAGE", "director-test/absent:1")
+            .env("DIRECTOR_RUNNER__SNAPSHOT_DIR", snapshots.path())
+            .output()
+            .await
+            .expect("runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let cold = check().await;
+    assert!(cold.contains("command = \"make deps\""), "{cold}");
+    let key = cold
+        .split("cold: no snapshot `")
+        .nth(1)
+        .and_then(|rest| rest.split('`').next())
+        .expect("the cold line names the key")
+        .to_owned();
+    // A snapshot under that key, as a run would keep it: the next check says warm.
+    let store = director::prepared::store::SnapshotStore::new(snapshots.path().to_owned(), 64, 24);
+    let mut pending = store.begin(&t.repo, &key).expect("begin");
+    std::io::Write::write_all(&mut pending.file, &[0u8; 1024]).expect("write");
+    let meta = director::prepared::store::Meta {
+        repo: t.repo.to_string(),
+        key: key.clone(),
+        bytes: 1024,
+        created_ms: director::clock::now_ms(),
+        used_ms: director::clock::now_ms(),
+        image: "director-test/absent:1".into(),
+        command: "make deps".into(),
+    };
+    store
+        .keep(pending, &meta, director::clock::now_ms())
+        .expect("kept");
+    let warm = check().await;
+    assert!(warm.contains(&format!("warm: snapshot `{key}`")), "{warm}");
+}
