@@ -186,6 +186,18 @@ async fn a_setup_prepares_the_workspace_with_its_own_network_and_secret_then_sta
         reports.iter().any(|r| r.contains("Environment: cold")),
         "{reports:?}"
     );
+    let status = crate::fake_runs::status_json(&t).await;
+    let row = status
+        .as_array()
+        .and_then(|a| a.iter().find(|r| r["number"] == first.number))
+        .expect("the issue's row");
+    assert_eq!(row["run"]["setup"]["mode"], "cold", "{row}");
+    assert_eq!(row["run"]["setup"]["key"], cold.key.as_str(), "{row}");
+    let pull = &t.forge.pulls_of(&t.repo)[0].4;
+    assert!(
+        pull.contains("Environment: cold"),
+        "the pull request says it: {pull}"
+    );
     for text in &reports {
         assert!(!text.contains(TOKEN), "no report holds the token: {text}");
     }
