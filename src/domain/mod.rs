@@ -5,6 +5,7 @@
 pub mod action_kind;
 pub mod agent;
 pub mod approval;
+pub mod checks;
 pub mod command;
 pub mod commit;
 pub mod filer;

@@ -62,6 +62,8 @@ pub struct RunAccess {
     pub base_commit: Option<crate::domain::CommitSha>,
     /// Its setup phase is under way: the setup's own (fetch-only) credential is taken.
     pub setup_open: bool,
+    /// Its head's checks are under way: the checks' own (fetch-only) credential is taken.
+    pub checks_open: bool,
     /// The repository's git URL on the forge.
     pub upstream: String,
     /// `scheme://host:port` of `upstream`.
@@ -150,6 +152,13 @@ impl Gateway {
             .encode(self.mac(Phase::Setup, run_id).finalize().into_bytes())
     }
 
+    /// The password of `checks-<run_id>`: fetches only, while the run's checks are under way
+    /// (the director's own fetch step before the sealed check containers).
+    pub fn checks_password(&self, run_id: &RunId) -> String {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(self.mac(Phase::Checks, run_id).finalize().into_bytes())
+    }
+
     fn verify(&self, phase: Phase, run_id: &RunId, password: &str) -> bool {
         base64::engine::general_purpose::URL_SAFE_NO_PAD
             .decode(password)
@@ -162,6 +171,7 @@ impl Gateway {
         mac.update(match phase {
             Phase::Run => b"git-gateway\0".as_slice(),
             Phase::Setup => b"git-gateway-setup\0".as_slice(),
+            Phase::Checks => b"git-gateway-checks\0".as_slice(),
         });
         mac.update(run_id.as_str().as_bytes());
         mac
@@ -240,6 +250,7 @@ fn text(status: StatusCode, message: &str) -> HttpResponse {
 enum Phase {
     Run,
     Setup,
+    Checks,
 }
 
 /// The run a request's Basic credentials name, checked, and whose they are.
@@ -251,10 +262,14 @@ fn credentials(gw: &Gateway, req: &HttpRequest) -> Option<(RunId, Phase)> {
         .ok()?;
     let decoded = String::from_utf8(decoded).ok()?;
     let (user, password) = decoded.split_once(':')?;
-    let (id, phase) = match (user.strip_prefix("run-"), user.strip_prefix("setup-")) {
-        (Some(id), _) => (id, Phase::Run),
-        (_, Some(id)) => (id, Phase::Setup),
-        _ => return None,
+    let (id, phase) = if let Some(id) = user.strip_prefix("run-") {
+        (id, Phase::Run)
+    } else if let Some(id) = user.strip_prefix("setup-") {
+        (id, Phase::Setup)
+    } else if let Some(id) = user.strip_prefix("checks-") {
+        (id, Phase::Checks)
+    } else {
+        return None;
     };
     let run_id = RunId::parse(id).ok()?;
     gw.verify(phase, &run_id, password)
@@ -301,16 +316,27 @@ async fn handle(req: HttpRequest, payload: web::Payload, gw: web::Data<Gateway>)
     if phase == Phase::Setup && !run.setup_open {
         return text(StatusCode::FORBIDDEN, "the run's setup has ended");
     }
+    if phase == Phase::Checks && !run.checks_open {
+        return text(StatusCode::FORBIDDEN, "the run's checks are not under way");
+    }
     if !run.repo.to_string().eq_ignore_ascii_case(&repo.to_string()) {
         return text(StatusCode::NOT_FOUND, "repository not found");
     }
-    if phase == Phase::Setup && end == Endpoint::ReceivePack
-        || phase == Phase::Setup
+    let fetch_only = matches!(phase, Phase::Setup | Phase::Checks);
+    if fetch_only && end == Endpoint::ReceivePack
+        || fetch_only
             && end == Endpoint::InfoRefs
             && req.query_string() != "service=git-upload-pack"
     {
-        gw.count("setup_push");
-        return text(StatusCode::FORBIDDEN, "the setup phase cannot push");
+        gw.count(if phase == Phase::Setup {
+            "setup_push"
+        } else {
+            "checks_push"
+        });
+        return text(
+            StatusCode::FORBIDDEN,
+            "the setup and checks phases cannot push",
+        );
     }
     match end {
         Endpoint::InfoRefs => {

@@ -166,11 +166,23 @@ impl Step<'_> {
             );
             return;
         }
+        let mut text = comments::ci_feedback(head, &failing, contexts);
+        if failing
+            .iter()
+            .any(|c| c.context == crate::domain::checks::CONTEXT)
+            && let Some(more) = self.checks_feedback(head)
+        {
+            text.push_str("\n\n");
+            text.push_str(&more);
+        }
+        let Some(pr) = self.record.pr.as_mut() else {
+            return;
+        };
         pr.take(&key);
         let feedback = Feedback {
             key,
             by: CI_AUTHOR.to_owned(),
-            text: comments::ci_feedback(head, &failing, contexts),
+            text,
         };
         pr.wait_on(feedback);
         self.set_lifecycle(Lifecycle::Queued);
@@ -195,6 +207,12 @@ impl Step<'_> {
             .filter(|c| c.state == CheckState::Success)
             .map(|c| c.head.clone())
         else {
+            return false;
+        };
+        if !self.checks_allow_merge(&head) {
+            return false;
+        }
+        let Some(pr) = self.record.pr.as_mut() else {
             return false;
         };
         let lane = pr.merge.get_or_insert_with(MergeLane::default);

@@ -23,6 +23,7 @@ use crate::event::{
 use crate::preflight::comment::{self, CommentInput, Shown};
 use crate::settings::{LabelSettings, OnError, Settings};
 
+mod checks;
 mod filers;
 mod gave_up;
 mod issue;
@@ -78,6 +79,8 @@ pub struct Policy {
     pub egress_approvable: Vec<String>,
     /// The sandbox runtime runs get (`runner.oci_runtime`, `runner.runtime_class_name`).
     pub sandbox: Option<String>,
+    /// The operator's `[checks]`, for runs whose repository's file was not read.
+    pub checks: Option<crate::domain::checks::ChecksDecl>,
 }
 
 impl Policy {
@@ -109,6 +112,18 @@ impl Policy {
             max_continue_usd: settings.budget.max_continue_usd,
             egress_approvable: settings.runner.egress_approvable.clone(),
             sandbox: settings.sandbox_runtime(),
+            checks: settings
+                .checks
+                .is_set()
+                .then(|| {
+                    crate::settings::checks::decl(
+                        &settings.checks,
+                        settings.runner.timeout_secs,
+                        &mut Vec::new(),
+                    )
+                    .ok()
+                })
+                .flatten(),
         }
     }
 }

@@ -101,8 +101,23 @@ impl Step<'_> {
                 self.exited(*code, log);
             }
             RunReport::Judged { ahead } if state == RunState::Exited => self.judged(*ahead),
+            RunReport::Checked {
+                head,
+                base,
+                outcome,
+            } if state == RunState::Exited => {
+                return self.checked(head, base.as_deref(), outcome);
+            }
+            // Whatever the run's state: its pull request's checks now hold the status.
+            RunReport::StatusPosted { .. } => {
+                self.read_checks();
+                return !self.actions.is_empty();
+            }
             RunReport::PrOpened { number } if state == RunState::Exited => {
                 let mut body = comments::run_succeeded(run_id, *number);
+                if let Some((section, _)) = self.checks_section() {
+                    body.push_str(&section);
+                }
                 if let Some(run) = self.run.as_mut() {
                     run.pr_number = Some(*number);
                     if refused_default_push(run) {
@@ -118,6 +133,9 @@ impl Step<'_> {
                     pr.opened_at_ms = Some(self.now);
                     self.record.pr = Some(pr);
                 }
+                // A fork's head reaches the repository with its pull request: its checks'
+                // status can be posted only now.
+                self.post_checks_status(true);
                 self.end_run(RunState::Succeeded, format!("pull request #{number}"), body);
                 // Its checks: CI may report at once, or later (then the poll finds them).
                 self.read_checks();
@@ -278,7 +296,19 @@ impl Step<'_> {
             }
             let body = comments::run_failed(&id, &why, &log);
             self.end_run(RunState::Failed, why, body);
-        } else {
+        } else if !self.checks_first() {
+            self.plan_pull();
+        }
+    }
+
+    /// Plans the run's pull request, with its checks' result when it has one: a draft (its
+    /// title starting `WIP: `) when they do not pass.
+    pub(super) fn plan_pull(&mut self) {
+        let Some(run) = self.run.as_ref() else {
+            return;
+        };
+        let id = run.id.clone();
+        {
             let verdict = self
                 .record
                 .preflight
@@ -297,12 +327,19 @@ impl Step<'_> {
                         .to_owned()
                 })
                 .filter(|t| !t.is_empty());
-            let title = vouched.unwrap_or_else(|| format!("Issue #{}", self.record.number));
+            let mut title = vouched.unwrap_or_else(|| format!("Issue #{}", self.record.number));
             let summary = run.result.as_ref().and_then(|r| r.summary.as_deref());
             let mut body = comments::pr_body(self.record.number, &id, verdict, summary);
             body.push_str(&comments::agent_line(run.agent.as_ref()));
             if let Some(setup) = &run.setup {
                 body.push_str(&format!("\n\n{}.", setup.line()));
+            }
+            if let Some((section, green)) = self.checks_section() {
+                body.push_str(&section);
+                if !green {
+                    // Forgejo's draft: a title starting `WIP:` cannot be merged.
+                    title = format!("WIP: {title}");
+                }
             }
             body.push_str(&comments::transcript_link(self.policy.server.run_url(&id)));
             self.act(

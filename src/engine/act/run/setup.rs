@@ -490,7 +490,7 @@ impl std::io::Read for ChannelReader {
 }
 
 /// A file as a stream of chunks, read as they are sent.
-fn file_stream(file: tokio::fs::File) -> TarStream {
+pub(super) fn file_stream(file: tokio::fs::File) -> TarStream {
     futures_util::stream::unfold(Some(file), |file| async move {
         use tokio::io::AsyncReadExt as _;
         let mut file = file?;

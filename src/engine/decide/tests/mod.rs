@@ -39,6 +39,7 @@ fn policy() -> Policy {
         max_continue_usd: 0.0,
         egress_approvable: Vec::new(),
         sandbox: None,
+        checks: None,
     }
 }
 
@@ -394,6 +395,7 @@ fn said(command: Command, actor: &str, allowed: bool, comment: u64, args: &str) 
     }
 }
 
+mod checks;
 mod filers;
 mod gave_up;
 mod issue;
