@@ -406,6 +406,8 @@ pub enum RunReport {
     },
     /// The checks' status was posted on `sha`: the pull request's checks are read again.
     StatusPosted { sha: String },
+    /// The draft pull request was retitled ready (its checks pass).
+    Readied { pr: u64 },
 }
 
 /// What the pre-flight comment of a WRONG-REPO verdict shows once the issue is filed.

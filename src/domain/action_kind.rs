@@ -30,13 +30,14 @@ pub enum ActionKind {
     TryMerge,
     RunChecks,
     PostStatus,
+    RetitlePull,
     /// A kind this version does not know (stored by a newer one).
     #[serde(other)]
     Unknown,
 }
 
 impl ActionKind {
-    pub const ALL: [ActionKind; 20] = [
+    pub const ALL: [ActionKind; 21] = [
         Self::ResolveTrigger,
         Self::AuthorizeCommand,
         Self::PostNotice,
@@ -57,6 +58,7 @@ impl ActionKind {
         Self::TryMerge,
         Self::RunChecks,
         Self::PostStatus,
+        Self::RetitlePull,
     ];
 
     /// The `kind` column and the metric label.
@@ -82,6 +84,7 @@ impl ActionKind {
             Self::TryMerge => "try_merge",
             Self::RunChecks => "run_checks",
             Self::PostStatus => "post_status",
+            Self::RetitlePull => "retitle_pull",
             Self::Unknown => "unknown",
         }
     }

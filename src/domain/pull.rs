@@ -154,6 +154,10 @@ pub struct PullRecord {
     /// A later commit of the base that reverts its merge, once found.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reverted: Option<Reverted>,
+    /// It was opened as a draft (`WIP: `) because the director's checks did not pass: the
+    /// title to give it once they do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft: Option<String>,
 }
 
 /// A commit of the base branch that reverts a merged pull request.
@@ -264,6 +268,7 @@ impl PullRecord {
             opened_at_ms: None,
             ended_at_ms: None,
             reverted: None,
+            draft: None,
         }
     }
 

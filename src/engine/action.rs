@@ -87,6 +87,12 @@ pub enum Action {
         run_id: RunId,
         checks: crate::domain::checks::ChecksDecl,
     },
+    /// Give the pull request `title` (its draft prefix dropped once the checks pass).
+    RetitlePull {
+        run_id: RunId,
+        pr: u64,
+        title: String,
+    },
     /// Post the checks' result as commit status `director/checks` on `sha` (statuses append:
     /// posting it twice shows it once).
     PostStatus {
@@ -132,6 +138,7 @@ impl Action {
             Self::TryMerge { .. } => ActionKind::TryMerge,
             Self::RunChecks { .. } => ActionKind::RunChecks,
             Self::PostStatus { .. } => ActionKind::PostStatus,
+            Self::RetitlePull { .. } => ActionKind::RetitlePull,
         }
     }
 
@@ -146,7 +153,8 @@ impl Action {
             | Self::RevokeToken { run_id }
             | Self::ReportRun { run_id, .. }
             | Self::RunChecks { run_id, .. }
-            | Self::PostStatus { run_id, .. } => Some(run_id),
+            | Self::PostStatus { run_id, .. }
+            | Self::RetitlePull { run_id, .. } => Some(run_id),
             _ => None,
         }
     }
@@ -249,6 +257,11 @@ pub enum Effect {
     RunChecks {
         run: RunId,
     },
+    /// Making the draft pull request ready, its checks green on `head`.
+    Ready {
+        pr: u64,
+        head: String,
+    },
     /// Posting the checks' commit status on `sha`.
     Status {
         run: RunId,
@@ -333,6 +346,7 @@ impl fmt::Display for Effect {
             Self::Remove { run } => write!(f, "remove:{run}"),
             Self::RunChecks { run } => write!(f, "run-checks:{run}"),
             Self::Status { run, sha } => write!(f, "status:{run}:{sha}"),
+            Self::Ready { pr, head } => write!(f, "ready:pr{pr}:{head}"),
             Self::ReviewFeedback { pr, review } => write!(f, "feedback:pr{pr}:review:{review}"),
             Self::CommentFeedback { pr, comment } => write!(f, "feedback:pr{pr}:comment:{comment}"),
             Self::PrClosed { pr, version } => write!(f, "pr-closed:pr{pr}:v{version}"),

@@ -557,6 +557,13 @@ pub trait Forge: Send + Sync {
     /// The checks of commit `sha`: its commit statuses, latest per context (and on GitHub its
     /// check runs), at most [`MAX_CHECKS`] of them.
     async fn checks(&self, repo: &RepoName, sha: &CommitSha) -> Result<Checks, ForgeError>;
+    /// Retitles pull request `number` (a draft of the director's, `WIP: `, made ready).
+    async fn edit_pull_title(
+        &self,
+        repo: &RepoName,
+        number: u64,
+        title: &str,
+    ) -> Result<(), ForgeError>;
     /// Posts a commit status on commit `sha` (statuses append; per context the latest wins).
     async fn post_status(
         &self,

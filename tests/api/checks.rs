@@ -118,6 +118,10 @@ async fn sealed_checks_against_the_base_give_the_head_a_status_and_the_pull_requ
             let runs = t.app.store.runs_of(&broken).await.expect("runs");
             runs.len() == 2
                 && runs.iter().all(|r| r.finished_at_ms.is_some())
+                && t.forge
+                    .pulls_of(&t.repo)
+                    .first()
+                    .is_some_and(|p| !p.3.starts_with("WIP"))
                 && t.record(&broken)
                     .await
                     .is_some_and(|r| r.lifecycle == Lifecycle::Succeeded)
@@ -159,7 +163,12 @@ async fn sealed_checks_against_the_base_give_the_head_a_status_and_the_pull_requ
     let pulls = t.forge.pulls_of(&t.repo);
     assert_eq!(pulls.len(), 1, "one pull request");
     let (_, _, _, title, body) = &pulls[0];
-    assert!(title.starts_with("WIP: "), "a draft: {title}");
+    // Opened as a draft saying what fails; made ready once the follow-up's checks passed.
+    assert_eq!(title, "Make calc five");
+    assert!(
+        body.contains("### Checks (`director/checks`): failure"),
+        "{body}"
+    );
     assert!(
         body.contains("| `sh test.sh` | passed | failed (exit 1) | regression |"),
         "{body}"
@@ -314,6 +323,7 @@ async fn sealed_checks_against_the_base_give_the_head_a_status_and_the_pull_requ
 /// and the fake keeps what was posted.
 #[tokio::test]
 async fn a_checks_status_fits_both_forges_api_descriptions() {
+    let _ = http_client();
     use director::domain::checks::StatusState;
     use director::forge::{Forge as _, NewStatus};
     let status = NewStatus {
@@ -350,6 +360,19 @@ async fn a_checks_status_fits_both_forges_api_descriptions() {
             status.description.clone(),
             status.target_url.clone()
         )]
+    );
+    // A draft made ready: its title.
+    let number = client
+        .create_pull(&repo, "main", "main", "WIP: Add calc", "")
+        .await
+        .expect("opened");
+    client
+        .edit_pull_title(&repo, number, "Add calc")
+        .await
+        .expect("retitled");
+    assert_eq!(
+        gh.title_of("acme/widgets", number).as_deref(),
+        Some("Add calc")
     );
     let v = gh.violations();
     assert!(v.is_empty(), "{v:#?}");
@@ -396,6 +419,50 @@ async fn a_checks_status_fits_both_forges_api_descriptions() {
     assert!(
         matches!(err, director::forge::ForgeError::NotFound { .. }),
         "{err}"
+    );
+    let v = forge.contract_violations();
+    assert!(v.is_empty(), "{v:#?}");
+}
+
+/// Making a draft ready through the Forgejo client: the PATCH fits the description and only
+/// the title changes.
+#[tokio::test]
+async fn a_draft_pull_request_is_retitled_through_forgejos_api() {
+    use director::forge::Forge as _;
+    let _ = http_client();
+    let forge = director_testkit::forge::FakeForge::new();
+    forge.add_account(crate::forge_helpers::BOT, crate::forge_helpers::BOT_TOKEN);
+    let repo = forge.add_org_repo("acme", "widgets");
+    forge.grant(
+        &repo,
+        crate::forge_helpers::BOT,
+        director::forge::Permission::Admin,
+    );
+    forge.put_file(&repo, "calc", "calc.sh", b"echo 5\n");
+    let server = forge.serve().expect("serves");
+    let client = director::forge::forgejo::ForgejoClient::new(
+        &director::settings::ForgeSettings {
+            url: server.url().to_owned(),
+            token: director::settings::Secret::new(crate::forge_helpers::BOT_TOKEN),
+            timeout_secs: 5,
+            max_attempts: 2,
+            ..Default::default()
+        },
+        None,
+    )
+    .expect("client");
+    let number = client
+        .create_pull(&repo, "calc", "main", "WIP: Add calc", "the body")
+        .await
+        .expect("opened");
+    client
+        .edit_pull_title(&repo, number, "Add calc")
+        .await
+        .expect("retitled");
+    let pulls = forge.pulls_of(&repo);
+    assert_eq!(
+        (pulls[0].3.as_str(), pulls[0].4.as_str()),
+        ("Add calc", "the body")
     );
     let v = forge.contract_violations();
     assert!(v.is_empty(), "{v:#?}");

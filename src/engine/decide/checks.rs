@@ -74,6 +74,7 @@ impl Step<'_> {
         record.outcome = Some(outcome.clone());
         let ahead = record.ahead;
         self.post_checks_status(false);
+        self.ready_if_green(head, outcome);
         if self.run.as_ref().is_some_and(|r| r.followup.is_some()) {
             // A follow-up: its pull request exists; it ends now, saying what the checks found
             // (a failure is read from the status like any failing check, and answered).
@@ -81,6 +82,54 @@ impl Step<'_> {
         } else {
             self.plan_pull();
         }
+        true
+    }
+
+    /// A draft pull request whose checks now pass on its head is made ready (its title
+    /// without the `WIP: ` it was opened with).
+    fn ready_if_green(&mut self, head: &str, outcome: &ChecksOutcome) {
+        if outcome.state() != StatusState::Success
+            || self.run.as_ref().is_none_or(|r| r.followup.is_none())
+        {
+            return;
+        }
+        let Some(pr) = self.record.pr.as_mut().filter(|p| p.is_open()) else {
+            return;
+        };
+        // Kept until the forge has the new title: the merge lane waits for it (Forgejo
+        // refuses to merge a `WIP:` title).
+        let Some(title) = pr.draft.clone() else {
+            return;
+        };
+        let number = pr.number;
+        let Some(run_id) = self.run.as_ref().map(|r| r.id.clone()) else {
+            return;
+        };
+        self.act(
+            Effect::Ready {
+                pr: number,
+                head: head.to_owned(),
+            },
+            Action::RetitlePull {
+                run_id,
+                pr: number,
+                title,
+            },
+        );
+    }
+
+    /// The draft pull request has its ready title: the merge lane may take it.
+    pub(super) fn readied(&mut self, number: u64) -> bool {
+        let Some(pr) = self
+            .record
+            .pr
+            .as_mut()
+            .filter(|p| p.number == number && p.draft.is_some())
+        else {
+            return false;
+        };
+        pr.draft = None;
+        self.plan_merge();
         true
     }
 
@@ -157,6 +206,9 @@ impl Step<'_> {
     pub(super) fn checks_allow_merge(&self, head: &str) -> bool {
         if self.checks_decl().is_none() {
             return true;
+        }
+        if self.record.pr.as_ref().is_some_and(|p| p.draft.is_some()) {
+            return false;
         }
         self.run
             .as_ref()

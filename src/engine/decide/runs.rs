@@ -113,10 +113,14 @@ impl Step<'_> {
                 self.read_checks();
                 return !self.actions.is_empty();
             }
+            RunReport::Readied { pr } => return self.readied(*pr),
             RunReport::PrOpened { number } if state == RunState::Exited => {
                 let mut body = comments::run_succeeded(run_id, *number);
-                if let Some((section, _)) = self.checks_section() {
+                let mut draft = None;
+                if let Some((section, green)) = self.checks_section() {
                     body.push_str(&section);
+                    // Opened as a draft: made ready once a follow-up's checks pass.
+                    draft = (!green).then(|| self.pull_title());
                 }
                 if let Some(run) = self.run.as_mut() {
                     run.pr_number = Some(*number);
@@ -131,6 +135,7 @@ impl Step<'_> {
                     }
                     let mut pr = PullRecord::opened(*number, &run.branch);
                     pr.opened_at_ms = Some(self.now);
+                    pr.draft = draft;
                     self.record.pr = Some(pr);
                 }
                 // A fork's head reaches the repository with its pull request: its checks'
@@ -301,6 +306,22 @@ impl Step<'_> {
         }
     }
 
+    /// The pull request's title: the one a writer vouched for (the one the run was given),
+    /// never the issue's latest, which its author may have changed since.
+    pub(super) fn pull_title(&self) -> String {
+        self.record
+            .preflight
+            .vouched
+            .as_ref()
+            .map(|v| {
+                crate::preflight::prompt::strip_hidden(&v.title)
+                    .trim()
+                    .to_owned()
+            })
+            .filter(|t| !t.is_empty())
+            .unwrap_or_else(|| format!("Issue #{}", self.record.number))
+    }
+
     /// Plans the run's pull request, with its checks' result when it has one: a draft (its
     /// title starting `WIP: `) when they do not pass.
     pub(super) fn plan_pull(&mut self) {
@@ -314,20 +335,7 @@ impl Step<'_> {
                 .preflight
                 .verdict
                 .map_or("none", Judgement::as_str);
-            // The title a writer vouched for (the one the run was given), never the issue's
-            // latest, which its author may have changed since.
-            let vouched = self
-                .record
-                .preflight
-                .vouched
-                .as_ref()
-                .map(|v| {
-                    crate::preflight::prompt::strip_hidden(&v.title)
-                        .trim()
-                        .to_owned()
-                })
-                .filter(|t| !t.is_empty());
-            let mut title = vouched.unwrap_or_else(|| format!("Issue #{}", self.record.number));
+            let mut title = self.pull_title();
             let summary = run.result.as_ref().and_then(|r| r.summary.as_deref());
             let mut body = comments::pr_body(self.record.number, &id, verdict, summary);
             body.push_str(&comments::agent_line(run.agent.as_ref()));

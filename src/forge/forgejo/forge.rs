@@ -400,6 +400,25 @@ impl Forge for ForgejoClient {
 
     /// The combined status, page by page (each page combines only its own contexts, so the
     /// state is worked out here), up to [`crate::forge::MAX_CHECKS`] contexts.
+    async fn edit_pull_title(
+        &self,
+        repo: &RepoName,
+        number: u64,
+        title: &str,
+    ) -> Result<(), ForgeError> {
+        // `EditPullRequestOption`: only the title is sent, so nothing else changes.
+        let path = format!("{}/pulls/{number}", repo_path(repo));
+        self.send(
+            Method::PATCH,
+            "/repos/{owner}/{repo}/pulls/{index}",
+            &path,
+            &[],
+            Some(&json!({ "title": title })),
+        )
+        .await?;
+        Ok(())
+    }
+
     async fn post_status(
         &self,
         repo: &RepoName,

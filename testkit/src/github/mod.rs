@@ -662,6 +662,14 @@ impl FakeGitHub {
         self.with(|s| s.tokens.clone())
     }
 
+    /// The title of issue or pull request `number`.
+    pub fn title_of(&self, repo: &str, number: u64) -> Option<String> {
+        self.with(|s| {
+            s.repo(repo)
+                .and_then(|r| r.issues.get(&number).map(|i| i.title.clone()))
+        })
+    }
+
     /// The commit statuses posted on `sha`: (state, context, description, target_url).
     pub fn statuses(&self, repo: &str, sha: &str) -> Vec<(String, String, String, String)> {
         self.with(|s| {

@@ -171,3 +171,112 @@ fn a_run_in_a_fork_gets_its_status_once_its_pull_request_exists() {
     assert!(s.find("post_status").is_some());
     assert!(s.report().contains("### Checks"), "the report carries them");
 }
+
+fn read(head: &str) -> Event {
+    Event::ChecksRead {
+        pr: 5,
+        head: head.into(),
+        state: crate::domain::CheckState::Success,
+        failing: Vec::new(),
+        contexts: 1,
+        held: 0,
+    }
+}
+
+#[test]
+fn the_merge_lane_waits_for_the_directors_checks_on_the_head_it_would_merge() {
+    let mut policy = with_checks();
+    policy.merge.enabled = true;
+    let mut s = Sim::running_with(policy);
+    s.apply(&report("000000000001", exited(0)));
+    s.apply(&report("000000000001", RunReport::Judged { ahead: 1 }));
+    s.apply(&checked(0, 0));
+    s.apply(&report("000000000001", RunReport::PrOpened { number: 5 }));
+    // Another head (a person's push) is green on the forge, unchecked by the director: the
+    // lane waits.
+    s.apply(&read("3333333333333333333333333333333333333333"));
+    assert!(s.find("try_merge").is_none(), "{:?}", s.kinds());
+    // The head the checks passed on: the lane goes.
+    s.apply(&read(HEAD));
+    assert!(s.find("try_merge").is_some(), "{:?}", s.kinds());
+}
+
+#[test]
+fn a_draft_is_made_ready_when_a_follow_ups_checks_pass_and_only_then_merged() {
+    let mut policy = with_checks();
+    policy.merge.enabled = true;
+    let mut s = Sim::running_with(policy);
+    s.apply(&report("000000000001", exited(0)));
+    s.apply(&report("000000000001", RunReport::Judged { ahead: 1 }));
+    s.apply(&checked(1, 0));
+    s.apply(&report("000000000001", RunReport::PrOpened { number: 5 }));
+    assert_eq!(
+        s.rec().pr.as_ref().and_then(|p| p.draft.clone()).as_deref(),
+        Some("Add --verbose")
+    );
+    // The failing status is read and answered by a follow-up told the failing tail.
+    s.apply(&Event::ChecksRead {
+        pr: 5,
+        head: HEAD.into(),
+        state: crate::domain::CheckState::Failure,
+        failing: vec![crate::domain::Check {
+            context: crate::domain::checks::CONTEXT.into(),
+            state: crate::domain::CheckState::Failure,
+            description: "0 of 1 passed, 1 failing".into(),
+            target_url: String::new(),
+        }],
+        contexts: 1,
+        held: 0,
+    });
+    assert_eq!(s.state(), Lifecycle::Queued);
+    let feedback = s
+        .rec()
+        .pr
+        .as_ref()
+        .and_then(|p| p.pending.clone())
+        .expect("feedback");
+    assert!(
+        feedback.text.contains("FAIL: test_add"),
+        "{}",
+        feedback.text
+    );
+    s.apply(&admitted("000000000002"));
+    s.apply(&report("000000000002", started()));
+    s.apply(&report("000000000002", exited(0)));
+    s.apply(&report("000000000002", RunReport::Judged { ahead: 1 }));
+    assert_eq!(
+        s.kinds(),
+        vec!["run_checks"],
+        "the follow-up's head is checked"
+    );
+    let fixed = "4444444444444444444444444444444444444444";
+    s.apply(&report(
+        "000000000002",
+        RunReport::Checked {
+            head: fixed.into(),
+            base: Some(BASE.into()),
+            outcome: ChecksOutcome {
+                head: side(0),
+                base: Some(side(0)),
+                baseline_reused: true,
+                overhead_ms: 0,
+            },
+        },
+    ));
+    match &s.find("retitle_pull").expect("made ready").action {
+        Action::RetitlePull { pr, title, .. } => {
+            assert_eq!((*pr, title.as_str()), (5, "Add --verbose"));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        s.find("post_status").is_some(),
+        "posted on the fork-less head at once"
+    );
+    // Green on the forge, but still titled a draft: no merge before the title is changed.
+    s.apply(&read(fixed));
+    assert!(s.find("try_merge").is_none(), "{:?}", s.kinds());
+    s.apply(&report("000000000002", RunReport::Readied { pr: 5 }));
+    assert!(s.rec().pr.as_ref().is_some_and(|p| p.draft.is_none()));
+    assert!(s.find("try_merge").is_some(), "{:?}", s.kinds());
+}

@@ -436,6 +436,24 @@ impl Forge for GithubClient {
     }
 
     /// Commit statuses (latest per context) and check runs, a page of each.
+    async fn edit_pull_title(
+        &self,
+        repo: &RepoName,
+        number: u64,
+        title: &str,
+    ) -> Result<(), ForgeError> {
+        let who = self.on(repo).await?;
+        self.send(
+            who,
+            Method::PATCH,
+            "/repos/{o}/{r}/pulls/{n}",
+            &format!("{}/pulls/{number}", repo_path(repo)),
+            Some(&json!({ "title": title })),
+        )
+        .await?;
+        Ok(())
+    }
+
     async fn post_status(
         &self,
         repo: &RepoName,
