@@ -158,6 +158,13 @@ pub struct PullRecord {
     /// title to give it once they do.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub draft: Option<String>,
+    /// Whether the director's checks (`[checks]`) passed when it opened (`None`: it had
+    /// none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opened_green: Option<bool>,
+    /// Follow-up runs that answered a failing `director/checks` (among `ci_followups`).
+    #[serde(default)]
+    pub check_followups: u32,
 }
 
 /// A commit of the base branch that reverts a merged pull request.
@@ -269,6 +276,8 @@ impl PullRecord {
             ended_at_ms: None,
             reverted: None,
             draft: None,
+            opened_green: None,
+            check_followups: 0,
         }
     }
 

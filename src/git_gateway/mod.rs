@@ -8,6 +8,8 @@
 //!   taken, and only for its own repository.
 //!   A run's setup phase has a credential of its own, `setup-<run id>`, taken only for
 //!   fetches and only while the setup is under way: the setup cannot push.
+//!   So have the director's checks of its pushed head (`checks-<run id>`): fetches only,
+//!   only while the run has exited and its checks have no outcome.
 //! - **Fetches** are forwarded to the forge with the run's token, which the director holds.
 //! - **Pushes** are checked first, and nothing of a refused push reaches the forge: every
 //!   ref update must be the run's own branch (created or updated by a first run,
@@ -276,6 +278,27 @@ fn credentials(gw: &Gateway, req: &HttpRequest) -> Option<(RunId, Phase)> {
         .then_some((run_id, phase))
 }
 
+/// Why a phase's credential is not taken now: the setup's once the setup ended, the checks'
+/// outside the run's checks.
+fn phase_closed(phase: Phase, setup_open: bool, checks_open: bool) -> Option<&'static str> {
+    match phase {
+        Phase::Setup if !setup_open => Some("the run's setup has ended"),
+        Phase::Checks if !checks_open => Some("the run's checks are not under way"),
+        _ => None,
+    }
+}
+
+/// The refusal counted when a fetch-only phase (setup, checks) asks to push.
+fn phase_push(phase: Phase, end: Endpoint, query: &str) -> Option<&'static str> {
+    let pushing = end == Endpoint::ReceivePack
+        || end == Endpoint::InfoRefs && query != "service=git-upload-pack";
+    match phase {
+        Phase::Setup if pushing => Some("setup_push"),
+        Phase::Checks if pushing => Some("checks_push"),
+        _ => None,
+    }
+}
+
 async fn handle(req: HttpRequest, payload: web::Payload, gw: web::Data<Gateway>) -> HttpResponse {
     let Some((repo, end)) = endpoint(req.path()) else {
         return text(StatusCode::NOT_FOUND, "not a git repository path");
@@ -313,26 +336,14 @@ async fn handle(req: HttpRequest, payload: web::Payload, gw: web::Data<Gateway>)
             );
         }
     };
-    if phase == Phase::Setup && !run.setup_open {
-        return text(StatusCode::FORBIDDEN, "the run's setup has ended");
-    }
-    if phase == Phase::Checks && !run.checks_open {
-        return text(StatusCode::FORBIDDEN, "the run's checks are not under way");
+    if let Some(why) = phase_closed(phase, run.setup_open, run.checks_open) {
+        return text(StatusCode::FORBIDDEN, why);
     }
     if !run.repo.to_string().eq_ignore_ascii_case(&repo.to_string()) {
         return text(StatusCode::NOT_FOUND, "repository not found");
     }
-    let fetch_only = matches!(phase, Phase::Setup | Phase::Checks);
-    if fetch_only && end == Endpoint::ReceivePack
-        || fetch_only
-            && end == Endpoint::InfoRefs
-            && req.query_string() != "service=git-upload-pack"
-    {
-        gw.count(if phase == Phase::Setup {
-            "setup_push"
-        } else {
-            "checks_push"
-        });
+    if let Some(reason) = phase_push(phase, end, req.query_string()) {
+        gw.count(reason);
         return text(
             StatusCode::FORBIDDEN,
             "the setup and checks phases cannot push",
@@ -670,6 +681,34 @@ async fn record(gw: &Gateway, run_id: &RunId, refname: &str, why: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_checks_credential_fetches_only_and_only_while_the_checks_are_under_way() {
+        assert_eq!(phase_closed(Phase::Checks, true, true), None);
+        assert!(phase_closed(Phase::Checks, true, false).is_some(), "after");
+        assert!(phase_closed(Phase::Setup, false, true).is_some());
+        assert_eq!(phase_closed(Phase::Run, false, false), None);
+        let fetch = "service=git-upload-pack";
+        assert_eq!(phase_push(Phase::Checks, Endpoint::UploadPack, ""), None);
+        assert_eq!(phase_push(Phase::Checks, Endpoint::InfoRefs, fetch), None);
+        assert_eq!(
+            phase_push(Phase::Checks, Endpoint::ReceivePack, ""),
+            Some("checks_push")
+        );
+        assert_eq!(
+            phase_push(
+                Phase::Checks,
+                Endpoint::InfoRefs,
+                "service=git-receive-pack"
+            ),
+            Some("checks_push")
+        );
+        assert_eq!(
+            phase_push(Phase::Setup, Endpoint::ReceivePack, ""),
+            Some("setup_push")
+        );
+        assert_eq!(phase_push(Phase::Run, Endpoint::ReceivePack, ""), None);
+    }
 
     #[test]
     fn paths_name_a_repository_and_an_endpoint() {

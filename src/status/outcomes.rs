@@ -77,6 +77,19 @@ pub fn rows(f: &Figures) -> Vec<(&'static str, String)> {
             "follow-ups per merged pull request",
             per(f.followups_per_merged),
         ),
+        (
+            "opened with the director's checks passing",
+            format!(
+                "{} of {} ({})",
+                f.prs_opened_green,
+                f.prs_checked,
+                rate(f.opened_green_rate)
+            ),
+        ),
+        (
+            "follow-ups answering the director's checks",
+            f.check_followups.to_string(),
+        ),
     ]
 }
 

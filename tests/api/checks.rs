@@ -256,6 +256,13 @@ async fn sealed_checks_against_the_base_give_the_head_a_status_and_the_pull_requ
     let outcome = run.checks.and_then(|c| c.outcome).expect("checked");
     assert_eq!(outcome.state().as_str(), "success", "{outcome:?}");
     assert!(outcome.baseline_reused, "the base ran once");
+    // The figure of docs/benchmarks.md: the checks' own overhead (a workspace, the fetch,
+    // the transcript) beside the commands' time, baseline reused.
+    eprintln!(
+        "checks: overhead {} ms, commands {} ms (baseline reused)",
+        outcome.overhead_ms,
+        outcome.commands_ms()
+    );
     let head = t.forge.branch_head(&t.repo, &run.branch).expect("branch");
     let statuses = t.forge.statuses(&t.repo, &head);
     assert_eq!(statuses.len(), 1, "{statuses:?}");

@@ -167,17 +167,17 @@ impl Step<'_> {
             return;
         }
         let mut text = comments::ci_feedback(head, &failing, contexts);
-        if failing
+        let ours = failing
             .iter()
-            .any(|c| c.context == crate::domain::checks::CONTEXT)
-            && let Some(more) = self.checks_feedback(head)
-        {
+            .any(|c| c.context == crate::domain::checks::CONTEXT);
+        if ours && let Some(more) = self.checks_feedback(head) {
             text.push_str("\n\n");
             text.push_str(&more);
         }
         let Some(pr) = self.record.pr.as_mut() else {
             return;
         };
+        pr.check_followups += u32::from(ours);
         pr.take(&key);
         let feedback = Feedback {
             key,

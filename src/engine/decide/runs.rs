@@ -117,6 +117,7 @@ impl Step<'_> {
             RunReport::PrOpened { number } if state == RunState::Exited => {
                 let mut body = comments::run_succeeded(run_id, *number);
                 let mut draft = None;
+                let opened_green = self.checks_section().map(|(_, green)| green);
                 if let Some((section, green)) = self.checks_section() {
                     body.push_str(&section);
                     // Opened as a draft: made ready once a follow-up's checks pass.
@@ -136,6 +137,7 @@ impl Step<'_> {
                     let mut pr = PullRecord::opened(*number, &run.branch);
                     pr.opened_at_ms = Some(self.now);
                     pr.draft = draft;
+                    pr.opened_green = opened_green;
                     self.record.pr = Some(pr);
                 }
                 // A fork's head reaches the repository with its pull request: its checks'

@@ -24,16 +24,17 @@ use crate::runtime::{Exit, RunSpec, SEALED_LABEL, WaitLimits};
 pub const CHECK_LABEL: &str = "director.check-of";
 
 /// The fetch step: clone through the gateway (or reuse the snapshot's clone), fetch one ref
-/// and check out one commit, saying which.
+/// and check out one commit, saying which. No hook runs: this container holds the checks'
+/// credential, and a snapshot's hooks are whatever the setup left.
 const FETCH: &str = r#"set -eu
 cd "$HOME"
 if [ ! -d checkout/.git ]; then
   rm -rf checkout
-  git clone --quiet --no-checkout "$DIRECTOR_CLONE_URL" checkout
+  git -c core.hooksPath=/dev/null clone --quiet --no-checkout "$DIRECTOR_CLONE_URL" checkout
 fi
 cd checkout
-git fetch --quiet "$DIRECTOR_CLONE_URL" "$DIRECTOR_FETCH_REF"
-git checkout --quiet --force --detach "${DIRECTOR_CHECKOUT:-FETCH_HEAD}"
+git -c core.hooksPath=/dev/null fetch --quiet "$DIRECTOR_CLONE_URL" "$DIRECTOR_FETCH_REF"
+git -c core.hooksPath=/dev/null checkout --quiet --force --detach "${DIRECTOR_CHECKOUT:-FETCH_HEAD}"
 echo "checks-commit: $(git rev-parse HEAD)"
 "#;
 
