@@ -59,6 +59,8 @@ pub struct Policy {
     pub max_followups: u32,
     /// `runner.max_ci_followups`.
     pub max_ci_followups: u32,
+    /// `runner.max_check_followups`.
+    pub max_check_followups: u32,
     /// `[merge]`.
     pub merge: crate::settings::MergeSettings,
     /// `runner.start_attempts`.
@@ -99,6 +101,7 @@ impl Policy {
             keep_failed_secs: settings.runner.keep_failed_secs,
             max_followups: settings.runner.max_followups,
             max_ci_followups: settings.runner.max_ci_followups,
+            max_check_followups: settings.runner.max_check_followups,
             merge: settings.merge.clone(),
             start_attempts: settings.runner.start_attempts.max(1),
             links: crate::settings::WebLinks {

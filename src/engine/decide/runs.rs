@@ -22,7 +22,8 @@ impl Step<'_> {
                 return true;
             };
             if feedback.key.starts_with(lane::CI_KEY) {
-                pr.ci_followups += 1;
+                // The director's own checks' answers are counted as they are asked.
+                pr.ci_followups += u32::from(feedback.by != crate::domain::checks::CONTEXT);
             } else {
                 pr.followups += 1;
             }

@@ -241,6 +241,12 @@ fn a_draft_is_made_ready_when_a_follow_ups_checks_pass_and_only_then_merged() {
         feedback.text
     );
     s.apply(&admitted("000000000002"));
+    let pr = s.rec().pr.as_ref().expect("pr");
+    assert_eq!(
+        (pr.ci_followups, pr.check_followups),
+        (0, 1),
+        "counted against runner.max_check_followups alone"
+    );
     s.apply(&report("000000000002", started()));
     s.apply(&report("000000000002", exited(0)));
     s.apply(&report("000000000002", RunReport::Judged { ahead: 1 }));
@@ -279,4 +285,37 @@ fn a_draft_is_made_ready_when_a_follow_ups_checks_pass_and_only_then_merged() {
     s.apply(&report("000000000002", RunReport::Readied { pr: 5 }));
     assert!(s.rec().pr.as_ref().is_some_and(|p| p.draft.is_none()));
     assert!(s.find("try_merge").is_some(), "{:?}", s.kinds());
+}
+
+#[test]
+fn failing_director_checks_are_answered_within_their_own_budget() {
+    let mut policy = with_checks();
+    policy.max_check_followups = 0;
+    let mut s = Sim::running_with(policy);
+    s.apply(&report("000000000001", exited(0)));
+    s.apply(&report("000000000001", RunReport::Judged { ahead: 1 }));
+    s.apply(&checked(1, 0));
+    s.apply(&report("000000000001", RunReport::PrOpened { number: 5 }));
+    s.apply(&Event::ChecksRead {
+        pr: 5,
+        head: HEAD.into(),
+        state: crate::domain::CheckState::Failure,
+        failing: vec![crate::domain::Check {
+            context: crate::domain::checks::CONTEXT.into(),
+            state: crate::domain::CheckState::Failure,
+            description: "0 of 1 passed, 1 failing".into(),
+            target_url: String::new(),
+        }],
+        contexts: 1,
+        held: 0,
+    });
+    assert_eq!(s.state(), Lifecycle::Succeeded, "nothing more starts");
+    match &s.find("post_notice").expect("told once").action {
+        Action::PostNotice { body, .. } => {
+            assert!(body.contains("`runner.max_check_followups`"), "{body}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let pr = s.rec().pr.as_ref().expect("pr");
+    assert_eq!((pr.ci_followups, pr.check_followups), (0, 0));
 }

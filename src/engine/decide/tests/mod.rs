@@ -26,6 +26,7 @@ fn policy() -> Policy {
         keep_failed_secs: 0,
         max_followups: 3,
         max_ci_followups: 2,
+        max_check_followups: 2,
         merge: crate::settings::MergeSettings::default(),
         start_attempts: 10,
         links: crate::settings::WebLinks {
