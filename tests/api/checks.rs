@@ -474,3 +474,74 @@ async fn a_draft_pull_request_is_retitled_through_forgejos_api() {
     let v = forge.contract_violations();
     assert!(v.is_empty(), "{v:#?}");
 }
+
+/// The base's results are kept once per repository, base commit and environment, on both
+/// databases: the first kept stands, another environment is another baseline.
+#[tokio::test]
+async fn a_baseline_is_kept_once_per_base_commit_and_environment_on_both_databases() {
+    use director::domain::checks::{CommandResult, SideResult};
+    let dir = tempfile::tempdir().expect("dir");
+    let pg = crate::pg::Pg::start();
+    let urls = [
+        format!("sqlite://{}", dir.path().join("d.db").display()),
+        pg.database().await,
+    ];
+    let side = |exit: i64| SideResult {
+        commands: vec![CommandResult {
+            command: "sh test.sh".into(),
+            exit: Some(exit),
+            timed_out: false,
+            millis: 12,
+            tail: String::new(),
+        }],
+        error: None,
+    };
+    let repo: director::domain::RepoName = "acme/widgets".parse().expect("repo");
+    for url in urls {
+        let store = director::store::Store::connect(&director::settings::StoreSettings {
+            url: url.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{url}: {e:#}"));
+        assert_eq!(
+            store
+                .check_baseline(&repo, "c1", "env")
+                .await
+                .expect("read"),
+            None
+        );
+        store
+            .put_check_baseline(&repo, "c1", "env", &side(0), 1)
+            .await
+            .expect("kept");
+        store
+            .put_check_baseline(&repo, "c1", "env", &side(1), 2)
+            .await
+            .expect("a second is no error");
+        assert_eq!(
+            store
+                .check_baseline(&repo, "c1", "env")
+                .await
+                .expect("read"),
+            Some(side(0)),
+            "{url}: the first stands"
+        );
+        assert_eq!(
+            store
+                .check_baseline(&repo, "c1", "other")
+                .await
+                .expect("read"),
+            None,
+            "{url}"
+        );
+        assert_eq!(
+            store
+                .check_baseline(&repo, "c2", "env")
+                .await
+                .expect("read"),
+            None,
+            "{url}"
+        );
+    }
+}
