@@ -73,6 +73,16 @@ impl Step<'_> {
         record.base = base.map(str::to_owned);
         record.outcome = Some(outcome.clone());
         let ahead = record.ahead;
+        if let Some(id) = self
+            .run
+            .as_ref()
+            .filter(|r| r.stop_requested)
+            .map(|r| r.id.clone())
+        {
+            // Cancelled while its checks ran: no pull request, no status.
+            self.end_cancelled(&id);
+            return true;
+        }
         self.post_checks_status(false);
         self.ready_if_green(head, outcome);
         if self.run.as_ref().is_some_and(|r| r.followup.is_some()) {

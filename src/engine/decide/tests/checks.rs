@@ -319,3 +319,14 @@ fn failing_director_checks_are_answered_within_their_own_budget() {
     let pr = s.rec().pr.as_ref().expect("pr");
     assert_eq!((pr.ci_followups, pr.check_followups), (0, 0));
 }
+
+#[test]
+fn an_issue_cancelled_while_its_checks_run_opens_no_pull_request() {
+    let mut s = pushed();
+    s.apply(&label("alice", &[], T2));
+    assert_eq!(s.state(), Lifecycle::Cancelled);
+    s.apply(&checked(0, 0));
+    assert!(s.find("open_pr").is_none(), "{:?}", s.kinds());
+    assert!(s.find("post_status").is_none(), "{:?}", s.kinds());
+    assert_eq!(s.run().state, RunState::Cancelled);
+}
