@@ -64,6 +64,19 @@ pub struct SideResult {
     /// failed): the status is then `error`, never `success`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What the `junit` reports said, when the checks name any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub junit: Option<Junit>,
+}
+
+/// The test cases the `junit` reports of one side hold.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Junit {
+    /// The test cases that ran (not skipped), `classname.name`, sorted.
+    pub ran: Vec<String>,
+    /// Why the reports could not be read (missing, not JUnit): the status is `error`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// The checks of one pushed head, against the base, as the run's record keeps them.
@@ -170,11 +183,32 @@ impl ChecksOutcome {
             .map(|(c, _)| c)
     }
 
-    /// `error` when the checks could not run, `failure` on a regression, else `success`.
+    /// The test cases that ran on the base and are absent or skipped on the head (both
+    /// sides' reports read): a fix that deletes the failing test is not a pass.
+    pub fn removed(&self) -> Vec<&str> {
+        let (Some(head), Some(base)) = (
+            self.head.junit.as_ref().filter(|j| j.error.is_none()),
+            self.base
+                .as_ref()
+                .and_then(|b| b.junit.as_ref())
+                .filter(|j| j.error.is_none()),
+        ) else {
+            return Vec::new();
+        };
+        base.ran
+            .iter()
+            .filter(|t| head.ran.binary_search(t).is_err())
+            .map(String::as_str)
+            .collect()
+    }
+
+    /// `error` when the checks (or their reports) could not be read, `failure` on a
+    /// regression or a removed test, else `success`.
     pub fn state(&self) -> StatusState {
-        if self.head.error.is_some() || self.head.commands.is_empty() {
+        let unread = self.head.junit.as_ref().is_some_and(|j| j.error.is_some());
+        if self.head.error.is_some() || self.head.commands.is_empty() || unread {
             StatusState::Error
-        } else if self.first_regression().is_some() {
+        } else if self.first_regression().is_some() || !self.removed().is_empty() {
             StatusState::Failure
         } else {
             StatusState::Success
@@ -199,6 +233,13 @@ impl ChecksOutcome {
             }
             if already > 0 {
                 parts.push(format!("{already} already failing on the base"));
+            }
+            let removed = self.removed().len();
+            if removed > 0 {
+                parts.push(format!("{removed} test(s) removed or skipped"));
+            }
+            if let Some(e) = self.head.junit.as_ref().and_then(|j| j.error.as_deref()) {
+                parts.push(format!("reports unreadable: {e}"));
             }
             parts.join(", ")
         };
@@ -244,6 +285,21 @@ impl ChecksOutcome {
                     code_cell(&c.command),
                     c.words(),
                     v.as_str()
+                ));
+            }
+            let removed = self.removed();
+            if !removed.is_empty() {
+                let names: Vec<String> = removed.iter().take(20).map(|t| code_cell(t)).collect();
+                out.push_str(&format!(
+                    "\nTests that ran on the base and are gone or skipped on the head ({}): {}\n",
+                    removed.len(),
+                    names.join(", ")
+                ));
+            }
+            if let Some(e) = self.head.junit.as_ref().and_then(|j| j.error.as_deref()) {
+                out.push_str(&format!(
+                    "\nThe test reports (`checks.junit`) could not be read: {}\n",
+                    inert(e)
                 ));
             }
             if let Some(e) = self.base.as_ref().and_then(|b| b.error.as_deref()) {
@@ -317,10 +373,12 @@ mod tests {
             head: SideResult {
                 commands: head,
                 error: None,
+                junit: None,
             },
             base: base.map(|commands| SideResult {
                 commands,
                 error: None,
+                junit: None,
             }),
             baseline_reused: false,
             overhead_ms: 0,
@@ -374,6 +432,32 @@ mod tests {
         o.head.error = Some("the container could not start".into());
         assert_eq!(o.state(), StatusState::Error);
         assert!(o.description().starts_with("could not run: "));
+    }
+
+    #[test]
+    fn a_test_on_the_base_that_is_gone_or_skipped_on_the_head_is_not_a_pass() {
+        let junit = |ran: &[&str]| {
+            Some(Junit {
+                ran: ran.iter().map(|t| (*t).to_owned()).collect(),
+                error: None,
+            })
+        };
+        let mut o = outcome(
+            vec![result("unit", Some(0))],
+            Some(vec![result("unit", Some(0))]),
+        );
+        o.base.as_mut().expect("base").junit = junit(&["calc.adds", "calc.subtracts"]);
+        o.head.junit = junit(&["calc.adds"]);
+        assert_eq!(o.removed(), vec!["calc.subtracts"]);
+        assert_eq!(o.state(), StatusState::Failure);
+        assert!(o.description().contains("1 test(s) removed or skipped"));
+        assert!(o.section("h", Some("b"), None).contains("`calc.subtracts`"));
+        // Reports the head did not leave readable: an error, never a success.
+        o.head.junit = Some(Junit {
+            ran: Vec::new(),
+            error: Some("`out.xml` was not written".into()),
+        });
+        assert_eq!(o.state(), StatusState::Error);
     }
 
     #[test]

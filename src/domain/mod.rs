@@ -12,6 +12,7 @@ pub mod filer;
 pub mod forecast;
 pub mod git_env;
 pub mod issue;
+pub mod junit;
 pub mod outcomes;
 pub mod protected;
 pub mod pull;

@@ -166,6 +166,9 @@ calc() {
   fi
   echo "echo $value" > calc.sh
   echo "agent work $value" > agent.txt
+  # "delete: <path>": the agent that deletes the test it broke.
+  gone=$(sed -n 's/.*delete: \([A-Za-z0-9_./-]*\).*/\1/p' "$DIRECTOR_TASK_FILE" | head -n 1)
+  [ -n "$gone" ] && git rm --quiet "$gone"
   git add -A && git commit --quiet -m "calc prints $value" || { echo "commit failed"; exit 1; }
   git push --quiet origin "HEAD:$DIRECTOR_BRANCH" || { echo "push failed"; exit 1; }
   echo "pushed calc $value"

@@ -495,6 +495,7 @@ async fn a_baseline_is_kept_once_per_base_commit_and_environment_on_both_databas
             tail: String::new(),
         }],
         error: None,
+        junit: None,
     };
     let repo: director::domain::RepoName = "acme/widgets".parse().expect("repo");
     for url in urls {
@@ -544,4 +545,72 @@ async fn a_baseline_is_kept_once_per_base_commit_and_environment_on_both_databas
             "{url}"
         );
     }
+}
+
+const JUNIT_TEST: &str = "out=junit.xml\necho '<testsuite name=\"calc\">' > $out\nfail=0\nfor t in tests/t_*.sh; do\n  n=$(basename $t .sh)\n  if sh $t; then echo \"<testcase classname=\\\"calc\\\" name=\\\"$n\\\"/>\" >> $out\n  else echo \"<testcase classname=\\\"calc\\\" name=\\\"$n\\\"><failure/></testcase>\" >> $out; fail=1; fi\ndone\necho '</testsuite>' >> $out\nexit $fail\n";
+
+#[tokio::test]
+async fn an_agent_that_deletes_the_failing_test_is_reported_as_removing_it() {
+    let network = Network(format!(
+        "director-checks-junit-{:08x}",
+        rand::random::<u32>()
+    ));
+    let image = git_agent_image();
+    let network_name = network.0.clone();
+    let (t, _llm) = spawn_runs(|s| {
+        s.runner.image = image;
+        s.runner.command = vec!["/bin/sh".into(), "/agent.sh".into()];
+        s.runner.network = "bridge".into();
+        s.runner.egress = director::settings::Egress::Allowlist;
+        s.runner.allow_dns_leaking_engine = true;
+        s.runner.egress_network = network_name;
+        s.runner.egress_proxy_port = crate::helpers::free_port();
+        s.runner.git_gateway_port = crate::helpers::free_port();
+        s.runner.max_check_followups = 0;
+        s.checks.commands = vec!["sh test.sh".into()];
+        s.checks.junit = vec!["junit.xml".into()];
+    })
+    .await;
+    let root = tempfile::tempdir().expect("dir");
+    t.forge.serve_git(&t.repo, root.path()).expect("git serves");
+    t.forge.put_file(&t.repo, "main", "calc.sh", b"echo 4\n");
+    t.forge
+        .put_file(&t.repo, "main", "test.sh", JUNIT_TEST.as_bytes());
+    t.forge.put_file(
+        &t.repo,
+        "main",
+        "tests/t_add.sh",
+        b"[ \"$(sh calc.sh)\" = 4 ] || { echo 'FAIL: 2+2'; exit 1; }\n",
+    );
+    t.forge
+        .put_file(&t.repo, "main", "tests/t_sub.sh", b"[ $((5-3)) = 2 ]\n");
+    let issue = labelled(
+        &t,
+        "Make calc five",
+        "mode: calc calc: 5 delete: tests/t_add.sh",
+    )
+    .await;
+    let record = wait_ended(&t, &issue).await;
+    assert_eq!(record.lifecycle, Lifecycle::Succeeded);
+    let run = t.app.store.runs_of(&issue).await.expect("runs").remove(0);
+    let checks = run.checks.expect("checked");
+    let outcome = checks.outcome.expect("an outcome");
+    assert!(
+        outcome.head.commands[0].passed(),
+        "the command passes without the test: {outcome:?}"
+    );
+    assert_eq!(outcome.removed(), vec!["calc.t_add"], "{outcome:?}");
+    assert_eq!(outcome.state().as_str(), "failure");
+    let statuses = t.forge.statuses(&t.repo, &checks.head);
+    assert_eq!(statuses.len(), 1, "{statuses:?}");
+    assert_eq!(statuses[0].0, "failure");
+    assert!(
+        statuses[0].2.contains("1 test(s) removed or skipped"),
+        "{statuses:?}"
+    );
+    let pulls = t.forge.pulls_of(&t.repo);
+    let (_, _, _, title, body) = &pulls[0];
+    assert!(title.starts_with("WIP: "), "{title}");
+    assert!(body.contains("`calc.t_add`"), "{body}");
+    t.assert_contract();
 }

@@ -150,6 +150,7 @@ impl Step<'_> {
             head: SideResult {
                 commands: Vec::new(),
                 error: Some(format!("the checks could not be run: {error}")),
+                junit: None,
             },
             base: None,
             baseline_reused: false,

@@ -216,6 +216,7 @@ impl RunAct {
                     SideResult {
                         commands: Vec::new(),
                         error: Some(why),
+                        junit: None,
                     },
                     None,
                 )
@@ -262,13 +263,70 @@ impl RunAct {
                 .await?;
             commands.push(result);
         }
+        let junit = if checks.junit.is_empty() {
+            None
+        } else {
+            Some(self.reports(run, image, id, &volume, &checks.junit).await)
+        };
         Ok((
             SideResult {
                 commands,
                 error: None,
+                junit,
             },
             Some(commit),
         ))
+    }
+
+    /// The `junit` reports the commands left in the side's checkout, read through a sealed
+    /// container that never starts: the test cases that ran, or why they cannot be said.
+    async fn reports(
+        &self,
+        run: &RunRecord,
+        image: &str,
+        id: &RunId,
+        volume: &str,
+        paths: &[String],
+    ) -> crate::domain::checks::Junit {
+        const MAX_REPORT: usize = 8 * 1024 * 1024;
+        let spec = self.checks_spec(id, run, image, volume, Vec::new(), "exit 1", true);
+        let container = match self.runtime.create(&spec).await {
+            Ok(c) => c,
+            Err(e) => {
+                return crate::domain::checks::Junit {
+                    ran: Vec::new(),
+                    error: Some(format!("the reports could not be read: {e}")),
+                };
+            }
+        };
+        let mut ran = std::collections::BTreeSet::new();
+        let mut error = None;
+        for path in paths {
+            let full = format!(
+                "{}/checkout/{path}",
+                self.settings.workspace.trim_end_matches('/')
+            );
+            match self.runtime.read_file(&container, &full, MAX_REPORT).await {
+                Ok(Some(bytes)) => {
+                    match crate::domain::junit::cases(&String::from_utf8_lossy(&bytes)) {
+                        Ok(cases) => {
+                            ran.extend(cases.into_iter().filter(|c| !c.skipped).map(|c| c.id))
+                        }
+                        Err(why) => error = Some(format!("`{path}` is not a JUnit report: {why}")),
+                    }
+                }
+                Ok(None) => error = Some(format!("`{path}` was not written (or is over 8 MiB)")),
+                Err(e) => error = Some(format!("`{path}` could not be read: {e}")),
+            }
+            if error.is_some() {
+                break;
+            }
+        }
+        let _ = self.runtime.remove(&container).await;
+        crate::domain::checks::Junit {
+            ran: ran.into_iter().collect(),
+            error,
+        }
     }
 
     /// A workspace volume for one side: the run's snapshot unpacked when it has one, else

@@ -32,6 +32,7 @@ fn side(exit: i64) -> SideResult {
             tail: "FAIL: test_add".into(),
         }],
         error: None,
+        junit: None,
     }
 }
 
