@@ -67,6 +67,9 @@ pub struct SideResult {
     /// What the `junit` reports said, when the checks name any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub junit: Option<Junit>,
+    /// The head's change against the base: the files it touched that look like tests.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed_tests: Vec<String>,
 }
 
 /// The test cases the `junit` reports of one side hold.
@@ -296,6 +299,20 @@ impl ChecksOutcome {
                     names.join(", ")
                 ));
             }
+            if !self.head.changed_tests.is_empty() {
+                let names: Vec<String> = self
+                    .head
+                    .changed_tests
+                    .iter()
+                    .take(20)
+                    .map(|t| code_cell(t))
+                    .collect();
+                out.push_str(&format!(
+                    "\nTest files this change touched ({}): {}\n",
+                    self.head.changed_tests.len(),
+                    names.join(", ")
+                ));
+            }
             if let Some(e) = self.head.junit.as_ref().and_then(|j| j.error.as_deref()) {
                 out.push_str(&format!(
                     "\nThe test reports (`checks.junit`) could not be read: {}\n",
@@ -374,11 +391,13 @@ mod tests {
                 commands: head,
                 error: None,
                 junit: None,
+                changed_tests: Vec::new(),
             },
             base: base.map(|commands| SideResult {
                 commands,
                 error: None,
                 junit: None,
+                changed_tests: Vec::new(),
             }),
             baseline_reused: false,
             overhead_ms: 0,

@@ -496,6 +496,7 @@ async fn a_baseline_is_kept_once_per_base_commit_and_environment_on_both_databas
         }],
         error: None,
         junit: None,
+        changed_tests: Vec::new(),
     };
     let repo: director::domain::RepoName = "acme/widgets".parse().expect("repo");
     for url in urls {
@@ -612,5 +613,9 @@ async fn an_agent_that_deletes_the_failing_test_is_reported_as_removing_it() {
     let (_, _, _, title, body) = &pulls[0];
     assert!(title.starts_with("WIP: "), "{title}");
     assert!(body.contains("`calc.t_add`"), "{body}");
+    assert!(
+        body.contains("Test files this change touched (1): `tests/t_add.sh`"),
+        "{body}"
+    );
     t.assert_contract();
 }

@@ -151,6 +151,7 @@ impl Step<'_> {
                 commands: Vec::new(),
                 error: Some(format!("the checks could not be run: {error}")),
                 junit: None,
+                changed_tests: Vec::new(),
             },
             base: None,
             baseline_reused: false,

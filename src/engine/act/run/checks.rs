@@ -35,6 +35,9 @@ fi
 cd checkout
 git -c core.hooksPath=/dev/null fetch --quiet "$DIRECTOR_CLONE_URL" "$DIRECTOR_FETCH_REF"
 git -c core.hooksPath=/dev/null checkout --quiet --force --detach "${DIRECTOR_CHECKOUT:-FETCH_HEAD}"
+if [ -n "${DIRECTOR_DIFF_BASE:-}" ]; then
+  git -c core.hooksPath=/dev/null diff --name-only "$DIRECTOR_DIFF_BASE" HEAD | head -n 1000 | sed 's/^/checks-changed: /'
+fi
 echo "checks-commit: $(git rev-parse HEAD)"
 "#;
 
@@ -113,7 +116,7 @@ impl RunAct {
                 }
                 None => {
                     let (side, _) = self
-                        .side(acts, &run, checks, &image, Side::Base, commit)
+                        .side(acts, &run, checks, &image, Side::Base, commit, None)
                         .await;
                     commands_ms += side.commands.iter().map(|c| c.millis).sum::<u64>();
                     if side.error.is_none() {
@@ -132,7 +135,15 @@ impl RunAct {
             },
         };
         let (head, head_sha) = self
-            .side(acts, &run, checks, &image, Side::Head, &run.branch)
+            .side(
+                acts,
+                &run,
+                checks,
+                &image,
+                Side::Head,
+                &run.branch,
+                base_commit.as_deref(),
+            )
             .await;
         commands_ms += head.commands.iter().map(|c| c.millis).sum::<u64>();
         let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -187,6 +198,7 @@ impl RunAct {
 
     /// One side: its workspace, the fetch, each command sealed; the volume removed after.
     /// Never an `Err`: what went wrong is the side's `error` (the status is then `error`).
+    #[allow(clippy::too_many_arguments)]
     async fn side(
         &self,
         acts: &Acts,
@@ -195,11 +207,20 @@ impl RunAct {
         image: &str,
         side: Side,
         reference: &str,
+        diff_base: Option<&str>,
     ) -> (SideResult, Option<String>) {
         let id = checks_id(&run.id, side.as_str());
         let transcript = checks_id(&run.id, "transcript");
         let result = self
-            .side_in(acts, run, checks, image, side, reference, &id, &transcript)
+            .side_in(
+                acts,
+                run,
+                checks,
+                image,
+                (side, reference, diff_base),
+                &id,
+                &transcript,
+            )
             .await;
         let _ = self.runtime.remove_workspace(&id).await;
         match result {
@@ -217,6 +238,7 @@ impl RunAct {
                         commands: Vec::new(),
                         error: Some(why),
                         junit: None,
+                        changed_tests: Vec::new(),
                     },
                     None,
                 )
@@ -231,13 +253,14 @@ impl RunAct {
         run: &RunRecord,
         checks: &ChecksDecl,
         image: &str,
-        side: Side,
-        reference: &str,
+        (side, reference, diff_base): (Side, &str, Option<&str>),
         id: &RunId,
         transcript: &RunId,
     ) -> anyhow::Result<(SideResult, Option<String>)> {
         let volume = self.workspace(acts, run, image, id).await?;
-        let commit = self.fetch(run, image, side, reference, id, &volume).await?;
+        let (commit, changed) = self
+            .fetch(run, image, (side, reference, diff_base), id, &volume)
+            .await?;
         self.note(
             acts,
             transcript,
@@ -273,6 +296,7 @@ impl RunAct {
                 commands,
                 error: None,
                 junit,
+                changed_tests: changed.into_iter().filter(|p| test_like(p)).collect(),
             },
             Some(commit),
         ))
@@ -370,11 +394,10 @@ impl RunAct {
         &self,
         run: &RunRecord,
         image: &str,
-        side: Side,
-        reference: &str,
+        (side, reference, diff_base): (Side, &str, Option<&str>),
         id: &RunId,
         volume: &str,
-    ) -> anyhow::Result<String> {
+    ) -> anyhow::Result<(String, Vec<String>)> {
         let Some(Ok(egress)) = &self.egress else {
             anyhow::bail!("the checks need confined runs (runner.egress = \"allowlist\")");
         };
@@ -394,6 +417,10 @@ impl RunAct {
             ),
             ("DIRECTOR_FETCH_REF".to_owned(), fetch_ref),
             ("DIRECTOR_CHECKOUT".to_owned(), checkout),
+            (
+                "DIRECTOR_DIFF_BASE".to_owned(),
+                diff_base.unwrap_or_default().to_owned(),
+            ),
             (GATEWAY_PASSWORD_VAR.to_owned(), password),
         ];
         env.extend(crate::domain::run::git_environment(
@@ -408,7 +435,7 @@ impl RunAct {
         let ran = self.run_to_end(&container, Duration::from_secs(300)).await;
         let tail = self
             .runtime
-            .logs_tail(&container, 20)
+            .logs_tail(&container, 1100)
             .await
             .unwrap_or_default();
         let _ = self.runtime.remove(&container).await;
@@ -422,14 +449,21 @@ impl RunAct {
                 tail.lines().last().unwrap_or_default()
             ),
         }
-        tail.lines()
+        let changed = tail
+            .lines()
+            .filter_map(|l| l.strip_prefix("checks-changed: "))
+            .map(str::to_owned)
+            .collect();
+        let commit = tail
+            .lines()
             .rev()
             .find_map(|l| l.trim().strip_prefix("checks-commit: "))
             .map(|c| c.trim().to_owned())
             .filter(|c| c.len() >= 40 && c.bytes().all(|b| b.is_ascii_hexdigit()))
             .ok_or_else(|| {
                 anyhow::anyhow!("the fetch step did not say which commit it checked out")
-            })
+            })?;
+        Ok((commit, changed))
     }
 
     /// One command, sealed, within `left`.
@@ -563,6 +597,14 @@ impl RunAct {
             setup_phase: true,
         }
     }
+}
+
+/// Whether a path the change touched looks like a test: a part of it names tests or specs.
+fn test_like(path: &str) -> bool {
+    path.split('/').any(|part| {
+        let part = part.to_ascii_lowercase();
+        part.contains("test") || part.contains("spec")
+    })
 }
 
 /// The baseline's key: the image, the prepared workspace and the checks themselves.

@@ -33,6 +33,7 @@ fn side(exit: i64) -> SideResult {
         }],
         error: None,
         junit: None,
+        changed_tests: Vec::new(),
     }
 }
 
