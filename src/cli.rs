@@ -80,6 +80,11 @@ enum Command {
         #[arg(long, env = "DIRECTOR_CONFIG")]
         config: Option<PathBuf>,
     },
+    /// The snapshots of prepared workspaces (`[setup]`) kept for warm starts.
+    Snapshots {
+        #[command(subcommand)]
+        action: SnapshotsAction,
+    },
     /// Print the tracked issues: state, who applied the trigger, last change.
     Status {
         /// One JSON array, an object per issue.
@@ -88,6 +93,71 @@ enum Command {
         #[arg(long, env = "DIRECTOR_CONFIG")]
         config: Option<PathBuf>,
     },
+}
+
+#[derive(Subcommand)]
+enum SnapshotsAction {
+    /// Every snapshot: repository, key, size, when made and last used.
+    List {
+        #[arg(long, env = "DIRECTOR_CONFIG")]
+        config: Option<PathBuf>,
+    },
+    /// Removes what is older than `runner.snapshot_ttl_hours`, then the least recently used
+    /// until all fit in `runner.snapshot_max_mb` (as the director does after keeping one);
+    /// `--all` removes every snapshot.
+    Prune {
+        #[arg(long)]
+        all: bool,
+        #[arg(long, env = "DIRECTOR_CONFIG")]
+        config: Option<PathBuf>,
+    },
+}
+
+/// `director snapshots list|prune`.
+fn snapshots(action: SnapshotsAction) -> ExitCode {
+    let (config, prune, all) = match action {
+        SnapshotsAction::List { config } => (config, false, false),
+        SnapshotsAction::Prune { config, all } => (config, true, all),
+    };
+    let settings = match load(config.as_ref()) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let r = &settings.runner;
+    let store = crate::prepared::store::SnapshotStore::new(
+        r.snapshot_root(),
+        if all { 0 } else { r.snapshot_max_mb },
+        if all { 0 } else { r.snapshot_ttl_hours },
+    );
+    let now = crate::clock::now_ms();
+    let when = |ms: i64| {
+        chrono::DateTime::from_timestamp_millis(ms)
+            .map(|t| t.format("%Y-%m-%d %H:%M").to_string())
+            .unwrap_or_default()
+    };
+    let shown = if prune {
+        store.prune(now)
+    } else {
+        store.list()
+    };
+    let verb = if prune { "removed" } else { "kept" };
+    println!(
+        "{} snapshot(s) {verb} in {}",
+        shown.len(),
+        store.dir().display()
+    );
+    for m in &shown {
+        println!(
+            "  {}  {}  {:>8.1} MB  made {}  used {}  `{}`",
+            m.repo,
+            crate::domain::setup::short(&m.key),
+            m.bytes as f64 / (1024.0 * 1024.0),
+            when(m.created_ms),
+            when(m.used_ms),
+            m.command
+        );
+    }
+    ExitCode::SUCCESS
 }
 
 #[derive(Subcommand)]
@@ -140,7 +210,7 @@ fn hooks(action: HooksAction) -> ExitCode {
     // The hooks prove themselves before their bodies are read: with `webhook.authorization`,
     // or with a token derived from the secret they sign with.
     let authorization = if settings.webhook.authorization.is_empty() {
-        crate::settings::Secret::new(crate::http::signature::hook_token(secret.expose()))
+        crate::settings::Secret::new(crate::forge::signature::hook_token(secret.expose()))
     } else {
         settings.webhook.authorization.clone()
     };
@@ -337,6 +407,7 @@ pub fn run() -> ExitCode {
             config,
         } => report(&since, repo.as_deref(), &format, config.as_ref()),
         Command::Status { json, config } => status(json, config.as_ref()),
+        Command::Snapshots { action } => snapshots(action),
         Command::Serve { config, log_format } => serve(config.as_ref(), log_format.as_deref()),
     }
 }
@@ -426,7 +497,14 @@ fn check_repo(repo: &str, config: Option<&PathBuf>) -> ExitCode {
     let mut usable = true;
     let code = run_async(async {
         match crate::startup::check_repo(&settings, &repo).await? {
-            Ok(s) => println!("{}", toml::to_string_pretty(&s)?),
+            Ok(s) => {
+                println!("{}", toml::to_string_pretty(&s)?);
+                match crate::startup::setup_warmth(&settings, &repo, &s).await {
+                    Ok(Some(warmth)) => println!("# setup: {warmth}"),
+                    Ok(None) => {}
+                    Err(e) => println!("# setup: cannot say whether a snapshot is warm: {e:#}"),
+                }
+            }
             Err(unusable) => {
                 usable = false;
                 eprintln!(

@@ -193,6 +193,9 @@ pub struct RunRow {
     /// The run it continues after a budget stop, and its own budget.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub continued: Option<crate::domain::thread::Continuation>,
+    /// Its setup phase (`[setup]`): cold or warm, the snapshot key, the time and exit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub setup: Option<crate::domain::setup::SetupOutcome>,
 }
 
 /// The repository settings a run got, and the file version they came from.
@@ -369,6 +372,7 @@ fn run_row(run: &RunRecord, web: Option<&WebLinks>, now_ms: i64, runtime: Option
         agent: run.agent.clone(),
         runtime: runtime.map(str::to_owned),
         continued: run.continued.clone(),
+        setup: run.setup.clone(),
     }
 }
 
@@ -598,6 +602,13 @@ pub fn render(rows: &[Row], json: bool) -> anyhow::Result<String> {
             }
             if let Some(settings) = &run.settings {
                 out.push_str(&format!(", {}", settings.describe()));
+            }
+            if let Some(setup) = &run.setup {
+                out.push_str(&format!(
+                    ", setup {} ({:.1} s)",
+                    setup.mode.as_str(),
+                    setup.millis as f64 / 1000.0
+                ));
             }
             out.push('\n');
         }

@@ -1,9 +1,10 @@
-//! `cargo run -p director-demo`: the whole flow on this machine, for someone who has just cloned the
-//! project and has no Forgejo at hand. An in-process FakeForge holds a repository and a
-//! writer; a scripted model answers GO for one issue and NO-GO for another; runs use the real
-//! Docker engine when it answers (with a tiny agent image built here from a static busybox),
-//! and are skipped, saying so, when it does not. Each step is printed as it happens, and the
-//! status page stays up until Ctrl-C.
+//! `cargo run -p director-demo`: the whole flow on this machine, for someone who has just
+//! cloned the project and has no Forgejo at hand. An in-process FakeForge holds a repository
+//! and a writer; a scripted model answers GO, with a plan, for one issue and NO-GO for another;
+//! a made-up past of the demo's repository, said to be one, gives the GO comment a forecast
+//! (`history.rs`); runs use the real Docker engine when it answers (with a tiny agent image
+//! built here from a static busybox), and are skipped, saying so, when it does not. Each step
+//! is printed as it happens, and the status page stays up until Ctrl-C.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::TcpListener;
@@ -18,6 +19,8 @@ use director::forge::Permission;
 use director::settings::{Secret, Settings};
 use director::startup::{Application, Overrides};
 use director_testkit::forge::FakeForge;
+
+mod history;
 
 const AGENT: &str = include_str!("agent.sh");
 const BOT: &str = "director-bot";
@@ -68,14 +71,18 @@ impl Steps {
     }
 }
 
-/// The scripted model: NO-GO for the rewrite, GO for anything else, in the shape an
-/// OpenAI-compatible endpoint answers.
+/// The scripted model's GO: a plan, as the pre-flight's prompt asks for one (a `Plan:` line
+/// and a numbered list), then the verdict.
+const GO_ANSWER: &str = "Context to front-load: the flag parsing lives in one place.\n\nSmall and clear: one flag, one behaviour, easy to check in review.\n\nPlan:\n1. Add the `--verbose` flag where the flags are parsed.\n2. Print each step as the tool runs it when the flag is given.\n3. Say what the flag does in `VERBOSE.md`.\n\nGO";
+
+/// The scripted model: NO-GO for the rewrite, GO with a plan for anything else, in the shape
+/// an OpenAI-compatible endpoint answers.
 async fn model(body: web::Json<Value>) -> HttpResponse {
     let prompt = body["messages"][0]["content"].as_str().unwrap_or_default();
     let answer = if prompt.contains("Rewrite the whole project") {
         "Context to front-load: none.\n\nThis asks for a rewrite of the whole project in one go, with no way to review it in one pull request.\n\nNO-GO: far too broad for a single run; split it into small steps, one issue each."
     } else {
-        "Context to front-load: the flag parsing lives in one place.\n\nSmall and clear: one flag, one behaviour, easy to check in review.\n\nGO"
+        GO_ANSWER
     };
     HttpResponse::Ok().json(json!({
         "id": "demo", "object": "chat.completion", "model": body["model"],
@@ -347,7 +354,7 @@ async fn run(opts: DemoOptions) -> anyhow::Result<()> {
         server.url()
     ));
     let (model_url, model_handle) = serve_model()?;
-    steps.say("a scripted model: GO for the --verbose issue, NO-GO for the rewrite");
+    steps.say("a scripted model: GO with a plan for the --verbose issue, NO-GO for the rewrite");
 
     let image = if opts.no_docker {
         Err("--no-docker".to_owned())
@@ -373,6 +380,17 @@ async fn run(opts: DemoOptions) -> anyhow::Result<()> {
     let app = Application::build_with(settings, Overrides::default())
         .await
         .context("the director cannot start")?;
+    if runs {
+        // Before the engine starts: the forecast of the first GO reads these.
+        history::seed(app.store(), &repo, director::clock::now_ms())
+            .await
+            .context("cannot seed the demo's past runs")?;
+        steps.say(&format!(
+            "seeded a made-up past in the demo's own store, so the GO comment has a forecast to show: {} finished runs of {REPO} on the days before today (branches demo-seeded-past-N, model `{}`); none of them happened",
+            history::PAST_RUNS.len(),
+            history::SEEDED_MODEL
+        ));
+    }
     let address = format!("http://127.0.0.1:{}", app.port());
     forge.set_webhook(&format!("{address}/webhooks/forgejo"), SECRET);
     steps.say(&format!(

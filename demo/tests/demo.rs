@@ -57,10 +57,25 @@ async fn the_demo_shows_a_label_become_a_go_comment_a_run_and_a_pull_request() {
             "> far too broad",
         ],
     );
+    // The GO comment shows what a maintainer signs: the model's plan and a forecast, from a
+    // past the demo seeded and says it made up (six runs: the median $0.31 and 5 minutes,
+    // the 90th percentile $0.60 and 12 minutes).
     in_order(
         &text,
-        &["applies the label `headless` to #1", "pre-flight: GO"],
+        &[
+            "seeded a made-up past in the demo's own store",
+            "none of them happened",
+            "applies the label `headless` to #1",
+            "pre-flight: GO",
+            "**The plan** (the model's, given to the agent as it is shown here):",
+            "1. Add the `--verbose` flag where the flags are parsed.",
+            "2. Print each step as the tool runs it when the flag is given.",
+            "3. Say what the flag does in `VERBOSE.md`.",
+            "**Forecast:** $0.31 (median) to $0.60 (90th percentile), 5m 00s to 12m 00s; from 6 finished first runs in this repository.",
+        ],
     );
+    assert!(!text.contains("no plan given"), "{text}");
+    assert!(!text.contains("no history yet"), "{text}");
     assert!(text.contains("headless:pr-open"), "{text}");
     // The run's branch lives in the runner's fork, and Forgejo holds the pull request's
     // checks until a maintainer reads it.
@@ -85,6 +100,17 @@ async fn without_docker_the_demo_says_runs_are_skipped_and_the_go_issue_waits() 
     );
     assert!(text.contains("pre-flight: NO-GO"), "{text}");
     assert!(!text.contains("container started"), "{text}");
+    // The plan shows; no run can start, so the director forecasts none, and the demo seeds
+    // no past for it.
+    in_order(
+        &text,
+        &[
+            "pre-flight: GO",
+            "1. Add the `--verbose` flag where the flags are parsed.",
+        ],
+    );
+    assert!(!text.contains("**Forecast:**"), "{text}");
+    assert!(!text.contains("seeded a made-up past"), "{text}");
 }
 
 #[tokio::test]

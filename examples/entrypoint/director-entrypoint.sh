@@ -69,9 +69,17 @@ write_result() {
   } > "$DIRECTOR_RESULT_FILE"
 }
 
-echo "entrypoint: cloning $DIRECTOR_REPO"
-git clone --quiet "$DIRECTOR_CLONE_URL" "$checkout"
-cd "$checkout"
+if [ -n "${DIRECTOR_PREPARED:-}" ] && [ -d "$checkout/.git" ]; then
+  # The repository's setup prepared the workspace (cold, or warm from a snapshot): the
+  # checkout is there with its dependencies; bring it up to date.
+  echo "entrypoint: the workspace was prepared ($DIRECTOR_PREPARED); fetching $DIRECTOR_REPO"
+  cd "$checkout"
+  git fetch --quiet origin
+else
+  echo "entrypoint: cloning $DIRECTOR_REPO"
+  git clone --quiet "$DIRECTOR_CLONE_URL" "$checkout"
+  cd "$checkout"
+fi
 if git ls-remote --exit-code --heads origin "$DIRECTOR_BRANCH" >/dev/null 2>&1; then
   # A follow-up run: continue the branch of the open pull request.
   git fetch --quiet origin "$DIRECTOR_BRANCH"

@@ -88,15 +88,28 @@ impl Command {
             .into_iter()
             .find(|c| wanted.contains(c))
     }
+
+    /// Every one of `wanted` that the comment states, in order, each once.
+    pub fn find_all(body: &str, wanted: &[Self]) -> Vec<Self> {
+        Self::parse_all(body)
+            .into_iter()
+            .filter(|c| wanted.contains(c))
+            .collect()
+    }
 }
 
-/// What a command that takes arguments said (`allow`, `continue`), and in which comment: the
-/// director answers that comment once.
+/// What a command that takes arguments said (`allow`, `continue`), or what else a comment
+/// stated beside the command taken, and in which comment: the director answers that comment
+/// once.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Said {
     pub comment: u64,
     /// The words after the command, from every line that states it.
     pub args: String,
+    /// The other commands the comment stated, not taken: one command per comment (the first),
+    /// and the answer names these so none is dropped unsaid.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_taken: Vec<Command>,
 }
 
 /// The instructions of a `/director fix` comment on a pull request: whatever follows `fix` on
@@ -174,6 +187,17 @@ mod tests {
         assert_eq!(Command::Continue.arguments("/director continue $5"), "$5");
         assert_eq!(Command::Continue.arguments("/director continue"), "");
         assert!(Command::parse_all("please /director allow x:1").is_empty());
+    }
+
+    #[test]
+    fn every_wanted_command_of_a_comment_is_found_in_order() {
+        let body = "/director continue\n/director go\n/director allow a.example:443\n/director continue $2";
+        assert_eq!(
+            Command::find_all(body, &[Command::Allow, Command::Continue]),
+            vec![Command::Continue, Command::Allow]
+        );
+        assert_eq!(Command::find(body, &[Command::Allow]), Some(Command::Allow));
+        assert!(Command::find_all("/director go", &[Command::Allow]).is_empty());
     }
 
     #[test]

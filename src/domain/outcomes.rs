@@ -7,7 +7,7 @@
 //! Each figure belongs to the window by its own moment: an issue by its first pick-up, a run
 //! by its start, a pull request's opening by when it opened and its end by when it ended (the
 //! store gives the facts so, aggregated where a count suffices). A rate or a quantile over
-//! nothing is `None` ("no runs"), never a division by zero. A row whose duration or cost
+//! nothing is `None` (shown as what there is none of yet), never a division by zero. A row whose duration or cost
 //! cannot be (negative, or beyond [`MAX_DURATION_MS`] or [`MAX_COST_USD`]) is left out of
 //! that figure and counted in `absurd`.
 

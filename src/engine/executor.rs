@@ -197,7 +197,14 @@ impl Executor {
             let this = self.clone();
             let recorder = recorder.clone();
             tokio::spawn(async move {
-                let renewal = shared.then(|| this.clone().renew(claimed.id));
+                // Renewed while performed, on every store: a start may wait out a long setup
+                // phase, and a claim that ran out would start it a second time.
+                let lease = if claimed.kind == READ {
+                    read_lease
+                } else {
+                    other_lease
+                };
+                let renewal = Some(this.clone().renew(claimed.id, shared, lease));
                 let finished = this.perform(claimed).await;
                 if let Some(r) = renewal {
                     r.abort();
@@ -219,11 +226,22 @@ impl Executor {
     }
 
     /// Keeps the claim on action `id` alive while it is performed (several replicas).
-    fn renew(self: Arc<Self>, id: i64) -> tokio::task::JoinHandle<()> {
+    fn renew(self: Arc<Self>, id: i64, shared: bool, lease_ms: i64) -> tokio::task::JoinHandle<()> {
+        // Replicas renew often and briefly (a dead one's actions are taken over soon); one
+        // process renews its long claims at a quarter of their length, on its own clock.
+        let every = if shared {
+            RENEW_EVERY
+        } else {
+            Duration::from_millis(u64::try_from(lease_ms / 4).unwrap_or(60_000).max(1_000))
+        };
         tokio::spawn(async move {
             loop {
-                tokio::time::sleep(RENEW_EVERY).await;
-                let until = crate::clock::now_ms() + SHARED_LEASE_MS;
+                tokio::time::sleep(every).await;
+                let until = if shared {
+                    crate::clock::now_ms() + SHARED_LEASE_MS
+                } else {
+                    self.clock.now_ms() + lease_ms
+                };
                 match self
                     .acts
                     .store

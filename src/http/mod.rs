@@ -1,6 +1,5 @@
 //! The HTTP surface: the webhook receiver, health and readiness probes, and metrics.
 
-pub use crate::forge::signature;
 pub mod outcomes_cache;
 pub mod status_page;
 pub mod webhook;

@@ -12,6 +12,7 @@
 
 pub mod scan;
 pub mod store;
+pub mod stream;
 
 use sha2::Digest as _;
 

@@ -44,8 +44,19 @@ pub fn scan_and_copy<R: Read, W: Write>(
         max: max_bytes,
     };
     let mut files = 0u64;
+    let mut entries = 0u64;
     for entry in archive.entries()? {
         let mut entry = entry?;
+        entries += 1;
+        // Over the limit (or past the most entries a workspace may hold), nothing more is
+        // read: the workspace is refused whole, so what else it holds does not matter.
+        if !counted.within() || entries > MAX_ENTRIES {
+            return Ok(Scanned::Clean {
+                bytes: counted.total,
+                files,
+                kept: false,
+            });
+        }
         let raw = entry.path()?.to_string_lossy().into_owned();
         let Some(path) = relative(&raw, strip_root) else {
             continue;
@@ -85,6 +96,14 @@ pub fn scan_and_copy<R: Read, W: Write>(
             files += 1;
             let size = entry.header().size()?;
             counted.add(512 + size.div_ceil(512) * 512);
+            if !counted.within() {
+                // Refused whole at its declared size: a sparse file of exabytes is never read.
+                return Ok(Scanned::Clean {
+                    bytes: counted.total,
+                    files,
+                    kept: false,
+                });
+            }
             let mut scanning = ScanningReader {
                 inner: &mut entry,
                 finder: &finder,
@@ -114,6 +133,129 @@ pub fn scan_and_copy<R: Read, W: Write>(
         files,
         kept,
     })
+}
+
+/// The most entries a workspace may hold; past it, it is treated as over its size.
+pub const MAX_ENTRIES: u64 = 500_000;
+/// The most one git object is inflated to while it is searched.
+const MAX_OBJECT: u64 = 64 * 1024 * 1024;
+
+/// Searches the git objects of a workspace copy (`tar`, entries relative to the workspace,
+/// as [`scan_and_copy`] writes) for `patterns` once inflated: loose objects, and each entry of
+/// each pack (a delta's inserted bytes included). A secret the setup committed and removed
+/// is only there, compressed. Returns the object's file and the secret's name.
+pub fn scan_git_objects<R: Read>(
+    tar: R,
+    patterns: &[Pattern],
+) -> std::io::Result<Option<(String, String)>> {
+    let finder = Finder::new(patterns)?;
+    if finder.automaton.is_none() {
+        return Ok(None);
+    }
+    let mut archive = tar::Archive::new(tar);
+    for entry in archive.entries()? {
+        let mut entry = entry?;
+        if !entry.header().entry_type().is_file() {
+            continue;
+        }
+        let path = entry.path()?.to_string_lossy().into_owned();
+        let Some(rest) = path
+            .strip_prefix(".git/objects/")
+            .or_else(|| path.split_once("/.git/objects/").map(|(_, r)| r))
+        else {
+            continue;
+        };
+        let found = if is_loose(rest) {
+            inflated(&mut entry, &finder)?
+        } else if rest.starts_with("pack/") && rest.ends_with(".pack") {
+            in_pack(&mut entry, &finder)?
+        } else {
+            None
+        };
+        if let Some(name) = found {
+            return Ok(Some((path, name)));
+        }
+    }
+    Ok(None)
+}
+
+/// `ab/cdef…` (two and 38 hex digits, or 62 for SHA-256).
+fn is_loose(rest: &str) -> bool {
+    let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit());
+    rest.split_once('/').is_some_and(|(dir, name)| {
+        dir.len() == 2 && hex(dir) && (name.len() == 38 || name.len() == 62) && hex(name)
+    })
+}
+
+/// One zlib stream from `input`, searched as it inflates (at most [`MAX_OBJECT`] of it).
+fn inflated<R: Read>(input: R, finder: &Finder) -> std::io::Result<Option<String>> {
+    let decoder = flate2::read::ZlibDecoder::new(input);
+    let mut scanning = ScanningReader {
+        inner: decoder.take(MAX_OBJECT),
+        finder,
+        tail: Vec::new(),
+        found: None,
+    };
+    // A stream that does not inflate is not a git object: nothing to find in it.
+    let _ = std::io::copy(&mut scanning, &mut std::io::sink());
+    Ok(scanning.found)
+}
+
+/// Each entry of a pack, inflated and searched. Stops at the first that does not parse.
+fn in_pack<R: Read>(input: R, finder: &Finder) -> std::io::Result<Option<String>> {
+    use std::io::BufRead as _;
+    let mut r = std::io::BufReader::new(input);
+    let mut header = [0u8; 12];
+    if r.read_exact(&mut header).is_err() || &header[..4] != b"PACK" {
+        return Ok(None);
+    }
+    let count = u32::from_be_bytes([header[8], header[9], header[10], header[11]]);
+    for _ in 0..count {
+        let mut byte = [0u8; 1];
+        r.read_exact(&mut byte)?;
+        let kind = (byte[0] >> 4) & 7;
+        while byte[0] & 0x80 != 0 {
+            r.read_exact(&mut byte)?;
+        }
+        match kind {
+            6 => {
+                // An offset delta: its base's distance, a varint of its own.
+                r.read_exact(&mut byte)?;
+                while byte[0] & 0x80 != 0 {
+                    r.read_exact(&mut byte)?;
+                }
+            }
+            7 => {
+                let mut base = [0u8; 32];
+                // A SHA-1 name; SHA-256 repositories are not read further.
+                r.read_exact(&mut base[..20])?;
+            }
+            1..=4 => {}
+            _ => return Ok(None),
+        }
+        // The bufread decoder takes exactly its stream from `r`, so the next entry follows.
+        let mut decoder = flate2::bufread::ZlibDecoder::new(&mut r);
+        let mut scanning = ScanningReader {
+            inner: (&mut decoder).take(MAX_OBJECT),
+            finder,
+            tail: Vec::new(),
+            found: None,
+        };
+        if std::io::copy(&mut scanning, &mut std::io::sink()).is_err() {
+            return Ok(None);
+        }
+        if scanning.found.is_some() {
+            return Ok(scanning.found);
+        }
+        // An object larger than what is searched: the rest of the pack cannot be followed.
+        if decoder.total_out() >= MAX_OBJECT {
+            return Ok(None);
+        }
+        if r.fill_buf()?.is_empty() {
+            break;
+        }
+    }
+    Ok(None)
 }
 
 /// `raw` relative to the workspace: without its leading directory when `strip_root`, never
@@ -352,21 +494,81 @@ mod tests {
     }
 
     #[test]
-    fn a_workspace_over_the_limit_is_scanned_whole_but_not_kept() {
+    fn a_workspace_over_the_limit_is_not_kept_and_not_read_further() {
+        // Whatever follows the limit is not read: such a workspace is refused whole.
         let input = workspace(&[("a", vec![1u8; 10_000]), ("b", SECRET.as_bytes().to_vec())]);
-        let mut out = Vec::new();
-        let scanned =
-            scan_and_copy(input.as_slice(), true, &patterns(), Some(&mut out), 4096).expect("scan");
-        assert!(
-            matches!(scanned, Scanned::Hit { .. }),
-            "scanned past the limit"
-        );
-        let input = workspace(&[("a", vec![1u8; 10_000])]);
         let scanned = scan_and_copy(input.as_slice(), true, &patterns(), Some(Vec::new()), 4096)
             .expect("scan");
         assert!(
             matches!(scanned, Scanned::Clean { kept: false, .. }),
             "{scanned:?}"
+        );
+        // A sparse file declaring exabytes is over at its header, never read.
+        let mut b = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_path("workspace/sparse").expect("path");
+        h.set_size(1 << 60);
+        h.set_cksum();
+        b.append(&h, std::io::empty()).expect("header");
+        let huge = b.into_inner().expect("tar");
+        let scanned = scan_and_copy(huge.as_slice(), true, &patterns(), Some(Vec::new()), 4096);
+        assert!(
+            matches!(scanned, Ok(Scanned::Clean { kept: false, .. })),
+            "{scanned:?}"
+        );
+    }
+
+    fn git(dir: &std::path::Path, args: &[&str]) {
+        let ok = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t", "-C"])
+            .arg(dir)
+            .args(args)
+            .output()
+            .expect("git runs")
+            .status
+            .success();
+        assert!(ok, "git {args:?}");
+    }
+
+    fn tar_of(dir: &std::path::Path) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        b.append_dir_all("checkout", dir).expect("tar");
+        b.into_inner().expect("tar")
+    }
+
+    #[test]
+    fn a_secret_committed_and_removed_is_found_in_gits_objects_loose_or_packed() {
+        let dir = tempfile::tempdir().expect("dir");
+        let repo = dir.path();
+        git(repo, &["init", "-q"]);
+        std::fs::write(repo.join("README"), "hello").expect("write");
+        git(repo, &["add", "README"]);
+        git(repo, &["commit", "-q", "-m", "first"]);
+        assert_eq!(
+            scan_git_objects(tar_of(repo).as_slice(), &patterns()).expect("scan"),
+            None
+        );
+        std::fs::write(repo.join(".npmrc"), format!("token={SECRET}\n")).expect("write");
+        git(repo, &["add", ".npmrc"]);
+        git(repo, &["commit", "-q", "-m", "oops"]);
+        std::fs::remove_file(repo.join(".npmrc")).expect("rm");
+        // Not in any file as written: only in a compressed object.
+        let tar = tar_of(repo);
+        let plain = scan_and_copy(tar.as_slice(), false, &patterns(), None::<Vec<u8>>, 1 << 30)
+            .expect("scan");
+        assert!(matches!(plain, Scanned::Clean { .. }), "{plain:?}");
+        let loose = scan_git_objects(tar.as_slice(), &patterns()).expect("scan");
+        assert!(
+            loose
+                .as_ref()
+                .is_some_and(|(p, n)| p.starts_with("checkout/.git/objects/") && n == "PIP_TOKEN"),
+            "{loose:?}"
+        );
+        git(repo, &["gc", "-q", "--aggressive"]);
+        let packed = scan_git_objects(tar_of(repo).as_slice(), &patterns()).expect("scan");
+        assert!(
+            packed.as_ref().is_some_and(|(p, _)| p.ends_with(".pack")),
+            "{packed:?}"
         );
     }
 

@@ -32,10 +32,24 @@ pub struct SnapshotStore {
 
 /// A snapshot being written: renamed into place by [`SnapshotStore::keep`].
 pub struct Pending {
+    /// Written through; read back (from its start) before it is kept.
     pub file: std::fs::File,
     path: PathBuf,
     final_path: PathBuf,
     meta_path: PathBuf,
+}
+
+impl Pending {
+    /// Where it goes once kept.
+    pub fn final_path(&self) -> &Path {
+        &self.final_path
+    }
+
+    /// Not to be kept: the file as written, whole on disk, for the caller to use and remove.
+    pub fn finish(self) -> std::io::Result<PathBuf> {
+        self.file.sync_all()?;
+        Ok(self.path)
+    }
 }
 
 fn valid_key(key: &str) -> bool {
@@ -94,9 +108,17 @@ impl SnapshotStore {
             return Err(std::io::Error::other("not a snapshot key"));
         }
         let dir = self.repo_dir(repo);
-        std::fs::create_dir_all(&dir)?;
+        private_dirs(&self.dir, &dir)?;
         let path = dir.join(format!(".{key}.{}.partial", rand::random::<u64>()));
-        let file = std::fs::File::create(&path)?;
+        let file = {
+            use std::os::unix::fs::OpenOptionsExt as _;
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)?
+        };
         Ok(Pending {
             file,
             final_path: dir.join(format!("{key}.tar")),
@@ -195,6 +217,27 @@ impl SnapshotStore {
         let _ = std::fs::remove_file(dir.join(format!("{}.json", meta.key)));
         let _ = std::fs::remove_file(dir.join(format!("{}.tar", meta.key)));
     }
+}
+
+/// Makes `dir` (under `root`) and its parents up to `root`, readable by this user alone: a
+/// snapshot holds a repository's code and what its setup fetched. A `root` that is a link, or
+/// another user's, is refused (someone could plant a snapshot in it).
+fn private_dirs(root: &Path, dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let meta = std::fs::symlink_metadata(root)?;
+    // Whose this process is: the owner of its own /proc entry.
+    let me = std::fs::metadata("/proc/self")?.uid();
+    if meta.file_type().is_symlink() || meta.uid() != me {
+        return Err(std::io::Error::other(format!(
+            "{} is a link or belongs to another user: snapshots are not kept there",
+            root.display()
+        )));
+    }
+    Ok(())
 }
 
 fn read_dirs(dir: &Path) -> Vec<PathBuf> {

@@ -40,11 +40,7 @@ fn seen_part(skip: u64, start: u64, len: usize) -> usize {
 
 pub use super::RUN_LABEL;
 
-/// The container name of a run: the engine refuses a second container with the same name,
-/// so one run id can never get two containers.
-pub fn container_name(run_id: &RunId) -> String {
-    format!("director-run-{run_id}")
-}
+pub use super::container_name;
 
 pub struct DockerRuntime {
     docker: Docker,
@@ -502,6 +498,10 @@ impl Runtime for DockerRuntime {
         })
     }
 
+    fn prepares_workspaces(&self) -> bool {
+        true
+    }
+
     async fn make_workspace(&self, run_id: &RunId, image: &str) -> Result<String, RuntimeError> {
         super::docker_workspace::make(
             &self.docker,
@@ -511,6 +511,10 @@ impl Runtime for DockerRuntime {
             &self.settings.workspace,
         )
         .await
+    }
+
+    async fn list_workspaces(&self) -> Result<Vec<RunId>, RuntimeError> {
+        super::docker_workspace::list(&self.docker).await
     }
 
     async fn remove_workspace(&self, run_id: &RunId) -> Result<(), RuntimeError> {

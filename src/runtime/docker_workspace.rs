@@ -29,7 +29,7 @@ pub fn volume_name(run_id: &RunId) -> String {
 
 /// The name of a run's setup container.
 pub fn setup_container_name(run_id: &RunId) -> String {
-    format!("{}-setup", super::docker::container_name(run_id))
+    format!("{}-setup", super::container_name(run_id))
 }
 
 fn engine(e: DockerError) -> RuntimeError {
@@ -74,6 +74,23 @@ pub async fn remove(docker: &Docker, run_id: &RunId) -> Result<(), RuntimeError>
         }) => Ok(()),
         Err(e) => Err(engine(e)),
     }
+}
+
+/// The runs with a workspace volume on the engine (by the label each carries).
+pub async fn list(docker: &Docker) -> Result<Vec<RunId>, RuntimeError> {
+    let options = bollard::query_parameters::ListVolumesOptions {
+        filters: Some(HashMap::from([(
+            "label".to_owned(),
+            vec![SETUP_LABEL.to_owned()],
+        )])),
+    };
+    let listed = docker.list_volumes(Some(options)).await.map_err(engine)?;
+    Ok(listed
+        .volumes
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|v| RunId::parse(v.labels.get(SETUP_LABEL)?).ok())
+        .collect())
 }
 
 /// Makes the run's workspace volume anew, its root owned by `user` (`uid:gid`), mounted at

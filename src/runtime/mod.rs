@@ -55,6 +55,12 @@ pub struct RunSpec {
     pub setup_phase: bool,
 }
 
+/// The container name of a run: the engine refuses a second container with the same name,
+/// so one run id can never get two containers.
+pub fn container_name(run_id: &RunId) -> String {
+    format!("director-run-{run_id}")
+}
+
 /// The label a run's setup container carries (never [`RUN_LABEL`]).
 pub const SETUP_LABEL: &str = "director.setup-of";
 
@@ -199,6 +205,11 @@ pub trait Runtime: Send + Sync {
             "this runtime cannot confine runs to the egress proxy".into(),
         ))
     }
+    /// Whether a setup phase can prepare a run's workspace apart from the run, with the
+    /// workspace searched for the setup's secrets before the agent starts (Docker: yes).
+    fn prepares_workspaces(&self) -> bool {
+        false
+    }
     /// Makes the volume a prepared run's workspace lives in, empty and owned by the run's
     /// user (`image`: the run's image, for a container that is never started and sets the
     /// owner); one left by an earlier attempt is removed first. Returns its name.
@@ -212,6 +223,10 @@ pub trait Runtime: Send + Sync {
     async fn remove_workspace(&self, run_id: &RunId) -> Result<(), RuntimeError> {
         let _ = run_id;
         Ok(())
+    }
+    /// The runs that have a prepared workspace (or a setup container) left on the engine.
+    async fn list_workspaces(&self) -> Result<Vec<RunId>, RuntimeError> {
+        Ok(Vec::new())
     }
     /// The workspace of an (ended) container as a tar stream, each entry under the
     /// workspace's own directory name.

@@ -361,6 +361,14 @@ impl Settings {
         Ok(())
     }
 
+    /// `[setup_secrets]` as a repository's ceiling sees them: names and `repos` globs.
+    pub fn setup_secret_globs(&self) -> Vec<(String, Vec<String>)> {
+        self.setup_secrets
+            .iter()
+            .map(|(name, s)| (name.clone(), s.repos.clone()))
+            .collect()
+    }
+
     /// Every secret the director holds.
     fn secrets(&self) -> impl Iterator<Item = &Secret> {
         [

@@ -210,15 +210,13 @@ impl Operator {
         self
     }
 
-    /// With the operator's `[setup_secrets]` (their names and who may ask, never values).
+    /// With the operator's `[setup_secrets]`: each one's name and the globs of the
+    /// repositories that may ask for it (never its value).
     pub fn with_setup_secrets(
         mut self,
-        secrets: &std::collections::BTreeMap<String, super::setup::SetupSecret>,
+        secrets: impl IntoIterator<Item = (String, Vec<String>)>,
     ) -> Self {
-        self.setup_secrets = secrets
-            .iter()
-            .map(|(name, s)| (name.clone(), s.repos.clone()))
-            .collect();
+        self.setup_secrets = secrets.into_iter().collect();
         self
     }
 

@@ -30,7 +30,7 @@ mod parts;
 mod schedules;
 
 use engine::{Engine, start_checks_poll, start_scans};
-pub use oneshot::{DryRun, check_repo, preflight_dry_run, scan_once};
+pub use oneshot::{DryRun, check_repo, preflight_dry_run, scan_once, setup_warmth};
 pub use parts::{Overrides, forge_client, model_counters, scanner};
 use schedules::{learn_bot_login, prune_periodically, replica_name};
 pub struct Application {

@@ -63,7 +63,7 @@ pub async fn check_repo(
         &settings.budget,
         settings.preflight.approval,
     )
-    .with_setup_secrets(&settings.setup_secrets)
+    .with_setup_secrets(settings.setup_secret_globs())
     .with_checks(Some(&settings.checks).filter(|c| c.is_set()));
     let forge = forge_client(settings, None)?.context("forge.url must be set")?;
     let default_branch = forge
@@ -73,6 +73,66 @@ pub async fn check_repo(
         .default_branch;
     crate::engine::act::run::read_repo_settings(forge.as_ref(), &operator, repo, &default_branch)
         .await
+}
+
+/// For `director check-repo`: whether a run of `repo` with `run` (its resolved settings)
+/// would start warm from a snapshot now, in words; `None` without a `[setup]`. The image is
+/// the repository's or `runner.image` (an agent profile's image may differ).
+pub async fn setup_warmth(
+    settings: &Settings,
+    repo: &crate::domain::RepoName,
+    run: &crate::domain::RunSettings,
+) -> anyhow::Result<Option<String>> {
+    let Some(setup) = &run.setup else {
+        return Ok(None);
+    };
+    let image = run
+        .image
+        .clone()
+        .unwrap_or_else(|| settings.runner.image.clone());
+    let image_id = match settings.runner.kind {
+        crate::settings::RunnerKind::Docker => {
+            use crate::runtime::Runtime as _;
+            let docker = crate::runtime::docker::DockerRuntime::connect(settings.runner.clone())
+                .await
+                .context("connecting to the Docker engine")?;
+            docker
+                .image_id(&image)
+                .await
+                .unwrap_or_else(|_| image.clone())
+        }
+        crate::settings::RunnerKind::Kubernetes => image.clone(),
+    };
+    let forge = forge_client(settings, None)?.context("forge.url must be set")?;
+    let extra =
+        crate::engine::act::run::key_extra(setup, &settings.setup_secrets, &settings.runner.user);
+    let key = crate::engine::act::run::snapshot_key(
+        forge.as_ref(),
+        repo,
+        &run.commit,
+        setup,
+        &image_id,
+        &extra,
+    )
+    .await?;
+    let store = crate::prepared::store::SnapshotStore::new(
+        settings.runner.snapshot_root(),
+        settings.runner.snapshot_max_mb,
+        settings.runner.snapshot_ttl_hours,
+    );
+    let short = crate::domain::setup::short(&key);
+    Ok(Some(
+        match store.lookup(repo, &key, crate::clock::now_ms()) {
+            Some((_, meta)) => format!(
+                "warm: snapshot `{short}` ({:.1} MB) for image `{image}`: the next run skips the setup",
+                meta.bytes as f64 / (1024.0 * 1024.0)
+            ),
+            None => format!(
+                "cold: no snapshot `{short}` for image `{image}` yet: the next run runs the setup (`{}`)",
+                setup.command
+            ),
+        },
+    ))
 }
 
 /// `director preflight owner/repo#N --dry-run`: reads the issue, builds the prompt, asks the

@@ -121,6 +121,13 @@ pub(super) fn run_cell(r: &Row) -> String {
             esc(c.from.as_str())
         ));
     }
+    if let Some(setup) = &run.setup {
+        out.push_str(&format!(
+            " · <span class=\"setup\" title=\"{}\">setup {}</span>",
+            esc(&setup.line()),
+            setup.mode.as_str()
+        ));
+    }
     out
 }
 

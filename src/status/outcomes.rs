@@ -20,29 +20,43 @@ use super::html::esc;
 /// The windows the page offers, in days.
 pub const WINDOWS: [u32; 3] = [7, 30, 90];
 
-/// A figure, or "no runs" where it is over nothing.
-fn or_none<T>(v: Option<T>, show: impl Fn(T) -> String) -> String {
-    v.map_or_else(|| "no runs".to_owned(), show)
+/// What a figure over no pull request says instead: which of them there is none of yet.
+const NONE_OPENED: &str = "none opened yet";
+const NONE_MERGED: &str = "none merged yet";
+/// A duration that cannot be told (its moments were not kept, or could not be).
+const NOT_KNOWN: &str = "not known";
+
+fn or_words<T>(v: Option<T>, words: &str, show: impl Fn(T) -> String) -> String {
+    v.map_or_else(|| words.to_owned(), show)
 }
 
-fn rate(v: Option<f64>) -> String {
-    or_none(v, |r| format!("{:.0}%", r * 100.0))
+fn percent(r: f64) -> String {
+    format!("{:.0}%", r * 100.0)
 }
 
-fn money(v: Option<f64>) -> String {
-    or_none(v, dollars)
+/// Merged over ended. Pull requests opened of which none ended yet: none of them merged,
+/// so 0%, not a figure over nothing.
+fn merge_rate(f: &Figures) -> String {
+    match f.merge_rate {
+        Some(r) => percent(r),
+        None if f.prs_opened > 0 => percent(0.0),
+        None => NONE_OPENED.to_owned(),
+    }
+}
+
+/// A figure per merged pull request: none merged, none to divide by.
+fn per_merged(v: Option<f64>, show: impl Fn(f64) -> String) -> String {
+    or_words(v, NONE_MERGED, show)
 }
 
 fn secs(s: f64) -> String {
     duration(s.max(0.0) as i64)
 }
 
-fn spread(v: Option<Spread>) -> String {
-    or_none(v, |s| format!("{} / {}", secs(s.p50), secs(s.p90)))
-}
-
-fn per(v: Option<f64>) -> String {
-    or_none(v, |x| format!("{x:.1}"))
+/// A spread of durations, or why there is none: nothing of `count` yet, or moments not kept.
+fn spread(v: Option<Spread>, count: u64, none_yet: &str) -> String {
+    let words = if count == 0 { none_yet } else { NOT_KNOWN };
+    or_words(v, words, |s| format!("{} / {}", secs(s.p50), secs(s.p90)))
 }
 
 /// The rows of a figures table: (label, value), in the order every view shows them.
@@ -62,29 +76,34 @@ pub fn rows(f: &Figures) -> Vec<(&'static str, String)> {
         ("merged", f.merged.to_string()),
         ("closed unmerged", f.closed_unmerged.to_string()),
         ("reverted", f.reverted.to_string()),
-        ("merge rate", rate(f.merge_rate)),
+        ("merge rate", merge_rate(f)),
         ("cost", dollars(f.cost_usd)),
-        ("cost per merged pull request", money(f.cost_per_merged_usd)),
+        (
+            "cost per merged pull request",
+            per_merged(f.cost_per_merged_usd, dollars),
+        ),
         (
             "label to pull request (median / 90th)",
-            spread(f.label_to_pr),
+            spread(f.label_to_pr, f.prs_opened, NONE_OPENED),
         ),
         (
             "pull request to merge (median / 90th)",
-            spread(f.pr_to_merge),
+            spread(f.pr_to_merge, f.merged, NONE_MERGED),
         ),
         (
             "follow-ups per merged pull request",
-            per(f.followups_per_merged),
+            per_merged(f.followups_per_merged, |x| format!("{x:.1}")),
         ),
         (
             "opened with the director's checks passing",
-            format!(
-                "{} of {} ({})",
-                f.prs_opened_green,
-                f.prs_checked,
-                rate(f.opened_green_rate)
-            ),
+            or_words(f.opened_green_rate, "none opened with checks yet", |r| {
+                format!(
+                    "{} of {} ({})",
+                    f.prs_opened_green,
+                    f.prs_checked,
+                    percent(r)
+                )
+            }),
         ),
         (
             "follow-ups answering the director's checks",
@@ -451,6 +470,41 @@ fn figures_table(groups: &[(String, &Figures)]) -> String {
     s
 }
 
+/// `count` and its noun, singular or plural.
+fn counted(count: u64, one: &str, many: &str) -> String {
+    format!("<b>{count}</b> {}", if count == 1 { one } else { many })
+}
+
+/// The page's first sentence: nothing at all (the whole page then), nothing opened yet,
+/// opened but none merged yet ("merge rate 0%, none merged yet"), or the usual merges.
+pub fn headline(o: &Outcomes) -> String {
+    let t = &o.total;
+    if t.picked_up == 0 && t.runs_started == 0 && t.prs_opened == 0 && t.merged == 0 {
+        return format!(
+            "<p class=\"empty\">No runs in the last {} days: nothing was picked up, run or merged.</p>\n",
+            o.days
+        );
+    }
+    let spent = format!("<b>{}</b> spent", dollars(t.cost_usd));
+    if t.prs_opened == 0 && t.merged == 0 && t.closed_unmerged == 0 {
+        return format!(
+            "<p class=\"headline\">No pull request opened yet: {} picked up, {} started, {spent}.</p>\n",
+            counted(t.picked_up, "issue", "issues"),
+            counted(t.runs_started, "run", "runs"),
+        );
+    }
+    let per = match t.cost_per_merged_usd {
+        Some(c) => format!("<b>{}</b> per merged pull request", dollars(c)),
+        None => NONE_MERGED.to_owned(),
+    };
+    format!(
+        "<p class=\"headline\"><b>{}</b> merged of {} opened, merge rate <b>{}</b>, {per}, {spent}.</p>\n",
+        t.merged,
+        counted(t.prs_opened, "pull request", "pull requests"),
+        merge_rate(t),
+    )
+}
+
 /// The page. `watched` says whether a repository is still in the configuration (one
 /// removed keeps its history, marked so); `hidden`: private repositories were left out.
 pub fn page(o: &Outcomes, watched: &dyn Fn(&str) -> bool, hidden: bool) -> String {
@@ -472,24 +526,12 @@ pub fn page(o: &Outcomes, watched: &dyn Fn(&str) -> bool, hidden: bool) -> Strin
     if hidden {
         s.push_str("<p class=\"muted\">Private repositories are not counted without the status token.</p>\n");
     }
-    let t = &o.total;
-    if t.picked_up == 0 && t.runs_started == 0 && t.prs_opened == 0 && t.merged == 0 {
-        let _ = write!(
-            s,
-            "<p class=\"empty\">No runs in the last {} days: nothing was picked up, run or merged.</p>\n</body>\n</html>\n",
-            o.days
-        );
+    let headline = headline(o);
+    s.push_str(&headline);
+    if headline.starts_with("<p class=\"empty\">") {
+        s.push_str("</body>\n</html>\n");
         return s;
     }
-    let _ = writeln!(
-        s,
-        "<p class=\"headline\"><b>{}</b> merged of <b>{}</b> pull requests opened, merge rate <b>{}</b>, <b>{}</b> per merged pull request, <b>{}</b> spent.</p>",
-        t.merged,
-        t.prs_opened,
-        rate(t.merge_rate),
-        money(t.cost_per_merged_usd),
-        dollars(t.cost_usd)
-    );
     s.push_str("<h2>Day by day</h2>\n<figure><figcaption>Runs and merges per day</figcaption>\n<p class=\"legend\">");
     for o in RUN_OUTCOMES {
         let _ = write!(
@@ -551,4 +593,109 @@ pub fn page(o: &Outcomes, watched: &dyn Fn(&str) -> bool, hidden: bool) -> Strin
     }
     s.push_str("</body>\n</html>\n");
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::outcomes::{Facts, PickedUp, PrFacts, RunGroup, SpendDay, compute};
+    use crate::domain::{Judgement, PullState, RunState};
+
+    const NOW: i64 = 1_796_000_000_000;
+    const H: i64 = 3_600_000;
+
+    fn repo() -> crate::domain::RepoName {
+        "acme/widgets".parse().expect("a name")
+    }
+
+    fn pull(state: PullState, ended: Option<i64>, cost: f64) -> PrFacts {
+        PrFacts {
+            repo: repo(),
+            picked_at_ms: Some(NOW - 30 * H),
+            state,
+            opened_at_ms: Some(NOW - 28 * H),
+            ended_at_ms: ended,
+            reverted: false,
+            followups: 0,
+            ci_followups: 0,
+            opened_green: None,
+            check_followups: 0,
+            cost_usd: cost,
+            agent: Some("claude-code".into()),
+            filed: false,
+        }
+    }
+
+    /// What the store gives after one issue was picked up and run, and its pull request
+    /// opened: the first look at a new installation (the demo's).
+    fn first() -> Facts {
+        Facts {
+            picked_up: vec![PickedUp {
+                repo: repo(),
+                verdict: Some(Judgement::Go),
+                count: 1,
+                filed: false,
+            }],
+            prs: vec![pull(PullState::Open, None, 0.40)],
+            runs: vec![RunGroup {
+                repo: repo(),
+                agent: "claude-code".into(),
+                state: RunState::Succeeded,
+                day: crate::domain::outcomes::epoch_day(NOW - 29 * H),
+                count: 1,
+            }],
+            spend: vec![SpendDay {
+                repo: repo(),
+                day: crate::domain::outcomes::epoch_day(NOW - 29 * H),
+                cost_usd: 0.40,
+                absurd_costs: 0,
+            }],
+            ..Facts::default()
+        }
+    }
+
+    /// Several merged, one closed, one still open.
+    fn usual() -> Facts {
+        let mut facts = first();
+        facts.picked_up[0].count = 4;
+        facts.runs[0].count = 5;
+        facts.spend[0].cost_usd = 4.35;
+        facts.prs.extend([
+            pull(PullState::Merged, Some(NOW - 20 * H), 2.00),
+            pull(PullState::Merged, Some(NOW - 10 * H), 1.20),
+            pull(PullState::Closed, Some(NOW - 5 * H), 0.70),
+        ]);
+        facts
+    }
+
+    #[test]
+    fn the_headline_says_what_happened_from_the_empty_window_to_the_usual_one() {
+        let empty = compute(&Facts::default(), 7, NOW);
+        insta::assert_snapshot!("headline_empty", headline(&empty));
+        let said = headline(&compute(&first(), 7, NOW));
+        assert!(
+            said.contains("merge rate <b>0%</b>, none merged yet") && !said.contains("no runs"),
+            "{said}"
+        );
+        insta::assert_snapshot!("headline_first", said);
+        insta::assert_snapshot!("headline_usual", headline(&compute(&usual(), 7, NOW)));
+        // Picked up and run, nothing opened: no rate to speak of.
+        let mut none = first();
+        none.prs.clear();
+        insta::assert_snapshot!("headline_nothing_opened", headline(&compute(&none, 7, NOW)));
+    }
+
+    #[test]
+    fn the_reports_table_says_none_merged_yet_where_nothing_was_merged() {
+        let first = super::table(&compute(&first(), 7, NOW));
+        assert!(!first.contains("no runs"), "{first}");
+        insta::assert_snapshot!("report_first", first);
+        let usual = super::table(&compute(&usual(), 7, NOW));
+        assert!(
+            usual
+                .lines()
+                .any(|l| l.trim_start().starts_with("merge rate ") && l.ends_with(" 67%")),
+            "{usual}"
+        );
+    }
 }

@@ -56,7 +56,7 @@ async fn a_delivery_accepted_before_sigkill_is_processed_after_restart() {
                 ..Issue::default()
             },
         );
-        let sig = director::http::signature::sign(SECRET, body.as_bytes());
+        let sig = director::forge::signature::sign(SECRET, body.as_bytes());
         let res = client
             .post(format!("http://127.0.0.1:{port}/webhooks/forgejo"))
             .header("X-Forgejo-Event-Type", "issue_label")

@@ -8,7 +8,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::helpers::{Issue, SECRET, http_client, issue_payload, wait_until};
-use director::http::signature::sign;
+use director::forge::signature::sign;
 
 const MIB: usize = 1024 * 1024;
 
@@ -114,7 +114,7 @@ async fn fifty_slow_bodies_take_bounded_memory_and_a_signed_delivery_still_lands
         // the webhook secret.
         .header(
             "Authorization",
-            format!("Bearer {}", director::http::signature::hook_token(SECRET)),
+            format!("Bearer {}", director::forge::signature::hook_token(SECRET)),
         )
         .header("Content-Type", "application/json")
         .header("X-Forgejo-Event-Type", "issues")

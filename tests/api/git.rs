@@ -512,7 +512,8 @@ async fn the_example_entrypoint_refuses_to_run_outside_the_director() {
 // ---- in real runs, against the Docker engine ----
 
 /// The run image with real git: a static busybox, this machine's `git` and `git-remote-http`
-/// with every library they link, the test agent, the example entrypoint and a stand-in agent.
+/// with every library they link, the test agent, the example entrypoint and two stand-in
+/// agents (one edits a file, one spends its model budget).
 /// Built once per content, like the plain agent image.
 pub fn git_agent_image() -> String {
     let agent_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/agent");
@@ -528,6 +529,10 @@ pub fn git_agent_image() -> String {
         (
             "standin-agent.sh".into(),
             std::fs::read(format!("{agent_dir}/standin-agent.sh")).expect("stand-in"),
+        ),
+        (
+            "budget-agent.sh".into(),
+            std::fs::read(format!("{agent_dir}/budget-agent.sh")).expect("budget agent"),
         ),
         (
             "director-entrypoint".into(),

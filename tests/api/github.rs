@@ -637,7 +637,7 @@ async fn github_webhooks_must_be_signed_and_go_to_a_github_director() {
     assert_eq!(forged.status(), 401);
     let good = format!(
         "sha256={}",
-        director::http::signature::sign(SECRET, body.as_bytes())
+        director::forge::signature::sign(SECRET, body.as_bytes())
     );
     // Signed, for a repository not watched here: answered, not acted on.
     let unwatched = post(good.clone()).await.expect("sent");
@@ -652,7 +652,7 @@ async fn github_webhooks_must_be_signed_and_go_to_a_github_director() {
     assert_ne!(watched, body);
     let signed = format!(
         "sha256={}",
-        director::http::signature::sign(SECRET, watched.as_bytes())
+        director::forge::signature::sign(SECRET, watched.as_bytes())
     );
     for (guid, want) in [("g-1", 202), ("g-1", 200), ("g-2", 200)] {
         let r = t
@@ -676,7 +676,7 @@ async fn github_webhooks_must_be_signed_and_go_to_a_github_director() {
         .header("X-GitHub-Event", "ping")
         .header(
             "X-Hub-Signature-256",
-            format!("sha256={}", director::http::signature::sign(SECRET, b"{}")),
+            format!("sha256={}", director::forge::signature::sign(SECRET, b"{}")),
         )
         .body("{}")
         .send()

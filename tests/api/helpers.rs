@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use director::engine::settled::Settled;
-use director::http::signature::sign;
+use director::forge::signature::sign;
 use director::settings::{Secret, Settings};
 use director::startup::{Application, Overrides};
 use director::store::Store;

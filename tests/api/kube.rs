@@ -21,7 +21,7 @@ use crate::helpers::wait_until;
 use crate::runs::{RUNNER, RUNNER_PASSWORD};
 use director_testkit::kube::FakeKube;
 
-const NS: &str = "runs";
+pub(crate) const NS: &str = "runs";
 const TOKEN: &str = "run-token-5f2a9c0d";
 const TASK: &str = "# Add --verbose\n\nPrint each step.";
 
@@ -556,6 +556,14 @@ async fn a_missing_namespace_forbidden_jobs_or_an_unreachable_api_server_is_told
 /// The director with runs as Jobs: FakeForge, a GO model and the fake API server. The test
 /// plays the pod: it pushes the run's branch with the token the pod's environment holds.
 async fn spawn_kube(fake: &FakeKube) -> (ForgeApp, director_testkit::llm::FakeLlm) {
+    spawn_kube_with(fake, |_| {}).await
+}
+
+/// [`spawn_kube`], with more settings.
+pub(crate) async fn spawn_kube_with(
+    fake: &FakeKube,
+    configure: impl FnOnce(&mut director::settings::Settings),
+) -> (ForgeApp, director_testkit::llm::FakeLlm) {
     let kubeconfig = fake.kubeconfig.display().to_string();
     let (t, llm) = ForgeApp::spawn_with_llm(|s| {
         s.forge.runner_login = RUNNER.into();
@@ -567,6 +575,7 @@ async fn spawn_kube(fake: &FakeKube) -> (ForgeApp, director_testkit::llm::FakeLl
         s.runner.start_attempts = 3;
         s.kubernetes.namespace = NS.into();
         s.kubernetes.kubeconfig = kubeconfig;
+        configure(s);
     })
     .await;
     t.forge.set_password(RUNNER, RUNNER_PASSWORD);

@@ -9,6 +9,7 @@ mod approval;
 mod chart;
 mod checks;
 mod config;
+mod continues;
 mod contract;
 mod crash;
 mod cut;

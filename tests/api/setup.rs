@@ -97,17 +97,25 @@ fn install(index: &Index) -> String {
     )
 }
 
-#[tokio::test]
-async fn a_setup_prepares_the_workspace_with_its_own_network_and_secret_then_starts_warm() {
-    let index = Index::start();
-    let network = Network(format!("director-setup-test-{:08x}", rand::random::<u32>()));
-    let snapshots = tempfile::tempdir().expect("dir");
+/// The director with confined runs on a network of the test's own, snapshots in `snapshots`,
+/// repositories allowed `[setup]`, `command` as the runs' command, and more settings; the
+/// repository served over git.
+async fn spawn_prepared(
+    network: &Network,
+    snapshots: &std::path::Path,
+    command: &str,
+    configure: impl FnOnce(&mut director::settings::Settings),
+) -> (
+    crate::forge_helpers::ForgeApp,
+    director_testkit::llm::FakeLlm,
+    tempfile::TempDir,
+) {
     let image = git_agent_image();
-    let (network_name, snapshot_dir) = (network.0.clone(), snapshots.path().display().to_string());
-    let index_host = index.host.clone();
-    let (t, _llm) = spawn_runs(|s| {
+    let (network_name, snapshot_dir) = (network.0.clone(), snapshots.display().to_string());
+    let command = vec!["/bin/sh".to_owned(), command.to_owned()];
+    let (t, llm) = spawn_runs(|s| {
         s.runner.image = image;
-        s.runner.command = vec!["/bin/sh".into(), "/agent.sh".into()];
+        s.runner.command = command;
         s.runner.network = "bridge".into();
         s.runner.egress = director::settings::Egress::Allowlist;
         s.runner.allow_dns_leaking_engine = true;
@@ -116,6 +124,21 @@ async fn a_setup_prepares_the_workspace_with_its_own_network_and_secret_then_sta
         s.runner.git_gateway_port = crate::helpers::free_port();
         s.runner.snapshot_dir = snapshot_dir;
         s.repo_settings.allow = vec!["setup".into()];
+        configure(s);
+    })
+    .await;
+    let root = tempfile::tempdir().expect("dir");
+    t.forge.serve_git(&t.repo, root.path()).expect("git serves");
+    (t, llm, root)
+}
+
+#[tokio::test]
+async fn a_setup_prepares_the_workspace_with_its_own_network_and_secret_then_starts_warm() {
+    let index = Index::start();
+    let network = Network(format!("director-setup-test-{:08x}", rand::random::<u32>()));
+    let snapshots = tempfile::tempdir().expect("dir");
+    let index_host = index.host.clone();
+    let (t, _llm, _root) = spawn_prepared(&network, snapshots.path(), "/agent.sh", |s| {
         s.repo_settings.setup_egress_allow_max = vec![format!("{index_host}:*")];
         s.setup_secrets.insert(
             "PKG_TOKEN".into(),
@@ -127,8 +150,6 @@ async fn a_setup_prepares_the_workspace_with_its_own_network_and_secret_then_sta
         );
     })
     .await;
-    let root = tempfile::tempdir().expect("dir");
-    t.forge.serve_git(&t.repo, root.path()).expect("git serves");
     t.forge.put_file(&t.repo, "main", "deps.lock", b"pkg==1\n");
     t.forge.put_file(
         &t.repo,
@@ -245,6 +266,28 @@ async fn a_setup_prepares_the_workspace_with_its_own_network_and_secret_then_sta
         "no pull request from the refused run"
     );
 
+    // A setup that commits the token and removes the file: it is only in a compressed git
+    // object, and still found.
+    let hidden = format!(
+        "{} && echo \"$PKG_TOKEN\" > .npmrc && git add .npmrc && git -c user.name=s -c user.email=s@s commit -qm deps && git rm -q .npmrc && git -c user.name=s -c user.email=s@s commit -qm clean",
+        install(&index)
+    );
+    t.forge.put_file(
+        &t.repo,
+        "main",
+        ".director.toml",
+        settings_file(&index, &hidden).as_bytes(),
+    );
+    let hiding = labelled(&t, "Prepared, hiding", &body).await;
+    let record = wait_ended(&t, &hiding).await;
+    let report = run_comments(&t, &hiding).join("\n");
+    assert_eq!(record.lifecycle, Lifecycle::Failed, "{report}");
+    assert!(
+        report.contains("`checkout/.git/objects/") && report.contains("`PKG_TOKEN`"),
+        "{report}"
+    );
+    assert!(!report.contains(TOKEN), "{report}");
+
     // A failing setup: its tail on the issue, the agent never started.
     t.forge.put_file(
         &t.repo,
@@ -286,6 +329,13 @@ async fn a_prepared_workspace_belongs_to_the_runs_user_and_goes_with_the_run() {
     let run_id = director::domain::RunId::parse(&format!("{:012x}", rand::random::<u64>() >> 16))
         .expect("id");
     let volume = rt.make_workspace(&run_id, &image).await.expect("made");
+    assert!(
+        rt.list_workspaces()
+            .await
+            .expect("listed")
+            .contains(&run_id),
+        "the sweep finds it by its label"
+    );
     let (ok, owner) = crate::egress::docker(&[
         "run",
         "--rm",
@@ -299,8 +349,154 @@ async fn a_prepared_workspace_belongs_to_the_runs_user_and_goes_with_the_run() {
         "stat -c %u:%g /workspace && touch /workspace/x && echo writable",
     ]);
     rt.remove_workspace(&run_id).await.expect("removed");
+    assert!(
+        !rt.list_workspaces()
+            .await
+            .expect("listed")
+            .contains(&run_id)
+    );
     assert!(ok, "{owner}");
     assert_eq!(owner, format!("{user}\nwritable"));
     let (_, volumes) = crate::egress::docker(&["volume", "ls", "-q"]);
     assert!(!volumes.contains(&volume), "{volumes}");
+}
+
+/// The example entrypoint in a prepared workspace: it reuses the setup's checkout (fetching,
+/// not cloning), the agent works there, and what the setup left untracked stays out of the
+/// commit.
+#[tokio::test]
+async fn the_example_entrypoint_works_in_the_prepared_checkout_and_commits_none_of_the_setups_files()
+ {
+    let network = Network(format!("director-setup-test-{:08x}", rand::random::<u32>()));
+    let snapshots = tempfile::tempdir().expect("dir");
+    let (t, _llm, _root) =
+        spawn_prepared(&network, snapshots.path(), "/director-entrypoint", |_| {}).await;
+    t.forge.put_file(
+        &t.repo,
+        "main",
+        ".director.toml",
+        b"[setup]\ncommand = \"mkdir -p deps && echo built > deps/lib.txt\"\n",
+    );
+    let issue = labelled(&t, "Be verbose", "Print each step.").await;
+    let record = wait_ended(&t, &issue).await;
+    let reports = run_comments(&t, &issue);
+    assert_eq!(record.lifecycle, Lifecycle::Succeeded, "{reports:?}");
+    let run = &t.app.store.runs_of(&issue).await.expect("runs")[0];
+    assert_eq!(
+        t.forge
+            .git_show(&t.repo, &run.branch, "VERBOSE.md")
+            .as_deref(),
+        Some("verbose: true"),
+        "the agent's change is pushed"
+    );
+    assert_eq!(
+        t.forge.git_show(&t.repo, &run.branch, "deps/lib.txt"),
+        None,
+        "what the setup built is not committed"
+    );
+    let transcript = t
+        .app
+        .store
+        .transcript(&run.id)
+        .await
+        .expect("transcript")
+        .map(|t| t.text)
+        .unwrap_or_default();
+    assert!(
+        transcript.contains("the workspace was prepared (cold)"),
+        "{transcript}"
+    );
+}
+
+/// On Kubernetes a `[setup]` is refused before anything is made: the setup's own network and
+/// secrets could not be kept apart from the agent there, so no Job starts with them mixed.
+#[tokio::test]
+async fn on_kubernetes_a_setup_is_refused_before_any_job_is_made() {
+    let fake = director_testkit::kube::FakeKube::start();
+    let (t, _llm) = crate::kube::spawn_kube_with(&fake, |s| {
+        s.repo_settings.allow = vec!["setup".into()];
+    })
+    .await;
+    t.forge.put_file(
+        &t.repo,
+        "main",
+        ".director.toml",
+        b"[setup]\ncommand = \"make deps\"\n",
+    );
+    let issue = labelled(&t, "Add --verbose", "Print each step.").await;
+    t.app.wait_state(&issue, Lifecycle::Failed).await;
+    let report = run_comments(&t, &issue).join("\n");
+    assert!(
+        report.contains("needs runs on Docker") && report.contains("nothing was started"),
+        "{report}"
+    );
+    assert!(fake.jobs(crate::kube::NS).is_empty(), "no Job was made");
+}
+
+/// A tmpfs mounted for the test, unmounted after it.
+struct SmallDisk(std::path::PathBuf);
+
+impl SmallDisk {
+    fn mount(dir: &std::path::Path, size: &str) -> Self {
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .expect("mount runs")
+            .success();
+        assert!(ok, "the tests run as root and may mount a tmpfs");
+        Self(dir.to_owned())
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// The disk holding snapshots full: the run is not lost (its workspace is read where it is
+/// and the agent starts in it), and the report says why no snapshot was kept. A setup that
+/// outlives its time is stopped and said.
+#[tokio::test]
+async fn a_full_snapshot_disk_loses_no_run_and_a_setup_over_its_time_is_stopped() {
+    let network = Network(format!("director-setup-test-{:08x}", rand::random::<u32>()));
+    let snapshots = tempfile::tempdir().expect("dir");
+    let _disk = SmallDisk::mount(snapshots.path(), "64k");
+    let (t, _llm, _root) = spawn_prepared(&network, snapshots.path(), "/agent.sh", |_| {}).await;
+    t.forge.put_file(
+        &t.repo,
+        "main",
+        ".director.toml",
+        b"[setup]\ncommand = \"head -c 1048576 /dev/zero > $HOME/big\"\n",
+    );
+    let issue = labelled(&t, "Prepared, disk full", "mode: git").await;
+    let record = wait_ended(&t, &issue).await;
+    let reports = run_comments(&t, &issue);
+    assert_eq!(record.lifecycle, Lifecycle::Succeeded, "{reports:?}");
+    let setup = t.app.store.runs_of(&issue).await.expect("runs")[0]
+        .setup
+        .clone()
+        .expect("recorded");
+    let said = setup.snapshot.unwrap_or_default();
+    assert!(
+        said.contains("the snapshot was not kept") && said.contains("setup's own volume"),
+        "{said}"
+    );
+    assert!(reports.join("\n").contains("was not kept"), "{reports:?}");
+
+    t.forge.put_file(
+        &t.repo,
+        "main",
+        ".director.toml",
+        b"[setup]\ncommand = \"sleep 60\"\ntimeout_secs = 2\n",
+    );
+    let slow = labelled(&t, "Prepared, slow", "mode: git").await;
+    let record = wait_ended(&t, &slow).await;
+    let report = run_comments(&t, &slow).join("\n");
+    assert_eq!(record.lifecycle, Lifecycle::Failed, "{report}");
+    assert!(
+        report.contains("did not end within its setup.timeout_secs (2 s)"),
+        "{report}"
+    );
 }

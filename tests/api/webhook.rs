@@ -1,6 +1,6 @@
 //! `POST /webhooks/forgejo` end to end: signatures, limits, parsing, deduplication, ordering.
 
-use director::http::signature::sign;
+use director::forge::signature::sign;
 
 use crate::helpers::{
     BOT, Issue, SECRET, TestApp, comment_payload, fixture, issue_payload, wait_until,

@@ -21,7 +21,7 @@ pub use home::unfit_fork;
 mod repo;
 mod secrets;
 mod setup;
-pub use setup::PREPARED_VAR;
+pub use setup::{PREPARED_VAR, key_extra, snapshot_key};
 mod spec;
 mod start;
 mod task;
@@ -593,6 +593,18 @@ impl RunAct {
             if remove {
                 tracing::info!(run_id = %c.run_id, "removing a finished run's container");
                 self.runtime.remove(&c.id).await?;
+            }
+        }
+        // A prepared workspace (and a setup container) left by a run that ended without its
+        // agent's container removing it: a crash mid-setup, a cancel.
+        for run_id in self.runtime.list_workspaces().await? {
+            let ended = match acts.store.run(&run_id).await? {
+                Some(run) => run.finished_at_ms.is_some_and(|f| now - f >= keep_ms),
+                None => false,
+            };
+            if ended {
+                tracing::info!(run_id = %run_id, "removing an ended run's workspace");
+                self.runtime.remove_workspace(&run_id).await?;
             }
         }
         Ok(())

@@ -77,10 +77,20 @@ pub fn allowed(by: &str, hosts: &[String], all: &[String], retried: Option<&str>
     out
 }
 
-/// How to go on after a run stopped on its budget: `max_usd` is the most a continue may give
-/// (0: no limit set), `default_usd` what a plain one gives (0: no run budget).
-pub fn how_to_continue(branch: &str, default_usd: f64, max_usd: f64) -> String {
+/// How to go on after a run stopped on its budget, and what it spent (`spent_usd`, as the
+/// model gateway metered it, to the micro-dollar: the usage line rounds to cents, which can
+/// read as less than the budget it crossed): `max_usd` is the most a continue may give (0: no
+/// limit set), `default_usd` what a plain one gives (0: no run budget).
+pub fn how_to_continue(
+    branch: &str,
+    spent_usd: Option<f64>,
+    default_usd: f64,
+    max_usd: f64,
+) -> String {
     use crate::domain::units::dollars;
+    let spent = spent_usd
+        .map(|usd| format!("It spent {} on model calls. ", dollars(usd, 2)))
+        .unwrap_or_default();
     let plain = if default_usd > 0.0 {
         format!("a budget of {}", dollars(default_usd, 2))
     } else {
@@ -95,7 +105,7 @@ pub fn how_to_continue(branch: &str, default_usd: f64, max_usd: f64) -> String {
         String::new()
     };
     format!(
-        "\n\nWhat it pushed stays on branch `{branch}`. To go on from there, a writer comments `/director continue` (a follow-up run on the same branch with {plain}) or `/director continue $N` (a budget of $N{most})."
+        "\n\n{spent}What it pushed stays on branch `{branch}`. To go on from there, a writer comments `/director continue` (a follow-up run on the same branch with {plain}) or `/director continue $N` (a budget of $N{most})."
     )
 }
 
@@ -109,5 +119,22 @@ pub fn continuing(by: &str, from: &str, branch: &str, usd: f64) -> String {
     };
     format!(
         "Continuing for @{by}: a follow-up of run `{from}` on branch `{branch}`, with {budget}; the repository's and the day's budgets still apply."
+    )
+}
+
+/// What the answer adds when the comment stated more than one command: only the first,
+/// `taken`, is taken, and the others are named (the writer says each in a comment of its own).
+pub fn not_taken(taken: crate::domain::Command, others: &[crate::domain::Command]) -> String {
+    if others.is_empty() {
+        return String::new();
+    }
+    let list = others
+        .iter()
+        .map(|c| format!("`/director {}`", c.as_str()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "\n\nA comment gives one command: this one took `/director {}`, its first. Not taken: {list}; say each in a comment of its own.",
+        taken.as_str()
     )
 }

@@ -20,9 +20,10 @@ impl Step<'_> {
         let seen = self.record_snapshot(&fact.snapshot);
         let live = self.record.trigger_present && self.record.is_open();
         let trusted = self.record.trigger_trusted == Some(true);
+        // One command per comment: the first it states. The rest are named in the answer.
         let command = match &fact.comment {
             Some(c) if fact.kind == EventKind::IssueComment && fact.action == "created" => {
-                Command::find(
+                let mut stated = Command::find_all(
                     &c.body,
                     &[
                         Command::Cancel,
@@ -30,19 +31,20 @@ impl Step<'_> {
                         Command::Allow,
                         Command::Continue,
                     ],
-                )
-                .map(|cmd| (cmd, c))
+                );
+                (!stated.is_empty()).then(|| (stated.remove(0), stated, c))
             }
             _ => None,
         };
-        let acted = if let Some((command, comment)) =
+        let acted = if let Some((command, not_taken, comment)) =
             command.filter(|_| live && !fact.sender.is_empty() && trusted)
         {
-            let said = matches!(command, Command::Allow | Command::Continue).then(|| {
-                crate::domain::command::Said {
-                    comment: comment.id,
-                    args: command.arguments(&comment.body),
-                }
+            let said = (matches!(command, Command::Allow | Command::Continue)
+                || !not_taken.is_empty())
+            .then(|| crate::domain::command::Said {
+                comment: comment.id,
+                args: command.arguments(&comment.body),
+                not_taken,
             });
             // Counts only once the author's permission is known.
             self.act(
@@ -248,6 +250,24 @@ impl Step<'_> {
         match command {
             Command::Allow => said.is_some_and(|s| self.allow(actor, s)),
             Command::Continue => said.is_some_and(|s| self.continue_run(actor, s)),
+            _ => {
+                let acted = self.plain_command(command);
+                // `allow` and `continue` name what was not taken in their own answer; these
+                // answer only to name it.
+                match said.filter(|s| !s.not_taken.is_empty()) {
+                    Some(s) => {
+                        self.answer(s, command, String::new());
+                        true
+                    }
+                    None => acted,
+                }
+            }
+        }
+    }
+
+    /// `cancel` and `retry`, which say nothing in the thread of their own.
+    fn plain_command(&mut self, command: Command) -> bool {
+        match command {
             Command::Cancel if self.record.lifecycle.is_active() => {
                 self.cancel();
                 true

@@ -278,8 +278,9 @@ impl Step<'_> {
             let state = if cause == StopCause::Budget {
                 body.push_str(&comments::thread::how_to_continue(
                     &run.branch,
+                    run.metered_cost_usd(),
                     self.default_continue_usd(),
-                    self.policy.max_continue_usd,
+                    self.max_continue_usd(),
                 ));
                 RunState::OverBudget
             } else {

@@ -10,13 +10,19 @@ use crate::domain::thread::Continuation;
 use crate::egress::approvable;
 
 impl Step<'_> {
-    /// Answers the comment `comment`, once.
-    fn answer(&mut self, comment: u64, body: String) {
+    /// Answers the comment `said` was in, once, naming the commands it stated that were not
+    /// taken (`command` was).
+    pub(super) fn answer(&mut self, said: &Said, command: Command, body: String) {
+        let comment = said.comment;
+        let body = format!(
+            "{body}{}",
+            comments::thread::not_taken(command, &said.not_taken)
+        );
         self.act(
             Effect::Answer { comment },
             Action::PostNotice {
                 marker: format!("<!-- director:answer {comment} -->"),
-                body: format!("<!-- director:answer {comment} -->\n{body}"),
+                body: format!("<!-- director:answer {comment} -->\n{}", body.trim_start()),
             },
         );
     }
@@ -52,7 +58,11 @@ impl Step<'_> {
         let hosts = match checked {
             Ok(hosts) => hosts,
             Err(why) => {
-                self.answer(said.comment, comments::thread::refused("allow", &why));
+                self.answer(
+                    said,
+                    Command::Allow,
+                    comments::thread::refused("allow", &why),
+                );
                 return true;
             }
         };
@@ -67,7 +77,7 @@ impl Step<'_> {
             &self.record.thread.egress_allowed,
             retried.as_ref().map(RunId::as_str),
         );
-        self.answer(said.comment, body);
+        self.answer(said, Command::Allow, body);
         true
     }
 
@@ -105,7 +115,7 @@ impl Step<'_> {
             .as_ref()
             .filter(|r| r.state == RunState::OverBudget && r.followup.is_none());
         let default_usd = self.default_continue_usd();
-        let max = self.policy.max_continue_usd;
+        let max = self.max_continue_usd();
         let asked = said.args.trim();
         let usd: Result<f64, String> = if asked.is_empty() {
             Ok(default_usd)
@@ -126,9 +136,14 @@ impl Step<'_> {
             (None, _) => Err("Only a run stopped on its budget can be continued, and this issue's last run was not.".to_owned()),
             (_, Err(why)) => Err(why),
             (Some(_), Ok(n)) if max > 0.0 && n > max + 1e-9 => Err(format!(
-                "{} is above `budget.max_continue_usd` ({}).",
+                "{} is above `budget.max_continue_usd` ({}{}).",
                 crate::domain::units::dollars(n, 2),
-                crate::domain::units::dollars(max, 2)
+                crate::domain::units::dollars(max, 2),
+                if self.policy.max_continue_usd > 0.0 {
+                    ""
+                } else {
+                    ": it is not set, so `budget.run_usd`"
+                }
             )),
             (Some(_), Ok(_))
                 if self.record.lifecycle != Lifecycle::OverBudget
@@ -142,7 +157,11 @@ impl Step<'_> {
         let (from, usd) = match checked {
             Ok(c) => c,
             Err(why) => {
-                self.answer(said.comment, comments::thread::refused("continue", &why));
+                self.answer(
+                    said,
+                    Command::Continue,
+                    comments::thread::refused("continue", &why),
+                );
                 return true;
             }
         };
@@ -156,7 +175,7 @@ impl Step<'_> {
             by: actor.to_owned(),
         });
         let body = comments::thread::continuing(actor, from.id.as_str(), &from.branch, usd);
-        self.answer(said.comment, body);
+        self.answer(said, Command::Continue, body);
         self.set_lifecycle(Lifecycle::Queued);
         true
     }
@@ -164,11 +183,22 @@ impl Step<'_> {
     /// What a plain `/director continue` gives: `budget.run_usd`, within
     /// `budget.max_continue_usd`.
     pub(super) fn default_continue_usd(&self) -> f64 {
-        let (run, max) = (self.policy.run_usd, self.policy.max_continue_usd);
+        let (run, max) = (self.policy.run_usd, self.max_continue_usd());
         if max > 0.0 && (run <= 0.0 || run > max) {
             max
         } else {
             run
+        }
+    }
+
+    /// The most a `/director continue $N` may give: `budget.max_continue_usd`, or
+    /// `budget.run_usd` when that is not set (as `docs/configuration.md` says); 0 only when
+    /// neither is set, and then runs have no budget of their own to continue past.
+    pub(super) fn max_continue_usd(&self) -> f64 {
+        if self.policy.max_continue_usd > 0.0 {
+            self.policy.max_continue_usd
+        } else {
+            self.policy.run_usd.max(0.0)
         }
     }
 

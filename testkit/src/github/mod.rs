@@ -19,7 +19,7 @@ use crate::forge::contract::Spec;
 
 use actix_web::web::Bytes;
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
-use director::http::signature::sign;
+use director::forge::signature::sign;
 use serde_json::{Value, json};
 
 mod code;

@@ -380,7 +380,7 @@ impl RunAct {
             let file = tokio::fs::File::open(&path).await?;
             let imported = self
                 .runtime
-                .import_workspace(&container, super::setup::file_stream(file))
+                .import_workspace(&container, crate::prepared::stream::file_stream(file))
                 .await;
             let _ = self.runtime.remove(&container).await;
             imported?;

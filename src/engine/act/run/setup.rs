@@ -11,15 +11,14 @@
 
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt as _;
-
 use super::{GATEWAY_PASSWORD_VAR, RunAct, TASK_PATH};
 use crate::domain::RunRecord;
 use crate::domain::setup::{SetupDecl, SetupMode, SetupOutcome, short};
 use crate::engine::act::Acts;
 use crate::prepared::scan::{Pattern, Scanned};
 use crate::prepared::store::{Meta, SnapshotStore};
-use crate::runtime::{Exit, RunSpec, RuntimeError, SETUP_LABEL, TarStream, WaitLimits};
+use crate::prepared::stream::{file_stream, git_stream, scan_stream};
+use crate::runtime::{Exit, RunSpec, RuntimeError, SETUP_LABEL, WaitLimits};
 
 /// What the setup's container runs: clone through the gateway (or reuse a clone), bring it to
 /// the base commit, run the repository's command in it, and keep whatever the command left
@@ -48,6 +47,9 @@ pub(super) struct Prepared {
 /// Why the agent does not start: said on the issue as the run's refusal.
 pub(super) struct SetupFailed(pub String);
 
+/// Why a run with a `[setup]` does not start on a runtime that cannot keep the setup apart.
+pub const NOT_ON_THIS_RUNTIME: &str = "the repository's `[setup]` needs runs on Docker (runner.kind = \"docker\") in this version: on Kubernetes the setup's own network and secrets, and the search of the workspace for those secrets before the agent starts, are not yet kept apart, so no setup runs there and nothing was started (docs/repo-settings.md)";
+
 /// The variable the agent is told how its workspace was prepared in (`cold` or `warm`).
 pub const PREPARED_VAR: &str = "DIRECTOR_PREPARED";
 
@@ -63,6 +65,12 @@ impl RunAct {
         image: &str,
     ) -> anyhow::Result<Result<Prepared, SetupFailed>> {
         let started = Instant::now();
+        // Whatever the agent prints is redacted of the setup's secrets too, warm or cold.
+        for name in &setup.secrets {
+            if let Some(secret) = self.setup_secrets.get(name) {
+                self.secrets.remember(&run.id, secret.value.expose());
+            }
+        }
         let image_id = self
             .runtime
             .image_id(image)
@@ -71,7 +79,7 @@ impl RunAct {
         let key = self.snapshot_key(acts, run, setup, &image_id).await?;
         let store = self.snapshot_store();
         let mut note = None;
-        if let Some(store) = &store
+        if self.settings.snapshot_max_mb > 0
             && let Some((path, meta)) = store.lookup(&run.repo, &key, acts.clock.now_ms())
         {
             match self.restore(run, image, &path).await {
@@ -100,9 +108,7 @@ impl RunAct {
                 }
             }
         }
-        let result = self
-            .cold(acts, run, setup, image, &key, store.as_ref(), &image_id)
-            .await;
+        let result = self.cold(acts, run, setup, image, &key, &image_id).await;
         let (mut outcome, failed, volume) = match result {
             Ok(v) => v,
             Err(e) => {
@@ -125,14 +131,12 @@ impl RunAct {
         Ok(Ok(Prepared { volume, outcome }))
     }
 
-    fn snapshot_store(&self) -> Option<SnapshotStore> {
-        (self.settings.snapshot_max_mb > 0).then(|| {
-            SnapshotStore::new(
-                self.settings.snapshot_root(),
-                self.settings.snapshot_max_mb,
-                self.settings.snapshot_ttl_hours,
-            )
-        })
+    fn snapshot_store(&self) -> SnapshotStore {
+        SnapshotStore::new(
+            self.settings.snapshot_root(),
+            self.settings.snapshot_max_mb,
+            self.settings.snapshot_ttl_hours,
+        )
     }
 
     /// The key: the repository, the image's id, the command, and each cache-key file as it
@@ -149,27 +153,8 @@ impl RunAct {
             .as_ref()
             .map(|c| c.as_str().to_owned())
             .unwrap_or_else(|| run.base_branch.clone());
-        let mut files = Vec::new();
-        for path in &setup.cache_key {
-            let found = acts
-                .forge
-                .file_at(&run.repo, path, &at, 16 * 1024 * 1024)
-                .await
-                .map_err(|e| anyhow::anyhow!("reading the cache-key file `{path}`: {e}"))?;
-            files.push((
-                path.clone(),
-                match found {
-                    crate::forge::FileAt::File(bytes) => Some(bytes),
-                    _ => None,
-                },
-            ));
-        }
-        Ok(crate::prepared::snapshot_key(
-            &run.repo.to_string(),
-            image_id,
-            &setup.command,
-            &files,
-        ))
+        let extra = key_extra(setup, &self.setup_secrets, &self.settings.user);
+        snapshot_key(acts.forge.as_ref(), &run.repo, &at, setup, image_id, &extra).await
     }
 
     /// A new workspace volume with the snapshot unpacked into it (through a container of the
@@ -197,7 +182,6 @@ impl RunAct {
 
     /// Runs the setup and checks what it left: the outcome, why the agent may not start
     /// (when it may not), and the volume.
-    #[allow(clippy::too_many_arguments)]
     async fn cold(
         &self,
         acts: &Acts,
@@ -205,7 +189,6 @@ impl RunAct {
         setup: &SetupDecl,
         image: &str,
         key: &str,
-        store: Option<&SnapshotStore>,
         image_id: &str,
     ) -> anyhow::Result<(SetupOutcome, Option<String>, String)> {
         let Some(Ok(egress)) = &self.egress else {
@@ -242,7 +225,7 @@ impl RunAct {
         let limits = WaitLimits {
             timeout: Duration::from_secs(setup.timeout_secs),
             idle: None,
-            grace: Duration::from_secs(self.settings.stop_grace_secs.min(30)),
+            grace: Duration::from_secs(self.settings.stop_grace_secs.min(5)),
         };
         let exit = self.runtime.wait(&id, limits).await?;
         let mut outcome = SetupOutcome {
@@ -278,57 +261,155 @@ impl RunAct {
             );
             return Ok((outcome, Some(why), volume));
         }
-        let pending = store.and_then(|s| s.begin(&run.repo, key).ok());
-        let max = store.map_or(0, SnapshotStore::max_bytes);
-        let tar = self.runtime.export_workspace(&id).await?;
-        let (scanned, pending) = scan_stream(tar, patterns, pending, max).await?;
-        let _ = self.runtime.remove(&id).await;
-        match scanned {
-            Scanned::Hit { path, name } => {
-                if let Some(p) = pending {
-                    SnapshotStore::abandon(p);
+        // The workspace is copied as it is read; the agent starts from that copy, unpacked into
+        // a new volume, never from the volume the setup wrote (what the read did not see, such
+        // as extended attributes, stays behind).
+        let copies = self.snapshot_store();
+        let limit = self.settings.workspace_mb.saturating_mul(1024 * 1024);
+        let within = Duration::from_secs(setup.timeout_secs);
+        let copied = match copies.begin(&run.repo, key) {
+            Ok(pending) => {
+                let tar = self.runtime.export_workspace(&id).await?;
+                let read = scan_stream(tar, patterns.clone(), Some(pending), limit);
+                match tokio::time::timeout(within, read).await {
+                    Err(_) => {
+                        let _ = self.runtime.remove(&id).await;
+                        outcome.snapshot =
+                            Some("no snapshot is taken of a workspace not read in time".into());
+                        let why = format!(
+                            "the setup's workspace could not be read within setup.timeout_secs ({} s); the agent was not started",
+                            setup.timeout_secs
+                        );
+                        return Ok((outcome, Some(why), volume));
+                    }
+                    Ok(Ok((scanned, Some(pending)))) => Ok((scanned, pending)),
+                    Ok(Ok((_, None))) => Err("the copy was lost".to_owned()),
+                    Ok(Err(e)) => Err(format!("{e:#}")),
                 }
-                outcome.snapshot =
-                    Some("no snapshot is taken of a workspace that held a secret".into());
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        let (scanned, pending) = match copied {
+            Ok(v) => v,
+            Err(why) => {
+                // No copy could be written (the disk holding snapshots full, say): the
+                // workspace is read again where it is, and the agent starts in it.
+                tracing::warn!(error = %why, "the setup's workspace could not be copied; reading it in place");
+                let checked =
+                    tokio::time::timeout(within, self.check_in_place(&id, &patterns, limit)).await;
+                let _ = self.runtime.remove(&id).await;
+                let refusal = match checked {
+                    Ok(r) => r?,
+                    Err(_) => Some(format!(
+                        "the setup's workspace could not be read within setup.timeout_secs ({} s); the agent was not started",
+                        setup.timeout_secs
+                    )),
+                };
+                outcome.snapshot = Some(format!(
+                    "the snapshot was not kept ({}), so the agent starts in the setup's own volume",
+                    one_line(&why)
+                ));
+                return Ok((outcome, refusal, volume));
+            }
+        };
+        let _ = self.runtime.remove(&id).await;
+        let refuse = |outcome: &mut SetupOutcome, pending, why: String| {
+            SnapshotStore::abandon(pending);
+            outcome.snapshot = Some("no snapshot is taken of a refused workspace".into());
+            why
+        };
+        let bytes = match scanned {
+            Scanned::Hit { path, name } => {
+                let why = secret_left(&name, &path);
+                return Ok((
+                    outcome.clone(),
+                    Some(refuse(&mut outcome, pending, why)),
+                    volume,
+                ));
+            }
+            Scanned::Clean { kept: false, .. } => {
                 let why = format!(
-                    "the setup left the value of {} in `{path}` of the workspace; the agent was not started (a secret given to the setup must not reach the agent)",
-                    if name.starts_with("the setup's") {
-                        name
-                    } else {
-                        format!("the setup secret `{name}`")
-                    }
+                    "the setup left more than runner.workspace_mb ({} MB) in the workspace; the agent was not started",
+                    self.settings.workspace_mb
                 );
-                Ok((outcome, Some(why), volume))
+                return Ok((
+                    outcome.clone(),
+                    Some(refuse(&mut outcome, pending, why)),
+                    volume,
+                ));
             }
-            Scanned::Clean { bytes, kept, .. } => {
-                outcome.snapshot = Some(match (store, pending) {
-                    (None, _) => "no snapshot kept (runner.snapshot_max_mb = 0)".to_owned(),
-                    (Some(_), None) => {
-                        "the snapshot was not kept: its file could not be made".to_owned()
-                    }
-                    (Some(store), Some(p)) if kept => {
-                        let meta = Meta {
-                            repo: run.repo.to_string(),
-                            key: key.to_owned(),
-                            bytes: 0,
-                            created_ms: acts.clock.now_ms(),
-                            used_ms: acts.clock.now_ms(),
-                            image: image_id.to_owned(),
-                            command: setup.command.clone(),
-                        };
-                        keep_snapshot(store, p, meta, acts.clock.now_ms())
-                    }
-                    (Some(_), Some(p)) => {
-                        SnapshotStore::abandon(p);
-                        format!(
-                            "the snapshot was not kept: the workspace ({} MB) is over runner.snapshot_max_mb",
-                            bytes / (1024 * 1024)
-                        )
-                    }
-                });
-                Ok((outcome, None, volume))
-            }
+            Scanned::Clean { bytes, .. } => bytes,
+        };
+        let (pending, in_git) = scan_git(pending, patterns).await?;
+        if let Some((path, name)) = in_git {
+            let why = secret_left(&name, &path);
+            return Ok((
+                outcome.clone(),
+                Some(refuse(&mut outcome, pending, why)),
+                volume,
+            ));
         }
+        let keeping = self.settings.snapshot_max_mb > 0 && bytes <= copies.max_bytes();
+        let (path, temporary) = if keeping {
+            let meta = Meta {
+                repo: run.repo.to_string(),
+                key: key.to_owned(),
+                bytes: 0,
+                created_ms: acts.clock.now_ms(),
+                used_ms: acts.clock.now_ms(),
+                image: image_id.to_owned(),
+                command: setup.command.clone(),
+            };
+            let final_path = pending.final_path().to_owned();
+            let (said, kept) = keep_snapshot(&copies, pending, meta, acts.clock.now_ms());
+            outcome.snapshot = Some(said);
+            if !kept {
+                anyhow::bail!("the setup's workspace could not be kept to start the agent from");
+            }
+            (final_path, false)
+        } else {
+            outcome.snapshot = Some(if self.settings.snapshot_max_mb == 0 {
+                "no snapshot kept (runner.snapshot_max_mb = 0)".to_owned()
+            } else {
+                format!(
+                    "the snapshot was not kept: the workspace ({} MB) is over runner.snapshot_max_mb",
+                    bytes / (1024 * 1024)
+                )
+            });
+            (pending.finish()?, true)
+        };
+        let restored = self.restore(run, image, &path).await;
+        if temporary {
+            let _ = std::fs::remove_file(&path);
+        }
+        let volume = restored?;
+        Ok((outcome, None, volume))
+    }
+
+    /// The setup's workspace read where it is, without a copy (none could be written): why
+    /// the agent may not start in it, if it may not.
+    async fn check_in_place(
+        &self,
+        id: &str,
+        patterns: &[Pattern],
+        limit: u64,
+    ) -> anyhow::Result<Option<String>> {
+        let tar = self.runtime.export_workspace(id).await?;
+        let (scanned, _) = scan_stream(tar, patterns.to_vec(), None, limit).await?;
+        match scanned {
+            Scanned::Hit { path, name } => return Ok(Some(secret_left(&name, &path))),
+            Scanned::Clean { kept: false, .. } => {
+                return Ok(Some(format!(
+                    "the setup left more than runner.workspace_mb ({} MB) in the workspace; the agent was not started",
+                    self.settings.workspace_mb
+                )));
+            }
+            Scanned::Clean { .. } => {}
+        }
+        let tar = self.runtime.export_workspace(id).await?;
+        Ok(git_stream(tar, patterns.to_vec())
+            .await?
+            .map(|(path, name)| secret_left(&name, &path)))
     }
 
     /// The setup phase's variables: no model key, no pass-through, its own credentials.
@@ -410,10 +491,75 @@ impl RunAct {
     }
 }
 
-/// A secret's forms to look for, under its name.
+/// The snapshot key of `setup` in `repo` at commit (or branch) `at`, for an image whose id is
+/// `image_id`: the repository, the image, the command, and each cache-key file as it is there.
+pub async fn snapshot_key(
+    forge: &dyn crate::forge::Forge,
+    repo: &crate::domain::RepoName,
+    at: &str,
+    setup: &SetupDecl,
+    image_id: &str,
+    extra: &str,
+) -> anyhow::Result<String> {
+    let mut files = Vec::new();
+    for path in &setup.cache_key {
+        let found = forge
+            .file_at(repo, path, at, 16 * 1024 * 1024)
+            .await
+            .map_err(|e| anyhow::anyhow!("reading the cache-key file `{path}`: {e}"))?;
+        files.push((
+            path.clone(),
+            match found {
+                crate::forge::FileAt::File(bytes) => Some(bytes),
+                _ => None,
+            },
+        ));
+    }
+    let what = format!("{}\0{extra}", setup.command);
+    Ok(crate::prepared::snapshot_key(
+        &repo.to_string(),
+        image_id,
+        &what,
+        &files,
+    ))
+}
+
+/// What else a snapshot depends on beside the command and the files: the secrets it was made
+/// with (their names, and a digest of each value: a withdrawn or rotated secret makes it
+/// cold), the hosts it could reach, and the user its files belong to.
+pub fn key_extra(
+    setup: &SetupDecl,
+    secrets: &std::collections::BTreeMap<String, crate::settings::setup::SetupSecret>,
+    user: &str,
+) -> String {
+    use sha2::Digest as _;
+    let mut names = setup.secrets.clone();
+    names.sort();
+    let secrets: Vec<String> = names
+        .iter()
+        .map(|n| {
+            let value = secrets.get(n).map(|s| s.value.expose()).unwrap_or_default();
+            let digest = sha2::Sha256::digest(format!("director-snapshot\0{value}"));
+            format!("{n}={}", &hex::encode(digest)[..16])
+        })
+        .collect();
+    let mut hosts = setup.egress_allow.clone();
+    hosts.sort();
+    format!(
+        "secrets:{};egress:{};user:{user}",
+        secrets.join(","),
+        hosts.join(",")
+    )
+}
+
+/// A secret's forms to look for, under its name: those the transcript's redaction knows, its
+/// URL encoding in lower case (git's credential store writes it so), and its hex.
 fn forms(name: &str, value: &str) -> Vec<Pattern> {
-    super::secrets::encodings(value)
-        .into_iter()
+    let mut all = super::secrets::encodings(value);
+    all.push(lower_percent(value));
+    all.push(hex::encode(value));
+    all.push(hex::encode_upper(value));
+    all.into_iter()
         .filter(|f| f.len() >= 8)
         .map(|f| Pattern {
             name: name.to_owned(),
@@ -427,87 +573,69 @@ fn keep_snapshot(
     pending: crate::prepared::store::Pending,
     mut meta: Meta,
     now_ms: i64,
-) -> String {
+) -> (String, bool) {
     meta.bytes = pending.file.metadata().map(|m| m.len()).unwrap_or(0);
     let mb = meta.bytes as f64 / (1024.0 * 1024.0);
     match store.keep(pending, &meta, now_ms) {
-        Ok(()) => format!("snapshot `{}` kept ({mb:.1} MB)", short(&meta.key)),
-        Err(e) => format!("the snapshot was not kept: {}", one_line(&e.to_string())),
+        Ok(()) => (
+            format!("snapshot `{}` kept ({mb:.1} MB)", short(&meta.key)),
+            true,
+        ),
+        Err(e) => (
+            format!("the snapshot was not kept: {}", one_line(&e.to_string())),
+            false,
+        ),
     }
 }
 
-/// Scans the workspace's tar stream on a blocking thread (the tar reader is synchronous),
-/// fed by this task chunk by chunk: memory stays a few chunks whatever the size.
-async fn scan_stream(
-    mut tar: TarStream,
+/// `value` percent-encoded as the transcript's redaction does, with lower-case hex digits.
+fn lower_percent(value: &str) -> String {
+    let upper = crate::forge::percent_encode(value);
+    let mut out = String::with_capacity(upper.len());
+    let mut rest = upper.as_str();
+    while let Some(i) = rest.find('%') {
+        out.push_str(&rest[..i]);
+        let code = rest.get(i..i + 3).unwrap_or(&rest[i..]);
+        out.push_str(&code.to_ascii_lowercase());
+        rest = &rest[(i + code.len())..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Why the agent does not start: a secret's name and where, the path made inert.
+fn secret_left(name: &str, path: &str) -> String {
+    let path: String = path
+        .chars()
+        .map(|c| if c == '`' || c.is_control() { '?' } else { c })
+        .take(200)
+        .collect();
+    format!(
+        "the setup left the value of {} in `{path}` of the workspace; the agent was not started (a secret given to the setup must not reach the agent)",
+        if name.starts_with("the setup's") {
+            name.to_owned()
+        } else {
+            format!("the setup secret `{name}`")
+        }
+    )
+}
+
+/// The copy's git objects searched once inflated, on a blocking thread.
+async fn scan_git(
+    mut pending: crate::prepared::store::Pending,
     patterns: Vec<Pattern>,
-    pending: Option<crate::prepared::store::Pending>,
-    max: u64,
-) -> anyhow::Result<(Scanned, Option<crate::prepared::store::Pending>)> {
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(4);
-    let scan = tokio::task::spawn_blocking(move || {
-        let reader = ChannelReader {
-            rx,
-            current: bytes::Bytes::new(),
-        };
-        let mut pending = pending;
-        let out = pending
-            .as_mut()
-            .map(|p| std::io::BufWriter::new(&mut p.file));
-        let scanned = crate::prepared::scan::scan_and_copy(reader, true, &patterns, out, max);
-        (scanned, pending)
-    });
-    while let Some(chunk) = tar.next().await {
-        let chunk = chunk.map_err(|e| std::io::Error::other(e.to_string()));
-        let failed = chunk.is_err();
-        if tx.send(chunk).await.is_err() || failed {
-            break;
-        }
-    }
-    drop(tx);
-    let (scanned, pending) = scan.await?;
-    let scanned = scanned.map_err(|e| anyhow::anyhow!("reading the setup's workspace: {e}"))?;
-    Ok((scanned, pending))
-}
-
-struct ChannelReader {
-    rx: tokio::sync::mpsc::Receiver<Result<bytes::Bytes, std::io::Error>>,
-    current: bytes::Bytes,
-}
-
-impl std::io::Read for ChannelReader {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        while self.current.is_empty() {
-            match self.rx.blocking_recv() {
-                Some(chunk) => self.current = chunk?,
-                None => return Ok(0),
-            }
-        }
-        let n = buf.len().min(self.current.len());
-        buf[..n].copy_from_slice(&self.current.split_to(n));
-        Ok(n)
-    }
-}
-
-/// A file as a stream of chunks, read as they are sent.
-pub(super) fn file_stream(file: tokio::fs::File) -> TarStream {
-    futures_util::stream::unfold(Some(file), |file| async move {
-        use tokio::io::AsyncReadExt as _;
-        let mut file = file?;
-        let mut buf = vec![0u8; 256 * 1024];
-        match file.read(&mut buf).await {
-            Ok(0) => None,
-            Ok(n) => {
-                buf.truncate(n);
-                Some((Ok(bytes::Bytes::from(buf)), Some(file)))
-            }
-            Err(e) => Some((
-                Err(RuntimeError::Engine(format!("reading the snapshot: {e}"))),
-                None,
-            )),
-        }
+) -> anyhow::Result<(crate::prepared::store::Pending, Option<(String, String)>)> {
+    use std::io::{Seek as _, Write as _};
+    let found = tokio::task::spawn_blocking(move || {
+        pending.file.flush()?;
+        let mut file = pending.file.try_clone()?;
+        file.rewind()?;
+        let found =
+            crate::prepared::scan::scan_git_objects(std::io::BufReader::new(file), &patterns)?;
+        Ok::<_, std::io::Error>((pending, found))
     })
-    .boxed()
+    .await??;
+    Ok(found)
 }
 
 fn elapsed_ms(since: Instant) -> u64 {

@@ -249,11 +249,28 @@ impl RunAct {
         ));
         let mut spec = self.spec(&run, token, task, endpoints);
         if let Some(setup) = run.settings.as_ref().and_then(|s| s.setup.clone()) {
+            if !self.runtime.prepares_workspaces() {
+                return Ok(RunReport::SetupFailed {
+                    why: super::setup::NOT_ON_THIS_RUNTIME.to_owned(),
+                });
+            }
             match self
                 .prepare(acts, &run, &setup, &spec.image.clone())
                 .await?
             {
                 Ok(prepared) => {
+                    // A cancel that came while the setup ran: no agent starts.
+                    if acts
+                        .store
+                        .run(&run.id)
+                        .await?
+                        .is_some_and(|r| r.stop_requested)
+                    {
+                        let _ = self.runtime.remove_workspace(&run.id).await;
+                        return Ok(RunReport::Refused {
+                            why: "cancelled while its setup ran".into(),
+                        });
+                    }
                     spec.workspace_volume = Some(prepared.volume);
                     spec.env.push((
                         super::PREPARED_VAR.to_owned(),

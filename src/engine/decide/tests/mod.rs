@@ -392,6 +392,7 @@ fn said(command: Command, actor: &str, allowed: bool, comment: u64, args: &str) 
         said: Some(crate::domain::command::Said {
             comment,
             args: args.into(),
+            not_taken: Vec::new(),
         }),
     }
 }

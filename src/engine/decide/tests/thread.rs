@@ -225,11 +225,140 @@ fn a_run_stopped_on_its_budget_says_how_to_go_on_and_a_writers_continue_follows_
     plain.apply(&said(Command::Continue, "alice", true, 80, ""));
     plain.apply(&admitted("000000000002"));
     assert_eq!(plain.run().continued.as_ref().map(|c| c.usd), Some(2.0));
+    // `budget.max_continue_usd` unset: `budget.run_usd` is the most, never no limit.
+    let unset = || Policy {
+        max_continue_usd: 0.0,
+        ..budgeted()
+    };
+    let mut capped = over_budget(unset());
+    assert!(
+        capped.report().contains("at most $2.00"),
+        "{}",
+        capped.report()
+    );
+    assert!(capped.apply(&said(Command::Continue, "alice", true, 85, "$1000")));
+    assert!(
+        answer(&capped).contains(
+            "$1000.00 is above `budget.max_continue_usd` ($2.00: it is not set, so `budget.run_usd`)"
+        ),
+        "{}",
+        answer(&capped)
+    );
+    assert_eq!(capped.state(), Lifecycle::OverBudget, "nothing changed");
+    assert!(capped.rec().thread.continuation.is_none());
+    assert!(capped.apply(&said(Command::Continue, "alice", true, 86, "$1.50")));
+    assert_eq!(capped.state(), Lifecycle::Queued);
     // Only after a budget stop.
     let mut failed = refused_run(budgeted(), &[]);
     assert!(failed.apply(&said(Command::Continue, "alice", true, 90, "")));
     assert!(answer(&failed).contains("Only a run stopped on its budget"));
     assert_eq!(failed.state(), Lifecycle::Failed);
+}
+
+/// The comment `body` by `actor`, then its command judged (`allowed`: a writer's), as the
+/// engine does: returns whether the judged command changed anything.
+fn commented(s: &mut Sim, actor: &str, allowed: bool, id: u64, body: &str) -> bool {
+    s.apply(&comment(actor, id, body, T3));
+    let Some(Action::AuthorizeCommand {
+        command,
+        actor,
+        said,
+    }) = s.find("authorize_command").map(|p| p.action.clone())
+    else {
+        panic!("no command in {body:?}: {:?}", s.kinds());
+    };
+    s.apply(&Event::CommandJudged {
+        command,
+        actor,
+        allowed,
+        said,
+    })
+}
+
+#[test]
+fn a_comment_gives_one_command_and_its_answer_names_the_others_not_taken() {
+    // Allow first: the host is approved, the continue is named as not taken.
+    let mut s = over_budget(Policy {
+        egress_approvable: vec!["pkgs.example:443".into()],
+        ..budgeted()
+    });
+    let body = "/director allow pkgs.example:443\n/director continue $1";
+    assert!(commented(&mut s, "alice", true, 100, body));
+    assert_eq!(s.rec().thread.egress_allowed, vec!["pkgs.example:443"]);
+    assert!(
+        s.rec().thread.continuation.is_none(),
+        "the continue is not taken"
+    );
+    let said = answer(&s);
+    assert!(
+        said.contains("Approved by @alice")
+            && said.contains(
+                "this one took `/director allow`, its first. Not taken: `/director continue`"
+            ),
+        "{said}"
+    );
+    assert_eq!(s.kinds(), vec!["post_notice"], "one answer");
+    // Continue first: the continue is taken, the allow named.
+    let mut s = over_budget(budgeted());
+    let body = "/director continue $1\n/director allow pkgs.example:443";
+    assert!(commented(&mut s, "alice", true, 101, body));
+    assert_eq!(s.state(), Lifecycle::Queued);
+    assert!(s.rec().thread.egress_allowed.is_empty());
+    let said = answer(&s);
+    assert!(
+        said.contains("Continuing for @alice") && said.contains("Not taken: `/director allow`"),
+        "{said}"
+    );
+    // A command that says nothing of its own answers to name the rest, even when it changed
+    // nothing.
+    let mut s = over_budget(budgeted());
+    assert!(commented(
+        &mut s,
+        "alice",
+        true,
+        102,
+        "/director retry\n/director continue"
+    ));
+    assert_eq!(s.state(), Lifecycle::Queued, "retried");
+    assert!(s.rec().thread.continuation.is_none());
+    assert!(answer(&s).starts_with(
+        "<!-- director:answer 102 -->\nA comment gives one command: this one took `/director retry`"
+    ));
+    let mut s = over_budget(budgeted());
+    assert!(commented(
+        &mut s,
+        "alice",
+        true,
+        103,
+        "/director cancel\n/director continue"
+    ));
+    assert_eq!(
+        s.state(),
+        Lifecycle::OverBudget,
+        "nothing to cancel, nothing continued"
+    );
+    assert!(answer(&s).contains("Not taken: `/director continue`"));
+    // A reader's: nothing, no answer.
+    let mut s = over_budget(budgeted());
+    assert!(!commented(
+        &mut s,
+        "mallory",
+        false,
+        104,
+        "/director retry\n/director continue"
+    ));
+    assert_eq!(s.state(), Lifecycle::OverBudget);
+    assert!(s.find("post_notice").is_none());
+    // One command alone: no note.
+    let mut s = over_budget(budgeted());
+    assert!(commented(
+        &mut s,
+        "alice",
+        true,
+        105,
+        "/director continue\n/director continue $3"
+    ));
+    assert!(!answer(&s).contains("Not taken"), "{}", answer(&s));
 }
 
 #[test]
