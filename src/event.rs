@@ -397,6 +397,17 @@ pub enum RunReport {
     Judged { ahead: u64 },
     /// The pull request exists (opened now, or found from before).
     PrOpened { number: u64 },
+    /// The checks of its pushed head ran (or could not: the outcome says why).
+    Checked {
+        head: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        base: Option<String>,
+        outcome: crate::domain::checks::ChecksOutcome,
+    },
+    /// The checks' status was posted on `sha`: the pull request's checks are read again.
+    StatusPosted { sha: String },
+    /// The draft pull request was retitled ready (its checks pass).
+    Readied { pr: u64 },
 }
 
 /// What the pre-flight comment of a WRONG-REPO verdict shows once the issue is filed.

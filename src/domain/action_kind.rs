@@ -28,13 +28,16 @@ pub enum ActionKind {
     ReadFeedback,
     ReadChecks,
     TryMerge,
+    RunChecks,
+    PostStatus,
+    RetitlePull,
     /// A kind this version does not know (stored by a newer one).
     #[serde(other)]
     Unknown,
 }
 
 impl ActionKind {
-    pub const ALL: [ActionKind; 18] = [
+    pub const ALL: [ActionKind; 21] = [
         Self::ResolveTrigger,
         Self::AuthorizeCommand,
         Self::PostNotice,
@@ -53,6 +56,9 @@ impl ActionKind {
         Self::ReadFeedback,
         Self::ReadChecks,
         Self::TryMerge,
+        Self::RunChecks,
+        Self::PostStatus,
+        Self::RetitlePull,
     ];
 
     /// The `kind` column and the metric label.
@@ -76,6 +82,9 @@ impl ActionKind {
             Self::ReadFeedback => "read_feedback",
             Self::ReadChecks => "read_checks",
             Self::TryMerge => "try_merge",
+            Self::RunChecks => "run_checks",
+            Self::PostStatus => "post_status",
+            Self::RetitlePull => "retitle_pull",
             Self::Unknown => "unknown",
         }
     }

@@ -5,12 +5,14 @@
 pub mod action_kind;
 pub mod agent;
 pub mod approval;
+pub mod checks;
 pub mod command;
 pub mod commit;
 pub mod filer;
 pub mod forecast;
 pub mod git_env;
 pub mod issue;
+pub mod junit;
 pub mod outcomes;
 pub mod protected;
 pub mod pull;

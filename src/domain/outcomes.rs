@@ -46,6 +46,10 @@ pub struct PrFacts {
     /// Follow-up runs answering reviews and comments, and answering checks.
     pub followups: u32,
     pub ci_followups: u32,
+    /// Whether the director's checks passed when it opened (`None`: it had none).
+    pub opened_green: Option<bool>,
+    /// Follow-ups that answered a failing `director/checks`.
+    pub check_followups: u32,
     /// The runs' and pre-flights' metered cost, in dollars (calls whose cost could
     /// not be are left out, and counted in the window's spend).
     pub cost_usd: f64,
@@ -175,6 +179,15 @@ pub struct Figures {
     pub pr_to_merge: Option<Spread>,
     /// Follow-up runs (review and check answers) per merged pull request.
     pub followups_per_merged: Option<f64>,
+    /// Pull requests opened with the director's checks (`[checks]`), and those of them that
+    /// opened with the checks passing.
+    pub prs_checked: u64,
+    pub prs_opened_green: u64,
+    /// Opened green over opened with checks: `None` when none was.
+    pub opened_green_rate: Option<f64>,
+    /// Follow-up runs that answered a failing `director/checks`, of the pull requests opened
+    /// in the window.
+    pub check_followups: u64,
 }
 
 /// One UTC day.
@@ -250,6 +263,7 @@ impl Acc {
         f.cost_per_merged_usd = per(self.merged_cost, f.merged);
         f.followups_per_merged = per(self.merged_followups as f64, f.merged);
         f.merge_rate = per(f.merged as f64, f.merged + f.closed_unmerged);
+        f.opened_green_rate = per(f.prs_opened_green as f64, f.prs_checked);
         self.figures
     }
 }
@@ -445,6 +459,9 @@ fn pull_request<'a>(
         }
         groups.each_asked(&pr.repo, agent, pr.filed, |a| {
             a.figures.prs_opened += 1;
+            a.figures.prs_checked += u64::from(pr.opened_green.is_some());
+            a.figures.prs_opened_green += u64::from(pr.opened_green == Some(true));
+            a.figures.check_followups += u64::from(pr.check_followups);
             if let Some(Some(secs)) = waited {
                 a.to_pr.push(secs);
             }
@@ -586,10 +603,31 @@ mod tests {
             reverted: false,
             followups: 0,
             ci_followups: 0,
+            opened_green: None,
+            check_followups: 0,
             cost_usd: cost,
             agent: Some("claude-code".into()),
             filed: false,
         }
+    }
+
+    #[test]
+    fn the_share_opened_green_counts_only_pull_requests_that_had_checks() {
+        let mut green = pr("acme/widgets", PullState::Open, 0, 1_000, None, 0.0);
+        green.opened_green = Some(true);
+        let mut red = pr("acme/widgets", PullState::Open, 0, 1_000, None, 0.0);
+        red.opened_green = Some(false);
+        red.check_followups = 2;
+        let unchecked = pr("acme/widgets", PullState::Open, 0, 1_000, None, 0.0);
+        let facts = Facts {
+            prs: vec![green, red, unchecked],
+            ..Facts::default()
+        };
+        let o = compute(&facts, 7, 2_000);
+        assert_eq!(o.total.prs_opened, 3);
+        assert_eq!((o.total.prs_checked, o.total.prs_opened_green), (2, 1));
+        assert_eq!(o.total.opened_green_rate, Some(0.5));
+        assert_eq!(o.total.check_followups, 2);
     }
 
     #[test]

@@ -154,6 +154,17 @@ pub struct PullRecord {
     /// A later commit of the base that reverts its merge, once found.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reverted: Option<Reverted>,
+    /// It was opened as a draft (`WIP: `) because the director's checks did not pass: the
+    /// title to give it once they do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft: Option<String>,
+    /// Whether the director's checks (`[checks]`) passed when it opened (`None`: it had
+    /// none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opened_green: Option<bool>,
+    /// Follow-up runs that answered a failing `director/checks` (among `ci_followups`).
+    #[serde(default)]
+    pub check_followups: u32,
 }
 
 /// A commit of the base branch that reverts a merged pull request.
@@ -264,6 +275,9 @@ impl PullRecord {
             opened_at_ms: None,
             ended_at_ms: None,
             reverted: None,
+            draft: None,
+            opened_green: None,
+            check_followups: 0,
         }
     }
 

@@ -227,6 +227,10 @@ pub struct RunRecord {
     /// What became of its setup phase (`[setup]`), once it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub setup: Option<super::setup::SetupOutcome>,
+    /// Its pushed head's checks (`[checks]`), run by the director: under way while the
+    /// outcome is `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checks: Option<super::checks::ChecksRecord>,
     /// It goes on where a run stopped on its budget stopped (a writer's `/director
     /// continue`), with a budget of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -241,6 +245,15 @@ impl RunRecord {
             && self.finished_at_ms.is_none()
             && self.setup.is_none()
             && self.settings.as_ref().is_some_and(|s| s.setup.is_some())
+    }
+
+    /// Whether its checks are under way: the agent has exited, the run has not ended, and
+    /// its head's checks have no outcome yet. Only then is the checks' own (fetch-only)
+    /// credential taken.
+    pub fn checks_open(&self) -> bool {
+        self.state == RunState::Exited
+            && self.finished_at_ms.is_none()
+            && self.checks.as_ref().is_some_and(|c| c.outcome.is_none())
     }
 
     /// The repository its branch lives in: its fork, or the repository itself.
@@ -283,6 +296,9 @@ pub struct RunSettings {
     /// The setup phase the repository declared (`[setup]`), as allowed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub setup: Option<super::setup::SetupDecl>,
+    /// The checks the repository declared (`[checks]`), as allowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checks: Option<super::checks::ChecksDecl>,
 }
 
 /// Compared by their text: a budget is never NaN (the parser refuses it).
@@ -356,6 +372,7 @@ impl RunRecord {
             agent: None,
             home: None,
             setup: None,
+            checks: None,
             continued: None,
         }
     }

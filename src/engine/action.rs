@@ -80,6 +80,28 @@ pub enum Action {
     /// no request for changes, green checks, mergeable, the issue still labelled); update its
     /// branch first when the base moved.
     TryMerge { pr: u64 },
+    /// Run the checks (`[checks]`) on the run's pushed head, and on its base unless the
+    /// base's results are kept, in sealed containers; the outcome comes back as
+    /// `RunReport::Checked`.
+    RunChecks {
+        run_id: RunId,
+        checks: crate::domain::checks::ChecksDecl,
+    },
+    /// Give the pull request `title` (its draft prefix dropped once the checks pass).
+    RetitlePull {
+        run_id: RunId,
+        pr: u64,
+        title: String,
+    },
+    /// Post the checks' result as commit status `director/checks` on `sha` (statuses append:
+    /// posting it twice shows it once).
+    PostStatus {
+        run_id: RunId,
+        sha: String,
+        state: crate::domain::checks::StatusState,
+        description: String,
+        target_url: String,
+    },
 }
 
 /// Where feedback on a pull request came from.
@@ -114,6 +136,9 @@ impl Action {
             Self::ReadFeedback { .. } => ActionKind::ReadFeedback,
             Self::ReadChecks { .. } => ActionKind::ReadChecks,
             Self::TryMerge { .. } => ActionKind::TryMerge,
+            Self::RunChecks { .. } => ActionKind::RunChecks,
+            Self::PostStatus { .. } => ActionKind::PostStatus,
+            Self::RetitlePull { .. } => ActionKind::RetitlePull,
         }
     }
 
@@ -126,7 +151,10 @@ impl Action {
             | Self::OpenPr { run_id, .. }
             | Self::RemoveContainer { run_id }
             | Self::RevokeToken { run_id }
-            | Self::ReportRun { run_id, .. } => Some(run_id),
+            | Self::ReportRun { run_id, .. }
+            | Self::RunChecks { run_id, .. }
+            | Self::PostStatus { run_id, .. }
+            | Self::RetitlePull { run_id, .. } => Some(run_id),
             _ => None,
         }
     }
@@ -136,7 +164,7 @@ impl Action {
     pub fn max_attempts(&self, start_attempts: u32) -> u32 {
         match self {
             // The pre-flight keeps its own attempts and backoff (`preflight.max_attempts`).
-            Self::ReadPreflight { .. } => 3,
+            Self::ReadPreflight { .. } | Self::RunChecks { .. } => 3,
             // A forge or engine restart must not fail a run for good within seconds.
             Self::StartRun { .. } => start_attempts,
             // A live token is never given up on: retried (backoff capped near 9 minutes) until
@@ -151,6 +179,10 @@ impl Action {
         let secs = match self {
             Self::ReadPreflight { .. } => preflight_timeout_secs.saturating_mul(2).max(60),
             Self::StartRun { .. } => 300,
+            // The base's checks, then the head's, each within its time limit.
+            Self::RunChecks { checks, .. } => {
+                checks.timeout_secs.saturating_mul(2).saturating_add(300)
+            }
             _ => 120,
         };
         i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX / 4)
@@ -220,6 +252,20 @@ pub enum Effect {
     },
     Remove {
         run: RunId,
+    },
+    /// Running the checks of a run's pushed head.
+    RunChecks {
+        run: RunId,
+    },
+    /// Making the draft pull request ready, its checks green on `head`.
+    Ready {
+        pr: u64,
+        head: String,
+    },
+    /// Posting the checks' commit status on `sha`.
+    Status {
+        run: RunId,
+        sha: String,
     },
     /// Reading a review that requested changes (`review`: a digest of who, what and when).
     ReviewFeedback {
@@ -298,6 +344,9 @@ impl fmt::Display for Effect {
             Self::Revoke { run } => write!(f, "revoke:{run}"),
             Self::Report { run } => write!(f, "report:{run}"),
             Self::Remove { run } => write!(f, "remove:{run}"),
+            Self::RunChecks { run } => write!(f, "run-checks:{run}"),
+            Self::Status { run, sha } => write!(f, "status:{run}:{sha}"),
+            Self::Ready { pr, head } => write!(f, "ready:pr{pr}:{head}"),
             Self::ReviewFeedback { pr, review } => write!(f, "feedback:pr{pr}:review:{review}"),
             Self::CommentFeedback { pr, comment } => write!(f, "feedback:pr{pr}:comment:{comment}"),
             Self::PrClosed { pr, version } => write!(f, "pr-closed:pr{pr}:v{version}"),

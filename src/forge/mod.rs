@@ -466,6 +466,31 @@ fn unsupported(what: &str) -> ForgeError {
     }
 }
 
+/// A commit status the director posts (its checks' result, `director/checks`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewStatus {
+    pub state: crate::domain::checks::StatusState,
+    pub context: String,
+    pub description: String,
+    /// Where its details are (the checks' transcript); empty: none.
+    pub target_url: String,
+}
+
+impl NewStatus {
+    /// The request body both forges take (`state`, `target_url`, `description`, `context`).
+    pub fn body(&self) -> serde_json::Value {
+        let mut body = serde_json::json!({
+            "state": self.state.as_str(),
+            "context": self.context,
+            "description": self.description,
+        });
+        if !self.target_url.is_empty() {
+            body["target_url"] = serde_json::Value::String(self.target_url.clone());
+        }
+        body
+    }
+}
+
 /// The calls the director makes to a forge, and no others.
 #[async_trait]
 pub trait Forge: Send + Sync {
@@ -567,6 +592,20 @@ pub trait Forge: Send + Sync {
     /// The checks of commit `sha`: its commit statuses, latest per context (and on GitHub its
     /// check runs), at most [`MAX_CHECKS`] of them.
     async fn checks(&self, repo: &RepoName, sha: &CommitSha) -> Result<Checks, ForgeError>;
+    /// Retitles pull request `number` (a draft of the director's, `WIP: `, made ready).
+    async fn edit_pull_title(
+        &self,
+        repo: &RepoName,
+        number: u64,
+        title: &str,
+    ) -> Result<(), ForgeError>;
+    /// Posts a commit status on commit `sha` (statuses append; per context the latest wins).
+    async fn post_status(
+        &self,
+        repo: &RepoName,
+        sha: &CommitSha,
+        status: &NewStatus,
+    ) -> Result<(), ForgeError>;
     /// Merges pull request `number` in `style`, only if its head is still `head_sha`.
     async fn merge_pull(
         &self,

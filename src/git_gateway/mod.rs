@@ -8,6 +8,8 @@
 //!   taken, and only for its own repository.
 //!   A run's setup phase has a credential of its own, `setup-<run id>`, taken only for
 //!   fetches and only while the setup is under way: the setup cannot push.
+//!   So have the director's checks of its pushed head (`checks-<run id>`): fetches only,
+//!   only while the run has exited and its checks have no outcome.
 //! - **Fetches** are forwarded to the forge with the run's token, which the director holds.
 //! - **Pushes** are checked first, and nothing of a refused push reaches the forge: every
 //!   ref update must be the run's own branch (created or updated by a first run,
@@ -62,6 +64,8 @@ pub struct RunAccess {
     pub base_commit: Option<crate::domain::CommitSha>,
     /// Its setup phase is under way: the setup's own (fetch-only) credential is taken.
     pub setup_open: bool,
+    /// Its head's checks are under way: the checks' own (fetch-only) credential is taken.
+    pub checks_open: bool,
     /// The repository's git URL on the forge.
     pub upstream: String,
     /// `scheme://host:port` of `upstream`.
@@ -150,6 +154,13 @@ impl Gateway {
             .encode(self.mac(Phase::Setup, run_id).finalize().into_bytes())
     }
 
+    /// The password of `checks-<run_id>`: fetches only, while the run's checks are under way
+    /// (the director's own fetch step before the sealed check containers).
+    pub fn checks_password(&self, run_id: &RunId) -> String {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(self.mac(Phase::Checks, run_id).finalize().into_bytes())
+    }
+
     fn verify(&self, phase: Phase, run_id: &RunId, password: &str) -> bool {
         base64::engine::general_purpose::URL_SAFE_NO_PAD
             .decode(password)
@@ -162,6 +173,7 @@ impl Gateway {
         mac.update(match phase {
             Phase::Run => b"git-gateway\0".as_slice(),
             Phase::Setup => b"git-gateway-setup\0".as_slice(),
+            Phase::Checks => b"git-gateway-checks\0".as_slice(),
         });
         mac.update(run_id.as_str().as_bytes());
         mac
@@ -240,6 +252,7 @@ fn text(status: StatusCode, message: &str) -> HttpResponse {
 enum Phase {
     Run,
     Setup,
+    Checks,
 }
 
 /// The run a request's Basic credentials name, checked, and whose they are.
@@ -251,14 +264,39 @@ fn credentials(gw: &Gateway, req: &HttpRequest) -> Option<(RunId, Phase)> {
         .ok()?;
     let decoded = String::from_utf8(decoded).ok()?;
     let (user, password) = decoded.split_once(':')?;
-    let (id, phase) = match (user.strip_prefix("run-"), user.strip_prefix("setup-")) {
-        (Some(id), _) => (id, Phase::Run),
-        (_, Some(id)) => (id, Phase::Setup),
-        _ => return None,
+    let (id, phase) = if let Some(id) = user.strip_prefix("run-") {
+        (id, Phase::Run)
+    } else if let Some(id) = user.strip_prefix("setup-") {
+        (id, Phase::Setup)
+    } else if let Some(id) = user.strip_prefix("checks-") {
+        (id, Phase::Checks)
+    } else {
+        return None;
     };
     let run_id = RunId::parse(id).ok()?;
     gw.verify(phase, &run_id, password)
         .then_some((run_id, phase))
+}
+
+/// Why a phase's credential is not taken now: the setup's once the setup ended, the checks'
+/// outside the run's checks.
+fn phase_closed(phase: Phase, setup_open: bool, checks_open: bool) -> Option<&'static str> {
+    match phase {
+        Phase::Setup if !setup_open => Some("the run's setup has ended"),
+        Phase::Checks if !checks_open => Some("the run's checks are not under way"),
+        _ => None,
+    }
+}
+
+/// The refusal counted when a fetch-only phase (setup, checks) asks to push.
+fn phase_push(phase: Phase, end: Endpoint, query: &str) -> Option<&'static str> {
+    let pushing = end == Endpoint::ReceivePack
+        || end == Endpoint::InfoRefs && query != "service=git-upload-pack";
+    match phase {
+        Phase::Setup if pushing => Some("setup_push"),
+        Phase::Checks if pushing => Some("checks_push"),
+        _ => None,
+    }
 }
 
 async fn handle(req: HttpRequest, payload: web::Payload, gw: web::Data<Gateway>) -> HttpResponse {
@@ -298,19 +336,18 @@ async fn handle(req: HttpRequest, payload: web::Payload, gw: web::Data<Gateway>)
             );
         }
     };
-    if phase == Phase::Setup && !run.setup_open {
-        return text(StatusCode::FORBIDDEN, "the run's setup has ended");
+    if let Some(why) = phase_closed(phase, run.setup_open, run.checks_open) {
+        return text(StatusCode::FORBIDDEN, why);
     }
     if !run.repo.to_string().eq_ignore_ascii_case(&repo.to_string()) {
         return text(StatusCode::NOT_FOUND, "repository not found");
     }
-    if phase == Phase::Setup && end == Endpoint::ReceivePack
-        || phase == Phase::Setup
-            && end == Endpoint::InfoRefs
-            && req.query_string() != "service=git-upload-pack"
-    {
-        gw.count("setup_push");
-        return text(StatusCode::FORBIDDEN, "the setup phase cannot push");
+    if let Some(reason) = phase_push(phase, end, req.query_string()) {
+        gw.count(reason);
+        return text(
+            StatusCode::FORBIDDEN,
+            "the setup and checks phases cannot push",
+        );
     }
     match end {
         Endpoint::InfoRefs => {
@@ -644,6 +681,34 @@ async fn record(gw: &Gateway, run_id: &RunId, refname: &str, why: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_checks_credential_fetches_only_and_only_while_the_checks_are_under_way() {
+        assert_eq!(phase_closed(Phase::Checks, true, true), None);
+        assert!(phase_closed(Phase::Checks, true, false).is_some(), "after");
+        assert!(phase_closed(Phase::Setup, false, true).is_some());
+        assert_eq!(phase_closed(Phase::Run, false, false), None);
+        let fetch = "service=git-upload-pack";
+        assert_eq!(phase_push(Phase::Checks, Endpoint::UploadPack, ""), None);
+        assert_eq!(phase_push(Phase::Checks, Endpoint::InfoRefs, fetch), None);
+        assert_eq!(
+            phase_push(Phase::Checks, Endpoint::ReceivePack, ""),
+            Some("checks_push")
+        );
+        assert_eq!(
+            phase_push(
+                Phase::Checks,
+                Endpoint::InfoRefs,
+                "service=git-receive-pack"
+            ),
+            Some("checks_push")
+        );
+        assert_eq!(
+            phase_push(Phase::Setup, Endpoint::ReceivePack, ""),
+            Some("setup_push")
+        );
+        assert_eq!(phase_push(Phase::Run, Endpoint::ReceivePack, ""), None);
+    }
 
     #[test]
     fn paths_name_a_repository_and_an_endpoint() {

@@ -66,7 +66,11 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .route("/status.json", web::get().to(status_page::json))
         .route("/status/outcomes", web::get().to(status_page::outcomes))
         .route("/runs/{run_id}", web::get().to(status_page::run_page))
-        .route("/runs/{run_id}/log", web::get().to(status_page::run_log));
+        .route("/runs/{run_id}/log", web::get().to(status_page::run_log))
+        .route(
+            "/runs/{run_id}/checks",
+            web::get().to(status_page::run_checks_log),
+        );
 }
 
 /// Records each request's latency under its route template (never the raw path).

@@ -347,3 +347,42 @@ pub async fn run_log(
         Err(refused) => refused.response(),
     }
 }
+
+/// `GET /runs/{run_id}/checks`: the transcript of the run's checks (`[checks]`) as text, the
+/// `target_url` of its `director/checks` status; seen by whoever may see the run.
+pub async fn run_checks_log(
+    req: HttpRequest,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> HttpResponse {
+    match visible_run(&req, &state, &path).await {
+        Ok(Some((run, _))) => {
+            let id = crate::engine::act::run::checks_id(&run.id, "transcript");
+            let t = match state.store.transcript(&id).await {
+                Ok(t) => t.unwrap_or_default(),
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), "checks page: the store cannot be read");
+                    return Refused::Unavailable.response();
+                }
+            };
+            let mut body = String::with_capacity(t.text.len() + 80);
+            if t.dropped_bytes > 0 {
+                body.push_str(&format!(
+                    "[director: the first {} bytes were dropped at runner.transcript_max_mb]\n",
+                    t.dropped_bytes
+                ));
+            }
+            if t.text.is_empty() {
+                body.push_str("[director: no checks have run for this run]\n");
+            }
+            body.push_str(&t.text);
+            HttpResponse::Ok()
+                .content_type("text/plain; charset=utf-8")
+                .insert_header(("Cache-Control", "no-store"))
+                .insert_header(("X-Content-Type-Options", "nosniff"))
+                .body(body)
+        }
+        Ok(None) => HttpResponse::NotFound().finish(),
+        Err(refused) => refused.response(),
+    }
+}

@@ -269,6 +269,10 @@ impl DockerRuntime {
             format!("rw,nosuid,nodev,exec,size={}m,mode=1777", s.tmp_mb()),
         );
         ContainerCreateBody {
+            network_disabled: spec
+                .labels
+                .contains_key(super::SEALED_LABEL)
+                .then_some(true),
             image: Some(spec.image.clone()),
             cmd: (!spec.command.is_empty()).then(|| spec.command.clone()),
             env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
@@ -285,7 +289,11 @@ impl DockerRuntime {
                 security_opt: Some(vec!["no-new-privileges:true".into()]),
                 readonly_rootfs: Some(s.read_only_rootfs),
                 tmpfs: Some(tmpfs),
-                network_mode: Some(if spec.confined {
+                // A sealed container (a check) has no network at all: not even the proxy's
+                // or the gateways' internal network.
+                network_mode: Some(if spec.labels.contains_key(super::SEALED_LABEL) {
+                    "none".to_owned()
+                } else if spec.confined {
                     s.egress_network.clone()
                 } else {
                     s.network.clone()

@@ -89,6 +89,10 @@ impl Health {
 /// The label a run's setup container carries (never [`RUN_LABEL`]).
 pub const SETUP_LABEL: &str = "director.setup-of";
 
+/// The label a container carries that must have no network at all (a check of a run's
+/// head: `network_mode: none`, whatever `confined` says). Its value is the run's id.
+pub const SEALED_LABEL: &str = "director.sealed";
+
 /// A workspace as a tar stream, in chunks.
 pub type TarStream = futures_util::stream::BoxStream<'static, Result<bytes::Bytes, RuntimeError>>;
 

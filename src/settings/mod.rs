@@ -13,6 +13,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::domain::RepoName;
 
 pub mod agents;
+pub mod checks;
 mod filers;
 mod forge;
 pub mod memory;
@@ -191,6 +192,9 @@ pub struct Settings {
     pub setup_secrets: std::collections::BTreeMap<String, setup::SetupSecret>,
     /// The accounts that file work for agents, by name (`[filers.<name>]`).
     pub filers: std::collections::BTreeMap<String, crate::domain::filer::FilerRule>,
+    /// The checks the director runs on every run's pushed head (`[checks]`), unless a
+    /// repository's own `[checks]` replaces them.
+    pub checks: checks::ChecksSettings,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -402,6 +406,21 @@ impl Settings {
             return Err(invalid(
                 "repo_settings.allow",
                 "names `setup`, which needs confined runs (runner.egress = \"allowlist\"): the setup's network and secrets are kept apart from the agent's only there",
+            ));
+        }
+        if self.checks.is_set() {
+            checks::decl(&self.checks, self.runner.timeout_secs, &mut Vec::new())
+                .map_err(|problems| invalid("checks", problems.join("; ")))?;
+        }
+        let checks_allowed = self.repo_settings.allow.iter().any(|k| k == "checks");
+        if (self.checks.is_set() || checks_allowed) && !self.egress_confined() {
+            return Err(invalid(
+                if checks_allowed {
+                    "repo_settings.allow"
+                } else {
+                    "checks"
+                },
+                "the director's checks need confined runs (runner.egress = \"allowlist\"): the head is fetched through the git gateway on the runs' network",
             ));
         }
         self.validate_agents()?;

@@ -24,6 +24,7 @@ pub const KEYS: &[&str] = &[
     "budget.run_usd",
     "task.instructions",
     "setup",
+    "checks",
 ];
 
 /// The longest a setup phase may take when `[setup]` names no `timeout_secs`.
@@ -122,6 +123,7 @@ struct RepoFile {
     #[serde(default)]
     preflight: PreflightPart,
     setup: Option<SetupPart>,
+    checks: Option<super::checks::ChecksSettings>,
 }
 
 /// `[setup]` of the file: the phase that prepares the workspace before the agent.
@@ -179,6 +181,8 @@ pub struct Operator {
     pub run_usd: f64,
     /// `[setup_secrets]` by name: the globs of the repositories that may ask for each.
     pub setup_secrets: std::collections::BTreeMap<String, Vec<String>>,
+    /// The operator's own `[checks]`, checked: what a repository without its own gets.
+    pub checks: Option<crate::domain::checks::ChecksDecl>,
 }
 
 impl Operator {
@@ -195,7 +199,15 @@ impl Operator {
             timeout_secs: runner.timeout_secs,
             run_usd: budget.run_usd,
             setup_secrets: std::collections::BTreeMap::new(),
+            checks: None,
         }
+    }
+
+    /// With the operator's `[checks]` (already validated at start-up).
+    pub fn with_checks(mut self, checks: Option<&super::checks::ChecksSettings>) -> Self {
+        self.checks =
+            checks.and_then(|c| super::checks::decl(c, self.timeout_secs, &mut Vec::new()).ok());
+        self
     }
 
     /// With the operator's `[setup_secrets]`: each one's name and the globs of the
@@ -247,6 +259,7 @@ pub fn resolve(
     let mut out = RunSettings {
         commit: commit.to_owned(),
         file: text.is_some(),
+        checks: operator.checks.clone(),
         ..RunSettings::default()
     };
     let Some(text) = text else {
@@ -290,6 +303,12 @@ pub fn resolve(
     }
     if let Some(setup) = file.setup {
         out.setup = setup_part(operator, setup, &mut out.capped, &mut problems);
+    }
+    if let Some(checks) = &file.checks {
+        match super::checks::decl(checks, operator.timeout_secs, &mut out.capped) {
+            Ok(d) => out.checks = Some(d),
+            Err(p) => problems.extend(p),
+        }
     }
     if let Some(text) = file.task.instructions {
         let text = text.trim();
@@ -354,6 +373,7 @@ fn permitted(
     let instructions = &mut file.task.instructions;
     keep(ceiling, "task.instructions", instructions, problems);
     keep(ceiling, "setup", &mut file.setup, problems);
+    keep(ceiling, "checks", &mut file.checks, problems);
     file
 }
 
@@ -562,7 +582,45 @@ mod tests {
                 "PIP_TOKEN".to_owned(),
                 vec!["acme/*".to_owned()],
             )]),
+            checks: None,
         }
+    }
+
+    #[test]
+    fn a_repositorys_checks_replace_the_operators_only_where_allowed() {
+        let mut op = operator(&["checks"]);
+        op.checks = Some(crate::domain::checks::ChecksDecl {
+            commands: vec!["make check".into()],
+            timeout_secs: 60,
+            junit: Vec::new(),
+        });
+        let own =
+            resolve(&op, "c1", Some(b"[checks]\ncommands = [\"sh test.sh\"]\n")).expect("allowed");
+        assert_eq!(own.checks.expect("checks").commands, vec!["sh test.sh"]);
+        let none = resolve(&op, "c1", Some(b"")).expect("no [checks]");
+        assert_eq!(
+            none.checks.expect("the operator's").commands,
+            vec!["make check"]
+        );
+        let refused = resolve(
+            &operator(&[]),
+            "c1",
+            Some(b"[checks]\ncommands = [\"x\"]\n"),
+        )
+        .expect_err("not allowed");
+        assert!(
+            refused[0].contains("`checks` may not be set"),
+            "{refused:?}"
+        );
+        let empty = resolve(&op, "c1", Some(b"[checks]\ncommands = []\n")).expect_err("empty");
+        assert!(empty[0].contains("`checks.commands`"), "{empty:?}");
+        let outside = resolve(
+            &op,
+            "c1",
+            Some(b"[checks]\ncommands = [\"x\"]\njunit = [\"../../etc/x.xml\"]\n"),
+        )
+        .expect_err("outside");
+        assert!(outside[0].contains("`checks.junit`"), "{outside:?}");
     }
 
     fn all() -> Operator {

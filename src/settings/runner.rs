@@ -214,6 +214,9 @@ pub struct RunnerSettings {
     /// Follow-up runs per pull request answering its failing checks; past it the issue is
     /// told, and nothing more starts for them.
     pub max_ci_followups: u32,
+    /// Follow-up runs per pull request answering a failing `director/checks` (the director's
+    /// own checks, `[checks]`), apart from `max_ci_followups`.
+    pub max_check_followups: u32,
     /// Confine runs on a Docker engine that leaks DNS from internal networks
     /// (CVE-2024-29018: before 23.0.11, 24, and 25 before 25.0.5), with a warning, instead of
     /// refusing them: a run could then carry any name out through the host's resolver.
@@ -331,6 +334,7 @@ impl Default for RunnerSettings {
             idle_timeout_secs: 1800,
             max_followups: 3,
             max_ci_followups: 2,
+            max_check_followups: 2,
             start_attempts: 10,
             allow_dns_leaking_engine: false,
             host_firewall: false,

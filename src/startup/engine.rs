@@ -208,7 +208,8 @@ impl Engine<'_> {
                 &settings.budget,
                 settings.preflight.approval,
             )
-            .with_setup_secrets(settings.setup_secret_globs()),
+            .with_setup_secrets(settings.setup_secret_globs())
+            .with_checks(Some(&settings.checks).filter(|c| c.is_set())),
             agents: settings.agents.clone(),
             setup_secrets: settings.setup_secrets.clone(),
         });

@@ -63,7 +63,8 @@ pub async fn check_repo(
         &settings.budget,
         settings.preflight.approval,
     )
-    .with_setup_secrets(settings.setup_secret_globs());
+    .with_setup_secrets(settings.setup_secret_globs())
+    .with_checks(Some(&settings.checks).filter(|c| c.is_set()));
     let forge = forge_client(settings, None)?.context("forge.url must be set")?;
     let default_branch = forge
         .repository(repo)

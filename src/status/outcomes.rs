@@ -94,6 +94,21 @@ pub fn rows(f: &Figures) -> Vec<(&'static str, String)> {
             "follow-ups per merged pull request",
             per_merged(f.followups_per_merged, |x| format!("{x:.1}")),
         ),
+        (
+            "opened with the director's checks passing",
+            or_words(f.opened_green_rate, "none opened with checks yet", |r| {
+                format!(
+                    "{} of {} ({})",
+                    f.prs_opened_green,
+                    f.prs_checked,
+                    percent(r)
+                )
+            }),
+        ),
+        (
+            "follow-ups answering the director's checks",
+            f.check_followups.to_string(),
+        ),
     ]
 }
 
@@ -603,6 +618,8 @@ mod tests {
             reverted: false,
             followups: 0,
             ci_followups: 0,
+            opened_green: None,
+            check_followups: 0,
             cost_usd: cost,
             agent: Some("claude-code".into()),
             filed: false,

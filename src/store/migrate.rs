@@ -83,6 +83,7 @@ const SQLITE: &[(i64, &str)] = &[
         22,
         include_str!("../../migrations/sqlite/0022_run_setup.sql"),
     ),
+    (23, include_str!("../../migrations/sqlite/0023_checks.sql")),
 ];
 
 const POSTGRES: &[(i64, &str)] = &[
@@ -138,6 +139,10 @@ const POSTGRES: &[(i64, &str)] = &[
     (
         14,
         include_str!("../../migrations/postgres/0014_run_setup.sql"),
+    ),
+    (
+        15,
+        include_str!("../../migrations/postgres/0015_checks.sql"),
     ),
 ];
 

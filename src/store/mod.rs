@@ -13,6 +13,7 @@
 
 #[macro_use]
 mod backend;
+mod baselines;
 mod checkpoint;
 mod events;
 mod filers;

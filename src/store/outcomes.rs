@@ -105,6 +105,8 @@ impl Store {
                         reverted: pr.reverted.is_some(),
                         followups: pr.followups,
                         ci_followups: pr.ci_followups,
+                        opened_green: pr.opened_green,
+                        check_followups: pr.check_followups,
                         cost_usd: runs_cost.unwrap_or(0.0) + preflight_cost.unwrap_or(0.0),
                         agent: Some(agent_name(agent)),
                         filed: filer.is_some(),

@@ -11,7 +11,7 @@ use crate::domain::run::StopCause;
 use crate::domain::{IssueRecord, IssueRef, Lifecycle, RepoName, RunId, RunRecord, RunState};
 
 const COLS: &str = "repo, number, title, state, labels, forge_updated_at, last_change_ms, lifecycle, trigger_present, trigger_actor, trigger_trusted, untrusted_notice, preflight, version, blocked, pr, thread";
-const RUN_COLS: &str = "id, repo, number, state, branch, base_branch, container_id, pr_number, detail, created_at_ms, started_at_ms, finished_at_ms, exit_code, log_tail, stop_requested, followup, result, stopped, egress_refused, settings, base_commit, agent, branch_home, setup, continued";
+const RUN_COLS: &str = "id, repo, number, state, branch, base_branch, container_id, pr_number, detail, created_at_ms, started_at_ms, finished_at_ms, exit_code, log_tail, stop_requested, followup, result, stopped, egress_refused, settings, base_commit, agent, branch_home, setup, continued, checks";
 const ACTIVE_RUN: &str = "state IN ('launching', 'running', 'exited')";
 
 /// Pre-flight calls within a window.
@@ -104,21 +104,22 @@ pub(super) fn upsert_run(run: &RunRecord) -> anyhow::Result<Statement> {
         .as_ref()
         .map(serde_json::to_string)
         .transpose()?;
+    let checks = run.checks.as_ref().map(serde_json::to_string).transpose()?;
     let egress_refused = (!run.egress_refused.is_empty())
         .then(|| serde_json::to_string(&run.egress_refused))
         .transpose()?;
     Ok(Statement::new(
         "INSERT INTO runs (id, repo, number, state, branch, base_branch, container_id, pr_number, \
          detail, created_at_ms, started_at_ms, finished_at_ms, exit_code, log_tail, stop_requested, \
-         followup, result, stopped, egress_refused, continued) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20) \
+         followup, result, stopped, egress_refused, continued, checks) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21) \
          ON CONFLICT (id) DO UPDATE SET state = excluded.state, base_branch = excluded.base_branch, \
          container_id = excluded.container_id, pr_number = excluded.pr_number, \
          detail = excluded.detail, started_at_ms = excluded.started_at_ms, \
          finished_at_ms = excluded.finished_at_ms, exit_code = excluded.exit_code, \
          log_tail = excluded.log_tail, stop_requested = excluded.stop_requested, \
          followup = excluded.followup, result = excluded.result, stopped = excluded.stopped, \
-         egress_refused = excluded.egress_refused",
+         egress_refused = excluded.egress_refused, checks = excluded.checks",
     )
     .bind(run.id.as_str())
     .bind(run.repo.to_string())
@@ -139,7 +140,8 @@ pub(super) fn upsert_run(run: &RunRecord) -> anyhow::Result<Statement> {
     .bind(result)
     .bind(run.stopped.map(stop_cause_str))
     .bind(egress_refused)
-    .bind(continued))
+    .bind(continued)
+    .bind(checks))
 }
 
 /// The known records among `chunk` (at most [`CHUNK`] issues).
@@ -292,6 +294,7 @@ pub(super) fn run_from_row(row: &dyn Cols) -> anyhow::Result<RunRecord> {
         agent: json_column(row, "agent")?,
         home: row.opt_text("branch_home")?.and_then(|h| h.parse().ok()),
         setup: json_column(row, "setup")?,
+        checks: json_column(row, "checks")?,
         continued: json_column(row, "continued")?,
     })
 }

@@ -149,8 +149,35 @@ prepared() {
   exit 0
 }
 
+# For the director's checks: `calc.sh` prints the number the task names ("calc: 5"; the
+# repository's test wants 4), a follow-up whose feedback names the failing test puts 4 back.
+# Pushed with git through the gateway, to the run's branch (a follow-up's, fetched first).
+calc() {
+  git clone --quiet "$DIRECTOR_CLONE_URL" repo || { echo "clone failed"; exit 1; }
+  cd repo || exit 1
+  if git fetch --quiet origin "$DIRECTOR_BRANCH" 2>/dev/null; then
+    git checkout --quiet -B "$DIRECTOR_BRANCH" FETCH_HEAD || exit 1
+  fi
+  if grep -q "FAIL: 2+2" "$DIRECTOR_TASK_FILE"; then
+    value=4
+    echo "the checks' feedback names the failing test: putting 4 back"
+  else
+    value=$(sed -n 's/.*calc: \([0-9]*\).*/\1/p' "$DIRECTOR_TASK_FILE" | head -n 1)
+  fi
+  echo "echo $value" > calc.sh
+  echo "agent work $value" > agent.txt
+  # "delete: <path>": the agent that deletes the test it broke.
+  gone=$(sed -n 's/.*delete: \([A-Za-z0-9_./-]*\).*/\1/p' "$DIRECTOR_TASK_FILE" | head -n 1)
+  [ -n "$gone" ] && git rm --quiet "$gone"
+  git add -A && git commit --quiet -m "calc prints $value" || { echo "commit failed"; exit 1; }
+  git push --quiet origin "HEAD:$DIRECTOR_BRANCH" || { echo "push failed"; exit 1; }
+  echo "pushed calc $value"
+  exit 0
+}
+
 case "$mode" in
   prepared) prepared ;;
+  calc) calc ;;
   git|git-main) with_git ;;
   model) model ;;
   escape) escape ;;

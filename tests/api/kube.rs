@@ -895,3 +895,41 @@ async fn a_runs_pod_carries_the_runtime_class_it_is_given() {
     let job = fake.job(NS, &id).expect("the Job");
     assert!(pod_spec(&job).get("runtimeClassName").is_none(), "{job}");
 }
+
+#[tokio::test]
+async fn a_sealed_check_pod_gets_a_network_policy_with_no_egress_at_all() {
+    let fake = FakeKube::start();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let rt = KubeRuntime::connect(confined_runner(), confined_settings(&fake))
+        .await
+        .expect("client");
+    rt.check().await.expect("allowed");
+    rt.prepare_egress(3128).await.expect("egress");
+    let mut sealed = RunSpec {
+        confined: true,
+        ..spec("888888888888")
+    };
+    sealed.labels.insert(
+        director::runtime::SEALED_LABEL.into(),
+        "888888888888".into(),
+    );
+    let id = rt.create(&sealed).await.expect("created");
+    let policy = fake
+        .network_policy(NS, &id)
+        .expect("the check's NetworkPolicy");
+    let p = &policy["spec"];
+    assert_eq!(p["policyTypes"], serde_json::json!(["Ingress", "Egress"]));
+    assert_eq!(p["ingress"], serde_json::json!([]));
+    assert_eq!(
+        p["egress"],
+        serde_json::json!([]),
+        "not even the director's pods"
+    );
+    assert_eq!(
+        p["podSelector"]["matchLabels"]["director.run-id"],
+        "888888888888"
+    );
+    let problems = crate::chart::invalid(std::slice::from_ref(&policy));
+    assert!(problems.is_empty(), "{problems:?}");
+    rt.remove(&id).await.expect("removed");
+}

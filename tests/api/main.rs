@@ -7,6 +7,7 @@ mod agent_choice;
 mod agents;
 mod approval;
 mod chart;
+mod checks;
 mod config;
 mod continues;
 mod contract;

@@ -72,6 +72,7 @@ impl Runs for OneRun {
             follow_up: false,
             base_commit: None,
             setup_open: false,
+            checks_open: false,
             upstream: self.upstream.clone(),
             origin,
             user: BOT.into(),

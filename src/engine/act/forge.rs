@@ -218,3 +218,30 @@ pub(super) fn last_added<'a>(
         .rev()
         .find(|t| t.kind == "label" && t.added && t.label.as_deref() == Some(label))
 }
+
+/// Posts the run's checks' result as commit status `director/checks` on `sha` of the
+/// issue's repository (statuses append, and the latest per context is the one shown: posting
+/// again after a crash shows the same).
+pub(super) async fn post_checks_status(
+    acts: &Acts,
+    issue: &IssueRef,
+    run_id: &crate::domain::RunId,
+    sha: &str,
+    state: crate::domain::checks::StatusState,
+    description: &str,
+    target_url: &str,
+) -> anyhow::Result<()> {
+    let sha = crate::domain::CommitSha::parse(sha).context("the checked head")?;
+    let status = crate::forge::NewStatus {
+        state,
+        context: crate::domain::checks::CONTEXT.to_owned(),
+        description: description.to_owned(),
+        target_url: target_url.to_owned(),
+    };
+    acts.forge
+        .post_status(&issue.repo, &sha, &status)
+        .await
+        .context("posting the checks' status")?;
+    tracing::info!(run_id = %run_id, state = state.as_str(), "the checks' status was posted");
+    Ok(())
+}

@@ -148,6 +148,7 @@ impl Runs for GatewayRuns {
             follow_up: run.followup.is_some(),
             base_commit: run.base_commit.clone(),
             setup_open: run.setup_open(),
+            checks_open: run.checks_open(),
             upstream: endpoints.clone_url,
             origin: endpoints.git_origin,
             user: endpoints.git_user,

@@ -157,6 +157,41 @@ impl Acts {
             }
             Action::ReadChecks { pr } => lane::read_checks(self, issue, *pr).await,
             Action::TryMerge { pr } => lane::try_merge(self, issue, *pr).await,
+            Action::RetitlePull { run_id, pr, title } => {
+                self.forge
+                    .edit_pull_title(&issue.repo, *pr, title)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("retitling the pull request: {e}"))?;
+                Ok(Some(crate::event::Event::Run {
+                    run_id: run_id.clone(),
+                    report: crate::event::RunReport::Readied { pr: *pr },
+                }))
+            }
+            Action::RunChecks { run_id, checks } => {
+                self.runs()?.run_checks(self, run_id, checks).await
+            }
+            Action::PostStatus {
+                run_id,
+                sha,
+                state,
+                description,
+                target_url,
+            } => {
+                forge::post_checks_status(
+                    self,
+                    issue,
+                    run_id,
+                    sha,
+                    *state,
+                    description,
+                    target_url,
+                )
+                .await?;
+                Ok(Some(crate::event::Event::Run {
+                    run_id: run_id.clone(),
+                    report: crate::event::RunReport::StatusPosted { sha: sha.clone() },
+                }))
+            }
         }
     }
 

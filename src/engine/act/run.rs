@@ -14,6 +14,8 @@ use crate::runtime::{Runtime, RuntimeError};
 use crate::settings::{RunnerSettings, Secret};
 
 mod agent;
+mod checks;
+pub use checks::checks_id;
 mod home;
 pub use home::unfit_fork;
 mod repo;

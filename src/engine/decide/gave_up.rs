@@ -16,7 +16,10 @@ impl Step<'_> {
         });
         let about_a_run = matches!(
             kind,
-            ActionKind::StartRun | ActionKind::JudgeRun | ActionKind::OpenPr
+            ActionKind::StartRun
+                | ActionKind::JudgeRun
+                | ActionKind::OpenPr
+                | ActionKind::RunChecks
         );
         if about_a_run && this_run.is_none() {
             return false;
@@ -52,6 +55,9 @@ impl Step<'_> {
                 self.record.preflight.verdict = Some(Judgement::Error);
                 self.record.preflight.reason = Some(error);
                 self.set_lifecycle(Lifecycle::PreflightFailed);
+            }
+            (ActionKind::RunChecks, Some((_, RunState::Exited, _))) => {
+                self.checks_gave_up(error);
             }
             (ActionKind::TryMerge, _) => {
                 // The lane tries again on the next poll.

@@ -135,7 +135,6 @@ impl Step<'_> {
     /// Failing checks: a follow-up answers them (once per head), up to
     /// `runner.max_ci_followups`; past it the issue is told once.
     fn checks_failed(&mut self, number: u64, head: &str) {
-        let max = self.policy.max_ci_followups;
         // A run on the pull request pushes, and its push's checks are the ones that count.
         if self.run.as_ref().is_some_and(|r| r.state.is_active())
             || self.record.lifecycle != Lifecycle::Succeeded
@@ -155,22 +154,50 @@ impl Step<'_> {
             .map(|c| c.failing.clone())
             .unwrap_or_default();
         let contexts = pr.checks.as_ref().map_or(0, |c| c.contexts);
-        if pr.ci_followups >= max {
+        // The director's own checks failing are answered within `runner.max_check_followups`,
+        // counted apart from the forge's CI.
+        let ours = failing
+            .iter()
+            .any(|c| c.context == crate::domain::checks::CONTEXT);
+        let (spent, max) = if ours {
+            (pr.check_followups, self.policy.max_check_followups)
+        } else {
+            (pr.ci_followups, self.policy.max_ci_followups)
+        };
+        if spent >= max {
             pr.take(&key);
             self.act(
                 Effect::CiCap { pr: number },
                 Action::PostNotice {
                     marker: comments::ci_cap_marker(number),
-                    body: comments::ci_cap(number, max, &failing),
+                    body: if ours {
+                        comments::ci_cap(number, max, &failing)
+                            .replace("runner.max_ci_followups", "runner.max_check_followups")
+                    } else {
+                        comments::ci_cap(number, max, &failing)
+                    },
                 },
             );
             return;
         }
+        let mut text = comments::ci_feedback(head, &failing, contexts);
+        if ours && let Some(more) = self.checks_feedback(head) {
+            text.push_str("\n\n");
+            text.push_str(&more);
+        }
+        let Some(pr) = self.record.pr.as_mut() else {
+            return;
+        };
+        pr.check_followups += u32::from(ours);
         pr.take(&key);
         let feedback = Feedback {
             key,
-            by: CI_AUTHOR.to_owned(),
-            text: comments::ci_feedback(head, &failing, contexts),
+            by: if ours {
+                crate::domain::checks::CONTEXT.to_owned()
+            } else {
+                CI_AUTHOR.to_owned()
+            },
+            text,
         };
         pr.wait_on(feedback);
         self.set_lifecycle(Lifecycle::Queued);
@@ -195,6 +222,12 @@ impl Step<'_> {
             .filter(|c| c.state == CheckState::Success)
             .map(|c| c.head.clone())
         else {
+            return false;
+        };
+        if !self.checks_allow_merge(&head) {
+            return false;
+        }
+        let Some(pr) = self.record.pr.as_mut() else {
             return false;
         };
         let lane = pr.merge.get_or_insert_with(MergeLane::default);

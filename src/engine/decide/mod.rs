@@ -23,6 +23,7 @@ use crate::event::{
 use crate::preflight::comment::{self, CommentInput, Shown};
 use crate::settings::{LabelSettings, OnError, Settings};
 
+mod checks;
 mod filers;
 mod gave_up;
 mod issue;
@@ -58,6 +59,8 @@ pub struct Policy {
     pub max_followups: u32,
     /// `runner.max_ci_followups`.
     pub max_ci_followups: u32,
+    /// `runner.max_check_followups`.
+    pub max_check_followups: u32,
     /// `[merge]`.
     pub merge: crate::settings::MergeSettings,
     /// `runner.start_attempts`.
@@ -78,6 +81,8 @@ pub struct Policy {
     pub egress_approvable: Vec<String>,
     /// The sandbox runtime runs get (`runner.oci_runtime`, `runner.runtime_class_name`).
     pub sandbox: Option<String>,
+    /// The operator's `[checks]`, for runs whose repository's file was not read.
+    pub checks: Option<crate::domain::checks::ChecksDecl>,
 }
 
 impl Policy {
@@ -96,6 +101,7 @@ impl Policy {
             keep_failed_secs: settings.runner.keep_failed_secs,
             max_followups: settings.runner.max_followups,
             max_ci_followups: settings.runner.max_ci_followups,
+            max_check_followups: settings.runner.max_check_followups,
             merge: settings.merge.clone(),
             start_attempts: settings.runner.start_attempts.max(1),
             links: crate::settings::WebLinks {
@@ -109,6 +115,18 @@ impl Policy {
             max_continue_usd: settings.budget.max_continue_usd,
             egress_approvable: settings.runner.egress_approvable.clone(),
             sandbox: settings.sandbox_runtime(),
+            checks: settings
+                .checks
+                .is_set()
+                .then(|| {
+                    crate::settings::checks::decl(
+                        &settings.checks,
+                        settings.runner.timeout_secs,
+                        &mut Vec::new(),
+                    )
+                    .ok()
+                })
+                .flatten(),
         }
     }
 }

@@ -301,8 +301,15 @@ impl Step<'_> {
         let stopped = run.stopped;
         let declined = run.declined_reason().map(str::to_owned);
         if ahead > 0 && stopped.is_none() && declined.is_none() {
+            // Its new head is checked first (`[checks]`), and the answer carries the result.
+            if self.checks_first_of(ahead) {
+                return;
+            }
             let mut body = comments::followup_succeeded(&id, ahead, summary.as_deref());
             body.push_str(&usage);
+            if let Some((section, _)) = self.checks_section() {
+                body.push_str(&section);
+            }
             self.end_run(
                 RunState::Succeeded,
                 format!("{ahead} new commit(s) on the pull request"),

@@ -22,7 +22,8 @@ impl Step<'_> {
                 return true;
             };
             if feedback.key.starts_with(lane::CI_KEY) {
-                pr.ci_followups += 1;
+                // The director's own checks' answers are counted as they are asked.
+                pr.ci_followups += u32::from(feedback.by != crate::domain::checks::CONTEXT);
             } else {
                 pr.followups += 1;
             }
@@ -101,8 +102,28 @@ impl Step<'_> {
                 self.exited(*code, log);
             }
             RunReport::Judged { ahead } if state == RunState::Exited => self.judged(*ahead),
+            RunReport::Checked {
+                head,
+                base,
+                outcome,
+            } if state == RunState::Exited => {
+                return self.checked(head, base.as_deref(), outcome);
+            }
+            // Whatever the run's state: its pull request's checks now hold the status.
+            RunReport::StatusPosted { .. } => {
+                self.read_checks();
+                return !self.actions.is_empty();
+            }
+            RunReport::Readied { pr } => return self.readied(*pr),
             RunReport::PrOpened { number } if state == RunState::Exited => {
                 let mut body = comments::run_succeeded(run_id, *number);
+                let mut draft = None;
+                let opened_green = self.checks_section().map(|(_, green)| green);
+                if let Some((section, green)) = self.checks_section() {
+                    body.push_str(&section);
+                    // Opened as a draft: made ready once a follow-up's checks pass.
+                    draft = (!green).then(|| self.pull_title());
+                }
                 if let Some(run) = self.run.as_mut() {
                     run.pr_number = Some(*number);
                     if refused_default_push(run) {
@@ -116,8 +137,13 @@ impl Step<'_> {
                     }
                     let mut pr = PullRecord::opened(*number, &run.branch);
                     pr.opened_at_ms = Some(self.now);
+                    pr.draft = draft;
+                    pr.opened_green = opened_green;
                     self.record.pr = Some(pr);
                 }
+                // A fork's head reaches the repository with its pull request: its checks'
+                // status can be posted only now.
+                self.post_checks_status(true);
                 self.end_run(RunState::Succeeded, format!("pull request #{number}"), body);
                 // Its checks: CI may report at once, or later (then the poll finds them).
                 self.read_checks();
@@ -279,31 +305,53 @@ impl Step<'_> {
             }
             let body = comments::run_failed(&id, &why, &log);
             self.end_run(RunState::Failed, why, body);
-        } else {
+        } else if !self.checks_first() {
+            self.plan_pull();
+        }
+    }
+
+    /// The pull request's title: the one a writer vouched for (the one the run was given),
+    /// never the issue's latest, which its author may have changed since.
+    pub(super) fn pull_title(&self) -> String {
+        self.record
+            .preflight
+            .vouched
+            .as_ref()
+            .map(|v| {
+                crate::preflight::prompt::strip_hidden(&v.title)
+                    .trim()
+                    .to_owned()
+            })
+            .filter(|t| !t.is_empty())
+            .unwrap_or_else(|| format!("Issue #{}", self.record.number))
+    }
+
+    /// Plans the run's pull request, with its checks' result when it has one: a draft (its
+    /// title starting `WIP: `) when they do not pass.
+    pub(super) fn plan_pull(&mut self) {
+        let Some(run) = self.run.as_ref() else {
+            return;
+        };
+        let id = run.id.clone();
+        {
             let verdict = self
                 .record
                 .preflight
                 .verdict
                 .map_or("none", Judgement::as_str);
-            // The title a writer vouched for (the one the run was given), never the issue's
-            // latest, which its author may have changed since.
-            let vouched = self
-                .record
-                .preflight
-                .vouched
-                .as_ref()
-                .map(|v| {
-                    crate::preflight::prompt::strip_hidden(&v.title)
-                        .trim()
-                        .to_owned()
-                })
-                .filter(|t| !t.is_empty());
-            let title = vouched.unwrap_or_else(|| format!("Issue #{}", self.record.number));
+            let mut title = self.pull_title();
             let summary = run.result.as_ref().and_then(|r| r.summary.as_deref());
             let mut body = comments::pr_body(self.record.number, &id, verdict, summary);
             body.push_str(&comments::agent_line(run.agent.as_ref()));
             if let Some(setup) = &run.setup {
                 body.push_str(&format!("\n\n{}.", setup.line()));
+            }
+            if let Some((section, green)) = self.checks_section() {
+                body.push_str(&section);
+                if !green {
+                    // Forgejo's draft: a title starting `WIP:` cannot be merged.
+                    title = format!("WIP: {title}");
+                }
             }
             body.push_str(&comments::transcript_link(self.policy.server.run_url(&id)));
             self.act(

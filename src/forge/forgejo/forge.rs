@@ -400,6 +400,45 @@ impl Forge for ForgejoClient {
 
     /// The combined status, page by page (each page combines only its own contexts, so the
     /// state is worked out here), up to [`crate::forge::MAX_CHECKS`] contexts.
+    async fn edit_pull_title(
+        &self,
+        repo: &RepoName,
+        number: u64,
+        title: &str,
+    ) -> Result<(), ForgeError> {
+        // `EditPullRequestOption`: only the title is sent, so nothing else changes.
+        let path = format!("{}/pulls/{number}", repo_path(repo));
+        self.send(
+            Method::PATCH,
+            "/repos/{owner}/{repo}/pulls/{index}",
+            &path,
+            &[],
+            Some(&json!({ "title": title })),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn post_status(
+        &self,
+        repo: &RepoName,
+        sha: &CommitSha,
+        status: &crate::forge::NewStatus,
+    ) -> Result<(), ForgeError> {
+        // 201 with the `CommitStatus` (its state under `status`); 404 when the commit is not
+        // in this repository (a fork's head before its pull request exists).
+        let path = format!("{}/statuses/{sha}", repo_path(repo));
+        self.send(
+            Method::POST,
+            "/repos/{owner}/{repo}/statuses/{sha}",
+            &path,
+            &[],
+            Some(&status.body()),
+        )
+        .await?;
+        Ok(())
+    }
+
     async fn checks(&self, repo: &RepoName, sha: &CommitSha) -> Result<Checks, ForgeError> {
         const LIMIT: usize = 50;
         let path = format!("{}/commits/{sha}/status", repo_path(repo));

@@ -38,6 +38,25 @@ impl KubeRuntime {
             .filter_map(|l| l.split_once('='))
             .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
             .collect();
+        // A sealed pod (a check of a run's head) gets no egress rule at all: nothing, not
+        // even the director's pods.
+        let egress = if spec.labels.contains_key(crate::runtime::SEALED_LABEL) {
+            json!([])
+        } else {
+            json!([
+                {
+                    "to": [{
+                        "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": director_ns } },
+                        "podSelector": { "matchLabels": director_pods },
+                    }],
+                    "ports": [
+                        { "protocol": "TCP", "port": self.runner.egress_proxy_port },
+                        { "protocol": "TCP", "port": self.runner.git_gateway_port },
+                        { "protocol": "TCP", "port": self.runner.model_gateway_port },
+                    ],
+                },
+            ])
+        };
         let policy = json!({
             "apiVersion": "networking.k8s.io/v1",
             "kind": "NetworkPolicy",
@@ -54,19 +73,7 @@ impl KubeRuntime {
                 "podSelector": { "matchLabels": { RUN_LABEL: label_value(spec.run_id.as_str()) } },
                 "policyTypes": ["Ingress", "Egress"],
                 "ingress": [],
-                "egress": [
-                    {
-                        "to": [{
-                            "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": director_ns } },
-                            "podSelector": { "matchLabels": director_pods },
-                        }],
-                        "ports": [
-                            { "protocol": "TCP", "port": self.runner.egress_proxy_port },
-                            { "protocol": "TCP", "port": self.runner.git_gateway_port },
-                            { "protocol": "TCP", "port": self.runner.model_gateway_port },
-                        ],
-                    },
-                ],
+                "egress": egress,
             },
         });
         serde_json::from_value(policy)

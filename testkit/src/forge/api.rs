@@ -431,6 +431,31 @@ impl Forge for FakeForge {
             .map_err(|e| refused("GET", format!("{repo}/commits/{sha}/status"), e))
     }
 
+    async fn edit_pull_title(
+        &self,
+        repo: &RepoName,
+        number: u64,
+        title: &str,
+    ) -> Result<(), ForgeError> {
+        let bot = self.bot();
+        self.state()
+            .edit_pull_title(&bot, repo, number, title)
+            .map_err(|e| refused("PATCH", format!("{repo}/pulls/{number}"), e))
+    }
+
+    async fn post_status(
+        &self,
+        repo: &RepoName,
+        sha: &CommitSha,
+        status: &director::forge::NewStatus,
+    ) -> Result<(), ForgeError> {
+        let bot = self.bot();
+        self.state()
+            .post_status(&bot, repo, sha.as_str(), &status.body())
+            .map(|_| ())
+            .map_err(|e| refused("POST", format!("{repo}/statuses/{sha}"), e))
+    }
+
     async fn merge_pull(
         &self,
         repo: &RepoName,

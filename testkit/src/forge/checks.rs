@@ -393,6 +393,36 @@ impl FakeForge {
             .unwrap_or_else(|e| panic!("status on {sha}: {e:?}"));
     }
 
+    /// Every commit status posted on `sha` (a full commit id or a branch), in the order
+    /// posted: (state, context, description, target_url, poster).
+    pub fn statuses(
+        &self,
+        repo: &RepoName,
+        sha: &str,
+    ) -> Vec<(String, String, String, String, String)> {
+        let s = self.state();
+        let Ok(commit) = s.commit_of(repo, sha) else {
+            return Vec::new();
+        };
+        s.repo(repo)
+            .ok()
+            .and_then(|r| r.statuses.get(&commit))
+            .map(|list| {
+                list.iter()
+                    .map(|f| {
+                        (
+                            f.state.clone(),
+                            f.context.clone(),
+                            f.description.clone(),
+                            f.target_url.clone(),
+                            f.creator.clone(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// The head commit of pull request `number`, as the API names it.
     pub fn pull_head(&self, repo: &RepoName, number: u64) -> String {
         let s = self.state();

@@ -250,6 +250,28 @@ fn closing_references(body: &str) -> Vec<u64> {
         .collect()
 }
 
+impl State {
+    /// `login` retitles pull request `number` (it must write to the repository).
+    pub(crate) fn edit_pull_title(
+        &mut self,
+        login: &str,
+        repo: &RepoName,
+        number: u64,
+        title: &str,
+    ) -> Result<(), Refusal> {
+        if self.permission_of(repo, login) < Permission::Write {
+            return Err(Refusal::Forbidden);
+        }
+        let r = self.repo_mut(repo)?;
+        if !r.pulls.iter().any(|p| p.number == number) {
+            return Err(Refusal::NotFound);
+        }
+        let issue = r.issues.get_mut(&number).ok_or(Refusal::NotFound)?;
+        issue.title = title.to_owned();
+        Ok(())
+    }
+}
+
 /// The in-process answers, for the fake's `Forge` implementation.
 pub(super) fn pull(s: &State, repo: &RepoName, number: u64) -> Result<PullRequest, Refusal> {
     let v = pull_json(s, repo, number)?;

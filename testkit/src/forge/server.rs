@@ -754,6 +754,14 @@ fn pulls(
             let id: u64 = id.parse().map_err(|_| Refusal::NotFound)?;
             Ok(ok(Value::Array(review_comments_json(s, &repo, n, id)?)))
         }
+        ("PATCH", ["repos", o, r, "pulls", n]) => {
+            let repo = repo_of(o, r)?;
+            let n: u64 = n.parse().map_err(|_| Refusal::NotFound)?;
+            if let Some(title) = body.and_then(|b| b["title"].as_str()) {
+                s.edit_pull_title(login, &repo, n, title)?;
+            }
+            Ok(ok(pull_json(s, &repo, n)?))
+        }
         ("GET", ["repos", o, r, "pulls", n]) => {
             let repo = repo_of(o, r)?;
             let n: u64 = n.parse().map_err(|_| Refusal::NotFound)?;

@@ -34,6 +34,18 @@ pub(super) fn route(at: InRepo<'_>, method: &str, rest: &[&str]) -> HttpResponse
                 json!({ "enabled": enabled, "allowed_actions": if enabled { json!("all") } else { Value::Null } }),
             )
         }
+        // A commit status, kept as posted; a commit the repository lacks is a 422.
+        ("POST", ["statuses", sha]) => {
+            let r = s.repos.get_mut(&full).expect("the repository");
+            if !r.commits.contains_key(*sha) {
+                return message(422, "No commit found for SHA");
+            }
+            let body = body.cloned().unwrap_or(Value::Null);
+            let answer =
+                json!({ "id": next_id, "state": body["state"], "context": body["context"] });
+            r.statuses.push(((*sha).to_owned(), body));
+            reply(201, answer)
+        }
         ("GET", ["commits", _, "check-runs"]) => {
             reply(200, json!({ "total_count": 0, "check_runs": [] }))
         }

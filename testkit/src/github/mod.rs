@@ -143,6 +143,8 @@ struct Repo {
     /// Classic protection of the default branch: (approvals, apps that may bypass).
     protection: Option<(u64, Vec<String>)>,
     rulesets: Vec<Ruleset>,
+    /// Commit statuses posted: (sha, the request's body), in order.
+    statuses: Vec<(String, Value)>,
     next_number: u64,
     /// Served over git's smart HTTP: git holds the branches.
     git: Option<git::Served>,
@@ -481,6 +483,7 @@ impl FakeGitHub {
                 ("issues", "write"),
                 ("metadata", "read"),
                 ("pull_requests", "write"),
+                ("statuses", "write"),
             ]
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
@@ -657,6 +660,37 @@ impl FakeGitHub {
 
     pub fn tokens(&self) -> Vec<Token> {
         self.with(|s| s.tokens.clone())
+    }
+
+    /// The title of issue or pull request `number`.
+    pub fn title_of(&self, repo: &str, number: u64) -> Option<String> {
+        self.with(|s| {
+            s.repo(repo)
+                .and_then(|r| r.issues.get(&number).map(|i| i.title.clone()))
+        })
+    }
+
+    /// The commit statuses posted on `sha`: (state, context, description, target_url).
+    pub fn statuses(&self, repo: &str, sha: &str) -> Vec<(String, String, String, String)> {
+        self.with(|s| {
+            s.repo(repo)
+                .map(|r| {
+                    r.statuses
+                        .iter()
+                        .filter(|(at, _)| at == sha)
+                        .map(|(_, b)| {
+                            let text = |k: &str| b[k].as_str().unwrap_or_default().to_owned();
+                            (
+                                text("state"),
+                                text("context"),
+                                text("description"),
+                                text("target_url"),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
     }
 
     /// (author, body) of the issue's comments, oldest first.
@@ -843,6 +877,8 @@ fn needs(segments: &[String], method: &str) -> Option<(&'static str, bool)> {
         // Commit statuses and check runs: read with `statuses` and `checks` on GitHub; this
         // fake's installations have neither, and grants them as metadata.
         (Some("repos"), Some("commits")) => ("metadata", false),
+        // Posting one: the App's Commit statuses permission.
+        (Some("repos"), Some("statuses")) => ("statuses", write),
         _ => return None,
     })
 }

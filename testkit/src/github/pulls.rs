@@ -67,6 +67,21 @@ pub(super) fn route(at: InRepo<'_>, method: &str, rest: &[&str]) -> HttpResponse
             let _ = echoes.send(Echo { event: "pull_request", body: json!({ "action": "opened", "number": number, "pull_request": v, "repository": { "full_name": full }, "sender": user(&bot) }) });
             reply(201, v)
         }
+        ("PATCH", ["pulls", n]) => {
+            let number = n.parse::<u64>().unwrap_or(0);
+            let title = body.and_then(|b| b["title"].as_str()).map(str::to_owned);
+            let r = s.repos.get_mut(&full).expect("the repository");
+            match r.issues.get_mut(&number).filter(|i| i.pull.is_some()) {
+                Some(i) => {
+                    if let Some(title) = title {
+                        i.title = title;
+                    }
+                    let i = i.clone();
+                    reply(200, s.pull_json(&full, &i))
+                }
+                None => message(404, "Not Found"),
+            }
+        }
         ("GET", ["pulls", n]) => {
             let r = &s.repos[&full];
             match n

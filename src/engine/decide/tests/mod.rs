@@ -26,6 +26,7 @@ fn policy() -> Policy {
         keep_failed_secs: 0,
         max_followups: 3,
         max_ci_followups: 2,
+        max_check_followups: 2,
         merge: crate::settings::MergeSettings::default(),
         start_attempts: 10,
         links: crate::settings::WebLinks {
@@ -39,6 +40,7 @@ fn policy() -> Policy {
         max_continue_usd: 0.0,
         egress_approvable: Vec::new(),
         sandbox: None,
+        checks: None,
     }
 }
 
@@ -395,6 +397,7 @@ fn said(command: Command, actor: &str, allowed: bool, comment: u64, args: &str) 
     }
 }
 
+mod checks;
 mod filers;
 mod gave_up;
 mod issue;

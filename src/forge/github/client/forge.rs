@@ -436,6 +436,44 @@ impl Forge for GithubClient {
     }
 
     /// Commit statuses (latest per context) and check runs, a page of each.
+    async fn edit_pull_title(
+        &self,
+        repo: &RepoName,
+        number: u64,
+        title: &str,
+    ) -> Result<(), ForgeError> {
+        let who = self.on(repo).await?;
+        self.send(
+            who,
+            Method::PATCH,
+            "/repos/{o}/{r}/pulls/{n}",
+            &format!("{}/pulls/{number}", repo_path(repo)),
+            Some(&json!({ "title": title })),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn post_status(
+        &self,
+        repo: &RepoName,
+        sha: &CommitSha,
+        status: &crate::forge::NewStatus,
+    ) -> Result<(), ForgeError> {
+        // A commit status (not a check run: those need the App's `checks: write` and show
+        // apart); 201 with the status.
+        let who = self.on(repo).await?;
+        self.send(
+            who,
+            Method::POST,
+            "/repos/{o}/{r}/statuses/{sha}",
+            &format!("{}/statuses/{sha}", repo_path(repo)),
+            Some(&status.body()),
+        )
+        .await?;
+        Ok(())
+    }
+
     async fn checks(&self, repo: &RepoName, sha: &CommitSha) -> Result<Checks, ForgeError> {
         let who = self.on(repo).await?;
         let combined: RawCombined = self
