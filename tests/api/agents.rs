@@ -73,13 +73,7 @@ async fn setup_with(
     let (t, llm) = spawn_runs(|s| {
         s.runner.image = image;
         s.runner.command = Vec::new();
-        s.runner.network = "bridge".into();
-        s.runner.egress = director::settings::Egress::Allowlist;
-        s.runner.allow_dns_leaking_engine = true;
-        s.runner.egress_network = name;
-        s.runner.egress_proxy_port = crate::helpers::free_port();
-        s.runner.git_gateway_port = crate::helpers::free_port();
-        s.runner.model_gateway_port = crate::helpers::free_port();
+        crate::egress::confine(s, &name);
         // What a real agent needs: room to start its runtime, and time.
         s.runner.memory_mb = 2048;
         s.runner.tmp_mb = Some(256);

@@ -561,12 +561,7 @@ async fn an_agent_that_deletes_the_failing_test_is_reported_as_removing_it() {
     let (t, _llm) = spawn_runs(|s| {
         s.runner.image = image;
         s.runner.command = vec!["/bin/sh".into(), "/agent.sh".into()];
-        s.runner.network = "bridge".into();
-        s.runner.egress = director::settings::Egress::Allowlist;
-        s.runner.allow_dns_leaking_engine = true;
-        s.runner.egress_network = network_name;
-        s.runner.egress_proxy_port = crate::helpers::free_port();
-        s.runner.git_gateway_port = crate::helpers::free_port();
+        crate::egress::confine(s, &network_name);
         s.runner.max_check_followups = 0;
         s.checks.commands = vec!["sh test.sh".into()];
         s.checks.junit = vec!["junit.xml".into()];

@@ -48,13 +48,7 @@ async fn confined() -> Confined {
             "-c".into(),
             "AGENT_COMMAND='sh /budget-agent.sh' exec /bin/sh /director-entrypoint".into(),
         ];
-        s.runner.network = "bridge".into();
-        s.runner.egress = director::settings::Egress::Allowlist;
-        s.runner.allow_dns_leaking_engine = true;
-        s.runner.egress_network = name;
-        s.runner.egress_proxy_port = crate::helpers::free_port();
-        s.runner.git_gateway_port = crate::helpers::free_port();
-        s.runner.model_gateway_port = crate::helpers::free_port();
+        crate::egress::confine(s, &name);
         s.runner.stop_grace_secs = 15;
         s.models.anthropic = Some(ProviderSettings {
             base_url: url,

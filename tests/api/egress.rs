@@ -57,6 +57,19 @@ impl Drop for Target {
     }
 }
 
+/// Confined runs (`runner.egress = "allowlist"`) on `network`, a network of the test's own;
+/// the proxy and the gateways on free ports.
+pub(crate) fn confine(s: &mut director::settings::Settings, network: &str) {
+    s.runner.network = "bridge".into();
+    s.runner.egress = director::settings::Egress::Allowlist;
+    // Debian's engine here (20.10.24) predates the fix for CVE-2024-29018.
+    s.runner.allow_dns_leaking_engine = true;
+    s.runner.egress_network = network.to_owned();
+    s.runner.egress_proxy_port = crate::helpers::free_port();
+    s.runner.git_gateway_port = crate::helpers::free_port();
+    s.runner.model_gateway_port = crate::helpers::free_port();
+}
+
 /// A network of the test's own, removed after it.
 pub(crate) struct Network(pub(crate) String);
 
@@ -152,12 +165,7 @@ async fn from_inside_a_container_only_the_runs_own_branch_can_be_pushed() {
     let (t, _llm) = spawn_runs(|s| {
         s.runner.image = image;
         s.runner.command = vec!["/bin/sh".into(), "/agent.sh".into()];
-        s.runner.network = "bridge".into();
-        s.runner.egress = director::settings::Egress::Allowlist;
-        s.runner.allow_dns_leaking_engine = true;
-        s.runner.egress_network = network_name;
-        s.runner.egress_proxy_port = crate::helpers::free_port();
-        s.runner.git_gateway_port = crate::helpers::free_port();
+        crate::egress::confine(s, &network_name);
     })
     .await;
     let root = tempfile::tempdir().expect("dir");

@@ -125,13 +125,7 @@ async fn confined(configure: impl FnOnce(&mut director::settings::Settings)) -> 
     let (t, llm) = spawn_runs(|s| {
         s.runner.image = image;
         s.runner.command = vec!["/bin/sh".into(), "/agent.sh".into()];
-        s.runner.network = "bridge".into();
-        s.runner.egress = director::settings::Egress::Allowlist;
-        s.runner.allow_dns_leaking_engine = true;
-        s.runner.egress_network = name;
-        s.runner.egress_proxy_port = crate::helpers::free_port();
-        s.runner.git_gateway_port = crate::helpers::free_port();
-        s.runner.model_gateway_port = crate::helpers::free_port();
+        crate::egress::confine(s, &name);
         // gVisor's own threads (its kernel, the file proxies of each mount) count against
         // the pids limit: at 64 a pipeline of two cannot start (docs/operations.md).
         s.runner.pids_limit = 256;

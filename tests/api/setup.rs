@@ -116,12 +116,7 @@ async fn spawn_prepared(
     let (t, llm) = spawn_runs(|s| {
         s.runner.image = image;
         s.runner.command = command;
-        s.runner.network = "bridge".into();
-        s.runner.egress = director::settings::Egress::Allowlist;
-        s.runner.allow_dns_leaking_engine = true;
-        s.runner.egress_network = network_name;
-        s.runner.egress_proxy_port = crate::helpers::free_port();
-        s.runner.git_gateway_port = crate::helpers::free_port();
+        crate::egress::confine(s, &network_name);
         s.runner.snapshot_dir = snapshot_dir;
         s.repo_settings.allow = vec!["setup".into()];
         configure(s);
