@@ -363,6 +363,11 @@ mod tests {
         }]
     }
 
+    /// `input` searched for [`SECRET`], nothing copied.
+    fn scan(input: &[u8]) -> Scanned {
+        scan_and_copy(input, true, &patterns(), None::<Vec<u8>>, 1 << 30).expect("scan")
+    }
+
     fn workspace(files: &[(&str, Vec<u8>)]) -> Vec<u8> {
         let mut b = tar::Builder::new(Vec::new());
         let mut dir = tar::Header::new_gnu();
@@ -432,14 +437,7 @@ mod tests {
         let at = 8192 * 3 - 5;
         big[at..at + SECRET.len()].copy_from_slice(SECRET.as_bytes());
         let input = workspace(&[("ok.txt", b"fine".to_vec()), ("checkout/.npmrc", big)]);
-        let scanned = scan_and_copy(
-            input.as_slice(),
-            true,
-            &patterns(),
-            None::<Vec<u8>>,
-            1 << 30,
-        )
-        .expect("scan");
+        let scanned = scan(input.as_slice());
         assert_eq!(
             scanned,
             Scanned::Hit {
@@ -452,14 +450,7 @@ mod tests {
     #[test]
     fn a_secret_in_a_name_or_a_links_target_is_found_too() {
         let input = workspace(&[(&format!("cache/{SECRET}"), b"x".to_vec())]);
-        let scanned = scan_and_copy(
-            input.as_slice(),
-            true,
-            &patterns(),
-            None::<Vec<u8>>,
-            1 << 30,
-        )
-        .expect("scan");
+        let scanned = scan(input.as_slice());
         assert_eq!(
             scanned,
             Scanned::Hit {
@@ -476,14 +467,7 @@ mod tests {
         b.append_link(&mut h, "workspace/link", format!("/tmp/{SECRET}"))
             .expect("link");
         let input = b.into_inner().expect("tar");
-        let scanned = scan_and_copy(
-            input.as_slice(),
-            true,
-            &patterns(),
-            None::<Vec<u8>>,
-            1 << 30,
-        )
-        .expect("scan");
+        let scanned = scan(input.as_slice());
         assert_eq!(
             scanned,
             Scanned::Hit {
