@@ -476,8 +476,10 @@ async fn run(opts: DemoOptions) -> anyhow::Result<()> {
         "done. The status page: {address}/status (JSON: {address}/status.json)"
     ));
     if !opts.once {
+        // Listening before saying so: a signal sent as soon as the line is read is caught.
+        let stop = stop_signal();
         steps.say("press Ctrl-C to stop (or send SIGTERM)");
-        stop_signal().await;
+        stop.await;
         steps.say("stopping");
     }
     served.abort();
@@ -486,18 +488,29 @@ async fn run(opts: DemoOptions) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Ctrl-C (SIGINT) or SIGTERM, as `timeout`, `docker stop` and process managers send it.
-async fn stop_signal() {
+/// Ctrl-C (SIGINT) or SIGTERM, as `timeout`, `docker stop` and process managers send it. Both
+/// are listened for from the call on (not from the first poll), so none sent meanwhile is lost.
+fn stop_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
+    let term = signal(SignalKind::terminate()).ok();
+    let int = signal(SignalKind::interrupt()).ok();
+    async move {
+        match (term, int) {
+            (Some(mut term), Some(mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
             }
-        }
-        Err(_) => {
-            tokio::signal::ctrl_c().await.ok();
+            (Some(mut term), None) => {
+                term.recv().await;
+            }
+            (None, Some(mut int)) => {
+                int.recv().await;
+            }
+            (None, None) => {
+                tokio::signal::ctrl_c().await.ok();
+            }
         }
     }
 }

@@ -135,6 +135,8 @@ async fn sigterm_stops_the_demo_as_ctrl_c_does() {
     .await
     .expect("the demo reaches its end");
     assert!(waiting, "the demo says how to stop it");
+    // Read on, as a terminal does: a demo blocked writing to a full pipe cannot stop.
+    let drained = tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     let pid = child.id().expect("running").to_string();
     let sent = std::process::Command::new("kill")
         .args(["-TERM", &pid])
@@ -146,4 +148,5 @@ async fn sigterm_stops_the_demo_as_ctrl_c_does() {
         .expect("the demo stops on SIGTERM")
         .expect("reaped");
     assert!(status.success(), "{status:?}");
+    drained.abort();
 }

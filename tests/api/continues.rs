@@ -81,12 +81,27 @@ async fn confined() -> Confined {
 /// The director's answers to commands in the issue's thread.
 async fn answers(t: &ForgeApp, issue: &IssueRef) -> Vec<String> {
     t.app.wait_processed().await;
+    answers_on(t, issue)
+}
+
+fn answers_on(t: &ForgeApp, issue: &IssueRef) -> Vec<String> {
     t.forge
         .comments_on(issue)
         .into_iter()
         .filter(|c| c.body.contains("<!-- director:answer "))
         .map(|c| c.body)
         .collect()
+}
+
+/// The answers once there are at least `n` (waited for on the engine's sync points, with a
+/// deadline), and whatever else is in hand is done.
+async fn answers_at_least(t: &ForgeApp, issue: &IssueRef, n: usize) -> Vec<String> {
+    t.app
+        .wait_for(&format!("{n} answer(s) on {issue}"), || async {
+            answers_on(t, issue).len() >= n
+        })
+        .await;
+    answers(t, issue).await
 }
 
 /// What the repository spent today, as the store counts it for its budget.
@@ -165,7 +180,7 @@ async fn a_writers_continue_goes_on_on_the_same_branch_with_a_budget_of_its_own(
     t.forge
         .comment(WRITER, &issue, "/director continue $1")
         .await;
-    let said = answers(t, &issue).await;
+    let said = answers_at_least(t, &issue, 1).await;
     assert_eq!(said.len(), 1, "{said:?}");
     assert!(
         said[0].contains("nothing changed")
@@ -184,7 +199,7 @@ async fn a_writers_continue_goes_on_on_the_same_branch_with_a_budget_of_its_own(
     t.forge
         .comment(WRITER, &issue, "/director cancel\n/director continue $0.02")
         .await;
-    let said = answers(t, &issue).await;
+    let said = answers_at_least(t, &issue, 2).await;
     assert_eq!(said.len(), 2, "{said:?}");
     assert!(
         said[1].contains("took `/director cancel`, its first. Not taken: `/director continue`"),
@@ -236,7 +251,7 @@ async fn a_writers_continue_goes_on_on_the_same_branch_with_a_budget_of_its_own(
     t.app
         .wait_for_metric(r#"director_model_requests_refused_total{reason="budget"} 2"#)
         .await;
-    let said = answers(t, &issue).await;
+    let said = answers_at_least(t, &issue, 3).await;
     assert_eq!(said.len(), 3, "{said:?}");
     assert!(
         said[2].contains("Continuing for @alice")
