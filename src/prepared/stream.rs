@@ -7,20 +7,15 @@ use futures_util::StreamExt as _;
 use super::scan::{Pattern, Scanned};
 use crate::runtime::{RuntimeError, TarStream};
 
-/// Scans the workspace's tar stream on a blocking thread (the tar reader is synchronous),
-/// fed by this task chunk by chunk: memory stays a few chunks whatever the size.
+/// Scans the workspace's tar stream (entries under its directory) for `patterns`, copying it
+/// into `pending` within `max` bytes.
 pub async fn scan_stream(
-    mut tar: TarStream,
+    tar: TarStream,
     patterns: Vec<Pattern>,
     pending: Option<super::store::Pending>,
     max: u64,
 ) -> anyhow::Result<(Scanned, Option<super::store::Pending>)> {
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(4);
-    let scan = tokio::task::spawn_blocking(move || {
-        let reader = ChannelReader {
-            rx,
-            current: bytes::Bytes::new(),
-        };
+    let (scanned, pending) = on_blocking_thread(tar, move |reader| {
         let mut pending = pending;
         let out = pending
             .as_mut()
@@ -33,33 +28,36 @@ pub async fn scan_stream(
             super::store::SnapshotStore::abandon(p);
         }
         (scanned, pending)
-    });
-    while let Some(chunk) = tar.next().await {
-        let chunk = chunk.map_err(|e| std::io::Error::other(e.to_string()));
-        let failed = chunk.is_err();
-        if tx.send(chunk).await.is_err() || failed {
-            break;
-        }
-    }
-    drop(tx);
-    let (scanned, pending) = scan.await?;
+    })
+    .await?;
     let scanned = scanned.map_err(|e| anyhow::anyhow!("reading the setup's workspace: {e}"))?;
     Ok((scanned, pending))
 }
 
 /// The git objects of a workspace's tar stream (entries under its directory), inflated and
-/// searched on a blocking thread: the file and the secret's name of the first found.
+/// searched: the file and the secret's name of the first found.
 pub async fn git_stream(
-    mut tar: TarStream,
+    tar: TarStream,
     patterns: Vec<Pattern>,
 ) -> anyhow::Result<Option<(String, String)>> {
+    Ok(on_blocking_thread(tar, move |reader| {
+        super::scan::scan_git_objects(reader, &patterns)
+    })
+    .await??)
+}
+
+/// Runs `read` on a blocking thread (the tar reader is synchronous) over `tar`, fed by this
+/// task chunk by chunk, so memory stays a few chunks whatever the size.
+async fn on_blocking_thread<T: Send + 'static>(
+    mut tar: TarStream,
+    read: impl FnOnce(ChannelReader) -> T + Send + 'static,
+) -> anyhow::Result<T> {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(4);
-    let scan = tokio::task::spawn_blocking(move || {
-        let reader = ChannelReader {
+    let reading = tokio::task::spawn_blocking(move || {
+        read(ChannelReader {
             rx,
             current: bytes::Bytes::new(),
-        };
-        super::scan::scan_git_objects(reader, &patterns)
+        })
     });
     while let Some(chunk) = tar.next().await {
         let chunk = chunk.map_err(|e| std::io::Error::other(e.to_string()));
@@ -69,7 +67,7 @@ pub async fn git_stream(
         }
     }
     drop(tx);
-    Ok(scan.await??)
+    Ok(reading.await?)
 }
 
 struct ChannelReader {

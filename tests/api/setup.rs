@@ -268,6 +268,14 @@ async fn a_setup_prepares_the_workspace_with_its_own_network_and_secret_then_sta
         "{report}"
     );
     assert!(!report.contains(TOKEN), "{report}");
+    let refused = t.app.store.runs_of(&fourth).await.expect("runs")[0]
+        .setup
+        .clone()
+        .expect("recorded");
+    assert_eq!(
+        refused.snapshot.as_deref(),
+        Some("no snapshot is taken of a refused workspace")
+    );
     assert!(
         t.forge.pulls_of(&t.repo).len() == 3,
         "no pull request from the refused run"

@@ -313,41 +313,24 @@ impl RunAct {
             }
         };
         let _ = self.runtime.remove(&id).await;
-        let refuse = |outcome: &mut SetupOutcome, pending, why: String| {
+        // A refused workspace: its copy dropped, said in the outcome.
+        let refuse = |mut outcome: SetupOutcome, pending, why: String| {
             SnapshotStore::abandon(pending);
             outcome.snapshot = Some("no snapshot is taken of a refused workspace".into());
-            why
+            Ok((outcome, Some(why), volume.clone()))
         };
         let bytes = match scanned {
             Scanned::Hit { path, name } => {
-                let why = secret_left(&name, &path);
-                return Ok((
-                    outcome.clone(),
-                    Some(refuse(&mut outcome, pending, why)),
-                    volume,
-                ));
+                return refuse(outcome, pending, secret_left(&name, &path));
             }
             Scanned::Clean { kept: false, .. } => {
-                let why = format!(
-                    "the setup left more than runner.workspace_mb ({} MB) in the workspace; the agent was not started",
-                    self.settings.workspace_mb
-                );
-                return Ok((
-                    outcome.clone(),
-                    Some(refuse(&mut outcome, pending, why)),
-                    volume,
-                ));
+                return refuse(outcome, pending, self.over_workspace());
             }
             Scanned::Clean { bytes, .. } => bytes,
         };
         let (pending, in_git) = scan_git(pending, patterns).await?;
         if let Some((path, name)) = in_git {
-            let why = secret_left(&name, &path);
-            return Ok((
-                outcome.clone(),
-                Some(refuse(&mut outcome, pending, why)),
-                volume,
-            ));
+            return refuse(outcome, pending, secret_left(&name, &path));
         }
         let keeping = self.settings.snapshot_max_mb > 0 && bytes <= copies.max_bytes();
         let (path, temporary) = if keeping {
@@ -386,6 +369,14 @@ impl RunAct {
         Ok((outcome, None, volume))
     }
 
+    /// Why the agent does not start in a workspace over its size.
+    fn over_workspace(&self) -> String {
+        format!(
+            "the setup left more than runner.workspace_mb ({} MB) in the workspace; the agent was not started",
+            self.settings.workspace_mb
+        )
+    }
+
     /// The setup's workspace read where it is, without a copy (none could be written): why
     /// the agent may not start in it, if it may not.
     async fn check_in_place(
@@ -398,12 +389,7 @@ impl RunAct {
         let (scanned, _) = scan_stream(tar, patterns.to_vec(), None, limit).await?;
         match scanned {
             Scanned::Hit { path, name } => return Ok(Some(secret_left(&name, &path))),
-            Scanned::Clean { kept: false, .. } => {
-                return Ok(Some(format!(
-                    "the setup left more than runner.workspace_mb ({} MB) in the workspace; the agent was not started",
-                    self.settings.workspace_mb
-                )));
-            }
+            Scanned::Clean { kept: false, .. } => return Ok(Some(self.over_workspace())),
             Scanned::Clean { .. } => {}
         }
         let tar = self.runtime.export_workspace(id).await?;
