@@ -8,7 +8,6 @@
 //! gave, not `budget.run_usd`), and adds to the repository's spend.
 
 use director::domain::{IssueRef, Lifecycle, RunRecord, RunState};
-use director::settings::{Price, ProviderSettings, Secret};
 
 use crate::egress::Network;
 use crate::forge_helpers::{ForgeApp, READER, WRITER};
@@ -50,19 +49,7 @@ async fn confined() -> Confined {
         ];
         crate::egress::confine(s, &name);
         s.runner.stop_grace_secs = 15;
-        s.models.anthropic = Some(ProviderSettings {
-            base_url: url,
-            api_key: Secret::new(key),
-            api_key_file: None,
-        });
-        s.models.prices.insert(
-            "claude-fake-1".into(),
-            Price {
-                input_per_mtok: 3.0,
-                output_per_mtok: 15.0,
-                ..Price::default()
-            },
-        );
+        crate::egress::behind_fake_anthropic(s, &url, &key);
         s.budget.run_usd = 0.008;
         s.budget.max_continue_usd = 0.05;
     })

@@ -70,6 +70,24 @@ pub(crate) fn confine(s: &mut director::settings::Settings, network: &str) {
     s.runner.model_gateway_port = crate::helpers::free_port();
 }
 
+/// `[models.anthropic]` at a fake provider (`url`, `key`), and the price of its model,
+/// `claude-fake-1` ($3 and $15 a million tokens).
+pub(crate) fn behind_fake_anthropic(s: &mut director::settings::Settings, url: &str, key: &str) {
+    s.models.anthropic = Some(director::settings::ProviderSettings {
+        base_url: url.to_owned(),
+        api_key: director::settings::Secret::new(key),
+        api_key_file: None,
+    });
+    s.models.prices.insert(
+        "claude-fake-1".into(),
+        director::settings::Price {
+            input_per_mtok: 3.0,
+            output_per_mtok: 15.0,
+            ..director::settings::Price::default()
+        },
+    );
+}
+
 /// A network of the test's own, removed after it.
 pub(crate) struct Network(pub(crate) String);
 
@@ -862,7 +880,6 @@ async fn an_allow_listed_fake_run_gets_the_proxy_in_its_environment_and_nothing_
 
 #[tokio::test]
 async fn from_inside_a_container_the_model_is_reached_with_the_runs_own_key_and_its_budget_holds() {
-    use director::settings::{Price, ProviderSettings, Secret};
     let provider = director_testkit::provider::FakeProvider::start();
     let network = Network(format!(
         "director-egress-test-{:08x}",
@@ -886,19 +903,7 @@ async fn from_inside_a_container_the_model_is_reached_with_the_runs_own_key_and_
         s.runner.stop_grace_secs = 5;
         // Kept after it ends, to read the environment it was given.
         s.runner.keep_failed_secs = 600;
-        s.models.anthropic = Some(ProviderSettings {
-            base_url: url,
-            api_key: Secret::new(key),
-            api_key_file: None,
-        });
-        s.models.prices.insert(
-            "claude-fake-1".into(),
-            Price {
-                input_per_mtok: 3.0,
-                output_per_mtok: 15.0,
-                ..Price::default()
-            },
-        );
+        crate::egress::behind_fake_anthropic(s, &url, &key);
         // Two calls of $0.0045 cross it.
         s.budget.run_usd = 0.008;
     })

@@ -9,7 +9,7 @@
 use std::process::Command;
 
 use director::domain::{IssueRef, Lifecycle};
-use director::settings::{Price, ProviderSettings, Secret};
+use director::settings::Secret;
 
 use crate::egress::{Network, docker};
 use crate::fake_runs::status_json;
@@ -129,19 +129,7 @@ async fn confined(configure: impl FnOnce(&mut director::settings::Settings)) -> 
         // gVisor's own threads (its kernel, the file proxies of each mount) count against
         // the pids limit: at 64 a pipeline of two cannot start (docs/operations.md).
         s.runner.pids_limit = 256;
-        s.models.anthropic = Some(ProviderSettings {
-            base_url: url,
-            api_key: Secret::new(key),
-            api_key_file: None,
-        });
-        s.models.prices.insert(
-            "claude-fake-1".into(),
-            Price {
-                input_per_mtok: 3.0,
-                output_per_mtok: 15.0,
-                ..Price::default()
-            },
-        );
+        crate::egress::behind_fake_anthropic(s, &url, &key);
         configure(s);
     })
     .await;
